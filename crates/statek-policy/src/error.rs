@@ -1,0 +1,161 @@
+//! The crate's error type, [`PolicyError`], and the id rule that failed,
+//! [`IdError`].
+
+use alloc::string::String;
+
+use crate::id::TenantId;
+
+/// Which rule of the id grammar an id broke.
+///
+/// The grammar is shared by [`TenantId`] and
+/// [`SchedulerShardId`](crate::SchedulerShardId): 1..=128 bytes of ASCII
+/// `[A-Za-z0-9._:-]`, and not `.` or `..`. The rules are checked in the
+/// order of the variants below, so an id that breaks several rules reports
+/// the first one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdError {
+    /// The id has no bytes.
+    #[error("is empty")]
+    Empty,
+    /// The id is longer than `max` bytes.
+    #[error("is {actual} bytes long, the maximum is {max}")]
+    TooLong {
+        /// The largest allowed length in bytes (128).
+        max: usize,
+        /// The length of the rejected id in bytes.
+        actual: usize,
+    },
+    /// The id contains a byte outside ASCII `[A-Za-z0-9._:-]`.
+    #[error("has byte 0x{byte:02x} at index {index}, only ASCII [A-Za-z0-9._:-] is allowed")]
+    InvalidByte {
+        /// The 0-based index of the first bad byte.
+        index: usize,
+        /// The bad byte itself (a UTF-8 code unit for non-ASCII text).
+        byte: u8,
+    },
+    /// The id is `.` or `..`, which read as path components.
+    #[error("is \".\" or \"..\"")]
+    PathLike,
+}
+
+/// Everything that can go wrong while building, compiling, decoding or
+/// digesting a policy.
+///
+/// Every error is permanent: retrying the same call with the same input gives
+/// the same error. Match on variants, never on the message text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// A tenant id does not follow the id grammar.
+    #[error("invalid tenant id: {reason}")]
+    InvalidTenantId {
+        /// The rule the id broke.
+        reason: IdError,
+    },
+    /// A scheduler shard id does not follow the id grammar.
+    #[error("invalid shard id: {reason}")]
+    InvalidShardId {
+        /// The rule the id broke.
+        reason: IdError,
+    },
+    /// A tenant's weight is outside `min..=max` (1..=1024).
+    #[error("weight {weight} of tenant {tenant} is out of range {min}..={max}")]
+    WeightOutOfRange {
+        /// The tenant the weight was given for.
+        tenant: TenantId,
+        /// The rejected weight.
+        weight: u32,
+        /// The smallest allowed weight ([`MIN_WEIGHT`](crate::MIN_WEIGHT)).
+        min: u32,
+        /// The largest allowed weight ([`MAX_WEIGHT`](crate::MAX_WEIGHT)).
+        max: u32,
+    },
+    /// A policy was given no tenants.
+    #[error("a policy needs at least one tenant")]
+    NoTenants,
+    /// A policy was given more than `max` (1024) tenants.
+    #[error("{actual} tenants is too many, the maximum is {max}")]
+    TooManyTenants {
+        /// The largest allowed number of tenants ([`MAX_TENANTS`](crate::MAX_TENANTS)).
+        max: usize,
+        /// The number of tenants given.
+        actual: usize,
+    },
+    /// The same tenant was given more than once.
+    #[error("tenant {tenant} is listed more than once")]
+    DuplicateTenant {
+        /// The repeated tenant.
+        tenant: TenantId,
+    },
+    /// The sum of the weights, which is the cycle length in slots, is larger
+    /// than `max` (4096).
+    #[error("the weights sum to a cycle of {actual} slots, the maximum is {max}")]
+    CycleTooLong {
+        /// The largest allowed cycle length in slots
+        /// ([`MAX_CYCLE_LENGTH`](crate::MAX_CYCLE_LENGTH)).
+        max: u32,
+        /// The sum of the given weights.
+        actual: u32,
+    },
+    /// An algorithm name is not one this crate knows.
+    #[error("unknown policy algorithm {name:?}")]
+    UnknownAlgorithm {
+        /// The rejected name.
+        name: String,
+    },
+    /// Bytes given to [`WeightedFairnessPolicy::decode`](crate::WeightedFairnessPolicy::decode)
+    /// deviate from the canonical encoding.
+    #[error("policy bytes are not canonical at byte offset {offset}: expected {expected}")]
+    NonCanonicalPolicyBytes {
+        /// The 0-based byte offset of the first deviation.
+        offset: usize,
+        /// What the canonical form has at that offset.
+        expected: &'static str,
+    },
+    /// A compiled cycle does not pick a tenant exactly `weight` times.
+    ///
+    /// This is an internal error: it means the compiler is broken, never
+    /// that the input is wrong.
+    #[error(
+        "compiled cycle picks tenant {tenant} {actual} times instead of its weight {expected}"
+    )]
+    CycleInvariantViolated {
+        /// The tenant whose count is wrong.
+        tenant: TenantId,
+        /// The tenant's weight.
+        expected: u32,
+        /// How often the compiled cycle picks it.
+        actual: u32,
+    },
+    /// A digest was built from a byte slice that is not 32 bytes long.
+    #[error("a policy digest is 32 bytes, got {actual}")]
+    InvalidDigestLength {
+        /// The length of the rejected slice in bytes.
+        actual: usize,
+    },
+    /// A digest was parsed from text that is not 64 lowercase hex digits.
+    #[error("a policy digest is 64 lowercase hex digits, got {actual} bytes")]
+    InvalidDigestHexLength {
+        /// The length of the rejected text in bytes.
+        actual: usize,
+    },
+    /// A digest was parsed from text with a byte that is not a lowercase hex
+    /// digit.
+    #[error("a policy digest is lowercase hex, got byte 0x{byte:02x} at index {index}")]
+    InvalidDigestHex {
+        /// The 0-based index of the first bad byte.
+        index: usize,
+        /// The bad byte.
+        byte: u8,
+    },
+}
+
+impl PolicyError {
+    /// Whether retrying the same operation could succeed: never, since a
+    /// policy error depends only on its input.
+    #[must_use]
+    pub const fn is_retryable(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,90 @@
+//! Weighted fairness policies for statek: tenant and shard ids, weights, the
+//! compiled `swrr-v1` cycle, measured starvation bounds, canonical bytes and
+//! the policy digest.
+//!
+//! statek schedules tenants in one durable, global, weighted order: every
+//! scheduling opportunity is a reservation with a gapless sequence number
+//! `n`, and slot `n mod L` of a shard's cycle decides which tenant gets it.
+//! This crate is the pure part of that: it validates a
+//! [`WeightedFairnessPolicy`], compiles its cycle once, measures each tenant's
+//! [`TenantStarvationBound`] on the compiled cycle, and produces the
+//! canonical bytes and [`PolicyDigest`] that bind a policy to a shard in the
+//! database. It does no I/O, reads no clock and uses no randomness; the same
+//! input always gives the same cycle, bytes and digest.
+//!
+//! # Example
+//!
+//! ```rust
+//! use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+//! # fn main() -> Result<(), statek_policy::PolicyError> {
+//! let policy = WeightedFairnessPolicy::new(
+//!     SchedulerShardId::try_from("primary-v1")?,
+//!     [TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 3)?,
+//!      TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?],
+//! )?;
+//! let bound = policy.starvation_bound(&TenantId::try_from("tenant-b")?).expect("registered");
+//! assert!(bound.maximum_reservations_until_selection() <= 4);
+//! # Ok(()) }
+//! ```
+//!
+//! # What the guarantee is, and what it is not
+//!
+//! - A tenant of weight `w` in a cycle of length `L` (the sum of all
+//!   weights) is picked in exactly `w` of every `L` consecutive slots. That
+//!   is a share of **scheduling opportunities (slots)**: not of CPU time,
+//!   tokens, money or completed runs. A tenant with nothing to run wastes
+//!   its slot; a tenant with a long run still gets only its slots.
+//! - The starvation bound counts **reservations, not seconds**: from any
+//!   point in the sequence a tenant is picked within
+//!   [`maximum_reservations_until_selection`](TenantStarvationBound::maximum_reservations_until_selection)
+//!   reservations. How long that takes depends on how fast replicas
+//!   reserve.
+//! - Bounds are **measured** on the compiled cycle (the largest circular gap
+//!   between two picks of a tenant), never derived from a formula: with
+//!   smooth weighted round robin a gap can exceed `ceil(L / w)`. For example
+//!   `a:5, b:2, c:1` compiles to `a b a a c a b a`, where `b` waits up to 5
+//!   slots although `ceil(8 / 2) = 4`.
+//!
+//! # Limits
+//!
+//! Ids are 1..=[`MAX_ID_LENGTH`] (128) bytes of ASCII `[A-Za-z0-9._:-]`, not
+//! `.` or `..`. Weights are [`MIN_WEIGHT`]..=[`MAX_WEIGHT`] (1..=1024). A
+//! policy has 1..=[`MAX_TENANTS`] (1024) tenants and a cycle of at most
+//! [`MAX_CYCLE_LENGTH`] (4096) slots.
+//!
+//! # Features
+//!
+//! - `std` (default): implements `std::error::Error` through `thiserror/std`.
+//!   Without it the crate is `#![no_std]` and needs only `alloc`
+//!   (`core::error::Error` is still implemented).
+//! - `toml`: the `policy_file` module, which parses operator-written TOML
+//!   policy files with errors that name the file, line, column and field.
+//!   Implies `std`.
+
+#![cfg_attr(not(feature = "std"), no_std)]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+
+mod algorithm;
+mod bound;
+mod canonical;
+mod cycle;
+mod digest;
+mod error;
+mod id;
+mod policy;
+#[cfg(feature = "toml")]
+pub mod policy_file;
+mod weight;
+
+pub use algorithm::PolicyAlgorithm;
+pub use bound::TenantStarvationBound;
+pub use cycle::{CycleTenants, CycleView, MAX_CYCLE_LENGTH};
+pub use digest::{PolicyDigest, POLICY_DIGEST_DOMAIN};
+pub use error::{IdError, PolicyError};
+pub use id::{SchedulerShardId, TenantId, MAX_ID_LENGTH};
+pub use policy::{WeightedFairnessPolicy, MAX_TENANTS};
+#[cfg(feature = "toml")]
+pub use policy_file::{PolicyFile, PolicyFileError, PolicyFileLocation};
+pub use weight::{TenantFairnessWeight, MAX_WEIGHT, MIN_WEIGHT};

@@ -1,0 +1,596 @@
+//! TOML policy files, as operators write them (feature `toml`).
+//!
+//! ```toml
+//! # deploy/policies/example.toml
+//! shard = "primary-v1"
+//! algorithm = "swrr-v1"   # optional, default swrr-v1
+//! [[tenants]]
+//! id = "tenant-a"
+//! weight = 3
+//! [[tenants]]
+//! id = "tenant-b"
+//! weight = 1
+//! ```
+//!
+//! The top level has exactly the keys `shard` (required string),
+//! `algorithm` (optional string, default `swrr-v1`) and `tenants` (required
+//! array of tables); each tenant has exactly `id` (string) and `weight`
+//! (integer). Unknown keys are errors. Every error is a [`PolicyFileError`]
+//! that names the file, the 1-based line and column, and the field, as
+//! `{file}:{line}:{column}: {field}: {what}`. Fields are written like
+//! `tenants[2].weight`, where `tenants[n]` is the `n`-th `[[tenants]]`
+//! table of the file, counting from 1 like lines and columns.
+//!
+//! Reading the file is the caller's job: this module does no I/O.
+//!
+//! ```
+//! use statek_policy::policy_file::PolicyFile;
+//! let text = "shard = \"primary-v1\"\n[[tenants]]\nid = \"tenant-a\"\nweight = 0\n";
+//! let error = PolicyFile::parse("example.toml", text).unwrap_err();
+//! assert_eq!(
+//!     error.to_string(),
+//!     "example.toml:4:10: tenants[1].weight: weight 0 of tenant tenant-a is out of range 1..=1024",
+//! );
+//! ```
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::Range;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use toml::Spanned;
+
+use crate::algorithm::PolicyAlgorithm;
+use crate::cycle::MAX_CYCLE_LENGTH;
+use crate::error::PolicyError;
+use crate::id::{SchedulerShardId, TenantId};
+use crate::policy::{WeightedFairnessPolicy, MAX_TENANTS};
+use crate::weight::{TenantFairnessWeight, MAX_WEIGHT, MIN_WEIGHT};
+
+/// A parsed and validated policy file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyFile {
+    file_name: String,
+    policy: WeightedFairnessPolicy,
+}
+
+impl PolicyFile {
+    /// Parses and validates the policy file `text`; `file_name` is used only
+    /// in error messages.
+    ///
+    /// # Errors
+    ///
+    /// A [`PolicyFileError`] for the first problem found: invalid TOML, an
+    /// unknown or missing key, a value of the wrong type, or a policy error
+    /// (invalid id, weight out of range, duplicate tenant, too many tenants,
+    /// cycle too long, unknown algorithm). Semantic errors point at the
+    /// offending value; a duplicate tenant points at its second occurrence.
+    pub fn parse(file_name: &str, text: &str) -> Result<PolicyFile, PolicyFileError> {
+        let source = Source { file_name, text };
+        let root = toml::from_str::<Raw>(text).map_err(|error| PolicyFileError::Syntax {
+            location: source.locate(error.span().map_or(0, |span| span.start), "document"),
+            message: one_line(error.message()),
+        })?;
+        let policy = source.policy(root)?;
+        Ok(PolicyFile {
+            file_name: file_name.to_string(),
+            policy,
+        })
+    }
+
+    /// The file name given to [`parse`](Self::parse).
+    #[must_use]
+    pub fn file_name(&self) -> &str {
+        &self.file_name
+    }
+
+    /// The policy the file describes.
+    #[must_use]
+    pub fn policy(&self) -> &WeightedFairnessPolicy {
+        &self.policy
+    }
+
+    /// Consumes the file and returns its policy.
+    #[must_use]
+    pub fn into_policy(self) -> WeightedFairnessPolicy {
+        self.policy
+    }
+}
+
+/// Where in a policy file an error is: file name, 1-based line and column
+/// (in characters), and the field, like `tenants[2].weight`.
+///
+/// Displayed as `{file}:{line}:{column}: {field}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PolicyFileLocation {
+    file: String,
+    line: usize,
+    column: usize,
+    field: String,
+}
+
+impl PolicyFileLocation {
+    /// The file name given to [`PolicyFile::parse`].
+    #[must_use]
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The 1-based line.
+    #[must_use]
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// The 1-based column, counted in characters.
+    #[must_use]
+    pub fn column(&self) -> usize {
+        self.column
+    }
+
+    /// The field, like `shard` or `tenants[2].weight` (tenants count from
+    /// 1), or `document` for TOML syntax errors.
+    #[must_use]
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+}
+
+impl fmt::Display for PolicyFileLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.column, self.field
+        )
+    }
+}
+
+/// Why a policy file was rejected, and where.
+///
+/// Displayed as `{file}:{line}:{column}: {field}: {what}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyFileError {
+    /// The text is not valid TOML.
+    #[error("{location}: invalid toml: {message}")]
+    Syntax {
+        /// Where the TOML parser stopped; the field is `document`.
+        location: PolicyFileLocation,
+        /// The TOML parser's message.
+        message: String,
+    },
+    /// A key that the format does not have.
+    #[error("{location}: unknown key, expected one of {expected}")]
+    UnknownKey {
+        /// The unknown key's value.
+        location: PolicyFileLocation,
+        /// The keys allowed in that table.
+        expected: &'static str,
+    },
+    /// A required key is absent.
+    #[error("{location}: missing required key")]
+    MissingKey {
+        /// The table that lacks the key (line 1 for the top level); the
+        /// field names the missing key.
+        location: PolicyFileLocation,
+    },
+    /// A value has the wrong TOML type.
+    #[error("{location}: expected {expected}, found {found}")]
+    WrongType {
+        /// The value.
+        location: PolicyFileLocation,
+        /// The type the format requires.
+        expected: &'static str,
+        /// The type found.
+        found: &'static str,
+    },
+    /// A weight does not even fit the weight type.
+    #[error("{location}: {value} is out of range {min}..={max}")]
+    IntegerOutOfRange {
+        /// The value.
+        location: PolicyFileLocation,
+        /// The rejected integer.
+        value: i64,
+        /// The smallest allowed value.
+        min: u32,
+        /// The largest allowed value.
+        max: u32,
+    },
+    /// The values are well-typed but do not make a valid policy.
+    #[error("{location}: {error}")]
+    Policy {
+        /// The offending value.
+        location: PolicyFileLocation,
+        /// What is wrong with it.
+        error: PolicyError,
+    },
+}
+
+impl PolicyFileError {
+    /// Where the error is.
+    #[must_use]
+    pub fn location(&self) -> &PolicyFileLocation {
+        match self {
+            PolicyFileError::Syntax { location, .. }
+            | PolicyFileError::UnknownKey { location, .. }
+            | PolicyFileError::MissingKey { location }
+            | PolicyFileError::WrongType { location, .. }
+            | PolicyFileError::IntegerOutOfRange { location, .. }
+            | PolicyFileError::Policy { location, .. } => location,
+        }
+    }
+
+    /// The policy error behind a [`PolicyFileError::Policy`].
+    #[must_use]
+    pub fn policy_error(&self) -> Option<&PolicyError> {
+        match self {
+            PolicyFileError::Policy { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+const TOP_LEVEL_KEYS: &str = "shard, algorithm, tenants";
+const TENANT_KEYS: &str = "id, weight";
+
+/// Joins the lines of a multi-line TOML parser message with `; `, so every
+/// error is one line.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The file being parsed, for turning byte offsets into locations.
+struct Source<'a> {
+    file_name: &'a str,
+    text: &'a str,
+}
+
+/// One tenant as written, with where its values are.
+struct FileTenant {
+    weight: TenantFairnessWeight,
+    id_at: usize,
+    weight_at: usize,
+}
+
+impl Source<'_> {
+    /// The location of byte `offset`, for `field`.
+    fn locate(&self, offset: usize, field: &str) -> PolicyFileLocation {
+        let bytes = self.text.as_bytes();
+        let before = bytes.get(..offset.min(bytes.len())).unwrap_or_default();
+        let line_start = before
+            .iter()
+            .rposition(|&byte| byte == b'\n')
+            .map_or(0, |newline| newline + 1);
+        let line = 1 + before.iter().filter(|&&byte| byte == b'\n').count();
+        // Count characters, not bytes: skip UTF-8 continuation bytes.
+        let column = 1 + before
+            .get(line_start..)
+            .unwrap_or_default()
+            .iter()
+            .filter(|&&byte| byte & 0xc0 != 0x80)
+            .count();
+        PolicyFileLocation {
+            file: self.file_name.to_string(),
+            line,
+            column,
+            field: field.to_string(),
+        }
+    }
+
+    fn policy_error(&self, offset: usize, field: &str, error: PolicyError) -> PolicyFileError {
+        PolicyFileError::Policy {
+            location: self.locate(offset, field),
+            error,
+        }
+    }
+
+    fn wrong_type(&self, node: &Node, field: &str, expected: &'static str) -> PolicyFileError {
+        PolicyFileError::WrongType {
+            location: self.locate(node.span.start, field),
+            expected,
+            found: node.value.kind(),
+        }
+    }
+
+    fn string<'n>(&self, node: &'n Node, field: &str) -> Result<&'n str, PolicyFileError> {
+        match &node.value {
+            Raw::String(value) => Ok(value),
+            _ => Err(self.wrong_type(node, field, "a string")),
+        }
+    }
+
+    fn policy(&self, root: Raw) -> Result<WeightedFairnessPolicy, PolicyFileError> {
+        let Raw::Table(entries) = root else {
+            return Err(PolicyFileError::WrongType {
+                location: self.locate(0, "document"),
+                expected: "a table",
+                found: root.kind(),
+            });
+        };
+        let (mut shard, mut algorithm, mut tenants) = (None, None, None);
+        for (key, node) in entries {
+            match key.as_str() {
+                "shard" => shard = Some(node),
+                "algorithm" => algorithm = Some(node),
+                "tenants" => tenants = Some(node),
+                _ => {
+                    return Err(PolicyFileError::UnknownKey {
+                        location: self.locate(node.span.start, &key),
+                        expected: TOP_LEVEL_KEYS,
+                    })
+                }
+            }
+        }
+        let shard = shard.ok_or_else(|| PolicyFileError::MissingKey {
+            location: self.locate(0, "shard"),
+        })?;
+        let shard = SchedulerShardId::try_from(self.string(&shard, "shard")?)
+            .map_err(|error| self.policy_error(shard.span.start, "shard", error))?;
+        let algorithm = match algorithm {
+            None => PolicyAlgorithm::SwrrV1,
+            Some(node) => self
+                .string(&node, "algorithm")?
+                .parse()
+                .map_err(|error| self.policy_error(node.span.start, "algorithm", error))?,
+        };
+        let tenants = tenants.ok_or_else(|| PolicyFileError::MissingKey {
+            location: self.locate(0, "tenants"),
+        })?;
+        let tenants_at = tenants.span.start;
+        let file_tenants = self.tenants(tenants)?;
+        let weights = file_tenants.into_iter().map(|tenant| tenant.weight);
+        WeightedFairnessPolicy::with_algorithm(shard, algorithm, weights)
+            .map_err(|error| self.policy_error(tenants_at, "tenants", error))
+    }
+
+    /// Validates the `tenants` array in file order: each tenant's shape, id
+    /// and weight, then duplicates, the tenant count and the cycle length.
+    fn tenants(&self, node: Node) -> Result<Vec<FileTenant>, PolicyFileError> {
+        let Raw::Array(elements) = node.value else {
+            return Err(self.wrong_type(&node, "tenants", "an array of tables"));
+        };
+        if elements.is_empty() {
+            return Err(self.policy_error(node.span.start, "tenants", PolicyError::NoTenants));
+        }
+        let count = elements.len();
+        let mut seen: BTreeMap<TenantId, usize> = BTreeMap::new();
+        let mut tenants = Vec::with_capacity(count.min(MAX_TENANTS));
+        for (index, element) in elements.into_iter().enumerate() {
+            let field = format!("tenants[{}]", index + 1);
+            if index == MAX_TENANTS {
+                return Err(self.policy_error(
+                    element.span.start,
+                    &field,
+                    PolicyError::TooManyTenants {
+                        max: MAX_TENANTS,
+                        actual: count,
+                    },
+                ));
+            }
+            let tenant = self.tenant(element, &field)?;
+            if seen.insert(tenant.weight.tenant().clone(), index).is_some() {
+                return Err(self.policy_error(
+                    tenant.id_at,
+                    &format!("{field}.id"),
+                    PolicyError::DuplicateTenant {
+                        tenant: tenant.weight.tenant().clone(),
+                    },
+                ));
+            }
+            tenants.push(tenant);
+        }
+        let total = tenants.iter().fold(0_u32, |sum, tenant| {
+            sum.saturating_add(tenant.weight.weight())
+        });
+        let mut running = 0_u32;
+        for (index, tenant) in tenants.iter().enumerate() {
+            running = running.saturating_add(tenant.weight.weight());
+            if running > MAX_CYCLE_LENGTH {
+                return Err(self.policy_error(
+                    tenant.weight_at,
+                    &format!("tenants[{}].weight", index + 1),
+                    PolicyError::CycleTooLong {
+                        max: MAX_CYCLE_LENGTH,
+                        actual: total,
+                    },
+                ));
+            }
+        }
+        Ok(tenants)
+    }
+
+    /// Validates one element of `tenants`.
+    fn tenant(&self, node: Node, field: &str) -> Result<FileTenant, PolicyFileError> {
+        let table_at = node.span.start;
+        let Raw::Table(entries) = node.value else {
+            return Err(self.wrong_type(&node, field, "a table"));
+        };
+        let (mut id, mut weight) = (None, None);
+        for (key, value) in entries {
+            match key.as_str() {
+                "id" => id = Some(value),
+                "weight" => weight = Some(value),
+                _ => {
+                    return Err(PolicyFileError::UnknownKey {
+                        location: self.locate(value.span.start, &format!("{field}.{key}")),
+                        expected: TENANT_KEYS,
+                    })
+                }
+            }
+        }
+        let id_field = format!("{field}.id");
+        let weight_field = format!("{field}.weight");
+        let id = id.ok_or_else(|| PolicyFileError::MissingKey {
+            location: self.locate(table_at, &id_field),
+        })?;
+        let weight = weight.ok_or_else(|| PolicyFileError::MissingKey {
+            location: self.locate(table_at, &weight_field),
+        })?;
+        let tenant = TenantId::try_from(self.string(&id, &id_field)?)
+            .map_err(|error| self.policy_error(id.span.start, &id_field, error))?;
+        let Raw::Integer(value) = weight.value else {
+            return Err(self.wrong_type(&weight, &weight_field, "an integer"));
+        };
+        let value = u32::try_from(value).map_err(|_| PolicyFileError::IntegerOutOfRange {
+            location: self.locate(weight.span.start, &weight_field),
+            value,
+            min: MIN_WEIGHT,
+            max: MAX_WEIGHT,
+        })?;
+        let tenant_weight = TenantFairnessWeight::new(tenant, value)
+            .map_err(|error| self.policy_error(weight.span.start, &weight_field, error))?;
+        Ok(FileTenant {
+            weight: tenant_weight,
+            id_at: id.span.start,
+            weight_at: weight.span.start,
+        })
+    }
+}
+
+/// Any TOML value, with the byte span of every nested value, so that every
+/// error can point at its line.
+struct Node {
+    span: Range<usize>,
+    value: Raw,
+}
+
+/// A TOML value whose children carry spans.
+enum Raw {
+    String(String),
+    Integer(i64),
+    Float,
+    Boolean,
+    Datetime,
+    Array(Vec<Node>),
+    /// Keys in file order.
+    Table(Vec<(String, Node)>),
+}
+
+impl Raw {
+    /// The TOML type, for error messages.
+    fn kind(&self) -> &'static str {
+        match self {
+            Raw::String(_) => "a string",
+            Raw::Integer(_) => "an integer",
+            Raw::Float => "a float",
+            Raw::Boolean => "a boolean",
+            Raw::Datetime => "a datetime",
+            Raw::Array(_) => "an array",
+            Raw::Table(_) => "a table",
+        }
+    }
+}
+
+/// The key under which `toml` hands a datetime to `deserialize_any`.
+const TOML_DATETIME_KEY: &str = "$__toml_private_datetime";
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let spanned = Spanned::<Raw>::deserialize(deserializer)?;
+        Ok(Node {
+            span: spanned.span(),
+            value: spanned.into_inner(),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Raw {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(RawVisitor)
+    }
+}
+
+struct RawVisitor;
+
+impl<'de> Visitor<'de> for RawVisitor {
+    type Value = Raw;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("any toml value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Raw, E> {
+        Ok(Raw::Boolean)
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Raw, E> {
+        Ok(Raw::Integer(value))
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Raw, E> {
+        // TOML integers are i64; saturate anything larger so it is reported
+        // as out of range.
+        Ok(Raw::Integer(i64::try_from(value).unwrap_or(i64::MAX)))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Raw, E> {
+        Ok(Raw::Float)
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Raw, E> {
+        Ok(Raw::String(value.to_string()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Raw, E> {
+        Ok(Raw::String(value))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Raw, A::Error> {
+        let mut elements = Vec::new();
+        while let Some(element) = seq.next_element::<Node>()? {
+            elements.push(element);
+        }
+        Ok(Raw::Array(elements))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Raw, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == TOML_DATETIME_KEY {
+                map.next_value::<de::IgnoredAny>()?;
+                return Ok(Raw::Datetime);
+            }
+            let value = map.next_value::<Node>()?;
+            entries.push((key, value));
+        }
+        Ok(Raw::Table(entries))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations() {
+        let source = Source {
+            file_name: "f.toml",
+            text: "ab\ncé d\n\nx",
+        };
+        let at = |offset| {
+            let location = source.locate(offset, "field");
+            (location.line(), location.column())
+        };
+        assert_eq!(at(0), (1, 1));
+        assert_eq!(at(1), (1, 2));
+        assert_eq!(at(2), (1, 3));
+        assert_eq!(at(3), (2, 1));
+        assert_eq!(at(4), (2, 2));
+        // "é" is two bytes but one column.
+        assert_eq!(at(6), (2, 3));
+        assert_eq!(at(7), (2, 4));
+        assert_eq!(at(9), (3, 1));
+        assert_eq!(at(10), (4, 1));
+        assert_eq!(at(11), (4, 2));
+        assert_eq!(at(999), (4, 2));
+    }
+}

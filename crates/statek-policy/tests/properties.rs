@@ -1,0 +1,260 @@
+//! Property tests: counts, order independence, bound = observed circular gap,
+//! round trip, and a decoder that never panics.
+// Helpers outside `#[test]` functions are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use statek_policy::{
+    PolicyError, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy,
+    MAX_CYCLE_LENGTH, MAX_TENANTS, MAX_WEIGHT,
+};
+
+/// Tenant ids and weights, in input order.
+type Weights = Vec<(String, u32)>;
+
+fn shard() -> SchedulerShardId {
+    SchedulerShardId::try_from("primary-v1").unwrap()
+}
+
+fn build(weights: &[(String, u32)]) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        shard(),
+        weights.iter().map(|(id, w)| {
+            TenantFairnessWeight::new(TenantId::try_from(id.as_str()).unwrap(), *w).unwrap()
+        }),
+    )
+    .unwrap()
+}
+
+/// The oracle: the largest distance between consecutive picks of each tenant
+/// observed while walking two laps of the cycle, so the wrap-around gap is
+/// seen like any other.
+fn observed_gaps(policy: &WeightedFairnessPolicy) -> Vec<u32> {
+    let indexes = policy.cycle_tenant_indexes();
+    let mut last: Vec<Option<usize>> = vec![None; policy.tenants().len()];
+    let mut largest = vec![0_u32; policy.tenants().len()];
+    for (position, &index) in indexes.iter().chain(indexes).enumerate() {
+        let index = usize::from(index);
+        if let Some(previous) = last[index] {
+            largest[index] = largest[index].max(u32::try_from(position - previous).unwrap());
+        }
+        last[index] = Some(position);
+    }
+    largest
+}
+
+/// Every invariant of a valid policy built from `weights` (unique ids).
+fn check_policy(weights: &[(String, u32)], shuffled: &[(String, u32)]) {
+    let policy = build(weights);
+    let length: u32 = weights.iter().map(|(_, w)| w).sum();
+    assert_eq!(policy.cycle_length(), length);
+    assert_eq!(policy.cycle().len(), usize::try_from(length).unwrap());
+    assert_eq!(
+        policy.cycle_tenant_indexes().len(),
+        usize::try_from(length).unwrap()
+    );
+
+    // Sorted, unique, and each tenant appears exactly its weight.
+    assert!(policy
+        .tenants()
+        .windows(2)
+        .all(|p| p[0].tenant() < p[1].tenant()));
+    let mut counts: BTreeMap<&TenantId, u32> = BTreeMap::new();
+    for tenant in policy.cycle() {
+        *counts.entry(tenant).or_default() += 1;
+    }
+    assert_eq!(counts.len(), weights.len());
+    for (id, weight) in weights {
+        let tenant = TenantId::try_from(id.as_str()).unwrap();
+        assert_eq!(counts.get(&tenant), Some(weight), "{tenant}");
+        assert_eq!(policy.entitled_share(&tenant), Some((*weight, length)));
+    }
+
+    // The reported bound is the largest observed circular gap.
+    let observed = observed_gaps(&policy);
+    for (tenant, expected) in policy.tenants().iter().zip(&observed) {
+        let bound = policy.starvation_bound(tenant.tenant()).unwrap();
+        assert_eq!(
+            bound.maximum_reservations_until_selection(),
+            *expected,
+            "{}",
+            tenant.tenant()
+        );
+        assert_eq!(
+            (bound.weight(), bound.cycle_length()),
+            (tenant.weight(), length)
+        );
+        assert!((1..=length).contains(expected));
+    }
+
+    // Slot lookup agrees with the cycle.
+    for (slot, tenant) in policy.cycle().iter().enumerate() {
+        assert_eq!(
+            policy.tenant_for_slot(u64::try_from(slot).unwrap()),
+            Some(tenant)
+        );
+    }
+    assert_eq!(policy.tenant_for_slot(u64::from(length)), None);
+
+    // Input order never matters.
+    let other = build(shuffled);
+    assert_eq!(other.canonical_bytes(), policy.canonical_bytes());
+    assert_eq!(other.digest(), policy.digest());
+    assert_eq!(other.cycle_tenant_indexes(), policy.cycle_tenant_indexes());
+    assert_eq!(other, policy);
+
+    // Canonical bytes round-trip exactly.
+    let decoded = WeightedFairnessPolicy::decode(shard(), policy.canonical_bytes()).unwrap();
+    assert_eq!(decoded, policy);
+    assert_eq!(decoded.canonical_bytes(), policy.canonical_bytes());
+}
+
+/// Decoding must never panic, and may only accept exactly canonical bytes.
+fn check_decode(bytes: &[u8]) {
+    if let Ok(policy) = WeightedFairnessPolicy::decode(shard(), bytes) {
+        assert_eq!(policy.canonical_bytes(), bytes);
+    }
+}
+
+fn id() -> impl Strategy<Value = String> {
+    "[A-Za-z0-9._:-]{1,24}".prop_filter("path-like", |s| s != "." && s != "..")
+}
+
+/// 1..=64 unique tenants with weights 1..=64 (so L <= 4096), plus a shuffle.
+fn small() -> impl Strategy<Value = (Weights, Weights)> {
+    prop::collection::btree_set(id(), 1..=64)
+        .prop_flat_map(|ids| {
+            let n = ids.len();
+            (Just(ids), prop::collection::vec(1..=64_u32, n))
+        })
+        .prop_map(|(ids, weights): (BTreeSet<String>, Vec<u32>)| {
+            ids.into_iter().zip(weights).collect::<Vec<_>>()
+        })
+        .prop_flat_map(|weights| (Just(weights.clone()), Just(weights).prop_shuffle()))
+}
+
+/// 1000..=1024 tenants with weights 1..=4, trimmed so L <= 4096.
+fn many_tenants() -> impl Strategy<Value = (Weights, Weights)> {
+    (1000..=MAX_TENANTS)
+        .prop_flat_map(|n| prop::collection::vec(1..=4_u32, n))
+        .prop_map(|mut weights| {
+            let mut excess = weights.iter().sum::<u32>().saturating_sub(MAX_CYCLE_LENGTH);
+            for weight in &mut weights {
+                let cut = excess.min(*weight - 1);
+                *weight -= cut;
+                excess -= cut;
+            }
+            weights
+                .into_iter()
+                .enumerate()
+                .map(|(i, w)| (format!("tenant-{i:04}"), w))
+                .collect::<Vec<_>>()
+        })
+        .prop_flat_map(|weights| (Just(weights.clone()), Just(weights).prop_shuffle()))
+}
+
+/// 4..=40 tenants whose weights (each 1..=1024) sum to 3896..=4096.
+fn long_cycle() -> impl Strategy<Value = (Weights, Weights)> {
+    (4..=40_u32, 3896..=MAX_CYCLE_LENGTH)
+        .prop_flat_map(|(n, length)| {
+            let transfers = prop::collection::vec((0..n, 0..n, 0..=MAX_WEIGHT), 0..64);
+            (Just(n), Just(length), transfers)
+        })
+        .prop_map(|(n, length, transfers)| {
+            let mut weights: Vec<u32> = (0..n)
+                .map(|i| length / n + u32::from(i < length % n))
+                .collect();
+            for (from, to, amount) in transfers {
+                let (from, to) = (from as usize, to as usize);
+                let amount = amount.min(weights[from] - 1).min(MAX_WEIGHT - weights[to]);
+                weights[from] -= amount;
+                weights[to] += amount;
+            }
+            weights
+                .into_iter()
+                .enumerate()
+                .map(|(i, w)| (format!("t{i}"), w))
+                .collect::<Vec<_>>()
+        })
+        .prop_flat_map(|weights| (Just(weights.clone()), Just(weights).prop_shuffle()))
+}
+
+/// A small policy's canonical bytes with a few random byte edits.
+fn mutated_canonical() -> impl Strategy<Value = Vec<u8>> {
+    let edits = prop::collection::vec((0..3_u8, any::<prop::sample::Index>(), any::<u8>()), 1..4);
+    (small(), edits).prop_map(|((weights, _), edits)| {
+        let mut bytes = build(&weights).canonical_bytes().to_vec();
+        for (kind, index, byte) in edits {
+            let at = index.index(bytes.len() + 1);
+            match kind {
+                0 => bytes.insert(at, byte),
+                1 if at < bytes.len() => bytes[at] = byte,
+                _ if at < bytes.len() => {
+                    bytes.remove(at);
+                }
+                _ => bytes.push(byte),
+            }
+        }
+        bytes
+    })
+}
+
+/// Text shaped like canonical bytes, with odd ids, weights and commas.
+fn canonical_looking() -> impl Strategy<Value = String> {
+    r#"\{"algorithm":"swrr-v1","tenants":\[(\{"id":"[a-c.]{0,3}","weight":[0-9]{1,5}\},?){0,4}\]\}"#
+}
+
+proptest! {
+    #[test]
+    fn small_policies((weights, shuffled) in small()) {
+        check_policy(&weights, &shuffled);
+    }
+
+    #[test]
+    fn decode_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        check_decode(&bytes);
+    }
+
+    #[test]
+    fn decode_canonical_looking_bytes(
+        bytes in canonical_looking()
+    ) {
+        check_decode(bytes.as_bytes());
+    }
+
+    #[test]
+    fn decode_mutated_canonical_bytes(bytes in mutated_canonical()) {
+        check_decode(&bytes);
+    }
+
+    #[test]
+    fn ids_follow_the_grammar(text in any::<String>()) {
+        let bytes = text.as_bytes();
+        let valid = (1..=128).contains(&bytes.len())
+            && bytes.iter().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(b))
+            && text != "."
+            && text != "..";
+        let parsed = TenantId::try_from(text.as_str());
+        prop_assert_eq!(parsed.is_ok(), valid);
+        if let Err(error) = parsed {
+            let is_tenant_error = matches!(error, PolicyError::InvalidTenantId { .. });
+            prop_assert!(is_tenant_error, "{:?}", error);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn near_the_tenant_limit((weights, shuffled) in many_tenants()) {
+        check_policy(&weights, &shuffled);
+    }
+
+    #[test]
+    fn near_the_cycle_limit((weights, shuffled) in long_cycle()) {
+        check_policy(&weights, &shuffled);
+    }
+}

@@ -1,0 +1,73 @@
+//! The scheduler's one error type.
+
+use statek_policy::TenantId;
+use statek_store_pg::StoreError;
+
+/// Everything that can go wrong in `statek-scheduler`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchedulerError {
+    /// A store operation failed (after the configured retries, for
+    /// reservations). Includes `PolicyConflict` at registration and
+    /// `CorruptData` anywhere.
+    #[error("store: {source}")]
+    Store {
+        /// The store error.
+        #[source]
+        source: StoreError,
+        /// Retries made before giving up (0 when not retried).
+        retries: u32,
+    },
+    /// The policy stored for the shard is not the one this scheduler runs.
+    #[error("shard {shard} holds another policy than this scheduler's: refusing to tick")]
+    PolicyMismatch {
+        /// The shard.
+        shard: String,
+    },
+    /// Shutdown was requested before a slot was reserved; nothing was
+    /// reserved.
+    #[error("shutting down: no slot reserved")]
+    ShuttingDown,
+    /// An option was out of range.
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+    /// A reserved slot does not map to a tenant of the local policy.
+    #[error("slot {slot} of sequence {sequence} is outside the local cycle")]
+    SlotOutOfRange {
+        /// The reservation's sequence.
+        sequence: u64,
+        /// The reservation's slot.
+        slot: u32,
+    },
+    /// The tenant executor failed for a reserved slot. The slot stays
+    /// consumed: it is never handed to another tenant or rolled back.
+    #[error("executor for tenant {tenant} at sequence {sequence} failed: {source}")]
+    Executor {
+        /// The sequence whose slot was consumed.
+        sequence: u64,
+        /// The tenant the slot belonged to.
+        tenant: TenantId,
+        /// Whether retrying later may help.
+        retryable: bool,
+        /// The executor's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl SchedulerError {
+    /// True for transient conditions: a later tick may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SchedulerError::Store { source, .. } => source.is_retryable(),
+            SchedulerError::Executor { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+}
+
+impl From<StoreError> for SchedulerError {
+    fn from(source: StoreError) -> Self {
+        SchedulerError::Store { source, retries: 0 }
+    }
+}

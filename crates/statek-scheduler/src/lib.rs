@@ -1,0 +1,71 @@
+//! statek's durable fair scheduler.
+//!
+//! A [`DurableFairScheduler`] is one replica of a shard's scheduler. Each
+//! [`tick`](DurableFairScheduler::tick) reserves the shard's next global
+//! slot in PostgreSQL (one short transaction, idempotent by a client-made
+//! UUIDv7), maps the slot to exactly one tenant through the policy's
+//! compiled cycle, and lets a tenant-isolated [`TenantExecutor`] claim and
+//! run at most one run from that tenant's queue. An empty or contended queue
+//! still consumes its slot, so no busy tenant ever takes another's share.
+//!
+//! **The guarantee**: across all replicas, restarts and lost
+//! acknowledgements, reservations form one gapless sequence per shard, and
+//! every tenant is selected at least once in every window of
+//! [`maximum_reservations_until_selection`](statek_policy::TenantStarvationBound::maximum_reservations_until_selection)
+//! consecutive reservations (its starvation bound), measured on the cycle.
+//! **What it is not**: a share of CPU time, tokens, money or completed runs;
+//! the bound counts reservations, not seconds.
+//!
+//! ```no_run
+//! use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+//! use statek_scheduler::{
+//!     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+//!     SchedulerOptions,
+//! };
+//! use statek_store_pg::{ClaimedRun, PgStore};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! struct Print;
+//! impl RunHandler for Print {
+//!     async fn handle(&self, run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+//!         println!("tenant {} run {}", run.tenant, run.lease.run_id());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = PgStore::connect("postgres://statek@127.0.0.1/statek")?;
+//! store.migrate().await?;
+//! let policy = WeightedFairnessPolicy::new(
+//!     SchedulerShardId::try_from("primary-v1")?,
+//!     [TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 3)?,
+//!      TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?],
+//! )?;
+//! let executor = PgRunQueueExecutor::new(store.clone(), Print, ExecutorOptions::new());
+//! let scheduler =
+//!     DurableFairScheduler::register(store, policy, executor, SchedulerOptions::new()).await?;
+//! let shutdown = CancellationToken::new();
+//! let outcome = scheduler.tick(&shutdown).await?;
+//! println!(
+//!     "sequence {} slot {} tenant {} -> {}",
+//!     outcome.reservation().sequence(),
+//!     outcome.reservation().slot(),
+//!     outcome.tenant(),
+//!     outcome.tenant_outcome().label()
+//! );
+//! # Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod error;
+mod executor;
+mod options;
+mod pg_executor;
+mod scheduler;
+
+pub use error::SchedulerError;
+pub use executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
+pub use options::SchedulerOptions;
+pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler};
+pub use scheduler::{DurableFairScheduler, TickOutcome};

@@ -1,0 +1,204 @@
+//! [`DurableFairScheduler`]: register, then tick.
+
+use std::sync::Arc;
+
+use statek_policy::{PolicyDigest, TenantId, TenantStarvationBound, WeightedFairnessPolicy};
+use statek_store_pg::{PgStore, Registration, Reservation};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::executor::{TenantExecutor, TenantTickOutcome};
+use crate::{SchedulerError, SchedulerOptions};
+
+/// What one tick did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickOutcome {
+    reservation: Reservation,
+    tenant: TenantId,
+    starvation_bound: TenantStarvationBound,
+    retries: u32,
+    tenant_outcome: TenantTickOutcome,
+}
+
+impl TickOutcome {
+    /// The reservation (id, sequence, slot, reserved_at) this tick consumed.
+    pub fn reservation(&self) -> &Reservation {
+        &self.reservation
+    }
+
+    /// The tenant the slot belongs to.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    /// The tenant's starvation bound under the shard's policy (reservations).
+    pub fn starvation_bound(&self) -> &TenantStarvationBound {
+        &self.starvation_bound
+    }
+
+    /// Reservation retries after transient store errors (0 when the first
+    /// attempt succeeded).
+    pub fn retries(&self) -> u32 {
+        self.retries
+    }
+
+    /// What the tenant's executor did with the slot.
+    pub fn tenant_outcome(&self) -> &TenantTickOutcome {
+        &self.tenant_outcome
+    }
+}
+
+/// A scheduler replica for one shard: every [`tick`](Self::tick) reserves
+/// the shard's next global slot in PostgreSQL, maps it to exactly one tenant
+/// through the policy's cycle, and lets the tenant-isolated executor claim
+/// and run at most one of that tenant's runs.
+///
+/// Any number of replicas, in any number of processes, may tick the same
+/// shard: the reservation sequence is global, so together they follow the
+/// cycle, and each tenant is selected at least once in every window of
+/// [`TenantStarvationBound::maximum_reservations_until_selection`]
+/// consecutive reservations. The guarantee is a share of *slots*
+/// (scheduling opportunities), not of CPU time or completed runs, and the
+/// bound counts reservations, not seconds.
+#[derive(Debug)]
+pub struct DurableFairScheduler<E> {
+    store: PgStore,
+    policy: Arc<WeightedFairnessPolicy>,
+    digest: PolicyDigest,
+    executor: E,
+    options: SchedulerOptions,
+    registration: Registration,
+}
+
+impl<E: TenantExecutor> DurableFairScheduler<E> {
+    /// Registers `policy` for its shard (or verifies that the shard already
+    /// holds byte-identical canonical bytes), reads the stored policy back
+    /// fail-closed, and returns a scheduler ready to tick. No run is claimed
+    /// before this succeeds.
+    ///
+    /// # Errors
+    /// [`SchedulerError::Store`] with `PolicyConflict` when the shard is bound
+    /// to another policy (never overwritten), `CorruptData` when the stored
+    /// row fails its checks, or connection errors;
+    /// [`SchedulerError::PolicyMismatch`] if the stored policy read back
+    /// differs.
+    pub async fn register(
+        store: PgStore,
+        policy: WeightedFairnessPolicy,
+        executor: E,
+        options: SchedulerOptions,
+    ) -> Result<Self, SchedulerError> {
+        let registration = store.register(&policy).await?;
+        let stored = store.load_shard(policy.shard_id()).await?;
+        if stored.policy() != &policy {
+            return Err(SchedulerError::PolicyMismatch {
+                shard: policy.shard_id().to_string(),
+            });
+        }
+        let digest = policy.digest();
+        Ok(Self {
+            store,
+            policy: Arc::new(policy),
+            digest,
+            executor,
+            options,
+            registration,
+        })
+    }
+
+    /// The shard's policy.
+    pub fn policy(&self) -> &WeightedFairnessPolicy {
+        &self.policy
+    }
+
+    /// How registration went (`Registered` for the first replica,
+    /// `Idempotent` for the others).
+    pub fn registration(&self) -> &Registration {
+        &self.registration
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &E {
+        &self.executor
+    }
+
+    /// The store.
+    pub fn store(&self) -> &PgStore {
+        &self.store
+    }
+
+    /// One tick: reserve the next slot with a new UUIDv7, retrying transient
+    /// store errors with the same id (bounded exponential backoff), map the
+    /// slot to its tenant, and run one executor tick for that tenant.
+    ///
+    /// The reservation is consumed whatever the executor finds: an idle or
+    /// contended queue still uses its slot, and slots are never handed to a
+    /// busy tenant or rolled back.
+    ///
+    /// # Errors
+    /// [`SchedulerError::ShuttingDown`] if `shutdown` fired before a slot was
+    /// reserved; [`SchedulerError::Store`] when reserving failed for good
+    /// (with the retries made); [`SchedulerError::Executor`] when the
+    /// executor failed for the reserved slot.
+    pub async fn tick(&self, shutdown: &CancellationToken) -> Result<TickOutcome, SchedulerError> {
+        if shutdown.is_cancelled() {
+            return Err(SchedulerError::ShuttingDown);
+        }
+        let (reservation, retries) = self.reserve().await?;
+        let sequence = reservation.sequence();
+        let slot = reservation.slot();
+        let (tenant, starvation_bound) = self
+            .policy
+            .tenant_for_slot(u64::from(slot))
+            .and_then(|t| Some((t.clone(), self.policy.starvation_bound(t)?)))
+            .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })?;
+        let tenant_outcome = self
+            .executor
+            .execute_one(&tenant, shutdown)
+            .await
+            .map_err(|e| SchedulerError::Executor {
+                sequence,
+                tenant: tenant.clone(),
+                retryable: E::is_retryable(&e),
+                source: Box::new(e),
+            })?;
+        tracing::debug!(
+            shard = %self.policy.shard_id(),
+            sequence,
+            slot,
+            tenant = %tenant,
+            outcome = tenant_outcome.label(),
+            retries,
+            "tick"
+        );
+        Ok(TickOutcome {
+            reservation,
+            tenant,
+            starvation_bound,
+            retries,
+            tenant_outcome,
+        })
+    }
+
+    async fn reserve(&self) -> Result<(Reservation, u32), SchedulerError> {
+        let id = Uuid::now_v7();
+        let shard = self.policy.shard_id();
+        let mut retries = 0;
+        loop {
+            match self.store.reserve(shard, &self.digest, id).await {
+                Ok(reservation) => return Ok((reservation, retries)),
+                Err(e) if e.is_retryable() && retries + 1 < self.options.attempts() => {
+                    let backoff = self.options.backoff(retries);
+                    tracing::warn!(
+                        shard = %shard, reservation_id = %id, retry = retries + 1,
+                        backoff_ms = backoff.as_millis() as u64, error = %e,
+                        "reservation failed transiently; retrying with the same id"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    retries += 1;
+                }
+                Err(source) => return Err(SchedulerError::Store { source, retries }),
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! DurableFairScheduler against a real PostgreSQL.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use futures_util::future::join_all;
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::{
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    SchedulerError, SchedulerOptions, TenantTickOutcome,
+};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::{ClaimedRun, NewRun, Registration, StoreError};
+use tokio_util::sync::CancellationToken;
+
+fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from(shard).unwrap(),
+        weights
+            .iter()
+            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(*t).unwrap(), *w).unwrap()),
+    )
+    .unwrap()
+}
+
+#[derive(Debug, Default)]
+struct Count(AtomicU32);
+
+impl RunHandler for Count {
+    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+struct Fail;
+
+impl RunHandler for Fail {
+    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+        Err(RunError::new("handler says no"))
+    }
+}
+
+#[tokio::test]
+async fn four_replicas_follow_one_cycle() {
+    let db = TestDatabase::create().await;
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let mut replicas = Vec::new();
+    for _ in 0..4 {
+        let store = db.store(); // a separate pool per replica
+        let executor =
+            PgRunQueueExecutor::new(store.clone(), Count::default(), ExecutorOptions::new());
+        replicas.push(
+            DurableFairScheduler::register(store, p.clone(), executor, SchedulerOptions::new())
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(matches!(
+        replicas[0].registration(),
+        Registration::Registered { .. }
+    ));
+    for r in &replicas[1..] {
+        assert!(matches!(r.registration(), Registration::Idempotent { .. }));
+    }
+    let shutdown = CancellationToken::new();
+    let outcomes = join_all(replicas.iter().map(|r| r.tick(&shutdown))).await;
+    let mut by_sequence = BTreeMap::new();
+    for o in outcomes {
+        let o = o.unwrap();
+        assert_eq!(o.tenant_outcome(), &TenantTickOutcome::Idle);
+        assert_eq!(o.retries(), 0);
+        by_sequence.insert(o.reservation().sequence(), o.tenant().as_str().to_owned());
+    }
+    assert_eq!(
+        by_sequence.into_iter().collect::<Vec<_>>(),
+        vec![
+            (0, "tenant-a".to_owned()),
+            (1, "tenant-a".to_owned()),
+            (2, "tenant-b".to_owned()),
+            (3, "tenant-a".to_owned()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn slots_are_consumed_whatever_the_queue_holds() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let a = TenantId::try_from("tenant-a").unwrap();
+    let b = TenantId::try_from("tenant-b").unwrap();
+    // a is busy (10 runs), b has exactly one run.
+    for _ in 0..10 {
+        store
+            .enqueue(&NewRun::new(a.clone(), vec![]))
+            .await
+            .unwrap();
+    }
+    store
+        .enqueue(&NewRun::new(b.clone(), vec![]))
+        .await
+        .unwrap();
+    let executor = PgRunQueueExecutor::new(store.clone(), Count::default(), ExecutorOptions::new());
+    let scheduler =
+        DurableFairScheduler::register(store.clone(), p, executor, SchedulerOptions::new())
+            .await
+            .unwrap();
+    let shutdown = CancellationToken::new();
+    let mut labels = Vec::new();
+    for _ in 0..8 {
+        let o = scheduler.tick(&shutdown).await.unwrap();
+        labels.push(format!("{}:{}", o.tenant(), o.tenant_outcome().label()));
+    }
+    // b's second slot (sequence 6) finds b empty: the slot is consumed, not
+    // given to busy a.
+    assert_eq!(
+        labels,
+        [
+            "tenant-a:executed",
+            "tenant-a:executed",
+            "tenant-b:executed",
+            "tenant-a:executed",
+            "tenant-a:executed",
+            "tenant-a:executed",
+            "tenant-b:idle",
+            "tenant-a:executed",
+        ]
+    );
+    assert_eq!(scheduler.executor().handler().0.load(Ordering::SeqCst), 7);
+    assert_eq!(store.count_live_runs().await.unwrap(), 10 - 6);
+
+    shutdown.cancel();
+    assert!(matches!(
+        scheduler.tick(&shutdown).await,
+        Err(SchedulerError::ShuttingDown)
+    ));
+    let stored = store
+        .load_shard(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    assert_eq!(stored.next_sequence(), 8);
+}
+
+#[tokio::test]
+async fn handler_failures_are_reported_and_retried_later() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy("primary-v1", &[("tenant-a", 1)]);
+    let a = TenantId::try_from("tenant-a").unwrap();
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]).max_attempts(3))
+        .await
+        .unwrap();
+    let executor = PgRunQueueExecutor::new(store.clone(), Fail, ExecutorOptions::new());
+    let scheduler =
+        DurableFairScheduler::register(store.clone(), p, executor, SchedulerOptions::new())
+            .await
+            .unwrap();
+    let shutdown = CancellationToken::new();
+    let o = scheduler.tick(&shutdown).await.unwrap();
+    match o.tenant_outcome() {
+        TenantTickOutcome::ExecutionFailed { run, error } => {
+            assert_eq!(run.attempt, 1);
+            assert_eq!(error, "handler says no");
+        }
+        other => panic!("expected ExecutionFailed, got {other:?}"),
+    }
+    // Backing off (1 s by default): the next slot finds the tenant idle.
+    assert_eq!(
+        scheduler.tick(&shutdown).await.unwrap().tenant_outcome(),
+        &TenantTickOutcome::Idle
+    );
+    assert_eq!(store.count_live_runs().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_conflicting_policy_is_refused_before_any_claim() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = TenantId::try_from("tenant-a").unwrap();
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]))
+        .await
+        .unwrap();
+    let original = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    store.register(&original).await.unwrap();
+    let changed = policy("primary-v1", &[("tenant-a", 1), ("tenant-b", 1)]);
+    let executor = PgRunQueueExecutor::new(store.clone(), Count::default(), ExecutorOptions::new());
+    let err =
+        DurableFairScheduler::register(store.clone(), changed, executor, SchedulerOptions::new())
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SchedulerError::Store {
+                source: StoreError::PolicyConflict { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    assert_eq!(store.count_live_runs().await.unwrap(), 1);
+}

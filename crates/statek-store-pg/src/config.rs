@@ -1,0 +1,176 @@
+//! Connection and pool settings for [`crate::PgStore`].
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::StoreError;
+
+/// How a [`crate::PgStore`] connects and how long it waits.
+///
+/// Defaults suit a scheduler replica: a pool of 8 connections, 5 s to wait
+/// for a pooled connection, 5 s to open one, 5 s to verify one on reuse, and
+/// per-transaction `lock_timeout` 5 s and `statement_timeout` 10 s. Each
+/// timeout must lie in 1 ms..=10 minutes; the pool size in 1..=1024.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pg: tokio_postgres::Config,
+    pool_size: usize,
+    wait_timeout: Duration,
+    create_timeout: Duration,
+    recycle_timeout: Duration,
+    lock_timeout: Duration,
+    statement_timeout: Duration,
+}
+
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl StoreConfig {
+    /// Settings for a libpq-style connection string or URL
+    /// (`postgres://user@host:port/db`). The string is never logged.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] if the string does not parse; the message
+    /// does not repeat the string (it may hold a password).
+    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+        let mut pg = tokio_postgres::Config::from_str(url).map_err(|e| {
+            StoreError::InvalidArgument(format!("database connection string does not parse: {e}"))
+        })?;
+        if pg.get_application_name().is_none() {
+            pg.application_name("statek");
+        }
+        Ok(Self::from_pg_config(pg))
+    }
+
+    /// Settings for an already built `tokio_postgres::Config`.
+    pub fn from_pg_config(pg: tokio_postgres::Config) -> Self {
+        Self {
+            pg,
+            pool_size: 8,
+            wait_timeout: Duration::from_secs(5),
+            create_timeout: Duration::from_secs(5),
+            recycle_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Maximum number of pooled connections (1..=1024).
+    pub fn pool_size(mut self, size: usize) -> Result<Self, StoreError> {
+        if !(1..=1024).contains(&size) {
+            return Err(StoreError::InvalidArgument(format!(
+                "pool size must be 1..=1024, got {size}"
+            )));
+        }
+        self.pool_size = size;
+        Ok(self)
+    }
+
+    /// How long a caller waits for a free pooled connection.
+    pub fn wait_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
+        self.wait_timeout = check_timeout("wait timeout", timeout)?;
+        Ok(self)
+    }
+
+    /// How long opening a new connection may take.
+    pub fn create_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
+        self.create_timeout = check_timeout("create timeout", timeout)?;
+        Ok(self)
+    }
+
+    /// How long verifying a returned connection before reuse may take.
+    pub fn recycle_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
+        self.recycle_timeout = check_timeout("recycle timeout", timeout)?;
+        Ok(self)
+    }
+
+    /// `lock_timeout` set on every store transaction (SQLSTATE 55P03 when hit,
+    /// retryable).
+    pub fn lock_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
+        self.lock_timeout = check_timeout("lock timeout", timeout)?;
+        Ok(self)
+    }
+
+    /// `statement_timeout` set on every store transaction (SQLSTATE 57014
+    /// when hit, retryable).
+    pub fn statement_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
+        self.statement_timeout = check_timeout("statement timeout", timeout)?;
+        Ok(self)
+    }
+
+    /// The connection settings.
+    pub fn pg_config(&self) -> &tokio_postgres::Config {
+        &self.pg
+    }
+
+    /// Maximum number of pooled connections.
+    pub fn max_pool_size(&self) -> usize {
+        self.pool_size
+    }
+
+    pub(crate) fn timeouts(&self) -> (Duration, Duration, Duration) {
+        (self.wait_timeout, self.create_timeout, self.recycle_timeout)
+    }
+
+    /// The connection settings for pooled connections: the configured ones
+    /// plus `lock_timeout` and `statement_timeout`, sent as startup options so
+    /// that they hold for every transaction without an extra round trip.
+    pub(crate) fn pooled_pg_config(&self) -> tokio_postgres::Config {
+        let mut pg = self.pg.clone();
+        let mut options = pg.get_options().unwrap_or_default().to_owned();
+        if !options.is_empty() {
+            options.push(' ');
+        }
+        options.push_str(&format!(
+            "-c lock_timeout={} -c statement_timeout={}",
+            self.lock_timeout.as_millis(),
+            self.statement_timeout.as_millis()
+        ));
+        pg.options(&options);
+        pg
+    }
+}
+
+fn check_timeout(what: &str, timeout: Duration) -> Result<Duration, StoreError> {
+    if timeout < MIN_TIMEOUT || timeout > MAX_TIMEOUT {
+        return Err(StoreError::InvalidArgument(format!(
+            "{what} must be 1 ms..=600 s, got {timeout:?}"
+        )));
+    }
+    Ok(timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_values_without_echoing_the_url() {
+        let err = StoreConfig::from_url("postgres://u:sekret@host:notaport/db").unwrap_err();
+        assert!(!err.to_string().contains("sekret"), "{err}");
+        let cfg = StoreConfig::from_url("postgres://u@localhost/db").unwrap();
+        assert!(cfg.clone().pool_size(0).is_err());
+        assert!(cfg.clone().pool_size(1025).is_err());
+        assert_eq!(cfg.clone().pool_size(1024).unwrap().max_pool_size(), 1024);
+        assert!(cfg.clone().lock_timeout(Duration::ZERO).is_err());
+        assert!(cfg
+            .clone()
+            .statement_timeout(Duration::from_secs(601))
+            .is_err());
+        assert_eq!(
+            cfg.lock_timeout(Duration::from_millis(250))
+                .unwrap()
+                .pooled_pg_config()
+                .get_options(),
+            Some("-c lock_timeout=250 -c statement_timeout=10000")
+        );
+        let with_options =
+            StoreConfig::from_url("postgres://u@localhost/db?options=-c%20search_path%3Dx")
+                .unwrap()
+                .pooled_pg_config();
+        assert_eq!(
+            with_options.get_options(),
+            Some("-c search_path=x -c lock_timeout=5000 -c statement_timeout=10000")
+        );
+    }
+}

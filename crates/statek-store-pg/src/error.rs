@@ -1,0 +1,229 @@
+//! The store's one error type, and the single place where SQLSTATE codes are
+//! mapped to conditions.
+
+use statek_policy::{PolicyDigest, SchedulerShardId};
+use tokio_postgres::error::SqlState;
+use uuid::Uuid;
+
+/// SQLSTATE raised by statek's immutability triggers (see `migrations/V1`).
+pub(crate) const IMMUTABLE_ROW_SQLSTATE: &str = "SK001";
+
+/// Everything that can go wrong in `statek-store-pg`.
+///
+/// Callers decide whether to retry with [`StoreError::is_retryable`]; nobody
+/// should match on message text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The shard is already bound to different canonical policy bytes.
+    /// Nothing was written. A policy change needs a new shard id.
+    #[error(
+        "shard {shard} is bound to policy {stored}, not {offered}: a policy change needs a new shard id"
+    )]
+    PolicyConflict {
+        /// The shard.
+        shard: SchedulerShardId,
+        /// Digest of the policy stored in the database.
+        stored: PolicyDigest,
+        /// Digest of the policy offered by the caller.
+        offered: PolicyDigest,
+    },
+    /// The shard has not been registered.
+    #[error("shard {shard} is not registered")]
+    UnknownShard {
+        /// The shard.
+        shard: SchedulerShardId,
+    },
+    /// A reservation was asked for with a policy digest other than the one
+    /// the shard is bound to (a replica running another policy).
+    #[error("shard {shard} is bound to policy {stored}, but the caller runs {offered}")]
+    PolicyDigestMismatch {
+        /// The shard.
+        shard: SchedulerShardId,
+        /// Digest stored for the shard.
+        stored: PolicyDigest,
+        /// Digest the caller presented.
+        offered: PolicyDigest,
+    },
+    /// The reservation id already names a reservation on another shard or
+    /// under another policy digest. Nothing was written.
+    #[error("reservation {reservation_id} already exists for another shard or policy")]
+    ReservationConflict {
+        /// The reservation id that was reused.
+        reservation_id: Uuid,
+    },
+    /// The shard's cursor reached `i64::MAX`; no further sequence exists.
+    #[error("shard {shard} has exhausted its sequence space")]
+    SequenceExhausted {
+        /// The shard.
+        shard: SchedulerShardId,
+    },
+    /// Stored data failed a consistency check (digest, cycle length, cursor,
+    /// slot). statek refuses to act on it.
+    #[error("corrupt data in {what}: {detail}")]
+    CorruptData {
+        /// Which record.
+        what: &'static str,
+        /// What did not hold.
+        detail: String,
+    },
+    /// A run-queue state change found that the caller no longer holds the
+    /// run's lease (its token no longer matches, or the run left `running`).
+    #[error("lease on run {run_id} was lost")]
+    LeaseLost {
+        /// The run.
+        run_id: Uuid,
+    },
+    /// An immutability trigger refused an update or delete.
+    #[error("refused by the database: {message}")]
+    ImmutableRow {
+        /// The trigger's message.
+        message: String,
+    },
+    /// The connected role lacks a privilege (SQLSTATE 42501).
+    #[error("permission denied: {message}")]
+    PermissionDenied {
+        /// The server's message.
+        message: String,
+    },
+    /// An invalid configuration value or argument, rejected before anything
+    /// was sent to the database.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Migrations failed, diverged from or are missing against the database.
+    #[error("migration failed: {0}")]
+    Migration(#[source] Box<refinery::Error>),
+    /// No connection became available from the pool in time.
+    #[error("connection pool timed out ({0})")]
+    PoolTimeout(&'static str),
+    /// The connection to the server was lost or could not be opened.
+    #[error("connection to PostgreSQL failed: {0}")]
+    Connection(#[source] tokio_postgres::Error),
+    /// Any other server-side error, with its SQLSTATE.
+    #[error("database error {code}: {message}")]
+    Database {
+        /// SQLSTATE, five characters.
+        code: String,
+        /// The server's message.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// An error of the pool itself (closed pool, hook failure).
+    #[error("connection pool error: {0}")]
+    Pool(String),
+}
+
+impl StoreError {
+    /// True for transient conditions where retrying the same call (with the
+    /// same reservation id) is safe and may succeed: connection loss, pool
+    /// timeout, serialization failure (40001), deadlock (40P01), lock not
+    /// available (55P03), query cancelled or timed out (57014), and server
+    /// shutdown (57P01, 57P02, 57P03).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Connection(_) | StoreError::PoolTimeout(_) => true,
+            StoreError::Database { code, .. } => is_retryable_sqlstate(code),
+            _ => false,
+        }
+    }
+
+    /// The SQLSTATE of a server error, if this is one.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            StoreError::Database { code, .. } => Some(code),
+            StoreError::PermissionDenied { .. } => Some(SqlState::INSUFFICIENT_PRIVILEGE.code()),
+            StoreError::ImmutableRow { .. } => Some(IMMUTABLE_ROW_SQLSTATE),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn corrupt(what: &'static str, detail: impl Into<String>) -> Self {
+        StoreError::CorruptData {
+            what,
+            detail: detail.into(),
+        }
+    }
+}
+
+fn is_retryable_sqlstate(code: &str) -> bool {
+    matches!(
+        code,
+        "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03"
+    ) || code.starts_with("08")
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(err: tokio_postgres::Error) -> Self {
+        let Some(db) = err.as_db_error() else {
+            // No server answer: closed connection, I/O error, protocol error.
+            return StoreError::Connection(err);
+        };
+        let code = db.code().code().to_owned();
+        let message = db.message().to_owned();
+        if db.code() == &SqlState::INSUFFICIENT_PRIVILEGE {
+            return StoreError::PermissionDenied { message };
+        }
+        if code == IMMUTABLE_ROW_SQLSTATE {
+            return StoreError::ImmutableRow { message };
+        }
+        StoreError::Database {
+            code,
+            message,
+            source: err,
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(err: deadpool_postgres::PoolError) -> Self {
+        use deadpool_postgres::{PoolError, TimeoutType};
+        match err {
+            PoolError::Timeout(TimeoutType::Wait) => StoreError::PoolTimeout("wait"),
+            PoolError::Timeout(TimeoutType::Create) => StoreError::PoolTimeout("create"),
+            PoolError::Timeout(TimeoutType::Recycle) => StoreError::PoolTimeout("recycle"),
+            PoolError::Backend(e) => StoreError::from(e),
+            other => StoreError::Pool(other.to_string()),
+        }
+    }
+}
+
+impl From<refinery::Error> for StoreError {
+    fn from(err: refinery::Error) -> Self {
+        StoreError::Migration(Box::new(err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(code: &str, retryable: bool) {
+        assert_eq!(is_retryable_sqlstate(code), retryable, "sqlstate {code}");
+    }
+
+    #[test]
+    fn retryable_sqlstates() {
+        check("40001", true); // serialization_failure
+        check("40P01", true); // deadlock_detected
+        check("55P03", true); // lock_not_available
+        check("57014", true); // query_canceled (statement_timeout)
+        check("57P01", true); // admin_shutdown
+        check("57P02", true); // crash_shutdown
+        check("57P03", true); // cannot_connect_now
+        check("08006", true); // connection_failure
+        check("23505", false); // unique_violation
+        check("42501", false); // insufficient_privilege
+        check("42P01", false); // undefined_table
+        check("SK001", false); // statek immutability trigger
+        check("22003", false); // numeric_value_out_of_range
+    }
+
+    #[test]
+    fn pool_timeouts_are_retryable() {
+        assert!(StoreError::PoolTimeout("wait").is_retryable());
+        assert!(!StoreError::InvalidArgument("x".into()).is_retryable());
+        assert!(!StoreError::corrupt("shard", "x").is_retryable());
+    }
+}

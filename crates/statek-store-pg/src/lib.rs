@@ -1,0 +1,72 @@
+//! PostgreSQL store for statek.
+//!
+//! statek schedules tenants in one durable, global, weighted order shared by
+//! many scheduler replicas. This crate holds everything those replicas share
+//! in PostgreSQL, and all of statek's SQL:
+//!
+//! - **migrations** of the `statek` schema, embedded from `/migrations` and
+//!   applied by [`PgStore::migrate`] under an advisory lock;
+//! - **policy registration**: [`PgStore::register`] binds a policy's
+//!   canonical bytes to its shard forever ([`Registration::Registered`] or
+//!   [`Registration::Idempotent`]; any difference is
+//!   [`StoreError::PolicyConflict`], nothing is overwritten);
+//! - **reservations**: [`PgStore::reserve`] claims the next gapless sequence
+//!   of a shard in one short transaction, idempotently by a client-made
+//!   UUIDv7, so a retry after a lost commit acknowledgement gets the same
+//!   sequence and slot;
+//! - **the run queue** behind the default tenant-isolated executor:
+//!   [`PgStore::enqueue`], [`PgStore::claim_run`] (one tenant, `SKIP LOCKED`,
+//!   leased with a fencing token), [`PgStore::heartbeat_run`],
+//!   [`PgStore::complete_run`], [`PgStore::fail_run`].
+//!
+//! Every read decodes fail-closed: stored policy bytes must decode strictly
+//! and hash to the stored digest, cycle length, cursor and slots must agree,
+//! else [`StoreError::CorruptData`]. Errors are one enum; ask
+//! [`StoreError::is_retryable`] whether a retry may help.
+//!
+//! ```no_run
+//! use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+//! use statek_store_pg::{PgStore, StoreConfig};
+//! use uuid::Uuid;
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = PgStore::new(StoreConfig::from_url("postgres://statek@127.0.0.1/statek")?)?;
+//! store.migrate().await?;
+//! let policy = WeightedFairnessPolicy::new(
+//!     SchedulerShardId::try_from("primary-v1")?,
+//!     [TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 3)?,
+//!      TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?],
+//! )?;
+//! store.register(&policy).await?;
+//! let reservation = store.reserve(policy.shard_id(), &policy.digest(), Uuid::now_v7()).await?;
+//! let tenant = policy.tenant_for_slot(u64::from(reservation.slot()));
+//! println!("sequence {} slot {} -> {:?}", reservation.sequence(), reservation.slot(), tenant);
+//! # Ok(()) }
+//! ```
+//!
+//! Features: `test-support` adds [`testing`], fixtures that create a fresh
+//! migrated database per test on the server named by
+//! `STATEK_TEST_DATABASE_URL`.
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod migration;
+mod reservation;
+mod run_queue;
+mod shard;
+mod store;
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+pub use config::StoreConfig;
+pub use error::StoreError;
+pub use migration::{embedded_migrations, MigrationReport};
+pub use reservation::Reservation;
+pub use run_queue::{
+    ClaimOutcome, ClaimedRun, EnqueuedRun, FailOutcome, NewRun, RunLease, MAX_ATTEMPTS_LIMIT,
+    MAX_PAYLOAD_BYTES,
+};
+pub use shard::{Registration, StoredShard};
+pub use store::PgStore;

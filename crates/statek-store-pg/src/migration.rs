@@ -1,0 +1,98 @@
+//! Schema migrations, embedded from the workspace's `/migrations` folder.
+
+use tokio_postgres::NoTls;
+
+use crate::{PgStore, StoreError};
+
+mod embedded {
+    refinery::embed_migrations!("../../migrations");
+}
+
+/// Advisory lock key held while migrating ("STATEK" + 1), so that many
+/// processes may call [`PgStore::migrate`] at once.
+const MIGRATION_LOCK_KEY: i64 = 0x5354_4154_454B_0001;
+
+/// Where refinery records applied migrations.
+const HISTORY_TABLE: &str = "statek.refinery_schema_history";
+
+/// What [`PgStore::migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    applied: Vec<(u32, String)>,
+}
+
+impl MigrationReport {
+    /// Migrations applied by this call, as (version, name), in order. Empty
+    /// when the schema was already current.
+    pub fn applied(&self) -> &[(u32, String)] {
+        &self.applied
+    }
+}
+
+/// The migrations compiled into this crate, as (version, name), in order.
+pub fn embedded_migrations() -> Vec<(u32, String)> {
+    let mut all: Vec<(u32, String)> = embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| (m.version(), m.name().to_owned()))
+        .collect();
+    all.sort();
+    all
+}
+
+impl PgStore {
+    /// Creates or upgrades the `statek` schema.
+    ///
+    /// Runs on a dedicated connection (not the pool) holding a session-level
+    /// advisory lock, so concurrent callers wait for each other and each
+    /// migration is applied once. Dropping the future closes that connection,
+    /// which releases the lock. Needs the owner role (DDL privileges).
+    ///
+    /// # Errors
+    /// [`StoreError::Migration`] when refinery finds the database diverged
+    /// from, or missing, migrations this crate knows, or a migration fails;
+    /// connection and server errors as usual.
+    pub async fn migrate(&self) -> Result<MigrationReport, StoreError> {
+        let mut pg = self.config().pg_config().clone();
+        // DDL may legitimately wait or run long; no pooled timeouts here.
+        let mut options = pg.get_options().unwrap_or_default().to_owned();
+        options.push_str(" -c lock_timeout=0 -c statement_timeout=0");
+        pg.options(options.trim_start());
+        let (mut client, connection) = pg.connect(NoTls).await?;
+        let driver = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "migration connection ended with an error");
+            }
+        });
+        let result = async {
+            client
+                .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
+                .await?;
+            client
+                .batch_execute("CREATE SCHEMA IF NOT EXISTS statek")
+                .await?;
+            let mut runner = embedded::migrations::runner()
+                .set_abort_divergent(true)
+                .set_abort_missing(true);
+            runner.set_migration_table_name(HISTORY_TABLE);
+            let report = runner.run_async(&mut client).await?;
+            client
+                .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
+                .await?;
+            Ok::<_, StoreError>(report)
+        }
+        .await;
+        drop(client);
+        let _ = driver.await;
+        let report = result?;
+        let applied = report
+            .applied_migrations()
+            .iter()
+            .map(|m| (m.version(), m.name().to_owned()))
+            .collect::<Vec<_>>();
+        for (version, name) in &applied {
+            tracing::info!(version, name = %name, "applied migration");
+        }
+        Ok(MigrationReport { applied })
+    }
+}

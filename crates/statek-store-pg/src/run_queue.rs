@@ -1,0 +1,411 @@
+//! The per-tenant run queue behind the default tenant-isolated executor.
+//!
+//! A claim looks at one tenant only and is one statement: the candidate is
+//! chosen in a `MATERIALIZED` CTE with `FOR UPDATE SKIP LOCKED`, oldest first
+//! by (available time, per-insert sequence), and leased with a fresh token.
+//! Heartbeat, complete and fail succeed only while that token still matches
+//! (fencing); otherwise they report [`StoreError::LeaseLost`]. An expired
+//! lease makes the run claimable again, so execution is at-least-once.
+
+use std::time::{Duration, SystemTime};
+
+use statek_policy::TenantId;
+use uuid::Uuid;
+
+use crate::{PgStore, StoreError};
+
+/// Largest accepted payload: 1 MiB.
+pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// Largest accepted `max_attempts`.
+pub const MAX_ATTEMPTS_LIMIT: u32 = 1000;
+/// Shortest and longest lease, in seconds.
+const LEASE_RANGE_SECS: (f64, f64) = (0.001, 86_400.0);
+
+const INSERT_RUN: &str = "
+    INSERT INTO statek.runs (run_id, tenant_id, payload, max_attempts, available_at)
+    VALUES ($1, $2, $3, $4, clock_timestamp() + make_interval(secs => $5))
+    RETURNING enqueued_at, available_at";
+
+/// The predicate of a claimable run of tenant $1, shared by claim and the
+/// contention probe.
+macro_rules! claimable {
+    () => {
+        "tenant_id = $1
+         AND state IN ('available', 'running')
+         AND available_at <= clock_timestamp()
+         AND (state = 'available' OR lease_expires_at <= clock_timestamp())
+         AND attempt < max_attempts"
+    };
+}
+
+const CLAIM_RUN: &str = concat!(
+    "
+    WITH candidate AS MATERIALIZED (
+        SELECT run_id
+        FROM statek.runs
+        WHERE ",
+    claimable!(),
+    "
+        ORDER BY available_at, queue_seq
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE statek.runs AS r
+    SET state = 'running',
+        attempt = r.attempt + 1,
+        lease_token = $2,
+        lease_expires_at = clock_timestamp() + make_interval(secs => $3),
+        claimed_at = clock_timestamp()
+    FROM candidate
+    WHERE r.run_id = candidate.run_id
+    RETURNING r.run_id, r.payload, r.attempt, r.max_attempts, r.enqueued_at,
+              r.available_at, r.claimed_at, r.lease_expires_at"
+);
+
+/// Is there a claimable run at all (locked or not)? Asked only after a claim
+/// found nothing, to tell `Contended` from `Idle`.
+const PROBE_CLAIMABLE: &str = concat!(
+    "SELECT EXISTS (SELECT 1 FROM statek.runs WHERE ",
+    claimable!(),
+    ")"
+);
+
+const HEARTBEAT_RUN: &str = "
+    UPDATE statek.runs
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => $3)
+    WHERE run_id = $1 AND lease_token = $2 AND state = 'running'
+    RETURNING lease_expires_at";
+
+const COMPLETE_RUN: &str = "
+    UPDATE statek.runs
+    SET state = 'completed', finished_at = clock_timestamp(),
+        lease_token = NULL, lease_expires_at = NULL
+    WHERE run_id = $1 AND lease_token = $2 AND state = 'running'";
+
+const FAIL_RUN: &str = "
+    UPDATE statek.runs
+    SET state = CASE WHEN attempt < max_attempts THEN 'available' ELSE 'failed' END,
+        available_at = CASE WHEN attempt < max_attempts
+                            THEN clock_timestamp() + make_interval(secs => $3)
+                            ELSE available_at END,
+        finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE clock_timestamp() END,
+        lease_token = NULL, lease_expires_at = NULL, last_error = $4
+    WHERE run_id = $1 AND lease_token = $2 AND state = 'running'
+    RETURNING state, available_at";
+
+const COUNT_LIVE_RUNS: &str = "
+    SELECT count(*) FROM statek.runs WHERE state IN ('available', 'running')";
+
+/// A run to enqueue for one tenant.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    tenant: TenantId,
+    payload: Vec<u8>,
+    max_attempts: u32,
+    delay: Duration,
+}
+
+impl NewRun {
+    /// A run for `tenant` with an opaque payload (at most
+    /// [`MAX_PAYLOAD_BYTES`]), 5 attempts at most, available at once.
+    pub fn new(tenant: TenantId, payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            tenant,
+            payload: payload.into(),
+            max_attempts: 5,
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// Total executions allowed before the run is `failed` (1..=1000).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Makes the run available only after `delay` (database clock).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+}
+
+/// A run accepted into the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnqueuedRun {
+    /// The run id (UUIDv7).
+    pub run_id: Uuid,
+    /// Database time of the insert.
+    pub enqueued_at: SystemTime,
+    /// Database time from which the run may be claimed.
+    pub available_at: SystemTime,
+}
+
+/// Proof of holding a run's lease: presented to heartbeat, complete and fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLease {
+    run_id: Uuid,
+    token: Uuid,
+}
+
+impl RunLease {
+    /// The run.
+    pub fn run_id(&self) -> Uuid {
+        self.run_id
+    }
+
+    /// The fencing token issued by the claim.
+    pub fn token(&self) -> Uuid {
+        self.token
+    }
+}
+
+/// A run claimed for execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedRun {
+    /// The tenant it belongs to.
+    pub tenant: TenantId,
+    /// The payload given at enqueue.
+    pub payload: Vec<u8>,
+    /// 1 on the first execution, raised by every claim.
+    pub attempt: u32,
+    /// Executions allowed in total.
+    pub max_attempts: u32,
+    /// Database time of the enqueue.
+    pub enqueued_at: SystemTime,
+    /// Database time from which the run was claimable.
+    pub available_at: SystemTime,
+    /// Database time of this claim.
+    pub claimed_at: SystemTime,
+    /// Database time at which the lease expires unless extended.
+    pub lease_expires_at: SystemTime,
+    /// The lease to present for heartbeat, complete and fail.
+    pub lease: RunLease,
+}
+
+/// The result of [`PgStore::claim_run`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// A run was claimed.
+    Claimed(Box<ClaimedRun>),
+    /// Claimable runs exist but all were locked by other claimers.
+    Contended,
+    /// The tenant has no claimable run.
+    Idle,
+}
+
+/// The result of [`PgStore::fail_run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// The run will be claimable again at this database time.
+    Retrying {
+        /// When it becomes available.
+        available_at: SystemTime,
+    },
+    /// The run used its last attempt and is now `failed`.
+    Failed,
+}
+
+fn lease_secs(lease: Duration) -> Result<f64, StoreError> {
+    let secs = lease.as_secs_f64();
+    if !(LEASE_RANGE_SECS.0..=LEASE_RANGE_SECS.1).contains(&secs) {
+        return Err(StoreError::InvalidArgument(format!(
+            "lease must be 1 ms..=24 h, got {lease:?}"
+        )));
+    }
+    Ok(secs)
+}
+
+fn non_negative_u32(value: i32, what: &'static str) -> Result<u32, StoreError> {
+    u32::try_from(value).map_err(|_| StoreError::corrupt("run", format!("{what} {value}")))
+}
+
+impl PgStore {
+    /// Adds a run to its tenant's queue.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] for a payload over
+    /// [`MAX_PAYLOAD_BYTES`], `max_attempts` outside 1..=1000 or a delay over
+    /// one year; connection and server errors.
+    pub async fn enqueue(&self, run: &NewRun) -> Result<EnqueuedRun, StoreError> {
+        if run.payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(StoreError::InvalidArgument(format!(
+                "payload is {} bytes, the limit is {MAX_PAYLOAD_BYTES}",
+                run.payload.len()
+            )));
+        }
+        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&run.max_attempts) {
+            return Err(StoreError::InvalidArgument(format!(
+                "max_attempts must be 1..={MAX_ATTEMPTS_LIMIT}, got {}",
+                run.max_attempts
+            )));
+        }
+        if run.delay > Duration::from_secs(366 * 86_400) {
+            return Err(StoreError::InvalidArgument(format!(
+                "delay must be at most 366 days, got {:?}",
+                run.delay
+            )));
+        }
+        let run_id = Uuid::now_v7();
+        let max_attempts = i32::try_from(run.max_attempts).unwrap_or(i32::MAX);
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                INSERT_RUN,
+                &[
+                    &run_id,
+                    &run.tenant.as_str(),
+                    &run.payload,
+                    &max_attempts,
+                    &run.delay.as_secs_f64(),
+                ],
+            )
+            .await?;
+        Ok(EnqueuedRun {
+            run_id,
+            enqueued_at: row.try_get(0)?,
+            available_at: row.try_get(1)?,
+        })
+    }
+
+    /// Claims the oldest claimable run of `tenant` (and of no other tenant),
+    /// leasing it for `lease` (1 ms..=24 h, database clock). Locked
+    /// candidates are skipped, never waited for.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] for a lease out of range; connection
+    /// and server errors.
+    pub async fn claim_run(
+        &self,
+        tenant: &TenantId,
+        lease: Duration,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let lease_secs = lease_secs(lease)?;
+        let token = Uuid::now_v7();
+        let client = self.client().await?;
+        let claimed = client
+            .query_opt(CLAIM_RUN, &[&tenant.as_str(), &token, &lease_secs])
+            .await?;
+        let Some(row) = claimed else {
+            let exists: bool = client
+                .query_one(PROBE_CLAIMABLE, &[&tenant.as_str()])
+                .await?
+                .try_get(0)?;
+            return Ok(if exists {
+                ClaimOutcome::Contended
+            } else {
+                ClaimOutcome::Idle
+            });
+        };
+        let run_id: Uuid = row.try_get("run_id")?;
+        Ok(ClaimOutcome::Claimed(Box::new(ClaimedRun {
+            tenant: tenant.clone(),
+            payload: row.try_get("payload")?,
+            attempt: non_negative_u32(row.try_get("attempt")?, "attempt")?,
+            max_attempts: non_negative_u32(row.try_get("max_attempts")?, "max_attempts")?,
+            enqueued_at: row.try_get("enqueued_at")?,
+            available_at: row.try_get("available_at")?,
+            claimed_at: row.try_get("claimed_at")?,
+            lease_expires_at: row.try_get("lease_expires_at")?,
+            lease: RunLease { run_id, token },
+        })))
+    }
+
+    /// Extends a held lease to `lease` from now (database clock); returns the
+    /// new expiry.
+    ///
+    /// # Errors
+    /// [`StoreError::LeaseLost`] when the token no longer matches or the run
+    /// left `running`; connection and server errors.
+    pub async fn heartbeat_run(
+        &self,
+        held: &RunLease,
+        lease: Duration,
+    ) -> Result<SystemTime, StoreError> {
+        let lease_secs = lease_secs(lease)?;
+        let client = self.client().await?;
+        let row = client
+            .query_opt(HEARTBEAT_RUN, &[&held.run_id, &held.token, &lease_secs])
+            .await?
+            .ok_or(StoreError::LeaseLost {
+                run_id: held.run_id,
+            })?;
+        Ok(row.try_get(0)?)
+    }
+
+    /// Marks a held run `completed`.
+    ///
+    /// # Errors
+    /// [`StoreError::LeaseLost`] when the token no longer matches (another
+    /// worker owns the run now, or it already finished); connection and
+    /// server errors.
+    pub async fn complete_run(&self, held: &RunLease) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let changed = client
+            .execute(COMPLETE_RUN, &[&held.run_id, &held.token])
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::LeaseLost {
+                run_id: held.run_id,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a failed execution: the run becomes available again after
+    /// `retry_after` while attempts remain, else `failed`.
+    ///
+    /// # Errors
+    /// [`StoreError::LeaseLost`] when the token no longer matches; connection
+    /// and server errors.
+    pub async fn fail_run(
+        &self,
+        held: &RunLease,
+        error: &str,
+        retry_after: Duration,
+    ) -> Result<FailOutcome, StoreError> {
+        if retry_after > Duration::from_secs(366 * 86_400) {
+            return Err(StoreError::InvalidArgument(format!(
+                "retry_after must be at most 366 days, got {retry_after:?}"
+            )));
+        }
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                FAIL_RUN,
+                &[
+                    &held.run_id,
+                    &held.token,
+                    &retry_after.as_secs_f64(),
+                    &error,
+                ],
+            )
+            .await?
+            .ok_or(StoreError::LeaseLost {
+                run_id: held.run_id,
+            })?;
+        let state: String = row.try_get(0)?;
+        Ok(if state == "failed" {
+            FailOutcome::Failed
+        } else {
+            FailOutcome::Retrying {
+                available_at: row.try_get(1)?,
+            }
+        })
+    }
+
+    /// Number of runs still `available` or `running`, over all tenants.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn count_live_runs(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let count: i64 = client.query_one(COUNT_LIVE_RUNS, &[]).await?.try_get(0)?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+}

@@ -1,0 +1,237 @@
+//! Binding a policy to a shard, and reading the binding back fail-closed.
+
+use std::time::SystemTime;
+
+use statek_policy::{PolicyDigest, SchedulerShardId, WeightedFairnessPolicy};
+use tokio_postgres::Row;
+
+use crate::{PgStore, StoreError};
+
+/// Inserts the shard row unless the shard exists; returns the time it was
+/// registered when this call inserted it.
+const INSERT_SHARD: &str = "
+    INSERT INTO statek.scheduler_shards (shard_id, policy_bytes, policy_digest, cycle_length)
+    VALUES ($1, $2, $3, $4)
+    ON CONFLICT (shard_id) DO NOTHING
+    RETURNING registered_at";
+
+const SELECT_CURSOR: &str = "
+    SELECT next_sequence FROM statek.scheduler_shards WHERE shard_id = $1";
+
+const SELECT_SHARD: &str = "
+    SELECT policy_bytes, policy_digest, cycle_length, next_sequence, registered_at
+    FROM statek.scheduler_shards
+    WHERE shard_id = $1";
+
+/// The result of [`PgStore::register`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Registration {
+    /// This call bound the policy to the shard.
+    Registered {
+        /// Database time of the binding.
+        registered_at: SystemTime,
+    },
+    /// The shard was already bound to byte-identical canonical policy bytes.
+    Idempotent {
+        /// Database time of the original binding.
+        registered_at: SystemTime,
+    },
+}
+
+impl Registration {
+    /// Database time the shard was bound.
+    pub fn registered_at(&self) -> SystemTime {
+        match self {
+            Registration::Registered { registered_at }
+            | Registration::Idempotent { registered_at } => *registered_at,
+        }
+    }
+}
+
+/// A shard as stored: its policy (decoded and verified) and its cursor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredShard {
+    policy: WeightedFairnessPolicy,
+    next_sequence: u64,
+    registered_at: SystemTime,
+}
+
+impl StoredShard {
+    /// The policy bound to the shard, decoded from its canonical bytes.
+    pub fn policy(&self) -> &WeightedFairnessPolicy {
+        &self.policy
+    }
+
+    /// The next sequence the shard will hand out (= reservations so far).
+    pub fn next_sequence(&self) -> u64 {
+        self.next_sequence
+    }
+
+    /// The slot the next reservation will get: `next_sequence mod L`.
+    pub fn next_slot(&self) -> u32 {
+        slot_of(self.next_sequence, self.policy.cycle_length())
+    }
+
+    /// Database time the shard was bound.
+    pub fn registered_at(&self) -> SystemTime {
+        self.registered_at
+    }
+
+    /// Decodes a shard row, checking every stored fact against the others.
+    fn from_row(shard: &SchedulerShardId, row: &Row) -> Result<Self, StoreError> {
+        let bytes: Vec<u8> = row.try_get("policy_bytes")?;
+        let digest: Vec<u8> = row.try_get("policy_digest")?;
+        let cycle_length: i32 = row.try_get("cycle_length")?;
+        let next_sequence: i64 = row.try_get("next_sequence")?;
+        let registered_at: SystemTime = row.try_get("registered_at")?;
+        let policy = WeightedFairnessPolicy::decode(shard.clone(), &bytes).map_err(|e| {
+            StoreError::corrupt("shard policy", format!("shard {shard}: stored bytes: {e}"))
+        })?;
+        let stored_digest = decode_digest(&digest, "shard policy")?;
+        if policy.digest() != stored_digest {
+            return Err(StoreError::corrupt(
+                "shard policy",
+                format!(
+                    "shard {shard}: stored digest {stored_digest} is not the digest {} of the stored bytes",
+                    policy.digest()
+                ),
+            ));
+        }
+        if i64::from(policy.cycle_length()) != i64::from(cycle_length) {
+            return Err(StoreError::corrupt(
+                "shard policy",
+                format!(
+                    "shard {shard}: stored cycle length {cycle_length} but the policy's is {}",
+                    policy.cycle_length()
+                ),
+            ));
+        }
+        let next_sequence = u64::try_from(next_sequence).map_err(|_| {
+            StoreError::corrupt(
+                "shard cursor",
+                format!("shard {shard}: negative cursor {next_sequence}"),
+            )
+        })?;
+        Ok(Self {
+            policy,
+            next_sequence,
+            registered_at,
+        })
+    }
+}
+
+pub(crate) fn slot_of(sequence: u64, cycle_length: u32) -> u32 {
+    // cycle_length is 1..=4096, so the remainder fits in u32.
+    u32::try_from(sequence % u64::from(cycle_length.max(1))).unwrap_or(0)
+}
+
+pub(crate) fn decode_digest(bytes: &[u8], what: &'static str) -> Result<PolicyDigest, StoreError> {
+    PolicyDigest::try_from(bytes)
+        .map_err(|e| StoreError::corrupt(what, format!("stored digest: {e}")))
+}
+
+impl PgStore {
+    /// Binds `policy` to its shard, or confirms that the shard already holds
+    /// byte-identical canonical policy bytes.
+    ///
+    /// Nothing is ever overwritten: any difference (tenants, weights,
+    /// algorithm) is [`StoreError::PolicyConflict`] and the stored row stays
+    /// as it was. Roll a changed policy out under a new shard id.
+    ///
+    /// # Errors
+    /// [`StoreError::PolicyConflict`]; [`StoreError::CorruptData`] if the
+    /// stored row fails its checks; connection and server errors.
+    pub async fn register(
+        &self,
+        policy: &WeightedFairnessPolicy,
+    ) -> Result<Registration, StoreError> {
+        let shard = policy.shard_id();
+        let cycle_length = i32::try_from(policy.cycle_length())
+            .map_err(|_| StoreError::InvalidArgument("cycle length exceeds i32".into()))?;
+        let digest = policy.digest();
+        let mut client = self.client().await?;
+        let tx = PgStore::begin(&mut client).await?;
+        let inserted = tx
+            .query_opt(
+                INSERT_SHARD,
+                &[
+                    &shard.as_str(),
+                    &policy.canonical_bytes(),
+                    &&digest.as_bytes()[..],
+                    &cycle_length,
+                ],
+            )
+            .await?;
+        if let Some(row) = inserted {
+            let registered_at: SystemTime = row.try_get(0)?;
+            tx.commit().await?;
+            tracing::info!(shard = %shard, digest = %digest, "registered shard policy");
+            return Ok(Registration::Registered { registered_at });
+        }
+        // The shard exists (possibly inserted by a concurrent caller that
+        // has committed by now: ON CONFLICT waited for it).
+        let row = tx
+            .query_opt(SELECT_SHARD, &[&shard.as_str()])
+            .await?
+            .ok_or_else(|| {
+                StoreError::corrupt("shard policy", format!("shard {shard} vanished"))
+            })?;
+        tx.commit().await?;
+        let bytes: Vec<u8> = row.try_get("policy_bytes")?;
+        if bytes != policy.canonical_bytes() {
+            let stored_digest: Vec<u8> = row.try_get("policy_digest")?;
+            return Err(StoreError::PolicyConflict {
+                shard: shard.clone(),
+                stored: decode_digest(&stored_digest, "shard policy")?,
+                offered: digest,
+            });
+        }
+        let stored = StoredShard::from_row(shard, &row)?;
+        Ok(Registration::Idempotent {
+            registered_at: stored.registered_at,
+        })
+    }
+
+    /// Reads a shard's policy and cursor, verifying that the stored bytes
+    /// decode strictly, hash to the stored digest and have the stored cycle
+    /// length.
+    ///
+    /// # Errors
+    /// [`StoreError::UnknownShard`]; [`StoreError::CorruptData`];
+    /// connection and server errors.
+    pub async fn load_shard(&self, shard: &SchedulerShardId) -> Result<StoredShard, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(SELECT_SHARD, &[&shard.as_str()])
+            .await?
+            .ok_or_else(|| StoreError::UnknownShard {
+                shard: shard.clone(),
+            })?;
+        StoredShard::from_row(shard, &row)
+    }
+
+    /// The shard's cursor: the next sequence it will hand out, which is also
+    /// the number of reservations made so far. A light read for monitoring
+    /// and for measuring service lag in reservations.
+    ///
+    /// # Errors
+    /// [`StoreError::UnknownShard`]; [`StoreError::CorruptData`] for a
+    /// negative cursor; connection and server errors.
+    pub async fn next_sequence(&self, shard: &SchedulerShardId) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(SELECT_CURSOR, &[&shard.as_str()])
+            .await?
+            .ok_or_else(|| StoreError::UnknownShard {
+                shard: shard.clone(),
+            })?;
+        let next: i64 = row.try_get(0)?;
+        u64::try_from(next).map_err(|_| {
+            StoreError::corrupt(
+                "shard cursor",
+                format!("shard {shard}: negative cursor {next}"),
+            )
+        })
+    }
+}

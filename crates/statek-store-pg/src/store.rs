@@ -1,0 +1,86 @@
+//! [`PgStore`]: the connection pool every store operation runs on.
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::{IsolationLevel, NoTls};
+
+use crate::{StoreConfig, StoreError};
+
+/// A handle to statek's tables in one PostgreSQL database, with its own
+/// connection pool. Cheap to clone (the pool is shared by clones).
+///
+/// Every operation takes one pooled connection for one short transaction.
+/// A future dropped half way (cancellation) drops its transaction, which
+/// queues a `ROLLBACK` on that connection before the connection can be
+/// handed out again, and connections are verified before reuse.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool,
+    config: StoreConfig,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = self.pool.status();
+        f.debug_struct("PgStore")
+            .field("pool_size", &status.size)
+            .field("pool_available", &status.available)
+            .field("pool_max_size", &status.max_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Builds the pool. No connection is opened until first use.
+    ///
+    /// # Errors
+    /// [`StoreError::Pool`] if the pool cannot be built.
+    pub fn new(config: StoreConfig) -> Result<Self, StoreError> {
+        let manager = Manager::from_config(
+            config.pooled_pg_config(),
+            NoTls,
+            ManagerConfig {
+                // Runs an empty query on reuse: a broken connection is
+                // discarded instead of failing the next caller.
+                recycling_method: RecyclingMethod::Verified,
+            },
+        );
+        let (wait, create, recycle) = config.timeouts();
+        let pool = Pool::builder(manager)
+            .max_size(config.max_pool_size())
+            .wait_timeout(Some(wait))
+            .create_timeout(Some(create))
+            .recycle_timeout(Some(recycle))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Pool(e.to_string()))?;
+        Ok(Self { pool, config })
+    }
+
+    /// Shorthand for `PgStore::new(StoreConfig::from_url(url)?)`.
+    ///
+    /// # Errors
+    /// As [`StoreConfig::from_url`] and [`PgStore::new`].
+    pub fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::new(StoreConfig::from_url(url)?)
+    }
+
+    /// The settings this store was built with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// Opens a pooled connection and starts a READ COMMITTED transaction.
+    pub(crate) async fn begin<'c>(
+        client: &'c mut deadpool_postgres::Object,
+    ) -> Result<deadpool_postgres::Transaction<'c>, StoreError> {
+        Ok(client
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .await?)
+    }
+}

@@ -1,0 +1,94 @@
+//! Test fixtures (feature `test-support`): a fresh, migrated database per
+//! test, created on the server named by `STATEK_TEST_DATABASE_URL`.
+//!
+//! A missing `STATEK_TEST_DATABASE_URL` is a loud failure, never a skip:
+//! run the suite through `cargo xtask test`, which provisions PostgreSQL 16
+//! and 17 and sets it, or point it at a server where the role may
+//! `CREATE DATABASE`.
+
+#![allow(clippy::panic, clippy::expect_used)]
+
+use std::str::FromStr;
+
+use tokio_postgres::NoTls;
+use uuid::Uuid;
+
+use crate::{PgStore, StoreConfig};
+
+/// Environment variable naming the server used by database tests.
+pub const TEST_DATABASE_URL_ENV: &str = "STATEK_TEST_DATABASE_URL";
+
+/// A database created for one test.
+#[derive(Debug, Clone)]
+pub struct TestDatabase {
+    name: String,
+    config: tokio_postgres::Config,
+}
+
+impl TestDatabase {
+    /// Creates a uniquely named empty database (not yet migrated).
+    ///
+    /// # Panics
+    /// When `STATEK_TEST_DATABASE_URL` is unset or the server cannot be
+    /// reached: database tests fail loudly, they never skip.
+    pub async fn create_empty() -> Self {
+        let url = std::env::var(TEST_DATABASE_URL_ENV).unwrap_or_else(|_| {
+            panic!(
+                "{TEST_DATABASE_URL_ENV} is not set: database tests need PostgreSQL. \
+                 Run `cargo xtask test` (it provisions PostgreSQL 16 and 17), or \
+                 `cargo xtask pg start --version 17` and export the URL it prints as \
+                 {TEST_DATABASE_URL_ENV}"
+            )
+        });
+        let admin = tokio_postgres::Config::from_str(&url)
+            .unwrap_or_else(|e| panic!("{TEST_DATABASE_URL_ENV} does not parse: {e}"));
+        let (client, connection) = admin.connect(NoTls).await.unwrap_or_else(|e| {
+            panic!("cannot connect to the test server named by {TEST_DATABASE_URL_ENV}: {e}")
+        });
+        let driver = tokio::spawn(connection);
+        let name = format!("statek_test_{}", Uuid::now_v7().simple());
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name} failed: {e}"));
+        drop(client);
+        let _ = driver.await;
+        let mut config = admin;
+        config.dbname(&name);
+        Self { name, config }
+    }
+
+    /// Creates a database and applies all migrations.
+    pub async fn create() -> Self {
+        let db = Self::create_empty().await;
+        db.store().migrate().await.expect("migrations apply");
+        db
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Connection settings for the database.
+    pub fn pg_config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+
+    /// Store settings for the database (defaults).
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig::from_pg_config(self.config.clone())
+    }
+
+    /// A new store (its own pool) on the database.
+    pub fn store(&self) -> PgStore {
+        PgStore::new(self.store_config()).expect("pool builds")
+    }
+
+    /// A plain client for assertions and tampering, outside any pool.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, connection) = self.config.connect(NoTls).await.expect("connect");
+        tokio::spawn(connection);
+        client
+    }
+}

@@ -1,0 +1,189 @@
+//! Registration and reservation against a real PostgreSQL (16 and 17 via
+//! `cargo xtask test`). Each test gets its own database.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+
+use futures_util::future::join_all;
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::{PgStore, Registration, StoreError};
+use uuid::Uuid;
+
+fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from(shard).unwrap(),
+        weights
+            .iter()
+            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(*t).unwrap(), *w).unwrap()),
+    )
+    .unwrap()
+}
+
+async fn stored_row(db: &TestDatabase, shard: &str) -> (Vec<u8>, Vec<u8>, i32, i64) {
+    let client = db.client().await;
+    let row = client
+        .query_one(
+            "SELECT policy_bytes, policy_digest, cycle_length, next_sequence
+             FROM statek.scheduler_shards WHERE shard_id = $1",
+            &[&shard],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2), row.get(3))
+}
+
+#[tokio::test]
+async fn register_is_idempotent_and_never_overwrites() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+
+    let first = store.register(&p).await.unwrap();
+    assert!(
+        matches!(first, Registration::Registered { .. }),
+        "{first:?}"
+    );
+    let second = store.register(&p).await.unwrap();
+    assert_eq!(
+        second,
+        Registration::Idempotent {
+            registered_at: first.registered_at()
+        }
+    );
+    // Input order does not matter: same canonical bytes.
+    let reordered = policy("primary-v1", &[("tenant-b", 1), ("tenant-a", 3)]);
+    assert!(matches!(
+        store.register(&reordered).await.unwrap(),
+        Registration::Idempotent { .. }
+    ));
+
+    let before = stored_row(&db, "primary-v1").await;
+    let changed = policy("primary-v1", &[("tenant-a", 2), ("tenant-b", 1)]);
+    match store.register(&changed).await {
+        Err(StoreError::PolicyConflict {
+            shard,
+            stored,
+            offered,
+        }) => {
+            assert_eq!(shard.as_str(), "primary-v1");
+            assert_eq!(stored, p.digest());
+            assert_eq!(offered, changed.digest());
+        }
+        other => panic!("expected PolicyConflict, got {other:?}"),
+    }
+    assert_eq!(stored_row(&db, "primary-v1").await, before);
+    assert_eq!(before.0, p.canonical_bytes());
+    assert_eq!(before.1, p.digest().as_bytes().to_vec());
+    assert_eq!(before.2, 4);
+    assert_eq!(before.3, 0);
+
+    let loaded = store
+        .load_shard(&SchedulerShardId::try_from("primary-v1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(loaded.policy(), &p);
+    assert_eq!(loaded.next_sequence(), 0);
+}
+
+#[tokio::test]
+async fn reserve_replays_the_original_reservation() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let other = policy("other-v1", &[("tenant-a", 1)]);
+    store.register(&p).await.unwrap();
+    store.register(&other).await.unwrap();
+
+    let x = Uuid::now_v7();
+    let first = store.reserve(p.shard_id(), &p.digest(), x).await.unwrap();
+    assert_eq!(
+        (first.sequence(), first.slot(), first.replayed()),
+        (0, 0, false)
+    );
+    let again = store.reserve(p.shard_id(), &p.digest(), x).await.unwrap();
+    assert_eq!(again.sequence(), 0);
+    assert_eq!(again.slot(), 0);
+    assert_eq!(again.reserved_at(), first.reserved_at());
+    assert!(again.replayed());
+
+    // The same id on another shard is a conflict, and writes nothing.
+    match store.reserve(other.shard_id(), &other.digest(), x).await {
+        Err(StoreError::ReservationConflict { reservation_id }) => assert_eq!(reservation_id, x),
+        r => panic!("expected ReservationConflict, got {r:?}"),
+    }
+    assert_eq!(stored_row(&db, "other-v1").await.3, 0);
+    assert_eq!(stored_row(&db, "primary-v1").await.3, 1);
+
+    // Wrong digest for the shard.
+    assert!(matches!(
+        store
+            .reserve(p.shard_id(), &other.digest(), Uuid::now_v7())
+            .await,
+        Err(StoreError::PolicyDigestMismatch { .. })
+    ));
+    // Unknown shard, and a non-v7 id.
+    let missing = SchedulerShardId::try_from("missing-v1").unwrap();
+    assert!(matches!(
+        store.reserve(&missing, &p.digest(), Uuid::now_v7()).await,
+        Err(StoreError::UnknownShard { .. })
+    ));
+    assert!(matches!(
+        store
+            .reserve(p.shard_id(), &p.digest(), Uuid::from_u128(42))
+            .await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert_eq!(stored_row(&db, "primary-v1").await.3, 1);
+}
+
+#[tokio::test]
+async fn concurrent_reservations_form_one_contiguous_sequence() {
+    let db = TestDatabase::create().await;
+    let store = PgStore::new(db.store_config().pool_size(16).unwrap()).unwrap();
+    let p = policy(
+        "primary-v1",
+        &[("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 3)],
+    );
+    store.register(&p).await.unwrap();
+    let digest = p.digest();
+
+    // 32 concurrent calls with one new id: one sequence for all.
+    let x = Uuid::now_v7();
+    let same = join_all((0..32).map(|_| store.reserve(p.shard_id(), &digest, x))).await;
+    let same: Vec<_> = same.into_iter().map(|r| r.unwrap()).collect();
+    assert!(same.iter().all(|r| r.sequence() == 0 && r.slot() == 0));
+    assert_eq!(same.iter().filter(|r| !r.replayed()).count(), 1);
+
+    // 200 concurrent unique ids: exactly 1..=200.
+    let unique =
+        join_all((0..200).map(|_| store.reserve(p.shard_id(), &digest, Uuid::now_v7()))).await;
+    let unique: Vec<_> = unique.into_iter().map(|r| r.unwrap()).collect();
+    let sequences: BTreeSet<u64> = unique.iter().map(|r| r.sequence()).collect();
+    assert_eq!(sequences, (1..=200).collect::<BTreeSet<u64>>());
+    for r in &unique {
+        assert_eq!(u64::from(r.slot()), r.sequence() % 7, "{r:?}");
+    }
+    let stored = store.reservations(p.shard_id(), 0, 1000).await.unwrap();
+    assert_eq!(stored.len(), 201);
+    assert_eq!(
+        stored.iter().map(|r| r.sequence()).collect::<Vec<_>>(),
+        (0..=200).collect::<Vec<u64>>()
+    );
+    assert_eq!(stored_row(&db, "primary-v1").await.3, 201);
+}
+
+#[tokio::test]
+async fn concurrent_migrations_on_an_empty_database_all_succeed() {
+    let db = TestDatabase::create_empty().await;
+    let stores: Vec<PgStore> = (0..4).map(|_| db.store()).collect();
+    let results = join_all(stores.iter().map(|s| s.migrate())).await;
+    let mut applied = 0;
+    for r in results {
+        applied += r.unwrap().applied().len();
+    }
+    // Each migration was applied exactly once, by one of the four.
+    assert_eq!(applied, statek_store_pg::embedded_migrations().len());
+    assert_eq!(db.store().migrate().await.unwrap().applied().len(), 0);
+}
