@@ -69,3 +69,8 @@ pub use executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
 pub use options::SchedulerOptions;
 pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler};
 pub use scheduler::{DurableFairScheduler, TickOutcome};
+
+/// The README's library example, compiled as a doctest so it cannot rot.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

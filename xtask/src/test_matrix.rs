@@ -1,0 +1,231 @@
+//! `cargo xtask test`: the README's test command and CI's only command.
+//!
+//! Steps, each announced and timed: rustfmt check; clippy on the workspace
+//! (all targets, all features) and on statek-policy without default
+//! features, all with `-D warnings`; a `no_std` build of statek-policy;
+//! arch-check; then for PostgreSQL 17 and 16 a fresh server and the tests
+//! with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_PG_VERSION` and
+//! `STATEK_TEST_REQUIRE_DB=1`. The first version runs the whole workspace
+//! test suite (unit, property, doc and database tests); the second runs the
+//! database tests of statek-store-pg and statek-scheduler again. Every step
+//! runs even when an earlier one failed; any failure fails the command.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+
+use crate::pg::{self, PgMajor, Server};
+use crate::{arch_check, command, interrupt, workspace};
+
+/// Options of `cargo xtask test`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TestArgs {
+    /// Test against one PostgreSQL version only (then it runs the whole
+    /// suite); default: 17 (whole suite), then 16 (database tests).
+    #[arg(long, value_enum)]
+    pub pg: Option<PgMajor>,
+}
+
+const FULL_SUITE: &[&str] = &["test", "--workspace", "--all-features"];
+const DATABASE_SUITE: &[&str] = &[
+    "test",
+    "-p",
+    "statek-store-pg",
+    "-p",
+    "statek-scheduler",
+    "--all-features",
+    "--tests",
+];
+
+struct StepRecord {
+    name: String,
+    duration: Duration,
+    ok: bool,
+}
+
+#[derive(Default)]
+struct Report {
+    steps: Vec<StepRecord>,
+    servers: Vec<(String, String)>,
+}
+
+impl Report {
+    /// Runs one announced, timed step; records and prints its outcome.
+    fn step<T>(&mut self, name: &str, body: impl FnOnce() -> Result<T>) -> Option<T> {
+        if interrupt::interrupted() {
+            return None;
+        }
+        let number = self.steps.len() + 1;
+        println!("\n==> [{number}] {name}");
+        let started = Instant::now();
+        let result = body();
+        let duration = started.elapsed();
+        let ok = result.is_ok();
+        let value = match result {
+            Ok(value) => {
+                println!(
+                    "<== [{number}] ok in {:.1}s: {name}",
+                    duration.as_secs_f64()
+                );
+                Some(value)
+            }
+            Err(error) => {
+                eprintln!(
+                    "<== [{number}] FAILED in {:.1}s: {name}\n{error:#}",
+                    duration.as_secs_f64()
+                );
+                None
+            }
+        };
+        self.steps.push(StepRecord {
+            name: name.to_owned(),
+            duration,
+            ok,
+        });
+        value
+    }
+
+    fn print_summary(&self, total: Duration) {
+        let width = self
+            .steps
+            .iter()
+            .map(|step| step.name.len())
+            .max()
+            .unwrap_or(4);
+        println!("\n==== cargo xtask test: summary");
+        println!("{:<width$}  {:<6}  {:>8}", "step", "result", "time");
+        for step in &self.steps {
+            println!(
+                "{:<width$}  {:<6}  {:>7.1}s",
+                step.name,
+                if step.ok { "ok" } else { "FAILED" },
+                step.duration.as_secs_f64()
+            );
+        }
+        for (label, version) in &self.servers {
+            println!("{label}: {version}");
+        }
+        let failed = self.steps.iter().filter(|step| !step.ok).count();
+        println!(
+            "{} steps: {} ok, {failed} failed, in {:.1}s",
+            self.steps.len(),
+            self.steps.len() - failed,
+            total.as_secs_f64()
+        );
+    }
+}
+
+fn cargo_step<'a>(args: &'a [&'a str]) -> impl FnOnce() -> Result<()> + 'a {
+    move || command::run_inherited(workspace::cargo().args(args))
+}
+
+/// Runs a test suite against a server.
+fn cargo_test(args: &[&str], url: &str, major: Option<PgMajor>) -> Result<()> {
+    let mut cargo = workspace::cargo();
+    cargo
+        .args(args)
+        .env("STATEK_TEST_DATABASE_URL", url)
+        .env("STATEK_TEST_REQUIRE_DB", "1")
+        .env_remove("STATEK_TEST_SKIP_DB");
+    match major {
+        Some(major) => cargo.env("STATEK_TEST_PG_VERSION", major.to_string()),
+        None => cargo.env_remove("STATEK_TEST_PG_VERSION"),
+    };
+    command::run_inherited(&mut cargo)
+}
+
+fn display(args: &[&str]) -> String {
+    format!("cargo {}", args.join(" "))
+}
+
+/// Runs every step, prints the summary, and fails if any step failed.
+pub fn run(args: &TestArgs) -> Result<()> {
+    let started = Instant::now();
+    let mut report = Report::default();
+
+    for args in [
+        &["fmt", "--all", "--", "--check"][..],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[
+            "clippy",
+            "-p",
+            "statek-policy",
+            "--no-default-features",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &["build", "-p", "statek-policy", "--no-default-features"],
+    ] {
+        report.step(&display(args), cargo_step(args));
+    }
+    report.step("arch-check", arch_check::run);
+
+    if let Some(url) = pg::external_database_url() {
+        println!(
+            "\nDATABASE_URL is set ({}): the PostgreSQL 16/17 matrix is replaced by that one server",
+            pg::redact(&url)
+        );
+        let name = format!("{} [DATABASE_URL]", display(FULL_SUITE));
+        report.step(&name, || cargo_test(FULL_SUITE, &url, None));
+        report.servers.push((
+            "DATABASE_URL".to_owned(),
+            "external server, version not probed".to_owned(),
+        ));
+    } else {
+        let versions = args
+            .pg
+            .map_or_else(|| PgMajor::ALL.to_vec(), |major| vec![major]);
+        for (index, major) in versions.into_iter().enumerate() {
+            let suite = if index == 0 {
+                FULL_SUITE
+            } else {
+                DATABASE_SUITE
+            };
+            let provision = format!("PostgreSQL {major}: provision and start");
+            let Some(server) = report.step(&provision, || Server::provision_and_start(major))
+            else {
+                report
+                    .servers
+                    .push((format!("PostgreSQL {major}"), "not started".to_owned()));
+                continue;
+            };
+            report.servers.push((
+                format!("PostgreSQL {major}"),
+                format!("{} ({})", server.version_string(), server.source()),
+            ));
+            let url = server.database_url();
+            let name = format!("{} [PostgreSQL {major}]", display(suite));
+            report.step(&name, || {
+                cargo_test(suite, &url, Some(major)).map_err(|error| {
+                    anyhow!(
+                        "{error:#}\n--- last lines of the PostgreSQL {major} server log ---\n{}",
+                        server.log_tail()
+                    )
+                })
+            });
+            report.step(&format!("PostgreSQL {major}: stop"), || server.stop());
+        }
+    }
+
+    report.print_summary(started.elapsed());
+    let failed: Vec<&str> = report
+        .steps
+        .iter()
+        .filter(|step| !step.ok)
+        .map(|step| step.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!("{} step(s) failed: {}", failed.len(), failed.join("; "))
+    }
+}
