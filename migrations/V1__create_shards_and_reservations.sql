@@ -58,8 +58,9 @@ BEGIN
         RAISE EXCEPTION 'statek: the policy of shard % is immutable', OLD.shard_id
             USING ERRCODE = 'SK001';
     END IF;
-    IF NEW.next_sequence < OLD.next_sequence THEN
-        RAISE EXCEPTION 'statek: the cursor of shard % never moves backwards', OLD.shard_id
+    -- The only allowed update: the cursor moves forwards.
+    IF NEW.next_sequence <= OLD.next_sequence THEN
+        RAISE EXCEPTION 'statek: the cursor of shard % only moves forwards', OLD.shard_id
             USING ERRCODE = 'SK001';
     END IF;
     RETURN NEW;

@@ -90,7 +90,28 @@ pub enum StoreError {
     /// was sent to the database.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// Migrations failed, diverged from or are missing against the database.
+    /// The database records an applied migration whose name or checksum
+    /// differs from the one compiled into this crate (a landed migration was
+    /// edited, or another build migrated the database).
+    #[error("applied migration V{version}__{applied_name} differs from this build's V{version}__{local_name}")]
+    MigrationDivergent {
+        /// The version.
+        version: u32,
+        /// Name recorded in the database.
+        applied_name: String,
+        /// Name compiled into this crate.
+        local_name: String,
+    },
+    /// The database records an applied migration this crate does not know
+    /// (a newer build migrated it): refusing to run against it.
+    #[error("the database has migration V{version}__{name}, which this build does not know")]
+    MigrationMissing {
+        /// The version.
+        version: u32,
+        /// Its name.
+        name: String,
+    },
+    /// A migration failed to apply.
     #[error("migration failed: {0}")]
     Migration(#[source] Box<refinery::Error>),
     /// No connection became available from the pool in time.
@@ -191,7 +212,19 @@ impl From<deadpool_postgres::PoolError> for StoreError {
 
 impl From<refinery::Error> for StoreError {
     fn from(err: refinery::Error) -> Self {
-        StoreError::Migration(Box::new(err))
+        use refinery::error::Kind;
+        match err.kind() {
+            Kind::DivergentVersion(applied, local) => StoreError::MigrationDivergent {
+                version: applied.version(),
+                applied_name: applied.name().to_owned(),
+                local_name: local.name().to_owned(),
+            },
+            Kind::MissingVersion(applied) => StoreError::MigrationMissing {
+                version: applied.version(),
+                name: applied.name().to_owned(),
+            },
+            _ => StoreError::Migration(Box::new(err)),
+        }
     }
 }
 

@@ -17,7 +17,10 @@
 //! - **the run queue** behind the default tenant-isolated executor:
 //!   [`PgStore::enqueue`], [`PgStore::claim_run`] (one tenant, `SKIP LOCKED`,
 //!   leased with a fencing token), [`PgStore::heartbeat_run`],
-//!   [`PgStore::complete_run`], [`PgStore::fail_run`].
+//!   [`PgStore::complete_run`], [`PgStore::fail_run`];
+//! - **retention**: [`PgStore::prune_scheduler_fairness_reservations`]
+//!   deletes the oldest reservation rows past a
+//!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time.
 //!
 //! Every read decodes fail-closed: stored policy bytes must decode strictly
 //! and hash to the stored digest, cycle length, cursor and slots must agree,
@@ -54,6 +57,7 @@ mod config;
 mod error;
 mod migration;
 mod reservation;
+mod retention;
 mod run_queue;
 mod shard;
 mod store;
@@ -64,6 +68,9 @@ pub use config::StoreConfig;
 pub use error::StoreError;
 pub use migration::{embedded_migrations, MigrationReport};
 pub use reservation::Reservation;
+pub use retention::{
+    PruneReport, SchedulerFairnessRetentionPolicy, MAX_PRUNE_BATCH, MAX_RETENTION, MIN_RETENTION,
+};
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, FailOutcome, NewRun, RunLease, MAX_ATTEMPTS_LIMIT,
     MAX_PAYLOAD_BYTES,

@@ -53,6 +53,14 @@ impl PgStore {
     /// from, or missing, migrations this crate knows, or a migration fails;
     /// connection and server errors as usual.
     pub async fn migrate(&self) -> Result<MigrationReport, StoreError> {
+        self.migrate_to(refinery::Target::Latest).await
+    }
+
+    /// Migrates up to `target` (tests use it to build older schemas).
+    pub(crate) async fn migrate_to(
+        &self,
+        target: refinery::Target,
+    ) -> Result<MigrationReport, StoreError> {
         let mut pg = self.config().pg_config().clone();
         // DDL may legitimately wait or run long; no pooled timeouts here.
         let mut options = pg.get_options().unwrap_or_default().to_owned();
@@ -73,7 +81,8 @@ impl PgStore {
                 .await?;
             let mut runner = embedded::migrations::runner()
                 .set_abort_divergent(true)
-                .set_abort_missing(true);
+                .set_abort_missing(true)
+                .set_target(target);
             runner.set_migration_table_name(HISTORY_TABLE);
             let report = runner.run_async(&mut client).await?;
             client

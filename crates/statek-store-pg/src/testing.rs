@@ -65,6 +65,17 @@ impl TestDatabase {
         db
     }
 
+    /// Creates a database migrated only up to `version` (to test upgrades
+    /// from an older schema).
+    pub async fn create_at_version(version: u32) -> Self {
+        let db = Self::create_empty().await;
+        db.store()
+            .migrate_to(refinery::Target::Version(version))
+            .await
+            .expect("migrations up to the version apply");
+        db
+    }
+
     /// The database's name.
     pub fn name(&self) -> &str {
         &self.name

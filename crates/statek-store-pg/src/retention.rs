@@ -1,0 +1,158 @@
+//! Retention: pruning old reservation rows in small batches by database time.
+
+use std::time::{Duration, SystemTime};
+
+use crate::{PgStore, StoreError};
+
+/// Shortest retention: 1 hour.
+pub const MIN_RETENTION: Duration = Duration::from_secs(3600);
+/// Longest retention: 366 days.
+pub const MAX_RETENTION: Duration = Duration::from_secs(366 * 86_400);
+/// Largest batch: 10,000 rows per transaction.
+pub const MAX_PRUNE_BATCH: u32 = 10_000;
+
+/// One batch: the database clock is read once (`now()`, the transaction's
+/// start), candidates are the oldest rows strictly older than the cutoff in
+/// retention-index order, locked with `SKIP LOCKED` so concurrent pruners
+/// never wait for or delete the same row twice.
+const PRUNE_BATCH: &str = "
+    WITH clock AS (
+        SELECT now() AS observed_at, now() - make_interval(secs => $1) AS cutoff
+    ),
+    candidates AS MATERIALIZED (
+        SELECT reservation_id
+        FROM statek.scheduler_reservations
+        WHERE reserved_at < (SELECT cutoff FROM clock)
+        ORDER BY reserved_at, reservation_id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ),
+    deleted AS (
+        DELETE FROM statek.scheduler_reservations AS r
+        USING candidates AS c
+        WHERE r.reservation_id = c.reservation_id
+        RETURNING 1
+    )
+    SELECT (SELECT observed_at FROM clock),
+           (SELECT cutoff FROM clock),
+           (SELECT count(*) FROM deleted)";
+
+/// How long reservation rows are kept as evidence, and how many one prune
+/// transaction may delete.
+///
+/// Keep rows longer than any reservation retry can take (a retried id whose
+/// row was pruned reserves a *new* sequence), and longer than your incident
+/// replay and audit window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerFairnessRetentionPolicy {
+    retain_for: Duration,
+    batch_size: u32,
+}
+
+impl SchedulerFairnessRetentionPolicy {
+    /// `retain_for` 1 hour..=366 days; `batch_size` 1..=10,000 rows.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] naming the limit that failed.
+    pub fn new(retain_for: Duration, batch_size: u32) -> Result<Self, StoreError> {
+        if !(MIN_RETENTION..=MAX_RETENTION).contains(&retain_for) {
+            return Err(StoreError::InvalidArgument(format!(
+                "retention must be 1 hour..=366 days, got {} s",
+                retain_for.as_secs()
+            )));
+        }
+        if !(1..=MAX_PRUNE_BATCH).contains(&batch_size) {
+            return Err(StoreError::InvalidArgument(format!(
+                "prune batch size must be 1..={MAX_PRUNE_BATCH}, got {batch_size}"
+            )));
+        }
+        Ok(Self {
+            retain_for,
+            batch_size,
+        })
+    }
+
+    /// How long rows are kept.
+    pub fn retain_for(&self) -> Duration {
+        self.retain_for
+    }
+
+    /// Rows deleted per transaction at most.
+    pub fn batch_size(&self) -> u32 {
+        self.batch_size
+    }
+}
+
+/// What one prune batch did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Database time the batch ran at (read once).
+    pub observed_at: SystemTime,
+    /// Exclusive cutoff: rows reserved before it were candidates.
+    pub cutoff: SystemTime,
+    /// Rows deleted (at most the batch size; 0 when nothing is left).
+    pub deleted: u64,
+}
+
+impl PgStore {
+    /// Deletes at most one batch of the oldest reservation rows older than
+    /// the retention window, in one transaction. Never touches shard rows or
+    /// cursors: the next reservation continues the sequence. Call it in a
+    /// loop until `deleted == 0` to prune everything due.
+    ///
+    /// # Errors
+    /// [`StoreError::PermissionDenied`] for a role without DELETE on
+    /// reservations; connection and server errors.
+    pub async fn prune_scheduler_fairness_reservations(
+        &self,
+        policy: &SchedulerFairnessRetentionPolicy,
+    ) -> Result<PruneReport, StoreError> {
+        let mut client = self.client().await?;
+        let tx = PgStore::begin(&mut client).await?;
+        let row = tx
+            .query_one(
+                PRUNE_BATCH,
+                &[
+                    &policy.retain_for.as_secs_f64(),
+                    &i64::from(policy.batch_size),
+                ],
+            )
+            .await?;
+        let deleted: i64 = row.try_get(2)?;
+        let report = PruneReport {
+            observed_at: row.try_get(0)?,
+            cutoff: row.try_get(1)?,
+            deleted: u64::try_from(deleted).unwrap_or(0),
+        };
+        tx.commit().await?;
+        tracing::info!(deleted = report.deleted, "pruned reservations");
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(retain_secs: u64, batch: u32, ok: bool) {
+        let result = SchedulerFairnessRetentionPolicy::new(Duration::from_secs(retain_secs), batch);
+        assert_eq!(
+            result.is_ok(),
+            ok,
+            "{retain_secs} s, batch {batch}: {result:?}"
+        );
+    }
+
+    #[test]
+    fn limits() {
+        check(60, 100, false);
+        check(3599, 100, false);
+        check(3600, 100, true);
+        check(366 * 86_400, 100, true);
+        check(367 * 86_400, 100, false);
+        check(86_400, 0, false);
+        check(86_400, 1, true);
+        check(86_400, 10_000, true);
+        check(86_400, 10_001, false);
+    }
+}
