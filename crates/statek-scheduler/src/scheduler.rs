@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use statek_policy::{PolicyDigest, TenantId, TenantStarvationBound, WeightedFairnessPolicy};
-use statek_store_pg::{PgStore, Registration, Reservation};
+use statek_store_pg::{PgStore, Registration, Reservation, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -147,6 +147,23 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         let (reservation, retries) = self.reserve().await?;
         let sequence = reservation.sequence();
         let slot = reservation.slot();
+        let local_length = self.policy.cycle_length();
+        if reservation.cycle_length() != local_length
+            || u64::from(slot) != sequence % u64::from(local_length)
+        {
+            // Fail closed: never run a tenant for a slot the local cycle
+            // does not agree with.
+            return Err(SchedulerError::Store {
+                source: StoreError::CorruptData {
+                    what: "reservation",
+                    detail: format!(
+                        "sequence {sequence} slot {slot} under stored L = {} disagrees with the local cycle L = {local_length}",
+                        reservation.cycle_length()
+                    ),
+                },
+                retries,
+            });
+        }
         let (tenant, starvation_bound) = self
             .policy
             .tenant_for_slot(u64::from(slot))

@@ -206,3 +206,73 @@ async fn a_conflicting_policy_is_refused_before_any_claim() {
     assert!(!err.is_retryable());
     assert_eq!(store.count_live_runs().await.unwrap(), 1);
 }
+
+#[tokio::test]
+async fn the_scheduler_refuses_to_tick_on_corrupt_data() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let executor = PgRunQueueExecutor::new(store.clone(), Count::default(), ExecutorOptions::new());
+    let scheduler =
+        DurableFairScheduler::register(store.clone(), p, executor, SchedulerOptions::new())
+            .await
+            .unwrap();
+    let shutdown = CancellationToken::new();
+    scheduler.tick(&shutdown).await.unwrap();
+    // Someone with owner rights switches the trigger off and rewrites L.
+    db.client()
+        .await
+        .batch_execute(
+            "ALTER TABLE statek.scheduler_shards DISABLE TRIGGER scheduler_shards_immutable;
+             UPDATE statek.scheduler_shards SET cycle_length = 5;
+             ALTER TABLE statek.scheduler_shards ENABLE TRIGGER scheduler_shards_immutable;",
+        )
+        .await
+        .unwrap();
+    let err = scheduler.tick(&shutdown).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SchedulerError::Store {
+                source: StoreError::CorruptData { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    // And the bytes: a tampered policy stops reservations altogether.
+    db.client()
+        .await
+        .batch_execute(
+            "ALTER TABLE statek.scheduler_shards DISABLE TRIGGER scheduler_shards_immutable;
+             UPDATE statek.scheduler_shards SET cycle_length = 4, policy_bytes = policy_bytes || ' '::bytea;
+             ALTER TABLE statek.scheduler_shards ENABLE TRIGGER scheduler_shards_immutable;",
+        )
+        .await
+        .unwrap();
+    let before = store
+        .next_sequence(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    let err = scheduler.tick(&shutdown).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SchedulerError::Store {
+                source: StoreError::CorruptData { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        store
+            .next_sequence(scheduler.policy().shard_id())
+            .await
+            .unwrap(),
+        before
+    );
+    // The counting handler never ran: no run was ever enqueued or claimed.
+    assert_eq!(scheduler.executor().handler().0.load(Ordering::SeqCst), 0);
+}

@@ -19,8 +19,13 @@ const SELECT_RESERVATION: &str = "
     WHERE r.reservation_id = $1";
 
 /// Locks the shard's cursor row; every reserver of the shard queues here.
+/// The last column re-checks, inside the database, that the stored bytes
+/// still hash to the stored digest (`'statek.policy.v1\0'` is the hex
+/// prefix), so a tampered policy stops reservations without shipping the
+/// bytes to every replica.
 const LOCK_SHARD: &str = "
-    SELECT policy_digest, cycle_length, next_sequence
+    SELECT policy_digest, cycle_length, next_sequence,
+           sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || policy_bytes) = policy_digest
     FROM statek.scheduler_shards
     WHERE shard_id = $1
     FOR UPDATE";
@@ -55,6 +60,7 @@ pub struct Reservation {
     shard: SchedulerShardId,
     sequence: u64,
     slot: u32,
+    cycle_length: u32,
     policy_digest: PolicyDigest,
     reserved_at: SystemTime,
     replayed: bool,
@@ -79,6 +85,12 @@ impl Reservation {
     /// Position in the policy's cycle: `sequence mod L`.
     pub fn slot(&self) -> u32 {
         self.slot
+    }
+
+    /// The shard's stored cycle length L (`slot = sequence mod L`). A caller
+    /// holding the policy can check it against its own.
+    pub fn cycle_length(&self) -> u32 {
+        self.cycle_length
     }
 
     /// Digest of the policy the reservation was made under.
@@ -137,6 +149,7 @@ fn reservation_from_row(id: Uuid, row: &Row, replayed: bool) -> Result<Reservati
     let shard = SchedulerShardId::try_from(shard.as_str())
         .map_err(|e| StoreError::corrupt("reservation", format!("shard id: {e}")))?;
     let sequence = decode_sequence(row.try_get("sequence")?, "reservation")?;
+    let cycle_length = check_cycle_length(row.try_get("cycle_length")?)?;
     let slot = check_slot(sequence, row.try_get("slot")?, row.try_get("cycle_length")?)?;
     let digest: Vec<u8> = row.try_get("policy_digest")?;
     Ok(Reservation {
@@ -144,6 +157,7 @@ fn reservation_from_row(id: Uuid, row: &Row, replayed: bool) -> Result<Reservati
         shard,
         sequence,
         slot,
+        cycle_length,
         policy_digest: decode_digest(&digest, "reservation")?,
         reserved_at: row.try_get("reserved_at")?,
         replayed,
@@ -223,6 +237,12 @@ impl PgStore {
         }
 
         let stored_digest = decode_digest(&locked.try_get::<_, Vec<u8>>(0)?, "shard policy")?;
+        if !locked.try_get::<_, bool>(3)? {
+            return Err(StoreError::corrupt(
+                "shard policy",
+                format!("shard {shard}: stored bytes do not hash to the stored digest"),
+            ));
+        }
         if stored_digest != *digest {
             return Err(StoreError::PolicyDigestMismatch {
                 shard: shard.clone(),
@@ -280,6 +300,7 @@ impl PgStore {
             shard: shard.clone(),
             sequence,
             slot,
+            cycle_length,
             policy_digest: *digest,
             reserved_at,
             replayed: false,

@@ -15,12 +15,12 @@ pub const MAX_PRUNE_BATCH: u32 = 10_000;
 /// start), candidates are the oldest rows strictly older than the cutoff in
 /// retention-index order, locked with `SKIP LOCKED` so concurrent pruners
 /// never wait for or delete the same row twice.
-const PRUNE_BATCH: &str = "
+pub(crate) const PRUNE_BATCH: &str = "
     WITH clock AS (
         SELECT now() AS observed_at, now() - make_interval(secs => $1) AS cutoff
     ),
     candidates AS MATERIALIZED (
-        SELECT reservation_id
+        SELECT ctid
         FROM statek.scheduler_reservations
         WHERE reserved_at < (SELECT cutoff FROM clock)
         ORDER BY reserved_at, reservation_id
@@ -28,9 +28,10 @@ const PRUNE_BATCH: &str = "
         FOR UPDATE SKIP LOCKED
     ),
     deleted AS (
-        DELETE FROM statek.scheduler_reservations AS r
-        USING candidates AS c
-        WHERE r.reservation_id = c.reservation_id
+        -- By physical row id: a TID scan of exactly the locked candidates
+        -- (locked rows cannot move), never a scan of the table.
+        DELETE FROM statek.scheduler_reservations
+        WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
         RETURNING 1
     )
     SELECT (SELECT observed_at FROM clock),

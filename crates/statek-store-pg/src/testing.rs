@@ -103,3 +103,7 @@ impl TestDatabase {
         client
     }
 }
+
+/// The prune batch statement (parameters: `$1` retention in seconds as
+/// float8, `$2` batch size as int8), for plan checks with `EXPLAIN`.
+pub const PRUNE_BATCH_SQL: &str = crate::retention::PRUNE_BATCH;

@@ -112,6 +112,11 @@ async fn tampered_policy_bytes_or_digest_are_corrupt_data() {
         store.register(&p).await.unwrap();
         tamper(&db, "scheduler_shards", "scheduler_shards_immutable", statement).await;
         assert_corrupt(store.load_shard(p.shard_id()).await);
+        if !statement.contains("cycle_length") {
+            // Bytes and digest disagree: reserving refuses too, writing nothing.
+            assert_corrupt(store.reserve(p.shard_id(), &p.digest(), Uuid::now_v7()).await);
+            assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 0);
+        }
         // Registering the same policy again must not accept the row either.
         assert!(
             matches!(

@@ -82,3 +82,125 @@ async fn prunes_oldest_first_in_batches_and_keeps_the_cursor() {
         .unwrap();
     assert_eq!((next.sequence(), next.slot()), (10, 0));
 }
+
+/// Inserts `count` reservations back-dated two days (sequence 0 newest),
+/// advances the cursor past them, then reserves `fresh` new ones.
+async fn seed(db: &TestDatabase, p: &WeightedFairnessPolicy, count: i64, fresh: usize) {
+    let client = db.client().await;
+    client
+        .execute(
+            "INSERT INTO statek.scheduler_reservations
+                 (reservation_id, shard_id, sequence, slot, policy_digest, reserved_at)
+             SELECT gen_random_uuid(), $1, s, (s % $3::bigint)::integer, $2,
+                    now() - interval '2 days' - s * interval '1 millisecond'
+             FROM generate_series(0::bigint, $4::bigint - 1) AS s",
+            &[
+                &p.shard_id().as_str(),
+                &&p.digest().as_bytes()[..],
+                &i64::from(p.cycle_length()),
+                &count,
+            ],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            "UPDATE statek.scheduler_shards SET next_sequence = $1",
+            &[&count],
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute("ANALYZE statek.scheduler_reservations")
+        .await
+        .unwrap();
+    let store = db.store();
+    for _ in 0..fresh {
+        store
+            .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+            .await
+            .unwrap();
+    }
+}
+
+fn one_tenant_policy() -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [
+            TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 3).unwrap(),
+            TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), 4).unwrap(),
+        ],
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn two_concurrent_pruners_delete_each_row_exactly_once() {
+    let db = TestDatabase::create().await;
+    let p = one_tenant_policy();
+    db.store().register(&p).await.unwrap();
+    seed(&db, &p, 10_000, 5).await;
+    let retention = SchedulerFairnessRetentionPolicy::new(DAY, 500).unwrap();
+    let pruner = |store: statek_store_pg::PgStore| async move {
+        let (mut deleted, mut batches) = (0u64, 0u32);
+        loop {
+            let report = store
+                .prune_scheduler_fairness_reservations(&retention)
+                .await
+                .unwrap();
+            assert!(report.deleted <= 500);
+            if report.deleted == 0 {
+                return (deleted, batches);
+            }
+            deleted += report.deleted;
+            batches += 1;
+        }
+    };
+    let (a, b) = tokio::join!(pruner(db.store()), pruner(db.store()));
+    assert_eq!(a.0 + b.0, 10_000, "pruner a {a:?}, pruner b {b:?}");
+    assert_eq!(a.1 + b.1, 20);
+    let client = db.client().await;
+    let left: Vec<i64> = client
+        .query(
+            "SELECT sequence FROM statek.scheduler_reservations ORDER BY sequence",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, (10_000..10_005).collect::<Vec<i64>>());
+    assert_eq!(
+        db.store().next_sequence(p.shard_id()).await.unwrap(),
+        10_005
+    );
+}
+
+#[tokio::test]
+async fn the_prune_candidates_come_from_the_retention_index() {
+    let db = TestDatabase::create().await;
+    let p = one_tenant_policy();
+    db.store().register(&p).await.unwrap();
+    seed(&db, &p, 10_000, 0).await;
+    let client = db.client().await;
+    let plan: Vec<String> = client
+        .query(
+            &format!("EXPLAIN {}", statek_store_pg::testing::PRUNE_BATCH_SQL),
+            &[&DAY.as_secs_f64(), &500i64],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index Scan using scheduler_reservations_retention_idx"),
+        "{plan}"
+    );
+    assert!(
+        !plan.contains("Seq Scan on scheduler_reservations"),
+        "{plan}"
+    );
+}
