@@ -223,7 +223,24 @@ impl From<refinery::Error> for StoreError {
                 version: applied.version(),
                 name: applied.name().to_owned(),
             },
-            _ => StoreError::Migration(Box::new(err)),
+            _ => {
+                // A server refusal inside a migration keeps its meaning.
+                let mut source = std::error::Error::source(&err);
+                while let Some(cause) = source {
+                    if let Some(db) = cause
+                        .downcast_ref::<tokio_postgres::Error>()
+                        .and_then(tokio_postgres::Error::as_db_error)
+                    {
+                        if db.code() == &SqlState::INSUFFICIENT_PRIVILEGE {
+                            return StoreError::PermissionDenied {
+                                message: db.message().to_owned(),
+                            };
+                        }
+                    }
+                    source = cause.source();
+                }
+                StoreError::Migration(Box::new(err))
+            }
         }
     }
 }

@@ -22,6 +22,11 @@
 //!   deletes the oldest reservation rows past a
 //!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time.
 //!
+//! - **roles**: [`PgStore::apply_role_profile`] grants a [`RoleProfile`]:
+//!   an owner role for migrations, a runtime role for replicas (register,
+//!   reserve, run queue; no deletes, no policy changes) and a retention role
+//!   for pruning only.
+//!
 //! Every read decodes fail-closed: stored policy bytes must decode strictly
 //! and hash to the stored digest, cycle length, cursor and slots must agree,
 //! else [`StoreError::CorruptData`]. Errors are one enum; ask
@@ -58,6 +63,7 @@ mod error;
 mod migration;
 mod reservation;
 mod retention;
+mod roles;
 mod run_queue;
 mod shard;
 mod store;
@@ -71,6 +77,7 @@ pub use reservation::Reservation;
 pub use retention::{
     PruneReport, SchedulerFairnessRetentionPolicy, MAX_PRUNE_BATCH, MAX_RETENTION, MIN_RETENTION,
 };
+pub use roles::RoleProfile;
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, FailOutcome, NewRun, RunLease, MAX_ATTEMPTS_LIMIT,
     MAX_PAYLOAD_BYTES,

@@ -76,9 +76,16 @@ impl PgStore {
             client
                 .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
                 .await?;
-            client
-                .batch_execute("CREATE SCHEMA IF NOT EXISTS statek")
-                .await?;
+            // Only create the schema when it is missing: CREATE SCHEMA IF NOT
+            // EXISTS needs the CREATE privilege on the database even when
+            // the schema exists, which an owner role need not have.
+            let missing: bool = client
+                .query_one("SELECT to_regnamespace('statek') IS NULL", &[])
+                .await?
+                .try_get(0)?;
+            if missing {
+                client.batch_execute("CREATE SCHEMA statek").await?;
+            }
             let mut runner = embedded::migrations::runner()
                 .set_abort_divergent(true)
                 .set_abort_missing(true)

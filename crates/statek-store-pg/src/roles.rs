@@ -1,0 +1,160 @@
+//! The role profile: least privilege for the three kinds of connection.
+//!
+//! | role | connects as | may |
+//! |---|---|---|
+//! | owner | migrations (`PgStore::migrate`) | own the `statek` schema and its tables |
+//! | runtime | scheduler replicas and enqueuers | register policies, reserve, use the run queue |
+//! | retention | the pruning job | read and delete reservation rows |
+//!
+//! The runtime role cannot delete reservations, change policy columns or
+//! delete shards; the retention role cannot reserve, register or touch runs.
+//! PostgreSQL needs an `UPDATE` grant on at least one column to take a row
+//! lock (`FOR UPDATE`): the runtime role holds it on `next_sequence` only,
+//! the retention role on `reserved_at` only, and the immutability triggers
+//! refuse every actual update of a reservation row, whoever asks.
+
+use crate::{PgStore, StoreError};
+
+/// The statements of the profile, with `{owner}`, `{runtime}` and
+/// `{retention}` replaced by quoted role names. Idempotent: safe to apply
+/// again after every migration.
+const PROFILE_SQL: &str = include_str!("roles.sql");
+
+/// The three role names a deployment uses. The roles must exist (create
+/// them with `CREATE ROLE ... LOGIN PASSWORD ...` as you manage
+/// credentials); [`PgStore::apply_role_profile`] only grants and revokes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleProfile {
+    owner: String,
+    runtime: String,
+    retention: String,
+}
+
+impl RoleProfile {
+    /// Three role names, each 1..=63 bytes of `[a-z0-9_]`, starting with a
+    /// letter or `_`, all different.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] naming the bad role.
+    pub fn new(owner: &str, runtime: &str, retention: &str) -> Result<Self, StoreError> {
+        for (what, name) in [
+            ("owner", owner),
+            ("runtime", runtime),
+            ("retention", retention),
+        ] {
+            check_role_name(what, name)?;
+        }
+        if owner == runtime || owner == retention || runtime == retention {
+            return Err(StoreError::InvalidArgument(
+                "the owner, runtime and retention roles must be three different roles".into(),
+            ));
+        }
+        Ok(Self {
+            owner: owner.to_owned(),
+            runtime: runtime.to_owned(),
+            retention: retention.to_owned(),
+        })
+    }
+
+    /// The owner role (migrations).
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The runtime role (register, reserve, run queue).
+    pub fn runtime(&self) -> &str {
+        &self.runtime
+    }
+
+    /// The retention role (prune only).
+    pub fn retention(&self) -> &str {
+        &self.retention
+    }
+
+    /// The SQL that [`PgStore::apply_role_profile`] runs, for review or for
+    /// applying by hand.
+    pub fn sql(&self) -> String {
+        PROFILE_SQL
+            .replace("{owner}", &quote(&self.owner))
+            .replace("{runtime}", &quote(&self.runtime))
+            .replace("{retention}", &quote(&self.retention))
+    }
+}
+
+fn check_role_name(what: &str, name: &str) -> Result<(), StoreError> {
+    let valid = (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if !valid {
+        return Err(StoreError::InvalidArgument(format!(
+            "{what} role {name:?} must be 1..=63 bytes of [a-z0-9_], not starting with a digit"
+        )));
+    }
+    Ok(())
+}
+
+/// Double-quotes an identifier already restricted to `[a-z0-9_]`.
+fn quote(name: &str) -> String {
+    format!("\"{name}\"")
+}
+
+impl PgStore {
+    /// Applies the role profile in one transaction: the owner role takes
+    /// ownership of the schema and its objects, the runtime and retention
+    /// roles get exactly their grants, and `PUBLIC` gets nothing. Run it
+    /// after [`PgStore::migrate`] with a role that may change ownership
+    /// (a superuser or the current owner who is a member of the owner role).
+    ///
+    /// # Errors
+    /// [`StoreError::PermissionDenied`] when the connected role may not
+    /// grant; server errors (e.g. a role that does not exist).
+    pub async fn apply_role_profile(&self, profile: &RoleProfile) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = PgStore::begin(&mut client).await?;
+        tx.batch_execute(&profile.sql()).await?;
+        tx.commit().await?;
+        tracing::info!(
+            owner = profile.owner(),
+            runtime = profile.runtime(),
+            retention = profile.retention(),
+            "applied role profile"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(owner: &str, runtime: &str, retention: &str, ok: bool) {
+        assert_eq!(
+            RoleProfile::new(owner, runtime, retention).is_ok(),
+            ok,
+            "{owner} {runtime} {retention}"
+        );
+    }
+
+    #[test]
+    fn role_names() {
+        check("statek_owner", "statek_runtime", "statek_retention", true);
+        check("_o", "r1", "r_2", true);
+        check("", "r", "t", false);
+        check("Owner", "r", "t", false);
+        check("o", "r; drop table x", "t", false);
+        check("o", "r", "1t", false);
+        check("o", "r", &"t".repeat(64), false);
+        check("o", "o", "t", false);
+        check("o", "r", "r", false);
+    }
+
+    #[test]
+    fn sql_names_each_role_quoted() {
+        let sql = RoleProfile::new("own", "run", "ret").unwrap().sql();
+        assert!(sql.contains("ALTER SCHEMA statek OWNER TO \"own\""));
+        assert!(sql.contains("GRANT USAGE ON SCHEMA statek TO \"run\", \"ret\""));
+        assert!(!sql.contains('{'));
+    }
+}

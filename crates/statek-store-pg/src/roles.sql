@@ -1,0 +1,33 @@
+-- statek role profile: owner (migrations), runtime (register, reserve,
+-- run queue), retention (prune). Applied by PgStore::apply_role_profile
+-- with {owner}, {runtime} and {retention} replaced by quoted role names.
+-- Idempotent; re-apply after every migration.
+
+ALTER SCHEMA statek OWNER TO {owner};
+ALTER TABLE statek.scheduler_shards OWNER TO {owner};
+ALTER TABLE statek.scheduler_reservations OWNER TO {owner};
+ALTER TABLE statek.runs OWNER TO {owner};
+ALTER TABLE statek.refinery_schema_history OWNER TO {owner};
+ALTER FUNCTION statek.refuse_shard_policy_change() OWNER TO {owner};
+ALTER FUNCTION statek.refuse_reservation_update() OWNER TO {owner};
+
+-- Nobody else sees anything unless granted below.
+REVOKE ALL ON SCHEMA statek FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA statek FROM PUBLIC, {runtime}, {retention};
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA statek FROM PUBLIC, {runtime}, {retention};
+GRANT USAGE ON SCHEMA statek TO {runtime}, {retention};
+
+-- Runtime: register (insert a shard), reserve (lock the shard row, advance
+-- only the cursor, insert reservations), run queue (insert, claim, update).
+-- No DELETE anywhere, no UPDATE of policy columns.
+GRANT SELECT, INSERT ON statek.scheduler_shards TO {runtime};
+GRANT UPDATE (next_sequence) ON statek.scheduler_shards TO {runtime};
+GRANT SELECT, INSERT ON statek.scheduler_reservations TO {runtime};
+GRANT SELECT, INSERT, UPDATE ON statek.runs TO {runtime};
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA statek TO {runtime};
+
+-- Retention: find and delete old reservation rows. The column UPDATE grant
+-- exists only because FOR UPDATE row locks require one; the immutability
+-- trigger refuses every actual update.
+GRANT SELECT, DELETE ON statek.scheduler_reservations TO {retention};
+GRANT UPDATE (reserved_at) ON statek.scheduler_reservations TO {retention};
