@@ -74,6 +74,13 @@ pub enum StoreError {
         /// The run.
         run_id: Uuid,
     },
+    /// The idempotency key already names a run of the tenant with a
+    /// different payload. Nothing was written.
+    #[error("idempotency key already used by run {run_id} with another payload")]
+    IdempotencyConflict {
+        /// The existing run.
+        run_id: Uuid,
+    },
     /// An immutability trigger refused an update or delete.
     #[error("refused by the database: {message}")]
     ImmutableRow {

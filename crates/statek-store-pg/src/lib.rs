@@ -61,6 +61,7 @@
 mod config;
 mod error;
 mod migration;
+mod notifications;
 mod reservation;
 mod retention;
 mod roles;
@@ -73,14 +74,15 @@ pub mod testing;
 pub use config::StoreConfig;
 pub use error::StoreError;
 pub use migration::{embedded_migrations, MigrationReport};
+pub use notifications::{RunNotifications, RUNS_CHANNEL};
 pub use reservation::Reservation;
 pub use retention::{
     PruneReport, SchedulerFairnessRetentionPolicy, MAX_PRUNE_BATCH, MAX_RETENTION, MIN_RETENTION,
 };
 pub use roles::RoleProfile;
 pub use run_queue::{
-    ClaimOutcome, ClaimedRun, EnqueuedRun, FailOutcome, NewRun, RunLease, MAX_ATTEMPTS_LIMIT,
-    MAX_PAYLOAD_BYTES,
+    ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
+    RunLease, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES,
 };
 pub use shard::{Registration, StoredShard};
 pub use store::PgStore;

@@ -10,6 +10,7 @@ ALTER TABLE statek.runs OWNER TO {owner};
 ALTER TABLE statek.refinery_schema_history OWNER TO {owner};
 ALTER FUNCTION statek.refuse_shard_policy_change() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_reservation_update() OWNER TO {owner};
+ALTER FUNCTION statek.notify_run_available() OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;

@@ -21,10 +21,48 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 1000;
 /// Shortest and longest lease, in seconds.
 const LEASE_RANGE_SECS: (f64, f64) = (0.001, 86_400.0);
 
+/// Inserts a run; with an idempotency key already used by the tenant,
+/// inserts nothing (and the existing run is read with `SELECT_BY_KEY`).
 const INSERT_RUN: &str = "
-    INSERT INTO statek.runs (run_id, tenant_id, payload, max_attempts, available_at)
-    VALUES ($1, $2, $3, $4, clock_timestamp() + make_interval(secs => $5))
+    INSERT INTO statek.runs
+        (run_id, tenant_id, payload, max_attempts, available_at, idempotency_key)
+    VALUES ($1, $2, $3, $4, clock_timestamp() + make_interval(secs => $5), $6)
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING enqueued_at, available_at";
+
+const SELECT_BY_KEY: &str = "
+    SELECT run_id, payload, enqueued_at, available_at
+    FROM statek.runs
+    WHERE tenant_id = $1 AND idempotency_key = $2";
+
+const CANCEL_RUN: &str = "
+    UPDATE statek.runs
+    SET state = 'cancelled', finished_at = clock_timestamp(),
+        lease_token = NULL, lease_expires_at = NULL
+    WHERE run_id = $1 AND state IN ('available', 'running')";
+
+/// Phase one of the expiry pass: runs whose lease has expired, with the
+/// token that was read (oldest expiry first).
+const SELECT_EXPIRED: &str = "
+    SELECT run_id, lease_token
+    FROM statek.runs
+    WHERE state = 'running' AND lease_expires_at <= clock_timestamp()
+    ORDER BY lease_expires_at
+    LIMIT $1";
+
+/// Phase two: put one expired run back (or fail it at its last attempt),
+/// only if it is still running under the token read in phase one and its
+/// lease is still expired. A run completed, failed, heartbeated or
+/// re-claimed in between changes nothing.
+const RESCUE_EXPIRED: &str = "
+    UPDATE statek.runs
+    SET state = CASE WHEN attempt < max_attempts THEN 'available' ELSE 'failed' END,
+        finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE clock_timestamp() END,
+        lease_token = NULL, lease_expires_at = NULL,
+        last_error = 'lease expired'
+    WHERE run_id = $1 AND lease_token = $2 AND state = 'running'
+      AND lease_expires_at <= clock_timestamp()
+    RETURNING state";
 
 /// The predicate of a claimable run of tenant $1, shared by claim and the
 /// contention probe.
@@ -103,6 +141,7 @@ pub struct NewRun {
     payload: Vec<u8>,
     max_attempts: u32,
     delay: Duration,
+    idempotency_key: Option<String>,
 }
 
 impl NewRun {
@@ -114,7 +153,16 @@ impl NewRun {
             payload: payload.into(),
             max_attempts: 5,
             delay: Duration::ZERO,
+            idempotency_key: None,
         }
+    }
+
+    /// An idempotency key (1..=256 bytes), unique per tenant: enqueueing
+    /// again with the same key and payload returns the existing run instead
+    /// of adding one.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
     }
 
     /// Total executions allowed before the run is `failed` (1..=1000).
@@ -142,8 +190,30 @@ pub struct EnqueuedRun {
     pub run_id: Uuid,
     /// Database time of the insert.
     pub enqueued_at: SystemTime,
-    /// Database time from which the run may be claimed.
+    /// Database time from which the run may be claimable.
     pub available_at: SystemTime,
+    /// True when the idempotency key named an existing run, which is
+    /// returned instead of a new one.
+    pub deduplicated: bool,
+}
+
+/// A run whose lease had expired when the expiry pass read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpiredRun {
+    /// The run and the token it was running under.
+    pub lease: RunLease,
+}
+
+/// What the expiry pass did with one expired run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RescueOutcome {
+    /// Put back: claimable again (its next claim raises the attempt).
+    Requeued,
+    /// It had used its last attempt: now `failed`.
+    Failed,
+    /// Nothing changed: the run finished, was heartbeated or re-claimed
+    /// after it was read.
+    Unchanged,
 }
 
 /// Proof of holding a run's lease: presented to heartbeat, complete and fail.
@@ -251,11 +321,19 @@ impl PgStore {
                 run.delay
             )));
         }
+        if let Some(key) = &run.idempotency_key {
+            if !(1..=256).contains(&key.len()) {
+                return Err(StoreError::InvalidArgument(format!(
+                    "idempotency key must be 1..=256 bytes, got {}",
+                    key.len()
+                )));
+            }
+        }
         let run_id = Uuid::now_v7();
         let max_attempts = i32::try_from(run.max_attempts).unwrap_or(i32::MAX);
         let client = self.client().await?;
-        let row = client
-            .query_one(
+        let inserted = client
+            .query_opt(
                 INSERT_RUN,
                 &[
                     &run_id,
@@ -263,13 +341,92 @@ impl PgStore {
                     &run.payload,
                     &max_attempts,
                     &run.delay.as_secs_f64(),
+                    &run.idempotency_key,
                 ],
             )
             .await?;
+        if let Some(row) = inserted {
+            return Ok(EnqueuedRun {
+                run_id,
+                enqueued_at: row.try_get(0)?,
+                available_at: row.try_get(1)?,
+                deduplicated: false,
+            });
+        }
+        // The key is taken (ON CONFLICT waited for a concurrent inserter).
+        let row = client
+            .query_opt(SELECT_BY_KEY, &[&run.tenant.as_str(), &run.idempotency_key])
+            .await?
+            .ok_or_else(|| StoreError::corrupt("run", "idempotency key vanished"))?;
+        let payload: Vec<u8> = row.try_get("payload")?;
+        let existing: Uuid = row.try_get("run_id")?;
+        if payload != run.payload {
+            return Err(StoreError::IdempotencyConflict { run_id: existing });
+        }
         Ok(EnqueuedRun {
-            run_id,
-            enqueued_at: row.try_get(0)?,
-            available_at: row.try_get(1)?,
+            run_id: existing,
+            enqueued_at: row.try_get("enqueued_at")?,
+            available_at: row.try_get("available_at")?,
+            deduplicated: true,
+        })
+    }
+
+    /// Cancels a run that is `available` or `running`. A running run's
+    /// worker learns it at its next heartbeat (`LeaseLost`), which fires the
+    /// handler's cancellation token. Returns false if the run had already
+    /// finished (or does not exist).
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn cancel_run(&self, run_id: Uuid) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        Ok(client.execute(CANCEL_RUN, &[&run_id]).await? == 1)
+    }
+
+    /// Phase one of the expiry pass: up to `limit` (1..=10,000) runs whose
+    /// lease has expired, oldest expiry first. Claims already re-take
+    /// expired runs; the pass exists to fail runs that expired on their
+    /// last attempt and to make expired runs visible.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] for a limit out of range; connection
+    /// and server errors.
+    pub async fn find_expired_runs(&self, limit: u32) -> Result<Vec<ExpiredRun>, StoreError> {
+        if !(1..=10_000).contains(&limit) {
+            return Err(StoreError::InvalidArgument(format!(
+                "limit must be 1..=10000, got {limit}"
+            )));
+        }
+        let client = self.client().await?;
+        let rows = client.query(SELECT_EXPIRED, &[&i64::from(limit)]).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ExpiredRun {
+                    lease: RunLease {
+                        run_id: row.try_get(0)?,
+                        token: row.try_get(1)?,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// Phase two of the expiry pass, for one run read by
+    /// [`PgStore::find_expired_runs`]: requeue it (or fail it after its last
+    /// attempt) only if it is still running under the same token with an
+    /// expired lease.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn rescue_expired_run(&self, run: &ExpiredRun) -> Result<RescueOutcome, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(RESCUE_EXPIRED, &[&run.lease.run_id, &run.lease.token])
+            .await?;
+        Ok(match row {
+            None => RescueOutcome::Unchanged,
+            Some(row) if row.try_get::<_, String>(0)? == "failed" => RescueOutcome::Failed,
+            Some(_) => RescueOutcome::Requeued,
         })
     }
 

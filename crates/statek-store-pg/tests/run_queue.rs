@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use statek_policy::TenantId;
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{ClaimOutcome, ClaimedRun, FailOutcome, NewRun, StoreError};
+use statek_store_pg::{ClaimOutcome, ClaimedRun, FailOutcome, NewRun, RescueOutcome, StoreError};
 
 fn tenant(id: &str) -> TenantId {
     TenantId::try_from(id).unwrap()
@@ -198,4 +198,173 @@ async fn bad_run_input_is_rejected_before_the_database() {
         Err(StoreError::InvalidArgument(_))
     ));
     assert_eq!(store.count_live_runs().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn idempotency_keys_deduplicate_per_tenant() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    let b = tenant("tenant-b");
+    let first = store
+        .enqueue(&NewRun::new(a.clone(), b"x".to_vec()).idempotency_key("order-1"))
+        .await
+        .unwrap();
+    assert!(!first.deduplicated);
+    let again = store
+        .enqueue(&NewRun::new(a.clone(), b"x".to_vec()).idempotency_key("order-1"))
+        .await
+        .unwrap();
+    assert_eq!((again.run_id, again.deduplicated), (first.run_id, true));
+    // Another payload under the same key is a conflict; nothing written.
+    assert!(matches!(
+        store
+            .enqueue(&NewRun::new(a.clone(), b"y".to_vec()).idempotency_key("order-1"))
+            .await,
+        Err(StoreError::IdempotencyConflict { run_id }) if run_id == first.run_id
+    ));
+    // The same key for another tenant is another run.
+    let other = store
+        .enqueue(&NewRun::new(b.clone(), b"x".to_vec()).idempotency_key("order-1"))
+        .await
+        .unwrap();
+    assert!(!other.deduplicated);
+    assert_ne!(other.run_id, first.run_id);
+    assert!(matches!(
+        store
+            .enqueue(&NewRun::new(a.clone(), vec![]).idempotency_key(""))
+            .await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert_eq!(store.count_live_runs().await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn cancel_stops_a_queued_or_running_run() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    let queued = store
+        .enqueue(&NewRun::new(a.clone(), vec![]))
+        .await
+        .unwrap();
+    assert!(store.cancel_run(queued.run_id).await.unwrap());
+    assert!(!store.cancel_run(queued.run_id).await.unwrap());
+    assert_eq!(
+        store.claim_run(&a, LEASE).await.unwrap(),
+        ClaimOutcome::Idle
+    );
+
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]))
+        .await
+        .unwrap();
+    let running = claimed(store.claim_run(&a, LEASE).await.unwrap());
+    assert!(store.cancel_run(running.lease.run_id()).await.unwrap());
+    // The worker finds out at its next heartbeat or completion.
+    assert!(matches!(
+        store.heartbeat_run(&running.lease, LEASE).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert!(matches!(
+        store.complete_run(&running.lease).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert_eq!(store.count_live_runs().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn the_expiry_pass_changes_nothing_for_a_run_completed_after_it_was_read() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]))
+        .await
+        .unwrap();
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]).max_attempts(1))
+        .await
+        .unwrap();
+    let slow = claimed(
+        store
+            .claim_run(&a, Duration::from_millis(20))
+            .await
+            .unwrap(),
+    );
+    let last_try = claimed(
+        store
+            .claim_run(&a, Duration::from_millis(20))
+            .await
+            .unwrap(),
+    );
+    tokio::time::sleep(Duration::from_millis(80)).await;
+
+    let expired = store.find_expired_runs(10).await.unwrap();
+    assert_eq!(
+        expired.iter().map(|e| e.lease).collect::<Vec<_>>(),
+        vec![slow.lease, last_try.lease]
+    );
+    // The slow worker completes after the pass read it as expired.
+    store.complete_run(&slow.lease).await.unwrap();
+    assert_eq!(
+        store.rescue_expired_run(&expired[0]).await.unwrap(),
+        RescueOutcome::Unchanged
+    );
+    // The run that expired on its last attempt is failed.
+    assert_eq!(
+        store.rescue_expired_run(&expired[1]).await.unwrap(),
+        RescueOutcome::Failed
+    );
+    assert_eq!(
+        store.rescue_expired_run(&expired[1]).await.unwrap(),
+        RescueOutcome::Unchanged
+    );
+    let client = db.client().await;
+    let states: Vec<(String, i32)> = client
+        .query(
+            "SELECT state, attempt FROM statek.runs ORDER BY queue_seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(states, vec![("completed".into(), 1), ("failed".into(), 1)]);
+}
+
+#[tokio::test]
+async fn a_claimable_run_wakes_listeners() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let mut wakeups = store.listen_for_runs().await.unwrap();
+    let a = tenant("tenant-a");
+    // Delayed runs do not notify at insert; available ones do.
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]).delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    store
+        .enqueue(&NewRun::new(tenant("tenant-b"), vec![]))
+        .await
+        .unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(10), wakeups.recv())
+        .await
+        .expect("a wake-up")
+        .expect("listening")
+        .unwrap();
+    assert_eq!(woke.as_str(), "tenant-b");
+    // A failed run put back with no delay notifies again.
+    let run = claimed(store.claim_run(&tenant("tenant-b"), LEASE).await.unwrap());
+    store
+        .fail_run(&run.lease, "retry", Duration::ZERO)
+        .await
+        .unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(10), wakeups.recv())
+        .await
+        .expect("a wake-up")
+        .expect("listening")
+        .unwrap();
+    assert_eq!(woke.as_str(), "tenant-b");
 }
