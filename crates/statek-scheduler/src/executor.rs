@@ -82,4 +82,11 @@ pub trait TenantExecutor: Send + Sync {
 
     /// Whether an error of this executor is transient.
     fn is_retryable(error: &Self::Error) -> bool;
+
+    /// Whether any tenant has claimable work now, if the executor can tell
+    /// cheaply (`None`: unknown). An idle [`crate::Worker`] asks this
+    /// instead of reserving slots to find out.
+    fn has_claimable_work(&self) -> impl Future<Output = Option<bool>> + Send {
+        std::future::ready(None)
+    }
 }

@@ -63,12 +63,14 @@ mod executor;
 mod options;
 mod pg_executor;
 mod scheduler;
+mod worker;
 
 pub use error::SchedulerError;
 pub use executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
 pub use options::SchedulerOptions;
 pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler};
 pub use scheduler::{DurableFairScheduler, TickOutcome};
+pub use worker::{Worker, WorkerOptions, WorkerReport};
 
 /// The README's library example, compiled as a doctest so it cannot rot.
 #[doc = include_str!("../../../README.md")]

@@ -5,12 +5,26 @@ use std::future::Future;
 use std::pin::pin;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use statek_policy::TenantId;
 use statek_store_pg::{ClaimOutcome, ClaimedRun, FailOutcome, PgStore, StoreError};
 use tokio_util::sync::CancellationToken;
 
 use crate::executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
 use crate::SchedulerError;
+
+/// Whether the executor still holds a claimed run's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseState {
+    /// Held (as far as the executor knows).
+    Held,
+    /// The local deadline passed without a heartbeat; the token may still
+    /// be valid in the database.
+    ExpiredLocally,
+    /// A heartbeat found the token gone: someone else owns the run.
+    LostOnServer,
+}
 
 /// A handler failure: the run is retried after a backoff while attempts
 /// remain.
@@ -153,34 +167,57 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         &self.handler
     }
 
-    /// Runs the handler, heartbeating every period; fires `cancel` when a
-    /// heartbeat finds the lease lost. Returns the handler's result and
-    /// whether the lease was lost.
+    /// Margin by which the local lease deadline precedes the database's:
+    /// a fifth of the lease, at least 20 ms, at most 5 s.
+    fn lease_margin(&self) -> Duration {
+        (self.options.lease / 5).clamp(Duration::from_millis(20), Duration::from_secs(5))
+    }
+
+    /// Runs the handler, heartbeating every period. Fires `cancel` when a
+    /// heartbeat finds the lease lost, or when the local lease deadline
+    /// passes without a successful heartbeat: the deadline counts from
+    /// before the claim (or the heartbeat) was sent and ends a margin before
+    /// the lease, so the handler is told to stop before anyone else can
+    /// claim the run.
     async fn run_with_heartbeats(
         &self,
         run: &ClaimedRun,
         cancel: &CancellationToken,
-    ) -> (Result<(), RunError>, bool) {
+        claim_sent: Instant,
+    ) -> (Result<(), RunError>, LeaseState) {
         let mut handler = pin!(self.handler.handle(run, cancel.clone()));
-        let Some(period) = self.options.heartbeat_every else {
-            return (handler.await, false);
-        };
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut lost = false;
+        let lease = self.options.lease;
+        let margin = self.lease_margin();
+        let mut deadline = claim_sent + lease.saturating_sub(margin);
+        let period = self.options.heartbeat_every;
+        let mut next_heartbeat = period.map(|p| Instant::now() + p);
+        let mut state = LeaseState::Held;
         loop {
+            let heartbeat_due = async {
+                match next_heartbeat {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                result = &mut handler => return (result, lost),
-                _ = ticker.tick(), if !lost => {
-                    match self.store.heartbeat_run(&run.lease, self.options.lease).await {
-                        Ok(_) => {}
+                result = &mut handler => return (result, state),
+                _ = heartbeat_due, if state == LeaseState::Held => {
+                    let sent = Instant::now();
+                    next_heartbeat = period.map(|p| sent + p);
+                    match self.store.heartbeat_run(&run.lease, lease).await {
+                        Ok(_) => deadline = sent + lease.saturating_sub(margin),
                         Err(StoreError::LeaseLost { .. }) => {
                             tracing::warn!(run_id = %run.lease.run_id(), "lease lost; cancelling handler");
-                            lost = true;
+                            state = LeaseState::LostOnServer;
                             cancel.cancel();
                         }
                         Err(e) => tracing::warn!(run_id = %run.lease.run_id(), error = %e, "heartbeat failed"),
                     }
+                }
+                _ = tokio::time::sleep_until(deadline), if state == LeaseState::Held => {
+                    tracing::warn!(run_id = %run.lease.run_id(), "lease about to expire; cancelling handler");
+                    state = LeaseState::ExpiredLocally;
+                    cancel.cancel();
                 }
             }
         }
@@ -198,6 +235,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         if shutdown.is_cancelled() {
             return Ok(TenantTickOutcome::Cancelled);
         }
+        let claim_sent = Instant::now();
         let run = match self.store.claim_run(tenant, self.options.lease).await? {
             ClaimOutcome::Claimed(run) => run,
             ClaimOutcome::Idle => return Ok(TenantTickOutcome::Idle),
@@ -210,13 +248,15 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
             claimed_at: run.claimed_at,
         };
         let cancel = shutdown.child_token();
-        let (result, lost) = self.run_with_heartbeats(&run, &cancel).await;
-        if lost {
+        let (result, lease_state) = self.run_with_heartbeats(&run, &cancel, claim_sent).await;
+        if lease_state == LeaseState::LostOnServer {
             return Ok(TenantTickOutcome::ExecutionFailed {
                 run: executed,
                 error: "lease lost while the handler ran".into(),
             });
         }
+        // Expired locally: the token may still hold (nobody re-claimed), so
+        // the outcome is still recorded under it; the store says if not.
         match result {
             Ok(()) => match self.store.complete_run(&run.lease).await {
                 Ok(()) => Ok(TenantTickOutcome::Executed(executed)),
@@ -257,6 +297,16 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
 
     fn is_retryable(error: &StoreError) -> bool {
         error.is_retryable()
+    }
+
+    async fn has_claimable_work(&self) -> Option<bool> {
+        match self.store.any_claimable_runs().await {
+            Ok(any) => Some(any),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot probe the run queue");
+                None
+            }
+        }
     }
 }
 

@@ -108,6 +108,16 @@ const PROBE_CLAIMABLE: &str = concat!(
     ")"
 );
 
+/// Is any run of any tenant claimable now? One index probe; used by idle
+/// workers instead of burning reservations.
+const ANY_CLAIMABLE: &str = "
+    SELECT EXISTS (
+        SELECT 1 FROM statek.runs
+        WHERE state IN ('available', 'running')
+          AND available_at <= clock_timestamp()
+          AND (state = 'available' OR lease_expires_at <= clock_timestamp())
+          AND attempt < max_attempts)";
+
 const HEARTBEAT_RUN: &str = "
     UPDATE statek.runs
     SET lease_expires_at = clock_timestamp() + make_interval(secs => $3)
@@ -554,6 +564,15 @@ impl PgStore {
                 available_at: row.try_get(1)?,
             }
         })
+    }
+
+    /// Whether any tenant has a run claimable now (without claiming it).
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn any_claimable_runs(&self) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        Ok(client.query_one(ANY_CLAIMABLE, &[]).await?.try_get(0)?)
     }
 
     /// Number of runs still `available` or `running`, over all tenants.

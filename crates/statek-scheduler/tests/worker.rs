@@ -1,0 +1,306 @@
+//! The worker loop against a real PostgreSQL: idle backoff and wake-up,
+//! graceful shutdown, leases with and without heartbeats.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::{
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    SchedulerOptions, TenantTickOutcome, Worker, WorkerOptions,
+};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::{ClaimOutcome, ClaimedRun, NewRun, PgStore};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+fn policy() -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [
+            TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 3).unwrap(),
+            TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), 1).unwrap(),
+        ],
+    )
+    .unwrap()
+}
+
+fn tenant(id: &str) -> TenantId {
+    TenantId::try_from(id).unwrap()
+}
+
+/// Sleeps `work` unless cancelled; records whether it was cancelled.
+#[derive(Debug, Default)]
+struct Sleepy {
+    work: Duration,
+    runs: AtomicU32,
+    cancelled_at: Mutex<Option<Instant>>,
+}
+
+impl RunHandler for Sleepy {
+    async fn handle(&self, _run: &ClaimedRun, cancel: CancellationToken) -> Result<(), RunError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        tokio::select! {
+            _ = tokio::time::sleep(self.work) => Ok(()),
+            _ = cancel.cancelled() => {
+                *self.cancelled_at.lock().unwrap() = Some(Instant::now());
+                Err(RunError::new("cancelled"))
+            }
+        }
+    }
+}
+
+async fn scheduler(
+    store: &PgStore,
+    handler: Sleepy,
+    executor: ExecutorOptions,
+) -> Arc<DurableFairScheduler<PgRunQueueExecutor<Sleepy>>> {
+    let executor = PgRunQueueExecutor::new(store.clone(), handler, executor);
+    Arc::new(
+        DurableFairScheduler::register(store.clone(), policy(), executor, SchedulerOptions::new())
+            .await
+            .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn an_idle_fleet_backs_off_and_wakes_on_notify() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = scheduler(&store, Sleepy::default(), ExecutorOptions::new()).await;
+    let options = WorkerOptions::new().concurrency(4).unwrap();
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(Arc::clone(&scheduler), options)
+        .with_notifications(store.listen_for_runs().await.unwrap())
+        .with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+
+    // 10 s with every queue empty.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle_reservations = store
+        .next_sequence(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    // One lap (L = 4) finds everyone idle, then each of the 4 loops ticks
+    // once per backoff sleep: 10 ms doubling to 1 s allows at most 17
+    // sleeps in 10 s, so at most 4 + 4 * 18 reservations.
+    eprintln!("idle: {idle_reservations} reservations in 10 s");
+    assert!(idle_reservations <= 4 + 4 * 18, "{idle_reservations}");
+    while outcomes.try_recv().is_ok() {}
+
+    // A run for the light tenant: the notification wakes the loops.
+    let enqueued_at = Instant::now();
+    let run = store
+        .enqueue(&NewRun::new(tenant("tenant-b"), vec![]))
+        .await
+        .unwrap();
+    let mut ticks_until_executed = 0;
+    let latency = loop {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), outcomes.recv())
+            .await
+            .expect("an outcome")
+            .expect("worker running");
+        ticks_until_executed += 1;
+        if let TenantTickOutcome::Executed(executed) = outcome.tenant_outcome() {
+            assert_eq!(executed.run_id, run.run_id);
+            break enqueued_at.elapsed();
+        }
+    };
+    eprintln!("wake-up: executed after {latency:?} and {ticks_until_executed} ticks");
+    // Within tenant-b's bound (4 reservations), plus the ticks the other
+    // 3 loops had in flight.
+    assert!(ticks_until_executed <= 4 + 3, "{ticks_until_executed}");
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert!(report.wakeups >= 1, "{report:?}");
+    assert!(report.backoffs >= 1, "{report:?}");
+    assert_eq!(report.executed, 1);
+}
+
+#[tokio::test]
+async fn shutdown_lets_running_handlers_finish_within_the_grace() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let handler = Sleepy {
+        work: Duration::from_millis(500),
+        ..Sleepy::default()
+    };
+    let scheduler = scheduler(&store, handler, ExecutorOptions::new()).await;
+    store
+        .enqueue(&NewRun::new(tenant("tenant-a"), vec![]))
+        .await
+        .unwrap();
+    let options = WorkerOptions::new()
+        .concurrency(1)
+        .unwrap()
+        .shutdown_grace(Duration::from_secs(20))
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(Worker::new(Arc::clone(&scheduler), options).run(shutdown.clone()));
+    while scheduler.executor().handler().runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.executed, 1, "{report:?}");
+    assert_eq!(
+        *scheduler.executor().handler().cancelled_at.lock().unwrap(),
+        None
+    );
+    assert_eq!(store.count_live_runs().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn after_the_grace_running_handlers_are_cancelled_and_released() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let handler = Sleepy {
+        work: Duration::from_secs(600),
+        ..Sleepy::default()
+    };
+    let scheduler = scheduler(&store, handler, ExecutorOptions::new()).await;
+    store
+        .enqueue(&NewRun::new(tenant("tenant-a"), vec![]))
+        .await
+        .unwrap();
+    let options = WorkerOptions::new()
+        .concurrency(1)
+        .unwrap()
+        .shutdown_grace(Duration::from_millis(100))
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(Worker::new(Arc::clone(&scheduler), options).run(shutdown.clone()));
+    while scheduler.executor().handler().runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!((report.executed, report.cancelled), (0, 1), "{report:?}");
+    assert!(scheduler
+        .executor()
+        .handler()
+        .cancelled_at
+        .lock()
+        .unwrap()
+        .is_some());
+    // Released at once (no backoff), attempt counted.
+    match store
+        .claim_run(&tenant("tenant-a"), Duration::from_secs(30))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed(run) => assert_eq!(run.attempt, 2),
+        other => panic!("expected the released run, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_long_run_from_being_claimed_twice() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let handler = Sleepy {
+        work: Duration::from_millis(1500),
+        ..Sleepy::default()
+    };
+    let lease = ExecutorOptions::new()
+        .lease(Duration::from_millis(300))
+        .unwrap();
+    let first = scheduler(&store, handler, lease).await;
+    let second = scheduler(&db.store(), Sleepy::default(), lease).await;
+    store
+        .enqueue(&NewRun::new(tenant("tenant-a"), vec![]))
+        .await
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let long = tokio::spawn({
+        let first = Arc::clone(&first);
+        let shutdown = shutdown.clone();
+        async move { first.tick(&shutdown).await }
+    });
+    while first.executor().handler().runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Meanwhile another replica keeps ticking the same shard.
+    let mut others = Vec::new();
+    while !long.is_finished() {
+        let outcome = second.tick(&shutdown).await.unwrap();
+        others.push(outcome.tenant_outcome().label());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let outcome = long.await.unwrap().unwrap();
+    assert!(
+        matches!(outcome.tenant_outcome(), TenantTickOutcome::Executed(run) if run.attempt == 1)
+    );
+    assert!(!others.is_empty());
+    assert!(others.iter().all(|l| *l == "idle"), "{others:?}");
+    assert_eq!(second.executor().handler().runs.load(Ordering::SeqCst), 0);
+    assert_eq!(first.executor().handler().runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn without_heartbeats_the_handler_is_cancelled_before_anyone_can_claim() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let handler = Sleepy {
+        work: Duration::from_secs(600),
+        ..Sleepy::default()
+    };
+    let no_heartbeats = ExecutorOptions::new()
+        .lease(Duration::from_millis(500))
+        .unwrap()
+        .heartbeat_every(None)
+        .unwrap();
+    let first = scheduler(&store, handler, no_heartbeats).await;
+    store
+        .enqueue(&NewRun::new(tenant("tenant-a"), vec![]))
+        .await
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let long = tokio::spawn({
+        let first = Arc::clone(&first);
+        let shutdown = shutdown.clone();
+        async move { first.tick(&shutdown).await }
+    });
+    while first.executor().handler().runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Another claimer tries until it gets the run (after the lease expires).
+    let other = db.store();
+    let claimed_at = loop {
+        if let ClaimOutcome::Claimed(run) = other
+            .claim_run(&tenant("tenant-a"), Duration::from_secs(30))
+            .await
+            .unwrap()
+        {
+            assert_eq!(run.attempt, 2);
+            break Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let cancelled_at = first
+        .executor()
+        .handler()
+        .cancelled_at
+        .lock()
+        .unwrap()
+        .expect("the handler was cancelled");
+    assert!(cancelled_at < claimed_at);
+    // The first executor's failure is fenced: the run now belongs to the other.
+    let outcome = long.await.unwrap().unwrap();
+    assert!(
+        matches!(
+            outcome.tenant_outcome(),
+            TenantTickOutcome::ExecutionFailed { .. }
+        ),
+        "{outcome:?}"
+    );
+}
