@@ -96,6 +96,26 @@ impl TestDatabase {
         PgStore::new(self.store_config()).expect("pool builds")
     }
 
+    /// A key-value connection string for the database (for child
+    /// processes in tests).
+    pub fn connection_string(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(tokio_postgres::config::Host::Tcp(host)) = self.config.get_hosts().first() {
+            parts.push(format!("host={host}"));
+        }
+        if let Some(port) = self.config.get_ports().first() {
+            parts.push(format!("port={port}"));
+        }
+        if let Some(user) = self.config.get_user() {
+            parts.push(format!("user={user}"));
+        }
+        if let Some(password) = self.config.get_password() {
+            parts.push(format!("password={}", String::from_utf8_lossy(password)));
+        }
+        parts.push(format!("dbname={}", self.name));
+        parts.join(" ")
+    }
+
     /// A plain client for assertions and tampering, outside any pool.
     pub async fn client(&self) -> tokio_postgres::Client {
         let (client, connection) = self.config.connect(NoTls).await.expect("connect");

@@ -1,0 +1,88 @@
+//! A scheduler replica as its own OS process, for the multi-process tests
+//! (feature `test-support`; not for production use).
+//!
+//! Usage: `statek-test-replica "<connection string>"`. Registers policy
+//! tenant-a:3/tenant-b:1 on shard `primary-v1`, runs a [`Worker`] with 2
+//! ticks in flight, a 1 s lease and heartbeats, and prints one line per
+//! event to stdout:
+//! - `executed <run_id> <attempt>` after a run completed;
+//! - `hang <run_id> <attempt>` when a run with payload `hang` starts its
+//!   first attempt (it then hangs until cancelled; later attempts succeed).
+//!
+//! Runs with payload `work` sleep 2 ms. Closing stdin shuts it down.
+
+#![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::{
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    SchedulerOptions, TenantTickOutcome, Worker, WorkerOptions,
+};
+use statek_store_pg::{ClaimedRun, PgStore};
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+
+struct Handler;
+
+impl RunHandler for Handler {
+    async fn handle(&self, run: &ClaimedRun, cancel: CancellationToken) -> Result<(), RunError> {
+        if run.payload == b"hang" && run.attempt == 1 {
+            println!("hang {} {}", run.lease.run_id(), run.attempt);
+            let _ = std::io::stdout().flush();
+            cancel.cancelled().await;
+            return Err(RunError::new("cancelled"));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Ok(())
+    }
+}
+
+fn policy() -> Result<WeightedFairnessPolicy, statek_policy::PolicyError> {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1")?,
+        [
+            TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 3)?,
+            TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?,
+        ],
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::args()
+        .nth(1)
+        .ok_or("usage: statek-test-replica <connection string>")?;
+    let store = PgStore::connect(&url)?;
+    let options = ExecutorOptions::new().lease(Duration::from_secs(1))?;
+    let executor = PgRunQueueExecutor::new(store.clone(), Handler, options);
+    let scheduler = Arc::new(
+        DurableFairScheduler::register(store.clone(), policy()?, executor, SchedulerOptions::new())
+            .await?,
+    );
+    let (sink, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::new(scheduler, WorkerOptions::new().concurrency(2)?)
+        .with_notifications(store.listen_for_runs().await?)
+        .with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let printer = tokio::spawn(async move {
+        while let Some(outcome) = outcomes.recv().await {
+            if let TenantTickOutcome::Executed(run) = outcome.tenant_outcome() {
+                println!("executed {} {}", run.run_id, run.attempt);
+                let _ = std::io::stdout().flush();
+            }
+        }
+    });
+    // Run until stdin closes.
+    let mut sink = Vec::new();
+    let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+    shutdown.cancel();
+    let report = running.await??;
+    let _ = printer.await;
+    eprintln!("replica done: {report:?}");
+    Ok(())
+}

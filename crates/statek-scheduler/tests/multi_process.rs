@@ -1,0 +1,214 @@
+//! Four OS processes tick one shard (policy tenant-a:3/tenant-b:1); then
+//! one is killed with SIGKILL while it holds a run. Needs feature
+//! `test-support` (for the `statek-test-replica` binary); `cargo xtask
+//! test` builds with all features.
+
+#![cfg(feature = "test-support")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::NewRun;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+fn policy() -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [
+            TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 3).unwrap(),
+            TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), 1).unwrap(),
+        ],
+    )
+    .unwrap()
+}
+
+/// Starts a replica process; its stdout lines arrive on `lines` tagged
+/// with its index.
+fn spawn_replica(index: usize, url: &str, lines: mpsc::UnboundedSender<(usize, String)>) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_statek-test-replica"))
+        .arg(url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            let _ = lines.send((index, line));
+        }
+    });
+    child
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_keep_the_order_and_survive_a_sigkill() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    store.register(&p).await.unwrap();
+    let a = TenantId::try_from("tenant-a").unwrap();
+    let b = TenantId::try_from("tenant-b").unwrap();
+    // The victim is tenant-b's first run: whoever claims it hangs.
+    let victim = store
+        .enqueue(&NewRun::new(b.clone(), b"hang".to_vec()))
+        .await
+        .unwrap()
+        .run_id;
+    for _ in 0..600 {
+        store
+            .enqueue(&NewRun::new(a.clone(), b"work".to_vec()))
+            .await
+            .unwrap();
+    }
+    for _ in 0..200 {
+        store
+            .enqueue(&NewRun::new(b.clone(), b"work".to_vec()))
+            .await
+            .unwrap();
+    }
+
+    let url = db.connection_string();
+    let (tx, mut lines) = mpsc::unbounded_channel();
+    let mut children: Vec<Option<Child>> = (0..4)
+        .map(|i| Some(spawn_replica(i, &url, tx.clone())))
+        .collect();
+    drop(tx);
+
+    let mut executed: HashMap<Uuid, Vec<(usize, u32)>> = HashMap::new();
+    let mut killed: Option<(usize, Instant)> = None;
+    let mut reexecuted_after = None;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(120) {
+        let Ok(Some((from, line))) =
+            tokio::time::timeout(Duration::from_millis(200), lines.recv()).await
+        else {
+            if store.count_live_runs().await.unwrap() == 0 && reexecuted_after.is_some() {
+                break;
+            }
+            continue;
+        };
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields.as_slice() {
+            ["hang", id, "1"] => {
+                assert_eq!(id.parse::<Uuid>().unwrap(), victim);
+                // SIGKILL the process that holds the victim's lease.
+                children[from].take().unwrap().start_kill().unwrap();
+                killed = Some((from, Instant::now()));
+            }
+            ["executed", id, attempt] => {
+                let id: Uuid = id.parse().unwrap();
+                let attempt: u32 = attempt.parse().unwrap();
+                executed.entry(id).or_default().push((from, attempt));
+                if id == victim {
+                    reexecuted_after = killed.map(|(_, at)| at.elapsed());
+                }
+            }
+            other => panic!("unexpected replica line {other:?}"),
+        }
+    }
+    // Stop the survivors gracefully (closing stdin).
+    for child in children.iter_mut().flatten() {
+        drop(child.stdin.take());
+    }
+    for child in children.iter_mut().flatten() {
+        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+    while let Ok(Some((from, line))) =
+        tokio::time::timeout(Duration::from_millis(100), lines.recv()).await
+    {
+        if let ["executed", id, attempt] = line.split(' ').collect::<Vec<_>>().as_slice() {
+            executed
+                .entry(id.parse().unwrap())
+                .or_default()
+                .push((from, attempt.parse().unwrap()));
+        }
+    }
+
+    // The kill: the victim ran again exactly once, on attempt 2, elsewhere.
+    let (killed_index, _) = killed.expect("a replica claimed the victim");
+    let victim_runs = &executed[&victim];
+    assert_eq!(victim_runs.len(), 1, "{victim_runs:?}");
+    assert_eq!(victim_runs[0].1, 2);
+    assert_ne!(victim_runs[0].0, killed_index);
+    eprintln!(
+        "victim re-executed {:?} after SIGKILL (lease 1 s); {} runs executed in {:?}",
+        reexecuted_after.unwrap(),
+        executed.len(),
+        started.elapsed()
+    );
+    // No run executed twice; every run completed, attempt 1 but the victim.
+    assert!(executed.values().all(|e| e.len() == 1));
+    let client = db.client().await;
+    let states: BTreeMap<(String, i32), i64> = client
+        .query(
+            "SELECT state, attempt, count(*) FROM statek.runs GROUP BY 1, 2",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+        .collect();
+    assert_eq!(
+        states,
+        BTreeMap::from([(("completed".into(), 1), 800), (("completed".into(), 2), 1)])
+    );
+
+    // The order: one contiguous sequence, 3:1 in every full cycle, no gap
+    // above a bound.
+    let next = store.next_sequence(p.shard_id()).await.unwrap();
+    let mut rows = Vec::new();
+    while (rows.len() as u64) < next {
+        let page = store
+            .reservations(p.shard_id(), rows.len() as u64, 10_000)
+            .await
+            .unwrap();
+        assert!(!page.is_empty());
+        rows.extend(page);
+    }
+    assert_eq!(
+        rows.iter().map(|r| r.sequence()).collect::<Vec<_>>(),
+        (0..next).collect::<Vec<_>>()
+    );
+    let tenants: Vec<&TenantId> = rows
+        .iter()
+        .map(|r| p.tenant_for_slot(u64::from(r.slot())).unwrap())
+        .collect();
+    for cycle in tenants.chunks_exact(4) {
+        assert_eq!(cycle.iter().filter(|t| ***t == a).count(), 3);
+        assert_eq!(cycle.iter().filter(|t| ***t == b).count(), 1);
+    }
+    for (tenant, bound) in [(&a, 2u64), (&b, 4u64)] {
+        let picks: Vec<u64> = (0..next)
+            .filter(|s| tenants[*s as usize] == tenant)
+            .collect();
+        let max_gap = picks.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        assert_eq!(
+            p.starvation_bound(tenant)
+                .unwrap()
+                .maximum_reservations_until_selection() as u64,
+            bound
+        );
+        assert!(max_gap <= bound, "{tenant}: gap {max_gap} > {bound}");
+    }
+    eprintln!("{next} reservations by 4 processes, contiguous");
+}
