@@ -217,20 +217,32 @@ impl PgStore {
         let mut client = self.client().await?;
         let tx = PgStore::begin(&mut client).await?;
 
-        if let Some(row) = tx.query_opt(SELECT_RESERVATION, &[&reservation_id]).await? {
+        if let Some(row) = tx
+            .query_opt(
+                &tx.prepare_cached(SELECT_RESERVATION).await?,
+                &[&reservation_id],
+            )
+            .await?
+        {
             let found = existing(reservation_id, shard, digest, &row)?;
             tx.commit().await?;
             return Ok(found);
         }
 
         let locked = tx
-            .query_opt(LOCK_SHARD, &[&shard.as_str()])
+            .query_opt(&tx.prepare_cached(LOCK_SHARD).await?, &[&shard.as_str()])
             .await?
             .ok_or_else(|| StoreError::UnknownShard {
                 shard: shard.clone(),
             })?;
 
-        if let Some(row) = tx.query_opt(SELECT_RESERVATION, &[&reservation_id]).await? {
+        if let Some(row) = tx
+            .query_opt(
+                &tx.prepare_cached(SELECT_RESERVATION).await?,
+                &[&reservation_id],
+            )
+            .await?
+        {
             let found = existing(reservation_id, shard, digest, &row)?;
             tx.commit().await?;
             return Ok(found);
@@ -264,7 +276,7 @@ impl PgStore {
 
         let advanced = tx
             .query_opt(
-                INSERT_AND_ADVANCE,
+                &tx.prepare_cached(INSERT_AND_ADVANCE).await?,
                 &[
                     &reservation_id,
                     &shard.as_str(),

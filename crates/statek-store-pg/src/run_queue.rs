@@ -344,7 +344,7 @@ impl PgStore {
         let client = self.client().await?;
         let inserted = client
             .query_opt(
-                INSERT_RUN,
+                &client.prepare_cached(INSERT_RUN).await?,
                 &[
                     &run_id,
                     &run.tenant.as_str(),
@@ -365,7 +365,10 @@ impl PgStore {
         }
         // The key is taken (ON CONFLICT waited for a concurrent inserter).
         let row = client
-            .query_opt(SELECT_BY_KEY, &[&run.tenant.as_str(), &run.idempotency_key])
+            .query_opt(
+                &client.prepare_cached(SELECT_BY_KEY).await?,
+                &[&run.tenant.as_str(), &run.idempotency_key],
+            )
             .await?
             .ok_or_else(|| StoreError::corrupt("run", "idempotency key vanished"))?;
         let payload: Vec<u8> = row.try_get("payload")?;
@@ -390,7 +393,10 @@ impl PgStore {
     /// Connection and server errors.
     pub async fn cancel_run(&self, run_id: Uuid) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        Ok(client.execute(CANCEL_RUN, &[&run_id]).await? == 1)
+        Ok(client
+            .execute(&client.prepare_cached(CANCEL_RUN).await?, &[&run_id])
+            .await?
+            == 1)
     }
 
     /// Phase one of the expiry pass: up to `limit` (1..=10,000) runs whose
@@ -431,7 +437,10 @@ impl PgStore {
     pub async fn rescue_expired_run(&self, run: &ExpiredRun) -> Result<RescueOutcome, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_opt(RESCUE_EXPIRED, &[&run.lease.run_id, &run.lease.token])
+            .query_opt(
+                &client.prepare_cached(RESCUE_EXPIRED).await?,
+                &[&run.lease.run_id, &run.lease.token],
+            )
             .await?;
         Ok(match row {
             None => RescueOutcome::Unchanged,
@@ -456,11 +465,17 @@ impl PgStore {
         let token = Uuid::now_v7();
         let client = self.client().await?;
         let claimed = client
-            .query_opt(CLAIM_RUN, &[&tenant.as_str(), &token, &lease_secs])
+            .query_opt(
+                &client.prepare_cached(CLAIM_RUN).await?,
+                &[&tenant.as_str(), &token, &lease_secs],
+            )
             .await?;
         let Some(row) = claimed else {
             let exists: bool = client
-                .query_one(PROBE_CLAIMABLE, &[&tenant.as_str()])
+                .query_one(
+                    &client.prepare_cached(PROBE_CLAIMABLE).await?,
+                    &[&tenant.as_str()],
+                )
                 .await?
                 .try_get(0)?;
             return Ok(if exists {
@@ -497,7 +512,10 @@ impl PgStore {
         let lease_secs = lease_secs(lease)?;
         let client = self.client().await?;
         let row = client
-            .query_opt(HEARTBEAT_RUN, &[&held.run_id, &held.token, &lease_secs])
+            .query_opt(
+                &client.prepare_cached(HEARTBEAT_RUN).await?,
+                &[&held.run_id, &held.token, &lease_secs],
+            )
             .await?
             .ok_or(StoreError::LeaseLost {
                 run_id: held.run_id,
@@ -514,7 +532,10 @@ impl PgStore {
     pub async fn complete_run(&self, held: &RunLease) -> Result<(), StoreError> {
         let client = self.client().await?;
         let changed = client
-            .execute(COMPLETE_RUN, &[&held.run_id, &held.token])
+            .execute(
+                &client.prepare_cached(COMPLETE_RUN).await?,
+                &[&held.run_id, &held.token],
+            )
             .await?;
         if changed == 0 {
             return Err(StoreError::LeaseLost {
@@ -544,7 +565,7 @@ impl PgStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                FAIL_RUN,
+                &client.prepare_cached(FAIL_RUN).await?,
                 &[
                     &held.run_id,
                     &held.token,
@@ -572,7 +593,10 @@ impl PgStore {
     /// Connection and server errors.
     pub async fn any_claimable_runs(&self) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        Ok(client.query_one(ANY_CLAIMABLE, &[]).await?.try_get(0)?)
+        Ok(client
+            .query_one(&client.prepare_cached(ANY_CLAIMABLE).await?, &[])
+            .await?
+            .try_get(0)?)
     }
 
     /// Number of runs still `available` or `running`, over all tenants.
