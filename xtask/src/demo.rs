@@ -19,7 +19,7 @@ use statek_policy::policy_file::PolicyFile;
 use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
-    SchedulerOptions, TenantTickOutcome, TickOutcome,
+    SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
 };
 use statek_store_pg::{ClaimedRun, NewRun, PgStore, StoreConfig};
 use tokio_util::sync::CancellationToken;
@@ -228,18 +228,43 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
     let started = Instant::now();
     let ticks: Arc<Mutex<Vec<TickOutcome>>> = Arc::default();
     let reserved = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Every replica is a Worker (one tick in flight, heartbeats on, idle
+    // backoff, woken by LISTEN/NOTIFY); their outcomes meet here.
+    let (sink, mut outcomes) = tokio::sync::mpsc::unbounded_channel::<TickOutcome>();
     let mut tasks = tokio::task::JoinSet::new();
     for scheduler in &replicas {
-        let scheduler = Arc::clone(scheduler);
-        let stop = stop.clone();
+        let notifications = scheduler.store().listen_for_runs().await?;
+        let worker = Worker::new(Arc::clone(scheduler), WorkerOptions::new().concurrency(1)?)
+            .with_notifications(notifications)
+            .with_outcome_sink(sink.clone());
+        tasks.spawn(worker.run(stop.clone()));
+    }
+    drop(sink);
+    let collector = {
         let ticks = Arc::clone(&ticks);
         let executed = Arc::clone(&executed);
         let reserved = Arc::clone(&reserved);
+        let stop = stop.clone();
         let limit = args.max_reservations;
-        tasks.spawn(async move {
-            replica_loop(scheduler, stop, ticks, executed, reserved, limit).await
-        });
-    }
+        tokio::spawn(async move {
+            while let Some(outcome) = outcomes.recv().await {
+                if let TenantTickOutcome::Executed(run) = outcome.tenant_outcome() {
+                    lock(&executed).insert(
+                        run.run_id,
+                        Executed {
+                            sequence: outcome.reservation().sequence(),
+                            available_at: run.available_at,
+                            claimed_at: run.claimed_at,
+                        },
+                    );
+                }
+                lock(&ticks).push(outcome);
+                if reserved.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= limit {
+                    stop.cancel();
+                }
+            }
+        })
+    };
 
     // Trickle arrivals: one run every 20 ms, round robin over the tenants.
     let producer = {
@@ -307,15 +332,23 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         }
     };
     stop.cancel();
+    let mut worker_reports = Vec::new();
     while let Some(result) = tasks.join_next().await {
-        result.context("replica task")??;
+        worker_reports.push(result.context("replica task")??);
     }
+    collector.await.context("outcome collector")?;
     if let Some(p) = producer {
         p.await.context("producer task")??;
     }
     let elapsed = started.elapsed();
     let end_sequence = admin.next_sequence(&shard).await?;
     let ticks = std::mem::take(&mut *lock(&ticks));
+    for (i, r) in worker_reports.iter().enumerate() {
+        println!(
+            "worker {i}: {} ticks, {} executed, {} idle, {} contended, {} idle backoffs, {} wake-ups, {} transient errors",
+            r.ticks, r.executed, r.idle, r.contended, r.backoffs, r.wakeups, r.transient_errors
+        );
+    }
     println!(
         "stopped: {stop_reason}; {} ticks by {} replicas in {:.1} s ({:.0} reservations/s)",
         ticks.len(),
@@ -357,47 +390,6 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-async fn replica_loop(
-    scheduler: Arc<Scheduler>,
-    stop: CancellationToken,
-    ticks: Arc<Mutex<Vec<TickOutcome>>>,
-    executed: Arc<Mutex<HashMap<Uuid, Executed>>>,
-    reserved: Arc<std::sync::atomic::AtomicU64>,
-    limit: u64,
-) -> Result<()> {
-    let mut transient_errors = 0u32;
-    while !stop.is_cancelled() {
-        if reserved.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= limit {
-            stop.cancel();
-            break;
-        }
-        match scheduler.tick(&stop).await {
-            Ok(outcome) => {
-                transient_errors = 0;
-                if let TenantTickOutcome::Executed(run) = outcome.tenant_outcome() {
-                    lock(&executed).insert(
-                        run.run_id,
-                        Executed {
-                            sequence: outcome.reservation().sequence(),
-                            available_at: run.available_at,
-                            claimed_at: run.claimed_at,
-                        },
-                    );
-                }
-                lock(&ticks).push(outcome);
-            }
-            Err(statek_scheduler::SchedulerError::ShuttingDown) => break,
-            Err(e) if e.is_retryable() && transient_errors < 10 => {
-                transient_errors += 1;
-                eprintln!("replica: transient error, continuing: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 /// Per-tenant figures.
