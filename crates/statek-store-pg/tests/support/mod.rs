@@ -1,0 +1,3 @@
+//! Shared helpers for the store's integration tests (`mod support;`).
+
+pub mod fault_proxy;
