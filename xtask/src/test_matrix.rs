@@ -7,7 +7,7 @@
 //! with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_PG_VERSION` and
 //! `STATEK_TEST_REQUIRE_DB=1`. The first version runs the whole workspace
 //! test suite (unit, property, doc and database tests); the second runs the
-//! database tests of statek-store-pg and statek-scheduler again. Every step
+//! database tests of statek-store-pg, statek-scheduler and statek-cli again. Every step
 //! runs even when an earlier one failed; any failure fails the command.
 
 use std::time::{Duration, Instant};
@@ -33,6 +33,8 @@ const DATABASE_SUITE: &[&str] = &[
     "statek-store-pg",
     "-p",
     "statek-scheduler",
+    "-p",
+    "statek-cli",
     "--all-features",
     "--tests",
 ];

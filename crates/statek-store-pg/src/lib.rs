@@ -84,5 +84,5 @@ pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
     RunLease, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES,
 };
-pub use shard::{Registration, StoredShard};
+pub use shard::{Registration, ShardStatus, StoredShard};
 pub use store::PgStore;

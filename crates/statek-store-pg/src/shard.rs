@@ -18,6 +18,16 @@ const INSERT_SHARD: &str = "
 const SELECT_CURSOR: &str = "
     SELECT next_sequence FROM statek.scheduler_shards WHERE shard_id = $1";
 
+/// Operator figures for one shard: cursor, recent rate, retained evidence.
+const SHARD_STATUS: &str = "
+    SELECT now() AS observed_at,
+           (SELECT count(*) FROM statek.scheduler_reservations
+             WHERE shard_id = $1 AND reserved_at >= now() - interval '60 seconds') AS last_minute,
+           (SELECT count(*) FROM statek.scheduler_reservations WHERE shard_id = $1) AS retained,
+           (SELECT min(reserved_at) FROM statek.scheduler_reservations WHERE shard_id = $1) AS oldest,
+           (SELECT count(*) FROM statek.scheduler_reservations
+             WHERE shard_id = $1 AND reserved_at < now() - make_interval(secs => $2)) AS past_retention";
+
 const SELECT_SHARD: &str = "
     SELECT policy_bytes, policy_digest, cycle_length, next_sequence, registered_at
     FROM statek.scheduler_shards
@@ -234,4 +244,51 @@ impl PgStore {
             )
         })
     }
+
+    /// Operator figures for a shard: its verified policy and cursor, the
+    /// reservations of the last 60 s (database clock), the retained rows,
+    /// the oldest retained reservation, and how many rows are older than
+    /// `retain_for`.
+    ///
+    /// # Errors
+    /// As [`PgStore::load_shard`].
+    pub async fn shard_status(
+        &self,
+        shard: &SchedulerShardId,
+        retain_for: std::time::Duration,
+    ) -> Result<ShardStatus, StoreError> {
+        let stored = self.load_shard(shard).await?;
+        let client = self.client().await?;
+        let row = client
+            .query_one(SHARD_STATUS, &[&shard.as_str(), &retain_for.as_secs_f64()])
+            .await?;
+        let count = |name: &str| -> Result<u64, StoreError> {
+            Ok(u64::try_from(row.try_get::<_, i64>(name)?).unwrap_or(0))
+        };
+        Ok(ShardStatus {
+            observed_at: row.try_get("observed_at")?,
+            last_minute: count("last_minute")?,
+            retained: count("retained")?,
+            oldest: row.try_get("oldest")?,
+            past_retention: count("past_retention")?,
+            stored,
+        })
+    }
+}
+
+/// What [`PgStore::shard_status`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardStatus {
+    /// The verified shard (policy, cursor, registration time).
+    pub stored: StoredShard,
+    /// Database time of the reading.
+    pub observed_at: SystemTime,
+    /// Reservations in the 60 s before `observed_at`.
+    pub last_minute: u64,
+    /// Reservation rows retained.
+    pub retained: u64,
+    /// The oldest retained reservation's time, if any.
+    pub oldest: Option<SystemTime>,
+    /// Rows older than the given retention (due for pruning).
+    pub past_retention: u64,
 }

@@ -1,0 +1,239 @@
+//! Command-line definitions and dispatch.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::db::DbArgs;
+use crate::{policy_cmd, store_cmd};
+
+/// statek: fair, weighted, durable tenant scheduling on PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(
+    name = "statek",
+    version,
+    about,
+    after_help = "Examples:
+  statek policy compile deploy/policies/two-tenants.toml --show-cycle
+  statek policy diff old.toml new.toml
+  DATABASE_URL=postgres://owner@db/statek statek migrate
+  statek register deploy/policies/two-tenants.toml --database-url postgres://runtime@db/statek
+  statek status --shard primary-v1 --format json
+  statek prune --retain 24h --batch 1000 --until-empty
+  statek demo"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Output format of read commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Human-readable text.
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Compile, compare and verify policy files.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Create or upgrade the statek schema (owner role).
+    Migrate {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Bind a policy file to its shard (idempotent; a different policy is refused).
+    Register {
+        /// Policy file (TOML).
+        file: PathBuf,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Least-privilege roles.
+    #[command(subcommand)]
+    Roles(RolesCommand),
+    /// Cursor, recent reservation rate and retained evidence of a shard.
+    Status {
+        /// The shard.
+        #[arg(long)]
+        shard: String,
+        /// Count rows older than this as due for pruning (e.g. 24h, 7d).
+        #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+        retain: Duration,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Delete reservation rows older than the retention, oldest first, in batches (retention role).
+    Prune {
+        /// Keep rows younger than this (1h..=366d), e.g. 24h, 30d.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        retain: Duration,
+        /// Rows per transaction (1..=10000).
+        #[arg(long, default_value_t = 1000)]
+        batch: u32,
+        /// Repeat until nothing is due (default: one batch).
+        #[arg(long)]
+        until_empty: bool,
+        /// Output format of the totals.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// The noisy-neighbour demo against your database (runtime role with migrate rights).
+    Demo {
+        #[command(flatten)]
+        args: crate::demo::DemoArgs,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Tenants, weights, entitled share, starvation bound per tenant, cycle length, digest.
+    Compile {
+        /// Policy file (TOML).
+        file: PathBuf,
+        /// Also print the cycle, slot by slot.
+        #[arg(long)]
+        show_cycle: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// What changes between two policy files, and what the rollout must do.
+    Diff {
+        /// The policy in production.
+        old: PathBuf,
+        /// The proposed policy.
+        new: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Check that a shard holds exactly this policy (exit 4 if not).
+    Verify {
+        /// Policy file (TOML).
+        file: PathBuf,
+        /// The shard to check (default: the file's shard).
+        #[arg(long)]
+        shard: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RolesCommand {
+    /// Grant the owner, runtime and retention roles exactly their privileges (run after migrate).
+    Apply {
+        /// Role that owns the schema (migrations).
+        #[arg(long)]
+        owner: String,
+        /// Role of scheduler replicas and enqueuers.
+        #[arg(long)]
+        runtime: String,
+        /// Role of the pruning job.
+        #[arg(long)]
+        retention: String,
+        /// Print the SQL instead of applying it.
+        #[arg(long)]
+        print: bool,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Runs one parsed command line.
+///
+/// # Errors
+/// Any failure; [`crate::exit::code_for`] maps it to an exit code.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Policy(PolicyCommand::Compile {
+            file,
+            show_cycle,
+            format,
+        }) => {
+            let policy = policy_cmd::load(&file)?;
+            let compiled = policy_cmd::compile(&file.display().to_string(), &policy, show_cycle);
+            match format {
+                Format::Json => print_json(&compiled),
+                Format::Text => {
+                    print!("{}", policy_cmd::compile_text(&compiled));
+                    Ok(())
+                }
+            }
+        }
+        Command::Policy(PolicyCommand::Diff { old, new, format }) => {
+            let diff = policy_cmd::diff(&policy_cmd::load(&old)?, &policy_cmd::load(&new)?);
+            match format {
+                Format::Json => print_json(&diff),
+                Format::Text => {
+                    print!("{}", policy_cmd::diff_text(&diff));
+                    Ok(())
+                }
+            }
+        }
+        Command::Policy(PolicyCommand::Verify {
+            file,
+            shard,
+            format,
+            db,
+        }) => runtime()?.block_on(store_cmd::verify(&file, shard.as_deref(), format, &db)),
+        Command::Migrate { db } => runtime()?.block_on(store_cmd::migrate(&db)),
+        Command::Register { file, db } => runtime()?.block_on(store_cmd::register(&file, &db)),
+        Command::Roles(RolesCommand::Apply {
+            owner,
+            runtime: runtime_role,
+            retention,
+            print,
+            db,
+        }) => runtime()?.block_on(store_cmd::roles_apply(
+            &owner,
+            &runtime_role,
+            &retention,
+            print,
+            &db,
+        )),
+        Command::Status {
+            shard,
+            retain,
+            format,
+            db,
+        } => runtime()?.block_on(store_cmd::status(&shard, retain, format, &db)),
+        Command::Prune {
+            retain,
+            batch,
+            until_empty,
+            format,
+            db,
+        } => runtime()?.block_on(store_cmd::prune(retain, batch, until_empty, format, &db)),
+        Command::Demo { args, db } => crate::demo::run(args, db.url()?),
+    }
+}

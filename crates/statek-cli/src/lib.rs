@@ -1,0 +1,29 @@
+//! The `statek` operator tool, as a library (the binary is a thin `main`).
+//!
+//! Commands: `policy compile|diff|verify`, `migrate`, `register`,
+//! `roles apply`, `status`, `prune`, `demo`. Read commands take
+//! `--format json`. Database URLs come from `--database-url` or
+//! `DATABASE_URL` and are never printed with their password. Exit codes
+//! (see [`exit`]): 0 ok, 1 other failure, 2 usage, 3 invalid input, 4 policy
+//! conflict, 5 corrupt data, 6 database unavailable, 7 permission denied,
+//! 8 a demo check failed.
+//!
+//! ```no_run
+//! # fn main() -> anyhow::Result<()> {
+//! use clap::Parser;
+//! let cli = statek_cli::Cli::parse_from(["statek", "policy", "compile", "deploy/policies/two-tenants.toml"]);
+//! statek_cli::run(cli)?;
+//! # Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod cli;
+pub mod db;
+pub mod demo;
+pub mod exit;
+pub mod policy_cmd;
+mod store_cmd;
+
+pub use cli::{run, Cli};

@@ -1,0 +1,348 @@
+//! `statek policy compile|diff|verify`: what a policy file means, what a
+//! change would do, and whether a shard holds it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+use statek_policy::policy_file::PolicyFile;
+use statek_policy::WeightedFairnessPolicy;
+
+/// Reads and parses a policy file; errors name the file, line and field.
+pub fn load(path: &Path) -> Result<WeightedFairnessPolicy> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| crate::exit::InvalidInput(format!("{}: cannot read: {e}", path.display())))?;
+    let file = PolicyFile::parse(&path.display().to_string(), &text)?;
+    Ok(file.into_policy())
+}
+
+/// One tenant of a compiled policy, as reported.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct TenantRow {
+    /// Tenant id.
+    pub id: String,
+    /// Weight.
+    pub weight: u32,
+    /// Entitled share of slots, weight / L, in percent.
+    pub share_percent: f64,
+    /// Starvation bound in reservations, measured on the cycle.
+    pub bound: u32,
+    /// ceil(L / weight), the best any schedule could promise alone.
+    pub ideal: u32,
+}
+
+/// A compiled policy, as reported by `policy compile`.
+#[derive(Debug, Serialize)]
+pub struct Compiled {
+    /// The file.
+    pub file: String,
+    /// Shard id.
+    pub shard: String,
+    /// Algorithm name.
+    pub algorithm: String,
+    /// L, in slots.
+    pub cycle_length: u32,
+    /// Policy digest, hex.
+    pub digest: String,
+    /// Per tenant.
+    pub tenants: Vec<TenantRow>,
+    /// The cycle (tenant per slot), with `--show-cycle`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<Vec<String>>,
+}
+
+/// Compiles a policy into its report.
+pub fn compile(file: &str, policy: &WeightedFairnessPolicy, show_cycle: bool) -> Compiled {
+    let l = policy.cycle_length();
+    let tenants = policy
+        .tenants()
+        .iter()
+        .map(|t| TenantRow {
+            id: t.tenant().to_string(),
+            weight: t.weight(),
+            share_percent: 100.0 * f64::from(t.weight()) / f64::from(l),
+            bound: policy
+                .starvation_bound(t.tenant())
+                .map(|b| b.maximum_reservations_until_selection())
+                .unwrap_or(0),
+            ideal: l.div_ceil(t.weight()),
+        })
+        .collect();
+    Compiled {
+        file: file.to_owned(),
+        shard: policy.shard_id().to_string(),
+        algorithm: policy.algorithm().to_string(),
+        cycle_length: l,
+        digest: policy.digest().to_string(),
+        tenants,
+        cycle: show_cycle.then(|| policy.cycle().iter().map(ToString::to_string).collect()),
+    }
+}
+
+/// The text form of `policy compile`.
+pub fn compile_text(c: &Compiled) -> String {
+    let mut out = String::new();
+    let width = c
+        .tenants
+        .iter()
+        .map(|t| t.id.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let _ = writeln!(out, "policy       {}", c.file);
+    let _ = writeln!(out, "shard        {}", c.shard);
+    let _ = writeln!(out, "algorithm    {}", c.algorithm);
+    let _ = writeln!(out, "cycle length {} slots", c.cycle_length);
+    let _ = writeln!(out, "digest       {}", c.digest);
+    let _ = writeln!(out, "tenants      {}", c.tenants.len());
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>6}  {:>7}  {:>5}  {:>5}",
+        "tenant", "weight", "share", "bound", "ideal"
+    );
+    for t in &c.tenants {
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>6}  {:>6.2}%  {:>5}  {:>5}",
+            t.id, t.weight, t.share_percent, t.bound, t.ideal
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "share = weight / L of all slots (scheduling opportunities, not CPU time or runs)"
+    );
+    let _ = writeln!(
+        out,
+        "bound = most consecutive reservations until the tenant is selected, measured on the cycle; ideal = ceil(L / weight)"
+    );
+    if let Some(cycle) = &c.cycle {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "cycle (slot: tenant)");
+        for (slot, tenant) in cycle.iter().enumerate() {
+            let _ = writeln!(out, "{slot:>5}: {tenant}");
+        }
+    }
+    out
+}
+
+/// A tenant present in both policies of a diff.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct KeptTenant {
+    /// Tenant id.
+    pub id: String,
+    /// Old and new weight.
+    pub weight: (u32, u32),
+    /// Old and new starvation bound, in reservations.
+    pub bound: (u32, u32),
+}
+
+impl KeptTenant {
+    fn unchanged(&self) -> bool {
+        self.weight.0 == self.weight.1 && self.bound.0 == self.bound.1
+    }
+}
+
+/// What `policy diff` found.
+#[derive(Debug, Serialize)]
+pub struct Diff {
+    /// Old and new shard id.
+    pub shard: (String, String),
+    /// Old and new algorithm.
+    pub algorithm: (String, String),
+    /// Old and new cycle length.
+    pub cycle_length: (u32, u32),
+    /// Old and new digest.
+    pub digest: (String, String),
+    /// Tenants added, with weight and new bound.
+    pub added: Vec<(String, u32, u32)>,
+    /// Tenants removed, with weight and old bound.
+    pub removed: Vec<(String, u32, u32)>,
+    /// Tenants in both policies.
+    pub kept: Vec<KeptTenant>,
+    /// Whether the policies differ at all.
+    pub changed: bool,
+}
+
+/// Compares two policies.
+pub fn diff(old: &WeightedFairnessPolicy, new: &WeightedFairnessPolicy) -> Diff {
+    let bound = |p: &WeightedFairnessPolicy, t| {
+        p.starvation_bound(t)
+            .map(|b| b.maximum_reservations_until_selection())
+            .unwrap_or(0)
+    };
+    let old_tenants: BTreeMap<_, _> = old
+        .tenants()
+        .iter()
+        .map(|t| (t.tenant(), t.weight()))
+        .collect();
+    let new_tenants: BTreeMap<_, _> = new
+        .tenants()
+        .iter()
+        .map(|t| (t.tenant(), t.weight()))
+        .collect();
+    let mut diff = Diff {
+        shard: (old.shard_id().to_string(), new.shard_id().to_string()),
+        algorithm: (old.algorithm().to_string(), new.algorithm().to_string()),
+        cycle_length: (old.cycle_length(), new.cycle_length()),
+        digest: (old.digest().to_string(), new.digest().to_string()),
+        added: Vec::new(),
+        removed: Vec::new(),
+        kept: Vec::new(),
+        changed: old.canonical_bytes() != new.canonical_bytes(),
+    };
+    for (tenant, weight) in &new_tenants {
+        match old_tenants.get(tenant) {
+            None => diff
+                .added
+                .push((tenant.to_string(), *weight, bound(new, tenant))),
+            Some(old_weight) => diff.kept.push(KeptTenant {
+                id: tenant.to_string(),
+                weight: (*old_weight, *weight),
+                bound: (bound(old, tenant), bound(new, tenant)),
+            }),
+        }
+    }
+    for (tenant, weight) in &old_tenants {
+        if !new_tenants.contains_key(tenant) {
+            diff.removed
+                .push((tenant.to_string(), *weight, bound(old, tenant)));
+        }
+    }
+    diff
+}
+
+/// The text form of `policy diff`.
+pub fn diff_text(d: &Diff) -> String {
+    let mut out = String::new();
+    let pair = |(a, b): &(String, String)| {
+        if a == b {
+            format!("{a} (unchanged)")
+        } else {
+            format!("{a} -> {b}")
+        }
+    };
+    let _ = writeln!(out, "shard        {}", pair(&d.shard));
+    let _ = writeln!(out, "algorithm    {}", pair(&d.algorithm));
+    let _ = writeln!(
+        out,
+        "cycle length {}",
+        if d.cycle_length.0 == d.cycle_length.1 {
+            format!("{} (unchanged)", d.cycle_length.0)
+        } else {
+            format!("{} -> {}", d.cycle_length.0, d.cycle_length.1)
+        }
+    );
+    let _ = writeln!(out, "digest       {}", pair(&d.digest));
+    let _ = writeln!(out, "tenants");
+    for (id, weight, bound) in &d.added {
+        let _ = writeln!(out, "  + {id}: weight {weight}, bound {bound} (added)");
+    }
+    for (id, weight, bound) in &d.removed {
+        let _ = writeln!(out, "  - {id}: weight {weight}, bound {bound} (removed)");
+    }
+    for k in d.kept.iter().filter(|k| !k.unchanged()) {
+        let _ = writeln!(
+            out,
+            "  ~ {}: weight {} -> {}, bound {} -> {}",
+            k.id, k.weight.0, k.weight.1, k.bound.0, k.bound.1
+        );
+    }
+    let unchanged = d.kept.iter().filter(|k| k.unchanged()).count();
+    if unchanged > 0 {
+        let _ = writeln!(out, "  = {unchanged} tenants unchanged (weight and bound)");
+    }
+    let _ = writeln!(out);
+    if !d.changed {
+        let _ = writeln!(out, "no change: identical canonical bytes");
+    } else if d.shard.0 == d.shard.1 {
+        let _ = writeln!(
+            out,
+            "REFUSED ON REGISTER: the new policy reuses shard id {}; a shard is bound to its policy forever. \
+             Give the new policy a new shard id (e.g. {}-next), drain the old deployment, then activate the new shard.",
+            d.shard.1, d.shard.1
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "rollout: drain the deployment serving {} before activating {}: two shard ids serving one worker pool \
+             are two independent schedules, and neither bound then holds.",
+            d.shard.0, d.shard.1
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+        let text = format!(
+            "shard = \"{shard}\"\n{}",
+            weights
+                .iter()
+                .map(|(t, w)| format!("[[tenants]]\nid = \"{t}\"\nweight = {w}\n"))
+                .collect::<String>()
+        );
+        PolicyFile::parse("t.toml", &text).unwrap().into_policy()
+    }
+
+    #[test]
+    fn compile_reports_measured_bounds() {
+        let c = compile(
+            "t.toml",
+            &policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]),
+            true,
+        );
+        assert_eq!(
+            c.tenants,
+            vec![
+                TenantRow {
+                    id: "tenant-a".into(),
+                    weight: 3,
+                    share_percent: 75.0,
+                    bound: 2,
+                    ideal: 2
+                },
+                TenantRow {
+                    id: "tenant-b".into(),
+                    weight: 1,
+                    share_percent: 25.0,
+                    bound: 4,
+                    ideal: 4
+                },
+            ]
+        );
+        assert_eq!(
+            c.cycle.unwrap(),
+            ["tenant-a", "tenant-a", "tenant-b", "tenant-a"]
+        );
+    }
+
+    #[test]
+    fn diff_names_changes() {
+        let old = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+        let new = policy("primary-v2", &[("tenant-a", 3), ("tenant-c", 1)]);
+        let d = diff(&old, &new);
+        assert!(d.changed);
+        assert_eq!(d.added, vec![("tenant-c".into(), 1, 4)]);
+        assert_eq!(d.removed, vec![("tenant-b".into(), 1, 4)]);
+        assert_eq!(
+            d.kept,
+            vec![KeptTenant {
+                id: "tenant-a".into(),
+                weight: (3, 3),
+                bound: (2, 2)
+            }]
+        );
+        assert!(!diff(&old, &old).changed);
+        assert!(
+            diff_text(&diff(&old, &policy("primary-v1", &[("tenant-a", 1)])))
+                .contains("REFUSED ON REGISTER")
+        );
+    }
+}

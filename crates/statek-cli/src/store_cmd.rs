@@ -1,0 +1,271 @@
+//! Commands that talk to PostgreSQL: verify, migrate, register, roles,
+//! status, prune.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{anyhow, Result};
+use serde::Serialize;
+use statek_policy::SchedulerShardId;
+use statek_store_pg::{Registration, RoleProfile, SchedulerFairnessRetentionPolicy, StoreError};
+
+use crate::cli::Format;
+use crate::db::DbArgs;
+use crate::exit::InvalidInput;
+use crate::policy_cmd;
+
+fn shard_id(text: &str) -> Result<SchedulerShardId> {
+    SchedulerShardId::try_from(text)
+        .map_err(|e| anyhow!(InvalidInput(format!("--shard {text:?}: {e}"))))
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[derive(Serialize)]
+struct VerifyReport {
+    shard: String,
+    file: String,
+    matches: bool,
+    file_digest: String,
+    stored_digest: String,
+}
+
+/// `statek policy verify`: exit 4 when the shard holds another policy.
+pub async fn verify(file: &Path, shard: Option<&str>, format: Format, db: &DbArgs) -> Result<()> {
+    let policy = policy_cmd::load(file)?;
+    let shard = match shard {
+        Some(s) => shard_id(s)?,
+        None => policy.shard_id().clone(),
+    };
+    let store = db.store(1)?;
+    let stored = store.load_shard(&shard).await?;
+    let report = VerifyReport {
+        shard: shard.to_string(),
+        file: file.display().to_string(),
+        matches: stored.policy().canonical_bytes() == policy.canonical_bytes(),
+        file_digest: policy.digest().to_string(),
+        stored_digest: stored.policy().digest().to_string(),
+    };
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Text if report.matches => println!(
+            "ok: shard {} holds exactly {} (digest {})",
+            report.shard, report.file, report.file_digest
+        ),
+        Format::Text => println!(
+            "MISMATCH: shard {} holds policy {}, the file is {}",
+            report.shard, report.stored_digest, report.file_digest
+        ),
+    }
+    if !report.matches {
+        return Err(StoreError::PolicyConflict {
+            shard,
+            stored: stored.policy().digest(),
+            offered: policy.digest(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// `statek migrate`.
+pub async fn migrate(db: &DbArgs) -> Result<()> {
+    let store = db.store(1)?;
+    let report = store.migrate().await?;
+    for (version, name) in report.applied() {
+        println!("applied V{version}__{name}");
+    }
+    println!(
+        "schema statek is current on {} ({} migrations known, {} applied now)",
+        db.redacted(),
+        statek_store_pg::embedded_migrations().len(),
+        report.applied().len()
+    );
+    Ok(())
+}
+
+/// `statek register FILE`.
+pub async fn register(file: &Path, db: &DbArgs) -> Result<()> {
+    let policy = policy_cmd::load(file)?;
+    let store = db.store(1)?;
+    let how = match store.register(&policy).await? {
+        Registration::Registered { .. } => "registered",
+        Registration::Idempotent { .. } => "already registered with identical bytes",
+        _ => "registered",
+    };
+    println!(
+        "shard {}: {how} (policy {}, L = {})",
+        policy.shard_id(),
+        policy.digest(),
+        policy.cycle_length()
+    );
+    Ok(())
+}
+
+/// `statek roles apply`.
+pub async fn roles_apply(
+    owner: &str,
+    runtime: &str,
+    retention: &str,
+    print: bool,
+    db: &DbArgs,
+) -> Result<()> {
+    let profile = RoleProfile::new(owner, runtime, retention)?;
+    if print {
+        print!("{}", profile.sql());
+        return Ok(());
+    }
+    db.store(1)?.apply_role_profile(&profile).await?;
+    println!("applied role profile: owner {owner}, runtime {runtime}, retention {retention}");
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct StatusReport {
+    shard: String,
+    digest: String,
+    algorithm: String,
+    cycle_length: u32,
+    tenants: usize,
+    next_sequence: u64,
+    next_slot: u32,
+    registered_at: String,
+    observed_at: String,
+    reservations_last_minute: u64,
+    reservations_per_second: f64,
+    retained_reservations: u64,
+    oldest_retained: Option<String>,
+    oldest_retained_age_seconds: Option<f64>,
+    retention_seconds: u64,
+    rows_past_retention: u64,
+}
+
+/// `statek status --shard S`.
+pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) -> Result<()> {
+    let shard = shard_id(shard)?;
+    let store = db.store(1)?;
+    let s = store.shard_status(&shard, retain).await?;
+    let policy = s.stored.policy();
+    let report = StatusReport {
+        shard: shard.to_string(),
+        digest: policy.digest().to_string(),
+        algorithm: policy.algorithm().to_string(),
+        cycle_length: policy.cycle_length(),
+        tenants: policy.tenants().len(),
+        next_sequence: s.stored.next_sequence(),
+        next_slot: s.stored.next_slot(),
+        registered_at: rfc3339(s.stored.registered_at()),
+        observed_at: rfc3339(s.observed_at),
+        reservations_last_minute: s.last_minute,
+        reservations_per_second: s.last_minute as f64 / 60.0,
+        retained_reservations: s.retained,
+        oldest_retained: s.oldest.map(rfc3339),
+        oldest_retained_age_seconds: s
+            .oldest
+            .map(|o| unix_seconds(s.observed_at) - unix_seconds(o)),
+        retention_seconds: retain.as_secs(),
+        rows_past_retention: s.past_retention,
+    };
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Text => {
+            println!("shard              {}", report.shard);
+            println!(
+                "policy             {} ({}, L = {}, {} tenants)",
+                report.digest, report.algorithm, report.cycle_length, report.tenants
+            );
+            println!("registered at      {}", report.registered_at);
+            println!(
+                "cursor             sequence {} (next slot {})",
+                report.next_sequence, report.next_slot
+            );
+            println!(
+                "last minute        {} reservations ({:.2}/s)",
+                report.reservations_last_minute, report.reservations_per_second
+            );
+            println!(
+                "retained           {} reservation rows",
+                report.retained_reservations
+            );
+            match (&report.oldest_retained, report.oldest_retained_age_seconds) {
+                (Some(at), Some(age)) => println!("oldest retained    {at} ({age:.0} s ago)"),
+                _ => println!("oldest retained    none"),
+            }
+            println!(
+                "past retention     {} rows older than {}",
+                report.rows_past_retention,
+                humantime::format_duration(retain)
+            );
+        }
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct PruneTotals {
+    batches: u64,
+    deleted: u64,
+    last_cutoff: Option<String>,
+    seconds: f64,
+}
+
+/// `statek prune --retain D --batch N [--until-empty]`.
+pub async fn prune(
+    retain: Duration,
+    batch: u32,
+    until_empty: bool,
+    format: Format,
+    db: &DbArgs,
+) -> Result<()> {
+    let policy = SchedulerFairnessRetentionPolicy::new(retain, batch)?;
+    let store = db.store(1)?;
+    let started = std::time::Instant::now();
+    let mut totals = PruneTotals {
+        batches: 0,
+        deleted: 0,
+        last_cutoff: None,
+        seconds: 0.0,
+    };
+    loop {
+        let report = store.prune_scheduler_fairness_reservations(&policy).await?;
+        totals.batches += 1;
+        totals.deleted += report.deleted;
+        totals.last_cutoff = Some(rfc3339(report.cutoff));
+        if format == Format::Text {
+            // Progress on stderr, so stdout stays the totals.
+            eprint!(
+                "\rprune: batch {} deleted {} (total {}), cutoff {}    ",
+                totals.batches,
+                report.deleted,
+                totals.deleted,
+                rfc3339(report.cutoff)
+            );
+        }
+        if !until_empty || report.deleted < u64::from(batch) {
+            break;
+        }
+    }
+    totals.seconds = started.elapsed().as_secs_f64();
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&totals)?),
+        Format::Text => {
+            eprintln!();
+            println!(
+                "pruned {} reservation rows in {} batches ({:.1} s); cutoff {}",
+                totals.deleted,
+                totals.batches,
+                totals.seconds,
+                totals.last_cutoff.as_deref().unwrap_or("-")
+            );
+        }
+    }
+    Ok(())
+}

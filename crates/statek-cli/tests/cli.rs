@@ -1,0 +1,257 @@
+//! The `statek` binary: golden output, errors and exit codes, and the
+//! database commands against a real PostgreSQL.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use statek_policy::SchedulerShardId;
+use statek_store_pg::testing::TestDatabase;
+use uuid::Uuid;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn statek(args: &[&str], database_url: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_statek"));
+    cmd.args(args)
+        .current_dir(workspace())
+        .env_remove("DATABASE_URL");
+    if let Some(url) = database_url {
+        cmd.env("DATABASE_URL", url);
+    }
+    cmd.output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+#[test]
+fn policy_compile_golden() {
+    let out = statek(
+        &[
+            "policy",
+            "compile",
+            "deploy/policies/two-tenants.toml",
+            "--show-cycle",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "policy       deploy/policies/two-tenants.toml
+shard        primary-v1
+algorithm    swrr-v1
+cycle length 4 slots
+digest       6acf11c1d16fcb2ec8754466b5d93ff654598189fbddce650b94514f19aa7965
+tenants      2
+
+tenant    weight    share  bound  ideal
+tenant-a       3   75.00%      2      2
+tenant-b       1   25.00%      4      4
+
+share = weight / L of all slots (scheduling opportunities, not CPU time or runs)
+bound = most consecutive reservations until the tenant is selected, measured on the cycle; ideal = ceil(L / weight)
+
+cycle (slot: tenant)
+    0: tenant-a
+    1: tenant-a
+    2: tenant-b
+    3: tenant-a
+"
+    );
+    let json = statek(
+        &[
+            "policy",
+            "compile",
+            "deploy/policies/two-tenants.toml",
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value["cycle_length"], 4);
+    assert_eq!(value["tenants"][1]["bound"], 4);
+    assert_eq!(value["tenants"][0]["bound"], 2);
+}
+
+#[test]
+fn policy_diff_golden() {
+    let dir = std::env::temp_dir().join(format!("statek-cli-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let new = dir.join("new.toml");
+    std::fs::write(
+        &new,
+        "shard = \"primary-v2\"\n[[tenants]]\nid = \"tenant-a\"\nweight = 3\n[[tenants]]\nid = \"tenant-c\"\nweight = 2\n",
+    )
+    .unwrap();
+    let out = statek(
+        &[
+            "policy",
+            "diff",
+            "deploy/policies/two-tenants.toml",
+            new.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stdout(&out),
+        "shard        primary-v1 -> primary-v2
+algorithm    swrr-v1 (unchanged)
+cycle length 4 -> 5
+digest       6acf11c1d16fcb2ec8754466b5d93ff654598189fbddce650b94514f19aa7965 -> 0ead388daa777f2eb8aaec1f691abed7a8cdc2fceb104da1e1e2e0f0fcea5a59
+tenants
+  + tenant-c: weight 2, bound 3 (added)
+  - tenant-b: weight 1, bound 4 (removed)
+  = 1 tenants unchanged (weight and bound)
+
+rollout: drain the deployment serving primary-v1 before activating primary-v2: two shard ids serving one worker pool are two independent schedules, and neither bound then holds.
+"
+    );
+}
+
+#[test]
+fn every_invalid_file_names_file_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("statek-cli-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: &[(&str, &str, &str)] = &[
+        ("weight0.toml", "shard = \"s\"\n[[tenants]]\nid = \"a\"\nweight = 0\n", ":4:10: tenants[1].weight:"),
+        ("weight1025.toml", "shard = \"s\"\n[[tenants]]\nid = \"a\"\nweight = 1025\n", ":4:10: tenants[1].weight:"),
+        ("badid.toml", "shard = \"s\"\n[[tenants]]\nid = \"a/b\"\nweight = 1\n", ":3:6: tenants[1].id:"),
+        ("badshard.toml", "shard = \"..\"\n[[tenants]]\nid = \"a\"\nweight = 1\n", ":1:9: shard:"),
+        ("dup.toml", "shard = \"s\"\n[[tenants]]\nid = \"a\"\nweight = 1\n[[tenants]]\nid = \"a\"\nweight = 2\n", ":6:6: tenants[2].id:"),
+        ("unknown.toml", "shard = \"s\"\ncolour = \"red\"\n[[tenants]]\nid = \"a\"\nweight = 1\n", ":2:"),
+        ("noshard.toml", "[[tenants]]\nid = \"a\"\nweight = 1\n", ":1:1: shard: missing required key"),
+        ("syntax.toml", "shard = \"s\n", ":1:"),
+    ];
+    for (name, text, expected) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = statek(&["policy", "compile", path.to_str().unwrap()], None);
+        assert_eq!(out.status.code(), Some(3), "{name}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{}{expected}", path.display())),
+            "{name}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert!(stdout(&out).is_empty());
+    }
+    let missing = statek(&["policy", "compile", "no/such/file.toml"], None);
+    assert_eq!(missing.status.code(), Some(3));
+    assert!(stderr(&missing).contains("no/such/file.toml: cannot read"));
+    let no_db = statek(&["status", "--shard", "primary-v1"], None);
+    assert_eq!(no_db.status.code(), Some(3));
+    assert!(stderr(&no_db).contains("DATABASE_URL"));
+}
+
+#[tokio::test]
+async fn status_register_verify_and_prune_against_postgres() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let out = statek(
+        &["register", "deploy/policies/two-tenants.toml"],
+        Some(&url),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let again = statek(
+        &["register", "deploy/policies/two-tenants.toml"],
+        Some(&url),
+    );
+    assert!(stdout(&again).contains("already registered with identical bytes"));
+
+    // Ten reservations, four of them back-dated two days.
+    let store = db.store();
+    let shard = SchedulerShardId::try_from("primary-v1").unwrap();
+    let loaded = store.load_shard(&shard).await.unwrap();
+    for _ in 0..10 {
+        store
+            .reserve(&shard, &loaded.policy().digest(), Uuid::now_v7())
+            .await
+            .unwrap();
+    }
+    db.client()
+        .await
+        .batch_execute(
+            "ALTER TABLE statek.scheduler_reservations DISABLE TRIGGER scheduler_reservations_immutable;
+             UPDATE statek.scheduler_reservations SET reserved_at = now() - interval '2 days' WHERE sequence < 4;
+             ALTER TABLE statek.scheduler_reservations ENABLE TRIGGER scheduler_reservations_immutable;",
+        )
+        .await
+        .unwrap();
+
+    let status = statek(
+        &["status", "--shard", "primary-v1", "--format", "json"],
+        Some(&url),
+    );
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let s: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(s["next_sequence"], 10);
+    assert_eq!(s["next_slot"], 2);
+    assert_eq!(s["reservations_last_minute"], 6);
+    assert_eq!(s["retained_reservations"], 10);
+    assert_eq!(s["rows_past_retention"], 4);
+    assert_eq!(s["cycle_length"], 4);
+
+    let pruned = statek(
+        &[
+            "prune",
+            "--retain",
+            "24h",
+            "--batch",
+            "3",
+            "--until-empty",
+            "--format",
+            "json",
+        ],
+        Some(&url),
+    );
+    assert_eq!(pruned.status.code(), Some(0), "{}", stderr(&pruned));
+    let p: serde_json::Value = serde_json::from_slice(&pruned.stdout).unwrap();
+    assert_eq!(p["deleted"], 4);
+    assert_eq!(p["batches"], 2);
+    let after = statek(
+        &["status", "--shard", "primary-v1", "--format", "json"],
+        Some(&url),
+    );
+    let s: serde_json::Value = serde_json::from_slice(&after.stdout).unwrap();
+    assert_eq!(
+        (
+            s["retained_reservations"].clone(),
+            s["rows_past_retention"].clone()
+        ),
+        (6.into(), 0.into())
+    );
+    assert_eq!(s["next_sequence"], 10);
+
+    let verify = statek(
+        &["policy", "verify", "deploy/policies/two-tenants.toml"],
+        Some(&url),
+    );
+    assert_eq!(verify.status.code(), Some(0), "{}", stderr(&verify));
+    let bad = statek(
+        &[
+            "policy",
+            "verify",
+            "deploy/policies/noisy-neighbour.toml",
+            "--shard",
+            "primary-v1",
+        ],
+        Some(&url),
+    );
+    assert_eq!(bad.status.code(), Some(4));
+    // Passwords are never printed.
+    let secret = format!("{url} password=hunter2");
+    let out = statek(&["migrate"], Some(&secret));
+    assert!(!stdout(&out).contains("hunter2") && !stderr(&out).contains("hunter2"));
+}
