@@ -55,11 +55,24 @@
 //! );
 //! # Ok(()) }
 //! ```
+//!
+//! - [`FairnessMonitor`] measures what a shard actually did from its tick
+//!   outcomes (fed in any order, from any number of replicas): per-tenant
+//!   selection gaps, claim and service lag, outcome counts, and every gap
+//!   above a tenant's bound while it had work.
+//! - [`InMemoryExecutor`] is a [`TenantExecutor`] on an in-process queue with
+//!   the PostgreSQL queue's semantics (FIFO, leases, retries), for tests of
+//!   code built on statek; the same conformance suite runs against both.
 
 #![forbid(unsafe_code)]
 
 mod error;
 mod executor;
+mod fairness_report;
+mod memory_executor;
+mod memory_queue;
+pub mod metrics;
+mod monitor;
 mod options;
 mod pg_executor;
 mod scheduler;
@@ -67,6 +80,17 @@ mod worker;
 
 pub use error::SchedulerError;
 pub use executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
+pub use fairness_report::{
+    ClaimLag, FairnessReport, GapStats, GapViolation, TenantFairnessRow, TimeLag,
+};
+pub use memory_executor::{
+    InMemoryExecutor, InMemoryExecutorOptions, MemoryRun, MemoryRunHandler, MemoryRunLock,
+    MemoryRunState, MemoryRunStatus,
+};
+pub use monitor::{
+    FairnessMonitor, MonitorOptions, DEFAULT_MAX_PENDING, DEFAULT_MAX_TRACKED_RUNS,
+    DEFAULT_MAX_VIOLATIONS,
+};
 pub use options::SchedulerOptions;
 pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler};
 pub use scheduler::{DurableFairScheduler, TickOutcome};

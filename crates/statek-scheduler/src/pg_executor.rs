@@ -14,6 +14,15 @@ use tokio_util::sync::CancellationToken;
 use crate::executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
 use crate::SchedulerError;
 
+fn run_outcome(tenant: &TenantId, outcome: &'static str) {
+    metrics::counter!(
+        crate::metrics::RUN_OUTCOMES_TOTAL,
+        "tenant" => tenant.to_string(),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
 /// Whether the executor still holds a claimed run's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LeaseState {
@@ -250,6 +259,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         let cancel = shutdown.child_token();
         let (result, lease_state) = self.run_with_heartbeats(&run, &cancel, claim_sent).await;
         if lease_state == LeaseState::LostOnServer {
+            run_outcome(tenant, "lease_lost");
             return Ok(TenantTickOutcome::ExecutionFailed {
                 run: executed,
                 error: "lease lost while the handler ran".into(),
@@ -259,11 +269,17 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         // the outcome is still recorded under it; the store says if not.
         match result {
             Ok(()) => match self.store.complete_run(&run.lease).await {
-                Ok(()) => Ok(TenantTickOutcome::Executed(executed)),
-                Err(StoreError::LeaseLost { .. }) => Ok(TenantTickOutcome::ExecutionFailed {
-                    run: executed,
-                    error: "lease lost before completion was recorded".into(),
-                }),
+                Ok(()) => {
+                    run_outcome(tenant, "completed");
+                    Ok(TenantTickOutcome::Executed(executed))
+                }
+                Err(StoreError::LeaseLost { .. }) => {
+                    run_outcome(tenant, "lease_lost");
+                    Ok(TenantTickOutcome::ExecutionFailed {
+                        run: executed,
+                        error: "lease lost before completion was recorded".into(),
+                    })
+                }
                 Err(e) => Err(e),
             },
             Err(error) => {
@@ -278,17 +294,30 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                     .fail_run(&run.lease, &error.to_string(), retry_after)
                     .await;
                 match failed {
-                    Ok(_) if shutting_down => Ok(TenantTickOutcome::Cancelled),
-                    Ok(FailOutcome::Retrying { .. }) | Ok(FailOutcome::Failed) => {
+                    Ok(_) if shutting_down => {
+                        run_outcome(tenant, "cancelled");
+                        Ok(TenantTickOutcome::Cancelled)
+                    }
+                    Ok(outcome) => {
+                        run_outcome(
+                            tenant,
+                            match outcome {
+                                FailOutcome::Retrying { .. } => "retrying",
+                                FailOutcome::Failed => "failed",
+                            },
+                        );
                         Ok(TenantTickOutcome::ExecutionFailed {
                             run: executed,
                             error: error.to_string(),
                         })
                     }
-                    Err(StoreError::LeaseLost { .. }) => Ok(TenantTickOutcome::ExecutionFailed {
-                        run: executed,
-                        error: format!("{error}; lease lost before the failure was recorded"),
-                    }),
+                    Err(StoreError::LeaseLost { .. }) => {
+                        run_outcome(tenant, "lease_lost");
+                        Ok(TenantTickOutcome::ExecutionFailed {
+                            run: executed,
+                            error: format!("{error}; lease lost before the failure was recorded"),
+                        })
+                    }
                     Err(e) => Err(e),
                 }
             }

@@ -96,6 +96,14 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             });
         }
         let digest = policy.digest();
+        for bound in policy.starvation_bounds() {
+            metrics::gauge!(
+                crate::metrics::STARVATION_BOUND_RESERVATIONS,
+                "shard" => policy.shard_id().to_string(),
+                "tenant" => bound.tenant().to_string()
+            )
+            .set(f64::from(bound.maximum_reservations_until_selection()));
+        }
         Ok(Self {
             store,
             policy: Arc::new(policy),
@@ -144,6 +152,40 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         if shutdown.is_cancelled() {
             return Err(SchedulerError::ShuttingDown);
         }
+        let result = self.tick_inner(shutdown).await;
+        if let Err(e) = &result {
+            let kind = match e {
+                SchedulerError::ShuttingDown => None,
+                SchedulerError::Store {
+                    source:
+                        StoreError::PolicyConflict { .. } | StoreError::PolicyDigestMismatch { .. },
+                    ..
+                }
+                | SchedulerError::PolicyMismatch { .. } => Some("policy_conflict"),
+                SchedulerError::Store {
+                    source: StoreError::CorruptData { .. },
+                    ..
+                }
+                | SchedulerError::SlotOutOfRange { .. } => Some("corrupt_data"),
+                SchedulerError::Executor { .. } => Some("executor"),
+                _ => Some("store"),
+            };
+            if let Some(kind) = kind {
+                metrics::counter!(
+                    crate::metrics::TICK_ERRORS_TOTAL,
+                    "shard" => self.policy.shard_id().to_string(),
+                    "kind" => kind
+                )
+                .increment(1);
+            }
+        }
+        result
+    }
+
+    async fn tick_inner(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Result<TickOutcome, SchedulerError> {
         let (reservation, retries) = self.reserve().await?;
         let sequence = reservation.sequence();
         let slot = reservation.slot();
@@ -179,6 +221,34 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                 retryable: E::is_retryable(&e),
                 source: Box::new(e),
             })?;
+        let shard_label = self.policy.shard_id().to_string();
+        metrics::counter!(
+            crate::metrics::SELECTIONS_TOTAL,
+            "shard" => shard_label.clone(),
+            "tenant" => tenant.to_string()
+        )
+        .increment(1);
+        metrics::counter!(
+            crate::metrics::TICK_OUTCOMES_TOTAL,
+            "shard" => shard_label.clone(),
+            "tenant" => tenant.to_string(),
+            "outcome" => tenant_outcome.label()
+        )
+        .increment(1);
+        if let TenantTickOutcome::Executed(run) | TenantTickOutcome::ExecutionFailed { run, .. } =
+            &tenant_outcome
+        {
+            let lag = run
+                .claimed_at
+                .duration_since(run.available_at)
+                .unwrap_or_default();
+            metrics::histogram!(
+                crate::metrics::SERVICE_LAG_SECONDS,
+                "shard" => shard_label,
+                "tenant" => tenant.to_string()
+            )
+            .record(lag.as_secs_f64());
+        }
         tracing::debug!(
             shard = %self.policy.shard_id(),
             sequence,
@@ -200,10 +270,18 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     async fn reserve(&self) -> Result<(Reservation, u32), SchedulerError> {
         let id = Uuid::now_v7();
         let shard = self.policy.shard_id();
+        let started = std::time::Instant::now();
         let mut retries = 0;
         loop {
             match self.store.reserve(shard, &self.digest, id).await {
-                Ok(reservation) => return Ok((reservation, retries)),
+                Ok(reservation) => {
+                    let shard_label = shard.to_string();
+                    metrics::counter!(crate::metrics::RESERVATIONS_TOTAL, "shard" => shard_label.clone())
+                        .increment(1);
+                    metrics::histogram!(crate::metrics::RESERVATION_DURATION_SECONDS, "shard" => shard_label)
+                        .record(started.elapsed().as_secs_f64());
+                    return Ok((reservation, retries));
+                }
                 Err(e) if e.is_retryable() && retries + 1 < self.options.attempts() => {
                     let backoff = self.options.backoff(retries);
                     tracing::warn!(
@@ -211,6 +289,11 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                         backoff_ms = backoff.as_millis() as u64, error = %e,
                         "reservation failed transiently; retrying with the same id"
                     );
+                    metrics::counter!(
+                        crate::metrics::RESERVATION_RETRIES_TOTAL,
+                        "shard" => shard.to_string()
+                    )
+                    .increment(1);
                     tokio::time::sleep(backoff).await;
                     retries += 1;
                 }

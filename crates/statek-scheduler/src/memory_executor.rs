@@ -1,0 +1,541 @@
+//! [`InMemoryExecutor`]: a [`TenantExecutor`] on an in-process run queue,
+//! for tests and for embedding statek's fair order without a run table.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use statek_policy::TenantId;
+use statek_store_pg::{EnqueuedRun, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
+use crate::memory_queue::{lock, Claim, Clock, Queue};
+use crate::{RunError, SchedulerError};
+
+pub use crate::memory_queue::{MemoryRunState, MemoryRunStatus};
+
+/// The longest accepted enqueue delay: 366 days (as in the PostgreSQL
+/// queue).
+const MAX_DELAY: Duration = Duration::from_secs(366 * 86_400);
+
+/// A run claimed from an [`InMemoryExecutor`], as its handler sees it.
+///
+/// Times are wall-clock times derived from tokio's clock (so a test with
+/// `tokio::time::pause` sees consistent, advancing times).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryRun {
+    /// The run.
+    pub run_id: Uuid,
+    /// The tenant it belongs to.
+    pub tenant: TenantId,
+    /// The payload given at enqueue.
+    pub payload: Vec<u8>,
+    /// 1 on the first execution, raised by every claim.
+    pub attempt: u32,
+    /// Executions allowed in total.
+    pub max_attempts: u32,
+    /// When it was enqueued.
+    pub enqueued_at: SystemTime,
+    /// From when it was claimable.
+    pub available_at: SystemTime,
+    /// When this claim happened.
+    pub claimed_at: SystemTime,
+    /// When the lease expires unless extended by a heartbeat.
+    pub lease_expires_at: SystemTime,
+}
+
+/// User code that executes one run claimed by an [`InMemoryExecutor`].
+///
+/// The in-memory counterpart of [`crate::RunHandler`], whose
+/// `statek_store_pg::ClaimedRun` carries a fencing token only the
+/// PostgreSQL store can mint. Any `Fn(MemoryRun, CancellationToken) -> Fut`
+/// closure with `Fut: Future<Output = Result<(), RunError>> + Send` is a
+/// handler. `cancel` fires when the run's lease is lost (a heartbeat found
+/// another owner) or on shutdown.
+pub trait MemoryRunHandler: Send + Sync {
+    /// Executes the run.
+    fn handle(
+        &self,
+        run: &MemoryRun,
+        cancel: CancellationToken,
+    ) -> impl Future<Output = Result<(), RunError>> + Send;
+}
+
+impl<F, Fut> MemoryRunHandler for F
+where
+    F: Fn(MemoryRun, CancellationToken) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<(), RunError>> + Send,
+{
+    fn handle(
+        &self,
+        run: &MemoryRun,
+        cancel: CancellationToken,
+    ) -> impl Future<Output = Result<(), RunError>> + Send {
+        self(run.clone(), cancel)
+    }
+}
+
+/// Lease and retry settings of [`InMemoryExecutor`], with the same
+/// defaults and limits as [`crate::ExecutorOptions`]: lease 30 s
+/// (100 ms..=24 h), heartbeat every lease/3, retry backoff 1 s doubling per
+/// attempt up to 5 minutes. Durations run on tokio's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InMemoryExecutorOptions {
+    lease: Duration,
+    heartbeat_every: Option<Duration>,
+    retry_initial: Duration,
+    retry_max: Duration,
+}
+
+impl Default for InMemoryExecutorOptions {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            heartbeat_every: Some(Duration::from_secs(10)),
+            retry_initial: Duration::from_secs(1),
+            retry_max: Duration::from_secs(300),
+        }
+    }
+}
+
+impl InMemoryExecutorOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lease length (100 ms..=24 h); heartbeats default to a third of it.
+    pub fn lease(mut self, lease: Duration) -> Result<Self, SchedulerError> {
+        if lease < Duration::from_millis(100) || lease > Duration::from_secs(86_400) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "lease must be 100 ms..=24 h, got {lease:?}"
+            )));
+        }
+        self.lease = lease;
+        self.heartbeat_every = self.heartbeat_every.map(|_| lease / 3);
+        Ok(self)
+    }
+
+    /// Heartbeat period (shorter than the lease), or `None` to never extend
+    /// leases.
+    pub fn heartbeat_every(mut self, every: Option<Duration>) -> Result<Self, SchedulerError> {
+        if let Some(period) = every {
+            if period.is_zero() || period >= self.lease {
+                return Err(SchedulerError::InvalidOption(format!(
+                    "heartbeat period must be > 0 and shorter than the lease {:?}, got {period:?}",
+                    self.lease
+                )));
+            }
+        }
+        self.heartbeat_every = every;
+        Ok(self)
+    }
+
+    /// Retry backoff after a failed attempt: `initial` doubled per attempt,
+    /// capped at `max` (0 <= initial <= max <= 1 day).
+    pub fn retry_backoff(
+        mut self,
+        initial: Duration,
+        max: Duration,
+    ) -> Result<Self, SchedulerError> {
+        if initial > max || max > Duration::from_secs(86_400) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "retry backoff needs initial <= max <= 1 day, got {initial:?} and {max:?}"
+            )));
+        }
+        self.retry_initial = initial;
+        self.retry_max = max;
+        Ok(self)
+    }
+
+    fn retry_after(&self, attempt: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1).min(20))
+            .unwrap_or(u32::MAX);
+        self.retry_initial
+            .checked_mul(factor)
+            .unwrap_or(self.retry_max)
+            .min(self.retry_max)
+    }
+}
+
+struct Shared<H> {
+    queue: Arc<Mutex<Queue>>,
+    clock: Clock,
+    handler: H,
+    options: InMemoryExecutorOptions,
+}
+
+impl<H> Shared<H> {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        lock(&self.queue)
+    }
+}
+
+/// A [`TenantExecutor`] on an in-process run queue with the PostgreSQL
+/// queue's semantics: per-tenant FIFO by (available time, insertion order),
+/// leases with fencing tokens and heartbeats, attempts, retry backoff and
+/// `failed` after the last attempt. Statek's conformance suite runs the same
+/// cases against it and [`crate::PgRunQueueExecutor`].
+///
+/// Use it to test code built on statek without a run table (the
+/// [`crate::DurableFairScheduler`] itself still reserves slots in
+/// PostgreSQL), or call [`TenantExecutor::execute_one`] directly. It is
+/// `Send + Sync` and cheap to clone (clones share one queue); concurrent
+/// ticks are safe: claims happen under a mutex that is never held across
+/// an await.
+///
+/// Outcomes: a run leased by another in-flight tick is not claimable until
+/// its lease expires, exactly as in PostgreSQL, so a tenant whose only run
+/// is in flight is `Idle`. `Contended` means claimable runs exist but all
+/// are locked by another session: [`lock_run`](Self::lock_run) simulates
+/// such a lock (PostgreSQL's `SELECT … FOR UPDATE`). State lives in memory
+/// only: nothing survives the process, and completed and failed runs stay
+/// in memory until the executor is dropped.
+///
+/// ```
+/// use statek_policy::TenantId;
+/// use statek_scheduler::{
+///     InMemoryExecutor, InMemoryExecutorOptions, MemoryRun, RunError, TenantExecutor,
+///     TenantTickOutcome,
+/// };
+/// use tokio_util::sync::CancellationToken;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+/// runtime.block_on(async {
+///     let handler = |run: MemoryRun, _cancel: CancellationToken| async move {
+///         if run.payload == b"bad" {
+///             return Err(RunError::new("bad payload"));
+///         }
+///         Ok(())
+///     };
+///     let executor = InMemoryExecutor::new(handler, InMemoryExecutorOptions::new());
+///     let tenant = TenantId::try_from("tenant-a")?;
+///     let first = executor.enqueue(&tenant, b"hello".to_vec())?;
+///     executor.enqueue(&tenant, b"bad".to_vec())?;
+///     let shutdown = CancellationToken::new();
+///
+///     // FIFO: the first run first.
+///     match executor.execute_one(&tenant, &shutdown).await? {
+///         TenantTickOutcome::Executed(run) => assert_eq!((run.run_id, run.attempt), (first.run_id, 1)),
+///         other => panic!("expected Executed, got {other:?}"),
+///     }
+///     let failed = executor.execute_one(&tenant, &shutdown).await?;
+///     assert_eq!(failed.label(), "execution_failed");
+///     // The failed run backs off (1 s by default): nothing is claimable now.
+///     assert_eq!(executor.execute_one(&tenant, &shutdown).await?, TenantTickOutcome::Idle);
+///     assert_eq!(executor.count_live_runs(), 1);
+///     Ok::<(), Box<dyn std::error::Error>>(())
+/// })
+/// # }
+/// ```
+pub struct InMemoryExecutor<H> {
+    shared: Arc<Shared<H>>,
+}
+
+impl<H> std::fmt::Debug for InMemoryExecutor<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let live = self.shared.queue().live_count();
+        f.debug_struct("InMemoryExecutor")
+            .field("live_runs", &live)
+            .field("options", &self.shared.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H> Clone for InMemoryExecutor<H> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// A simulated row lock on one run of an [`InMemoryExecutor`], from
+/// [`InMemoryExecutor::lock_run`]; dropping it releases the lock.
+#[derive(Debug)]
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct MemoryRunLock {
+    queue: Arc<Mutex<Queue>>,
+    run_id: Uuid,
+}
+
+impl Drop for MemoryRunLock {
+    fn drop(&mut self) {
+        lock(&self.queue).unlock_run(self.run_id);
+    }
+}
+
+impl<H: MemoryRunHandler> InMemoryExecutor<H> {
+    /// An empty queue whose runs `handler` executes.
+    pub fn new(handler: H, options: InMemoryExecutorOptions) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                queue: Arc::new(Mutex::new(Queue::default())),
+                clock: Clock::now(),
+                handler,
+                options,
+            }),
+        }
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.shared.handler
+    }
+
+    /// Adds a run to `tenant`'s queue: available at once, 5 attempts at
+    /// most.
+    ///
+    /// # Errors
+    /// [`SchedulerError::InvalidOption`] for a payload over
+    /// [`statek_store_pg::MAX_PAYLOAD_BYTES`].
+    pub fn enqueue(
+        &self,
+        tenant: &TenantId,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<EnqueuedRun, SchedulerError> {
+        self.enqueue_with(tenant, payload, 5, Duration::ZERO)
+    }
+
+    /// Adds a run allowed `max_attempts` executions (1..=1000), claimable
+    /// after `delay` (at most 366 days, tokio's clock).
+    ///
+    /// # Errors
+    /// [`SchedulerError::InvalidOption`] for a payload over
+    /// [`statek_store_pg::MAX_PAYLOAD_BYTES`] or an argument out of range.
+    pub fn enqueue_with(
+        &self,
+        tenant: &TenantId,
+        payload: impl Into<Vec<u8>>,
+        max_attempts: u32,
+        delay: Duration,
+    ) -> Result<EnqueuedRun, SchedulerError> {
+        let payload = payload.into();
+        if payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(SchedulerError::InvalidOption(format!(
+                "payload is {} bytes, the limit is {MAX_PAYLOAD_BYTES}",
+                payload.len()
+            )));
+        }
+        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&max_attempts) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "max_attempts must be 1..={MAX_ATTEMPTS_LIMIT}, got {max_attempts}"
+            )));
+        }
+        if delay > MAX_DELAY {
+            return Err(SchedulerError::InvalidOption(format!(
+                "delay must be at most 366 days, got {delay:?}"
+            )));
+        }
+        let now = Instant::now();
+        let available_at = now + delay;
+        let run_id = self
+            .shared
+            .queue()
+            .enqueue(tenant, payload, max_attempts, now, available_at);
+        Ok(EnqueuedRun {
+            run_id,
+            enqueued_at: self.shared.clock.system(now),
+            available_at: self.shared.clock.system(available_at),
+            deduplicated: false,
+        })
+    }
+
+    /// Cancels a run that is `Available` or `Running`. A running run's
+    /// executor learns it at its next heartbeat (the lease is lost), which
+    /// fires the handler's cancellation token; its completion is then not
+    /// recorded. Returns false if the run had already finished or does not
+    /// exist.
+    pub fn cancel_run(&self, run_id: Uuid) -> bool {
+        self.shared.queue().cancel(run_id)
+    }
+
+    /// A snapshot of a run, `None` for an unknown id.
+    pub fn run(&self, run_id: Uuid) -> Option<MemoryRunStatus> {
+        self.shared.queue().status(run_id)
+    }
+
+    /// Number of runs still `Available` or `Running`, over all tenants.
+    pub fn count_live_runs(&self) -> u64 {
+        self.shared.queue().live_count()
+    }
+
+    /// Simulates another session holding run `run_id`'s row lock: until
+    /// the guard is dropped, claims skip the run without waiting, and a
+    /// tenant whose claimable runs are all locked reports
+    /// [`TenantTickOutcome::Contended`]. `None` for an unknown id or a run
+    /// already locked.
+    pub fn lock_run(&self, run_id: Uuid) -> Option<MemoryRunLock> {
+        if !self.shared.queue().lock_run(run_id) {
+            return None;
+        }
+        Some(MemoryRunLock {
+            queue: Arc::clone(&self.shared.queue),
+            run_id,
+        })
+    }
+
+    /// Margin by which the local lease deadline precedes the lease's
+    /// expiry: a fifth of the lease, at least 20 ms, at most 5 s (as in
+    /// [`crate::PgRunQueueExecutor`]).
+    fn lease_margin(&self) -> Duration {
+        (self.shared.options.lease / 5).clamp(Duration::from_millis(20), Duration::from_secs(5))
+    }
+
+    /// Runs the handler, heartbeating every period. Fires `cancel` when a
+    /// heartbeat finds the lease lost, or when the local lease deadline
+    /// (a margin before the lease expires) passes without a successful
+    /// heartbeat, so the handler is told to stop before anyone else can
+    /// claim the run.
+    async fn run_with_heartbeats(
+        &self,
+        run: &MemoryRun,
+        token: Uuid,
+        cancel: &CancellationToken,
+        claimed: Instant,
+    ) -> (Result<(), RunError>, LeaseState) {
+        let shared = &self.shared;
+        let mut handler = pin!(shared.handler.handle(run, cancel.clone()));
+        let lease = shared.options.lease;
+        let margin = self.lease_margin();
+        let mut deadline = claimed + lease.saturating_sub(margin);
+        let period = shared.options.heartbeat_every;
+        let mut next_heartbeat = period.map(|p| Instant::now() + p);
+        let mut state = LeaseState::Held;
+        loop {
+            let heartbeat_due = async {
+                match next_heartbeat {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                result = &mut handler => return (result, state),
+                _ = heartbeat_due, if state == LeaseState::Held => {
+                    let sent = Instant::now();
+                    next_heartbeat = period.map(|p| sent + p);
+                    if shared.queue().heartbeat(run.run_id, token, lease) {
+                        deadline = sent + lease.saturating_sub(margin);
+                    } else {
+                        tracing::warn!(run_id = %run.run_id, "lease lost; cancelling handler");
+                        state = LeaseState::LostOnServer;
+                        cancel.cancel();
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline), if state == LeaseState::Held => {
+                    tracing::warn!(run_id = %run.run_id, "lease about to expire; cancelling handler");
+                    state = LeaseState::ExpiredLocally;
+                    cancel.cancel();
+                }
+            }
+        }
+    }
+}
+
+/// Whether the executor still holds a claimed run's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseState {
+    /// Held (as far as the executor knows).
+    Held,
+    /// The local deadline passed without a heartbeat; the token may still
+    /// be valid.
+    ExpiredLocally,
+    /// A heartbeat found the token gone: someone else owns the run, or it
+    /// was cancelled.
+    LostOnServer,
+}
+
+impl<H: MemoryRunHandler> TenantExecutor for InMemoryExecutor<H> {
+    type Error = std::convert::Infallible;
+
+    async fn execute_one(
+        &self,
+        tenant: &TenantId,
+        shutdown: &CancellationToken,
+    ) -> Result<TenantTickOutcome, Self::Error> {
+        if shutdown.is_cancelled() {
+            return Ok(TenantTickOutcome::Cancelled);
+        }
+        let shared = &self.shared;
+        let claimed = Instant::now();
+        let claim = shared
+            .queue()
+            .claim(tenant, shared.options.lease, &shared.clock);
+        let (run, token) = match claim {
+            Claim::Claimed(run, token) => (run, token),
+            Claim::Idle => return Ok(TenantTickOutcome::Idle),
+            Claim::Contended => return Ok(TenantTickOutcome::Contended),
+        };
+        let executed = ExecutedRun {
+            run_id: run.run_id,
+            attempt: run.attempt,
+            available_at: run.available_at,
+            claimed_at: run.claimed_at,
+        };
+        let cancel = shutdown.child_token();
+        let (result, lease_state) = self
+            .run_with_heartbeats(&run, token, &cancel, claimed)
+            .await;
+        if lease_state == LeaseState::LostOnServer {
+            return Ok(TenantTickOutcome::ExecutionFailed {
+                run: executed,
+                error: "lease lost while the handler ran".into(),
+            });
+        }
+        match result {
+            Ok(()) => {
+                if shared.queue().complete(run.run_id, token) {
+                    Ok(TenantTickOutcome::Executed(executed))
+                } else {
+                    Ok(TenantTickOutcome::ExecutionFailed {
+                        run: executed,
+                        error: "lease lost before completion was recorded".into(),
+                    })
+                }
+            }
+            Err(error) => {
+                let shutting_down = shutdown.is_cancelled();
+                let retry_after = if shutting_down {
+                    Duration::ZERO
+                } else {
+                    shared.options.retry_after(run.attempt)
+                };
+                let message = error.to_string();
+                let recorded = shared
+                    .queue()
+                    .fail(run.run_id, token, &message, retry_after);
+                if !recorded {
+                    Ok(TenantTickOutcome::ExecutionFailed {
+                        run: executed,
+                        error: format!("{message}; lease lost before the failure was recorded"),
+                    })
+                } else if shutting_down {
+                    Ok(TenantTickOutcome::Cancelled)
+                } else {
+                    Ok(TenantTickOutcome::ExecutionFailed {
+                        run: executed,
+                        error: message,
+                    })
+                }
+            }
+        }
+    }
+
+    fn is_retryable(error: &Self::Error) -> bool {
+        match *error {}
+    }
+
+    async fn has_claimable_work(&self) -> Option<bool> {
+        Some(self.shared.queue().any_claimable(Instant::now()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

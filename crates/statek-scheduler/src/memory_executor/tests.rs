@@ -1,0 +1,158 @@
+//! Unit tests of the in-memory executor.
+
+use super::*;
+
+#[test]
+fn option_limits() {
+    let o = InMemoryExecutorOptions::new();
+    assert!(o.lease(Duration::from_millis(99)).is_err());
+    assert!(o.lease(Duration::from_secs(86_401)).is_err());
+    let short = o.lease(Duration::from_secs(3)).unwrap();
+    assert_eq!(short.heartbeat_every, Some(Duration::from_secs(1)));
+    assert!(short.heartbeat_every(Some(Duration::from_secs(3))).is_err());
+    assert!(short.heartbeat_every(Some(Duration::ZERO)).is_err());
+    assert_eq!(short.heartbeat_every(None).unwrap().heartbeat_every, None);
+    assert!(o
+        .retry_backoff(Duration::from_secs(2), Duration::from_secs(1))
+        .is_err());
+    assert_eq!(o.retry_after(1), Duration::from_secs(1));
+    assert_eq!(o.retry_after(3), Duration::from_secs(4));
+    assert_eq!(o.retry_after(1000), Duration::from_secs(300));
+}
+
+fn tenant(name: &str) -> TenantId {
+    TenantId::try_from(name).unwrap()
+}
+
+async fn ok(_run: MemoryRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    Ok(())
+}
+
+fn executed_id(outcome: TenantTickOutcome) -> Uuid {
+    match outcome {
+        TenantTickOutcome::Executed(run) => run.run_id,
+        other => panic!("expected Executed, got {other:?}"),
+    }
+}
+
+#[test]
+fn enqueue_limits() {
+    let executor = InMemoryExecutor::new(ok, InMemoryExecutorOptions::new());
+    let a = tenant("a");
+    let big = vec![0; MAX_PAYLOAD_BYTES + 1];
+    assert!(executor.enqueue(&a, big).is_err());
+    assert!(executor
+        .enqueue_with(&a, vec![], 0, Duration::ZERO)
+        .is_err());
+    assert!(executor
+        .enqueue_with(&a, vec![], 1001, Duration::ZERO)
+        .is_err());
+    assert!(executor
+        .enqueue_with(&a, vec![], 1, MAX_DELAY + Duration::from_secs(1))
+        .is_err());
+    assert_eq!(executor.count_live_runs(), 0);
+}
+
+#[tokio::test]
+async fn delayed_runs_wait_and_fifo_follows_available_time() {
+    let executor = InMemoryExecutor::new(ok, InMemoryExecutorOptions::new());
+    let a = tenant("a");
+    let shutdown = CancellationToken::new();
+    let later = executor
+        .enqueue_with(&a, vec![], 5, Duration::from_millis(300))
+        .unwrap();
+    let now = executor.enqueue(&a, vec![]).unwrap();
+    assert!(later.available_at > now.available_at);
+    assert_eq!(executor.has_claimable_work().await, Some(true));
+    let first = executor.execute_one(&a, &shutdown).await.unwrap();
+    assert_eq!(executed_id(first), now.run_id);
+    assert_eq!(executor.has_claimable_work().await, Some(false));
+    assert_eq!(
+        executor.execute_one(&a, &shutdown).await.unwrap(),
+        TenantTickOutcome::Idle
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = executor.execute_one(&a, &shutdown).await.unwrap();
+    assert_eq!(executed_id(second), later.run_id);
+    assert_eq!(executor.count_live_runs(), 0);
+}
+
+#[tokio::test]
+async fn other_tenants_and_shutdown() {
+    let executor = InMemoryExecutor::new(ok, InMemoryExecutorOptions::new());
+    let shutdown = CancellationToken::new();
+    executor.enqueue(&tenant("b"), vec![]).unwrap();
+    assert_eq!(
+        executor.execute_one(&tenant("a"), &shutdown).await.unwrap(),
+        TenantTickOutcome::Idle
+    );
+    shutdown.cancel();
+    assert_eq!(
+        executor.execute_one(&tenant("b"), &shutdown).await.unwrap(),
+        TenantTickOutcome::Cancelled
+    );
+    assert_eq!(executor.count_live_runs(), 1);
+}
+
+#[tokio::test]
+async fn a_locked_run_is_contended_until_unlocked() {
+    let executor = InMemoryExecutor::new(ok, InMemoryExecutorOptions::new());
+    let a = tenant("a");
+    let shutdown = CancellationToken::new();
+    let run = executor.enqueue(&a, vec![]).unwrap();
+    let lock = executor.lock_run(run.run_id).unwrap();
+    assert!(executor.lock_run(run.run_id).is_none());
+    assert!(executor.lock_run(Uuid::nil()).is_none());
+    assert_eq!(
+        executor.execute_one(&a, &shutdown).await.unwrap(),
+        TenantTickOutcome::Contended
+    );
+    drop(lock);
+    let executed = executor.execute_one(&a, &shutdown).await.unwrap();
+    assert_eq!(executed_id(executed), run.run_id);
+}
+
+#[tokio::test]
+async fn cancelling_a_running_run_fires_its_token_at_the_next_heartbeat() {
+    let handler = |_run: MemoryRun, cancel: CancellationToken| async move {
+        cancel.cancelled().await;
+        Err(RunError::new("stopped"))
+    };
+    let options = InMemoryExecutorOptions::new()
+        .lease(Duration::from_millis(300))
+        .unwrap();
+    let executor = InMemoryExecutor::new(handler, options);
+    let a = tenant("a");
+    let run = executor.enqueue(&a, vec![]).unwrap();
+    let ticking = {
+        let executor = executor.clone();
+        let a = a.clone();
+        tokio::spawn(async move {
+            executor
+                .execute_one(&a, &CancellationToken::new())
+                .await
+                .unwrap()
+        })
+    };
+    while executor.run(run.run_id).unwrap().state != MemoryRunState::Running {
+        tokio::task::yield_now().await;
+    }
+    assert!(executor.cancel_run(run.run_id));
+    assert!(!executor.cancel_run(run.run_id));
+    match ticking.await.unwrap() {
+        TenantTickOutcome::ExecutionFailed {
+            run: executed,
+            error,
+        } => {
+            assert_eq!(executed.run_id, run.run_id);
+            assert_eq!(error, "lease lost while the handler ran");
+        }
+        other => panic!("expected ExecutionFailed, got {other:?}"),
+    }
+    let status = executor.run(run.run_id).unwrap();
+    assert_eq!(
+        (status.state, status.attempt),
+        (MemoryRunState::Cancelled, 1)
+    );
+    assert_eq!(executor.count_live_runs(), 0);
+}

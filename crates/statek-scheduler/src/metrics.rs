@@ -1,0 +1,39 @@
+//! Metric names and labels emitted through the [`metrics`] facade. Install
+//! any `metrics` recorder (e.g. `metrics-exporter-prometheus`, as `statek
+//! demo --metrics-addr` does) to export them; without one they cost almost
+//! nothing. deploy/prometheus and deploy/grafana use exactly these names.
+
+/// Counter `{shard}`: reservations made by this process.
+pub const RESERVATIONS_TOTAL: &str = "statek_reservations_total";
+/// Counter `{shard}`: transient reservation errors retried with the same id.
+pub const RESERVATION_RETRIES_TOTAL: &str = "statek_reservation_retries_total";
+/// Histogram `{shard}`, seconds: reserving one slot, retries included.
+pub const RESERVATION_DURATION_SECONDS: &str = "statek_reservation_duration_seconds";
+/// Counter `{shard, tenant}`: slots mapped to the tenant.
+pub const SELECTIONS_TOTAL: &str = "statek_selections_total";
+/// Counter `{shard, tenant, outcome}`: tick outcomes (`executed`,
+/// `execution_failed`, `idle`, `contended`, `cancelled`).
+pub const TICK_OUTCOMES_TOTAL: &str = "statek_tick_outcomes_total";
+/// Counter `{shard, kind}`: failed ticks (`policy_conflict`, `corrupt_data`,
+/// `store`, `executor`).
+pub const TICK_ERRORS_TOTAL: &str = "statek_tick_errors_total";
+/// Gauge `{shard, tenant}`, reservations: the policy's starvation bound.
+pub const STARVATION_BOUND_RESERVATIONS: &str = "statek_starvation_bound_reservations";
+/// Histogram `{shard, tenant}`, seconds: a run's availability to its claim.
+pub const SERVICE_LAG_SECONDS: &str = "statek_service_lag_seconds";
+/// Counter `{tenant, outcome}`: what happened to claimed runs (`completed`,
+/// `failed`, `retrying`, `lease_lost`, `cancelled`).
+pub const RUN_OUTCOMES_TOTAL: &str = "statek_run_outcomes_total";
+
+/// Every metric name the scheduler crate emits.
+pub const ALL: &[&str] = &[
+    RESERVATIONS_TOTAL,
+    RESERVATION_RETRIES_TOTAL,
+    RESERVATION_DURATION_SECONDS,
+    SELECTIONS_TOTAL,
+    TICK_OUTCOMES_TOTAL,
+    TICK_ERRORS_TOTAL,
+    STARVATION_BOUND_RESERVATIONS,
+    SERVICE_LAG_SECONDS,
+    RUN_OUTCOMES_TOTAL,
+];
