@@ -1,5 +1,5 @@
 //! `cargo xtask arch-check`: the allowed arrows between workspace crates
-//! (DESIGN.md section 2), checked against `cargo metadata`.
+//! (ARCHITECTURE.md, "Allowed arrows"), checked against `cargo metadata`.
 //!
 //! - statek-store-pg -> statek-policy
 //! - statek-scheduler -> statek-policy, statek-store-pg
@@ -113,7 +113,7 @@ pub fn run() -> Result<()> {
         serde_json::from_slice(&output.stdout).context("parsing `cargo metadata` output")?;
     let violations = check(&metadata);
     if violations.is_empty() {
-        println!("arch-check: the arrows between workspace crates follow DESIGN.md section 2");
+        println!("arch-check: the arrows between workspace crates follow ARCHITECTURE.md");
         Ok(())
     } else {
         bail!(
@@ -156,7 +156,7 @@ pub fn check(metadata: &Metadata) -> Vec<String> {
         else {
             violations.push(format!(
                 "workspace member {from} has no arrow rule in xtask/src/arch_check.rs; \
-                 add one (DESIGN.md section 2)"
+                 add one (ARCHITECTURE.md, Allowed arrows)"
             ));
             continue;
         };
@@ -380,7 +380,7 @@ mod tests {
             violations,
             [
                 "workspace member statek-extra has no arrow rule in xtask/src/arch_check.rs; \
-              add one (DESIGN.md section 2)"
+              add one (ARCHITECTURE.md, Allowed arrows)"
             ]
         );
     }

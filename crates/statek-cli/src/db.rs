@@ -38,27 +38,68 @@ impl DbArgs {
     }
 }
 
-/// Replaces the password of a URL (`scheme://user:password@host`) or of a
-/// key-value string (`password=...`) with `***`.
+/// Replaces every password in a connection string with `***`: the
+/// `user:password@` part and a `password=` query parameter of a URL, or a
+/// `password=` pair of a key-value string.
 pub fn redact(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((userinfo, host)) = rest.split_once('@') {
-            if let Some((user, _password)) = userinfo.split_once(':') {
-                return format!("{scheme}://{user}:***@{host}");
-            }
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return redact_key_value(url);
+    };
+    let (scheme, rest) = url.split_at(scheme_end);
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rfind('@') {
+        Some(at) => match authority[..at].find(':') {
+            Some(colon) => format!("{}:***{}", &authority[..colon], &authority[at..]),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| {
+                    if pair.starts_with("password=") {
+                        "password=***".to_owned()
+                    } else {
+                        pair.to_owned()
+                    }
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
         }
-        return url.to_owned();
-    }
-    url.split_whitespace()
-        .map(|part| {
-            if part.starts_with("password=") {
-                "password=***".to_owned()
+        None => tail.to_owned(),
+    };
+    format!("{scheme}{authority}{tail}")
+}
+
+fn redact_key_value(text: &str) -> String {
+    // `password = 'a b'` forms: hide everything after the key up to the
+    // next unquoted space.
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(pos) = rest.find("password") {
+        let (before, after) = rest.split_at(pos);
+        out.push_str(before);
+        let after_key = &after["password".len()..];
+        let trimmed = after_key.trim_start();
+        if let Some(value) = trimmed.strip_prefix('=') {
+            let value = value.trim_start();
+            let end = if let Some(quoted) = value.strip_prefix('\'') {
+                quoted.find('\'').map(|i| i + 2).unwrap_or(value.len())
             } else {
-                part.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+                value.find(char::is_whitespace).unwrap_or(value.len())
+            };
+            out.push_str("password=***");
+            rest = &value[end..];
+        } else {
+            out.push_str("password");
+            rest = after_key;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]

@@ -131,6 +131,21 @@ impl Workload {
     }
 }
 
+/// Reads and checks the demo's policy file (before anything touches a
+/// database).
+///
+/// # Errors
+/// The file cannot be read or is not a valid policy file.
+pub fn load_policy(args: &DemoArgs) -> Result<WeightedFairnessPolicy> {
+    let text = std::fs::read_to_string(&args.policy).map_err(|e| {
+        crate::exit::InvalidInput(format!(
+            "cannot read policy file {}: {e}",
+            args.policy.display()
+        ))
+    })?;
+    Ok(PolicyFile::parse(&args.policy.display().to_string(), &text)?.into_policy())
+}
+
 /// Runs the demo against `database_url` (migrates, registers, runs the
 /// replicas, prints the table and checks).
 ///
@@ -138,10 +153,7 @@ impl Workload {
 /// Connection, registration or policy-file errors; [`crate::exit::CheckFailed`]
 /// when a check fails.
 pub fn run(args: DemoArgs, database_url: &str) -> Result<()> {
-    let text = std::fs::read_to_string(&args.policy)
-        .with_context(|| format!("cannot read policy file {}", args.policy.display()))?;
-    let file = PolicyFile::parse(&args.policy.display().to_string(), &text)?;
-    let policy = file.policy().clone();
+    let policy = load_policy(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -159,11 +171,16 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         policy.digest()
     );
     println!(
-        "workload: {} has a backlog of {} runs; {} other tenants get {} runs each while the demo runs; {}",
+        "workload: {} has a backlog of {} runs; {}; {}",
         workload.backlog_tenant,
         args.backlog,
-        workload.trickle_tenants.len(),
-        args.trickle,
+        match workload.trickle_tenants.len() {
+            0 => "no other tenant gets runs while the demo runs".to_owned(),
+            n => format!(
+                "{n} other tenants get {} runs each while the demo runs",
+                args.trickle
+            ),
+        },
         match &workload.idle_tenant {
             Some(t) => format!("{t} never has a run"),
             None => "no tenant is left without runs".into(),
@@ -195,9 +212,14 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         replicas.push(Arc::new(scheduler));
     }
 
-    let leftover = admin.count_live_runs().await?;
+    let policy_tenants: Vec<TenantId> = policy
+        .tenants()
+        .iter()
+        .map(|t| t.tenant().clone())
+        .collect();
+    let leftover = admin.count_live_runs_of(&policy_tenants).await?;
     if leftover > 0 {
-        println!("note: {leftover} runs from an earlier demo are still queued; they run too");
+        println!("note: {leftover} runs of these tenants are already queued (an earlier demo?); they run too");
     }
 
     let start_sequence = admin.next_sequence(&shard).await?;
@@ -326,7 +348,7 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         if tasks.is_empty() || stop.is_cancelled() {
             break format!("reservation limit {} reached", args.max_reservations);
         }
-        if producer.is_none() && admin.count_live_runs().await? == 0 {
+        if producer.is_none() && admin.count_live_runs_of(&policy_tenants).await? == 0 {
             break "every run was executed".to_owned();
         }
         if let Some(result) = tasks.try_join_next() {
@@ -359,24 +381,27 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         ticks.len() as f64 / elapsed.as_secs_f64().max(1e-9)
     );
 
-    let report = Report::build(
-        &policy,
-        &workload,
-        &ticks,
-        &lock(&enqueued),
-        &lock(&executed),
-        start_sequence,
-    );
+    let rows = read_reservations(&admin, &policy, start_sequence, end_sequence).await?;
+    let report = Report::build(&policy, &ticks, &rows, &lock(&enqueued), &lock(&executed));
     report.print(&policy, &workload);
+    let mut monitor = statek_scheduler::FairnessMonitor::with_options(
+        &policy,
+        start_sequence,
+        statek_scheduler::MonitorOptions::new(),
+    );
+    for tick in &ticks {
+        monitor.observe(tick);
+    }
+    monitor.flush();
     let checks = verify(
-        &admin,
         &policy,
         &ticks,
+        &rows,
         start_sequence,
         end_sequence,
         &report,
-    )
-    .await?;
+        &monitor.report(),
+    );
     let mut failed = 0;
     println!();
     for (ok, text) in &checks {
@@ -397,11 +422,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Per-tenant figures.
 #[derive(Default)]
 struct TenantReport {
+    /// Slots of the tenant among the reservations (from PostgreSQL).
     slots: u64,
     executed: u64,
     idle: u64,
     contended: u64,
-    failed: u64,
+    /// ExecutionFailed or Cancelled outcomes.
+    other: u64,
+    /// Reserved slots with no tick outcome (the tick failed after reserving).
+    no_outcome: u64,
+    /// Largest selection gap, from the reservation rows.
     max_gap: u64,
     lag_reservations: Vec<u64>,
     lag_millis: Vec<u64>,
@@ -415,40 +445,46 @@ struct Report {
 impl Report {
     fn build(
         policy: &WeightedFairnessPolicy,
-        _workload: &Workload,
         ticks: &[TickOutcome],
+        rows: &[statek_store_pg::Reservation],
         enqueued: &HashMap<Uuid, Enqueued>,
         executed: &HashMap<Uuid, Executed>,
-        start_sequence: u64,
     ) -> Self {
         let mut tenants: BTreeMap<TenantId, TenantReport> = policy
             .tenants()
             .iter()
             .map(|t| (t.tenant().clone(), TenantReport::default()))
             .collect();
-        let mut by_sequence: Vec<&TickOutcome> = ticks.iter().collect();
-        by_sequence.sort_by_key(|t| t.reservation().sequence());
+        // Slots and selection gaps come from the reservations themselves:
+        // a tick that failed after reserving still consumed its slot.
         let mut last_seen: HashMap<&TenantId, u64> = HashMap::new();
-        for tick in by_sequence {
-            let seq = tick.reservation().sequence();
-            let Some(entry) = tenants.get_mut(tick.tenant()) else {
+        for row in rows {
+            let Some(tenant) = policy.tenant_for_slot(u64::from(row.slot())) else {
+                continue;
+            };
+            let Some(entry) = tenants.get_mut(tenant) else {
                 continue;
             };
             entry.slots += 1;
+            entry.no_outcome += 1;
+            // Reservations between consecutive selections, counting the
+            // selecting slot; the first selection in this run is no gap.
+            if let Some(prev) = last_seen.insert(tenant, row.sequence()) {
+                entry.max_gap = entry.max_gap.max(row.sequence() - prev);
+            }
+        }
+        for tick in ticks {
+            let Some(entry) = tenants.get_mut(tick.tenant()) else {
+                continue;
+            };
+            entry.no_outcome = entry.no_outcome.saturating_sub(1);
             match tick.tenant_outcome() {
                 TenantTickOutcome::Executed(_) => entry.executed += 1,
                 TenantTickOutcome::Idle => entry.idle += 1,
                 TenantTickOutcome::Contended => entry.contended += 1,
-                _ => entry.failed += 1,
-            }
-            // Selection gap: reservations between consecutive selections,
-            // counting the selecting slot. The first selection has no
-            // predecessor in this run and is not a gap.
-            if let Some(prev) = last_seen.insert(tick.tenant(), seq) {
-                entry.max_gap = entry.max_gap.max(seq - prev);
+                _ => entry.other += 1,
             }
         }
-        let _ = start_sequence;
         for (run_id, run) in executed {
             let Some(origin) = enqueued.get(run_id) else {
                 continue;
@@ -470,14 +506,14 @@ impl Report {
         }
         Self {
             tenants,
-            total_slots: ticks.len() as u64,
+            total_slots: rows.len() as u64,
         }
     }
 
     fn print(&self, policy: &WeightedFairnessPolicy, workload: &Workload) {
         println!();
         println!(
-            "{:<12} {:>6} {:<8} {:>8} {:>8} {:>7} {:>6} {:>9} {:>9} {:>7} {:>15} {:>15}",
+            "{:<12} {:>6} {:<8} {:>8} {:>8} {:>7} {:>6} {:>15} {:>7} {:>7} {:>15} {:>15}",
             "tenant",
             "weight",
             "workload",
@@ -485,7 +521,7 @@ impl Report {
             "received",
             "slots",
             "runs",
-            "idle/cont",
+            "idle/cont/other",
             "max gap",
             "bound",
             "lag p50/p99 res",
@@ -501,7 +537,7 @@ impl Report {
                 .map(|b| b.maximum_reservations_until_selection())
                 .unwrap_or(0);
             println!(
-                "{:<12} {:>6} {:<8} {:>7.2}% {:>7.2}% {:>7} {:>6} {:>9} {:>9} {:>7} {:>15} {:>15}",
+                "{:<12} {:>6} {:<8} {:>7.2}% {:>7.2}% {:>7} {:>6} {:>15} {:>7} {:>7} {:>15} {:>15}",
                 t.tenant().as_str(),
                 t.weight(),
                 workload.role(t.tenant()),
@@ -509,7 +545,7 @@ impl Report {
                 100.0 * r.slots as f64 / (self.total_slots.max(1)) as f64,
                 r.slots,
                 r.executed,
-                format!("{}/{}", r.idle, r.contended),
+                format!("{}/{}/{}", r.idle, r.contended, r.other + r.no_outcome),
                 r.max_gap,
                 bound,
                 percentiles(&r.lag_reservations),
@@ -517,8 +553,9 @@ impl Report {
             );
         }
         println!(
-            "(entitled = weight / L; received = slots / all slots; max gap and bound in reservations; \
-             lag = from runnable to claim, in reservations and in database milliseconds)"
+            "(entitled = weight / L; received = slots / all slots; other = failed, cancelled at shutdown or \
+             lost to an error after reserving; max gap and bound in reservations; lag = from runnable to \
+             claim, in reservations and in database milliseconds)"
         );
     }
 }
@@ -545,24 +582,35 @@ fn percentiles(values: &[u64]) -> String {
     )
 }
 
-/// Reads the reservations back from PostgreSQL and checks the guarantee.
-async fn verify(
+/// Reads the reservations `start..end` of the policy's shard back from
+/// PostgreSQL, in sequence order.
+async fn read_reservations(
     store: &PgStore,
     policy: &WeightedFairnessPolicy,
-    ticks: &[TickOutcome],
     start: u64,
     end: u64,
-    report: &Report,
-) -> Result<Vec<(bool, String)>> {
-    let shard = policy.shard_id();
+) -> Result<Vec<statek_store_pg::Reservation>> {
     let mut rows = Vec::new();
     let mut from = start;
     while from < end {
-        let page = store.reservations(shard, from, 10_000).await?;
+        let page = store.reservations(policy.shard_id(), from, 10_000).await?;
         let Some(last) = page.last() else { break };
         from = last.sequence() + 1;
         rows.extend(page.into_iter().filter(|r| r.sequence() < end));
     }
+    Ok(rows)
+}
+
+/// Checks the guarantee on the reservations read back.
+fn verify(
+    policy: &WeightedFairnessPolicy,
+    ticks: &[TickOutcome],
+    rows: &[statek_store_pg::Reservation],
+    start: u64,
+    end: u64,
+    report: &Report,
+    monitor: &statek_scheduler::FairnessReport,
+) -> Vec<(bool, String)> {
     let n = end - start;
     let mut checks = Vec::new();
 
@@ -580,14 +628,15 @@ async fn verify(
     ));
 
     let by_id: HashMap<Uuid, u64> = rows.iter().map(|r| (r.id(), r.sequence())).collect();
-    let ticks_match = ticks.len() as u64 == n
-        && ticks
-            .iter()
-            .all(|t| by_id.get(&t.reservation().id()) == Some(&t.reservation().sequence()));
+    let ticks_match = ticks
+        .iter()
+        .all(|t| by_id.get(&t.reservation().id()) == Some(&t.reservation().sequence()));
+    let without_outcome = n.saturating_sub(ticks.len() as u64);
     checks.push((
-        ticks_match,
+        ticks_match && ticks.len() as u64 <= n,
         format!(
-            "every tick's reservation id and sequence is in PostgreSQL ({} ticks, {n} rows)",
+            "every tick's reservation id and sequence is in PostgreSQL ({} ticks, {n} rows; \
+             {without_outcome} slots consumed by ticks that failed after reserving)",
             ticks.len()
         ),
     ));
@@ -619,12 +668,21 @@ async fn verify(
     checks.push((
         over.is_empty(),
         if over.is_empty() {
-            "no observed selection gap exceeds its tenant's starvation bound".to_owned()
+            "no selection gap in the reservations exceeds its tenant's starvation bound".to_owned()
         } else {
             format!("selection gaps above the bound: {}", over.join(", "))
         },
     ));
-    Ok(checks)
+
+    checks.push((
+        monitor.violations.is_empty() && monitor.violations_dropped == 0,
+        format!(
+            "fairness monitor: no gap above the bound while a tenant had work \
+             ({} outcomes observed, {} sequences without an outcome)",
+            monitor.observed, monitor.missing
+        ),
+    ));
+    checks
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ pub enum SchedulerError {
     /// A store operation failed (after the configured retries, for
     /// reservations). Includes `PolicyConflict` at registration and
     /// `CorruptData` anywhere.
-    #[error("store: {source}")]
+    #[error("store operation failed ({retries} retries)")]
     Store {
         /// The store error.
         #[source]
@@ -41,7 +41,7 @@ pub enum SchedulerError {
     },
     /// The tenant executor failed for a reserved slot. The slot stays
     /// consumed: it is never handed to another tenant or rolled back.
-    #[error("executor for tenant {tenant} at sequence {sequence} failed: {source}")]
+    #[error("executor for tenant {tenant} at sequence {sequence} failed")]
     Executor {
         /// The sequence whose slot was consumed.
         sequence: u64,
@@ -70,4 +70,16 @@ impl From<StoreError> for SchedulerError {
     fn from(source: StoreError) -> Self {
         SchedulerError::Store { source, retries: 0 }
     }
+}
+
+/// An error and all its sources, `: `-separated, for log lines.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

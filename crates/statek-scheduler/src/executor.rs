@@ -89,4 +89,12 @@ pub trait TenantExecutor: Send + Sync {
     fn has_claimable_work(&self) -> impl Future<Output = Option<bool>> + Send {
         std::future::ready(None)
     }
+
+    /// Periodic housekeeping, run by a [`crate::Worker`] every
+    /// [`crate::WorkerOptions::maintenance_every`] (default: nothing). The
+    /// PostgreSQL executor runs the lease expiry pass here, so a run whose
+    /// worker died on its last attempt ends `failed` instead of `running`.
+    fn maintain(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
 }

@@ -23,6 +23,9 @@ fn run_outcome(tenant: &TenantId, outcome: &'static str) {
     .increment(1);
 }
 
+/// Expired runs handled per expiry pass.
+const EXPIRY_PASS_LIMIT: u32 = 100;
+
 /// Whether the executor still holds a claimed run's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LeaseState {
@@ -326,6 +329,27 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
 
     fn is_retryable(error: &StoreError) -> bool {
         error.is_retryable()
+    }
+
+    async fn maintain(&self) {
+        let expired = match self.store.find_expired_runs(EXPIRY_PASS_LIMIT).await {
+            Ok(expired) => expired,
+            Err(e) => {
+                tracing::warn!(error = %e, "expiry pass: cannot list expired runs");
+                return;
+            }
+        };
+        for run in &expired {
+            match self.store.rescue_expired_run(run).await {
+                Ok(statek_store_pg::RescueOutcome::Failed) => {
+                    tracing::warn!(run_id = %run.lease.run_id(), "run expired on its last attempt: failed");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(run_id = %run.lease.run_id(), error = %e, "expiry pass failed")
+                }
+            }
+        }
     }
 
     async fn has_claimable_work(&self) -> Option<bool> {

@@ -24,6 +24,7 @@ pub struct WorkerOptions {
     backoff_initial: Duration,
     backoff_max: Duration,
     shutdown_grace: Duration,
+    maintenance_every: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -34,6 +35,7 @@ impl Default for WorkerOptions {
             backoff_initial: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
+            maintenance_every: Duration::from_secs(10),
         }
     }
 }
@@ -88,6 +90,18 @@ impl WorkerOptions {
         }
         self.backoff_initial = initial;
         self.backoff_max = max;
+        Ok(self)
+    }
+
+    /// How often the executor's housekeeping runs
+    /// ([`TenantExecutor::maintain`]; 100 ms..=1 hour, default 10 s).
+    pub fn maintenance_every(mut self, every: Duration) -> Result<Self, SchedulerError> {
+        if every < Duration::from_millis(100) || every > Duration::from_secs(3600) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "maintenance period must be 100 ms..=1 hour, got {every:?}"
+            )));
+        }
+        self.maintenance_every = every;
         Ok(self)
     }
 
@@ -275,6 +289,20 @@ impl<E: TenantExecutor + 'static> Worker<E> {
             })
         });
 
+        let maintenance = {
+            let shared = Arc::clone(&shared);
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let every = shared.options.maintenance_every;
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(every) => shared.scheduler.executor().maintain().await,
+                    }
+                }
+            })
+        };
+
         let mut first_error = None;
         let mut grace_timer = None;
         loop {
@@ -317,6 +345,7 @@ impl<E: TenantExecutor + 'static> Worker<E> {
         if let Some(listener) = listener {
             listener.abort();
         }
+        maintenance.abort();
         match first_error {
             Some(e) => Err(e),
             None => Ok(shared.counters.report()),
@@ -353,7 +382,7 @@ async fn tick_loop<E: TenantExecutor>(
                     .transient_errors
                     .fetch_add(1, Ordering::Relaxed);
                 let pause = Duration::from_millis(50) * consecutive_errors;
-                tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "tick failed transiently");
+                tracing::warn!(error = %crate::error::chain(&e), pause_ms = pause.as_millis() as u64, "tick failed transiently");
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(pause) => {}
@@ -438,6 +467,8 @@ mod tests {
             .idle_backoff(Duration::from_millis(10), Duration::from_secs(61))
             .is_err());
         assert!(o.shutdown_grace(Duration::from_secs(3601)).is_err());
+        assert!(o.maintenance_every(Duration::from_millis(99)).is_err());
+        assert!(o.maintenance_every(Duration::from_secs(3601)).is_err());
         assert_eq!(
             o.shutdown_grace(Duration::ZERO).unwrap().shutdown_grace,
             Duration::ZERO

@@ -304,3 +304,44 @@ async fn without_heartbeats_the_handler_is_cancelled_before_anyone_can_claim() {
         "{outcome:?}"
     );
 }
+
+#[tokio::test]
+async fn the_worker_fails_runs_abandoned_on_their_last_attempt() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = scheduler(&store, Sleepy::default(), ExecutorOptions::new()).await;
+    let abandoned = store
+        .enqueue(&NewRun::new(tenant("tenant-b"), vec![]).max_attempts(1))
+        .await
+        .unwrap();
+    // A worker elsewhere claimed it and died.
+    let claimed = store
+        .claim_run(&tenant("tenant-b"), Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert!(matches!(claimed, ClaimOutcome::Claimed(_)));
+    let options = WorkerOptions::new()
+        .concurrency(1)
+        .unwrap()
+        .maintenance_every(Duration::from_millis(200))
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(Worker::new(Arc::clone(&scheduler), options).run(shutdown.clone()));
+    while store.count_live_runs().await.unwrap() > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    let client = db.client().await;
+    let row = client
+        .query_one(
+            "SELECT state, last_error FROM statek.runs WHERE run_id = $1",
+            &[&abandoned.run_id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, String>(1)),
+        ("failed".into(), "lease expired".into())
+    );
+}

@@ -120,13 +120,13 @@ pub enum StoreError {
     },
     /// A migration failed to apply.
     #[error("migration failed: {0}")]
-    Migration(#[source] Box<refinery::Error>),
+    Migration(Box<refinery::Error>),
     /// No connection became available from the pool in time.
     #[error("connection pool timed out ({0})")]
     PoolTimeout(&'static str),
     /// The connection to the server was lost or could not be opened.
     #[error("connection to PostgreSQL failed: {0}")]
-    Connection(#[source] tokio_postgres::Error),
+    Connection(tokio_postgres::Error),
     /// Any other server-side error, with its SQLSTATE.
     #[error("database error {code}: {message}")]
     Database {
@@ -135,8 +135,7 @@ pub enum StoreError {
         /// The server's message.
         message: String,
         /// The underlying error.
-        #[source]
-        source: tokio_postgres::Error,
+        error: tokio_postgres::Error,
     },
     /// An error of the pool itself (closed pool, hook failure).
     #[error("connection pool error: {0}")]
@@ -199,7 +198,7 @@ impl From<tokio_postgres::Error> for StoreError {
         StoreError::Database {
             code,
             message,
-            source: err,
+            error: err,
         }
     }
 }

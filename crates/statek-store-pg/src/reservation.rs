@@ -209,7 +209,9 @@ impl PgStore {
         digest: &PolicyDigest,
         reservation_id: Uuid,
     ) -> Result<Reservation, StoreError> {
-        if reservation_id.get_version_num() != 7 {
+        if reservation_id.get_version_num() != 7
+            || reservation_id.get_variant() != uuid::Variant::RFC4122
+        {
             return Err(StoreError::InvalidArgument(format!(
                 "reservation id {reservation_id} is not a UUIDv7"
             )));

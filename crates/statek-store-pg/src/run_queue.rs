@@ -141,6 +141,10 @@ const FAIL_RUN: &str = "
     WHERE run_id = $1 AND lease_token = $2 AND state = 'running'
     RETURNING state, available_at";
 
+const COUNT_LIVE_RUNS_OF: &str = "
+    SELECT count(*) FROM statek.runs
+    WHERE state IN ('available', 'running') AND tenant_id = ANY($1)";
+
 const COUNT_LIVE_RUNS: &str = "
     SELECT count(*) FROM statek.runs WHERE state IN ('available', 'running')";
 
@@ -562,6 +566,15 @@ impl PgStore {
                 "retry_after must be at most 366 days, got {retry_after:?}"
             )));
         }
+        // Text columns refuse NUL; keep the message, bounded to 4 KiB.
+        let mut error = error.replace('\0', "\u{FFFD}");
+        if error.len() > 4096 {
+            let mut end = 4096;
+            while !error.is_char_boundary(end) {
+                end -= 1;
+            }
+            error.truncate(end);
+        }
         let client = self.client().await?;
         let row = client
             .query_opt(
@@ -570,7 +583,7 @@ impl PgStore {
                     &held.run_id,
                     &held.token,
                     &retry_after.as_secs_f64(),
-                    &error,
+                    &error.as_str(),
                 ],
             )
             .await?
@@ -597,6 +610,20 @@ impl PgStore {
             .query_one(&client.prepare_cached(ANY_CLAIMABLE).await?, &[])
             .await?
             .try_get(0)?)
+    }
+
+    /// Number of runs still `available` or `running` of the given tenants.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn count_live_runs_of(&self, tenants: &[TenantId]) -> Result<u64, StoreError> {
+        let ids: Vec<&str> = tenants.iter().map(TenantId::as_str).collect();
+        let client = self.client().await?;
+        let count: i64 = client
+            .query_one(COUNT_LIVE_RUNS_OF, &[&ids])
+            .await?
+            .try_get(0)?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// Number of runs still `available` or `running`, over all tenants.

@@ -368,3 +368,80 @@ async fn a_claimable_run_wakes_listeners() {
         .unwrap();
     assert_eq!(woke.as_str(), "tenant-b");
 }
+
+#[tokio::test]
+async fn error_text_with_nul_bytes_is_recorded() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]))
+        .await
+        .unwrap();
+    let run = claimed(store.claim_run(&a, LEASE).await.unwrap());
+    let long = "x".repeat(10_000);
+    assert!(matches!(
+        store
+            .fail_run(
+                &run.lease,
+                &format!("bad\0message {long}"),
+                Duration::from_secs(3600)
+            )
+            .await
+            .unwrap(),
+        FailOutcome::Retrying { .. }
+    ));
+    let client = db.client().await;
+    let text: String = client
+        .query_one("SELECT last_error FROM statek.runs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(text.starts_with("bad\u{FFFD}message xxx"));
+    assert_eq!(text.len(), 4096);
+    assert_eq!(
+        store
+            .count_live_runs_of(std::slice::from_ref(&a))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .count_live_runs_of(&[tenant("tenant-b")])
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn the_worker_expiry_pass_fails_a_run_that_expired_on_its_last_attempt() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]).max_attempts(1))
+        .await
+        .unwrap();
+    claimed(
+        store
+            .claim_run(&a, Duration::from_millis(10))
+            .await
+            .unwrap(),
+    );
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    // Without the pass the run stays running forever: claims skip it.
+    assert_eq!(
+        store.claim_run(&a, LEASE).await.unwrap(),
+        ClaimOutcome::Idle
+    );
+    assert_eq!(store.count_live_runs().await.unwrap(), 1);
+    let expired = store.find_expired_runs(10).await.unwrap();
+    assert_eq!(expired.len(), 1);
+    assert_eq!(
+        store.rescue_expired_run(&expired[0]).await.unwrap(),
+        RescueOutcome::Failed
+    );
+    assert_eq!(store.count_live_runs().await.unwrap(), 0);
+}

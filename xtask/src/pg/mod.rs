@@ -72,25 +72,10 @@ pub fn external_database_url() -> Option<String> {
         .filter(|url| !url.trim().is_empty())
 }
 
-/// The URL with any password replaced by `***`, for printing.
+/// The URL with any password replaced by `***`, for printing (the same
+/// rules as the `statek` binary).
 pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end],
-            &rest[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
-    }
+    statek_cli::db::redact(url)
 }
 
 /// Provisioned binaries of one major version, ready to start clusters.
@@ -286,5 +271,13 @@ mod tests {
         check("postgres://u@h/db", "postgres://u@h/db");
         check("postgres://h/db?x=a@b", "postgres://h/db?x=a@b");
         check("host=h user=u", "host=h user=u");
+        check(
+            "host=h user=u password=sekret",
+            "host=h user=u password=***",
+        );
+        check(
+            "postgres://h/postgres?password=sekret",
+            "postgres://h/postgres?password=***",
+        );
     }
 }
