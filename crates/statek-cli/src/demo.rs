@@ -41,6 +41,10 @@ pub struct DemoArgs {
     /// Runs queued for the heaviest tenant before the replicas start (0..=1,000,000).
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub backlog: u32,
+    /// Serve Prometheus metrics at this address while the demo runs
+    /// (`--metrics-addr` alone: 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Runs arriving for each other tenant while the demo runs (0..=10,000).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub trickle: u32,
@@ -187,6 +191,19 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         }
     );
 
+    if let Some(addr) = args.metrics_addr {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            // Histograms (with _bucket series for histogram_quantile), in seconds.
+            .set_buckets(&[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 60.0,
+            ])
+            .context("histogram buckets")?
+            .install()
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
+        println!("metrics: http://{addr}/metrics");
+    }
     let admin = PgStore::new(StoreConfig::from_url(url)?.pool_size(4)?)?;
     let migrated = admin.migrate().await.context("migration failed")?;
     println!("migrations: {} applied now", migrated.applied().len());
@@ -270,8 +287,20 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         let reserved = Arc::clone(&reserved);
         let stop = stop.clone();
         let limit = args.max_reservations;
+        let mut monitor = statek_scheduler::FairnessMonitor::with_options(
+            &policy,
+            start_sequence,
+            statek_scheduler::MonitorOptions::new(),
+        );
+        let shard = shard.clone();
         tokio::spawn(async move {
+            let mut seen = 0u64;
             while let Some(outcome) = outcomes.recv().await {
+                monitor.observe(&outcome);
+                seen += 1;
+                if seen % 1000 == 0 {
+                    statek_scheduler::metrics::publish_fairness(&shard, &monitor.report());
+                }
                 if let TenantTickOutcome::Executed(run) = outcome.tenant_outcome() {
                     lock(&executed).insert(
                         run.run_id,
@@ -287,6 +316,9 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
                     stop.cancel();
                 }
             }
+            monitor.flush();
+            statek_scheduler::metrics::publish_fairness(&shard, &monitor.report());
+            monitor
         })
     };
 
@@ -360,7 +392,7 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
     while let Some(result) = tasks.join_next().await {
         worker_reports.push(result.context("replica task")??);
     }
-    collector.await.context("outcome collector")?;
+    let monitor = collector.await.context("outcome collector")?;
     if let Some(p) = producer {
         p.await.context("producer task")??;
     }
@@ -384,15 +416,6 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
     let rows = read_reservations(&admin, &policy, start_sequence, end_sequence).await?;
     let report = Report::build(&policy, &ticks, &rows, &lock(&enqueued), &lock(&executed));
     report.print(&policy, &workload);
-    let mut monitor = statek_scheduler::FairnessMonitor::with_options(
-        &policy,
-        start_sequence,
-        statek_scheduler::MonitorOptions::new(),
-    );
-    for tick in &ticks {
-        monitor.observe(tick);
-    }
-    monitor.flush();
     let checks = verify(
         &policy,
         &ticks,

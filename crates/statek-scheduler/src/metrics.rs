@@ -25,8 +25,36 @@ pub const SERVICE_LAG_SECONDS: &str = "statek_service_lag_seconds";
 /// `failed`, `retrying`, `lease_lost`, `cancelled`).
 pub const RUN_OUTCOMES_TOTAL: &str = "statek_run_outcomes_total";
 
+/// Gauge `{shard, tenant}`, reservations: largest selection gap observed by
+/// a [`crate::FairnessMonitor`] (published with [`publish_fairness`]).
+pub const SELECTION_GAP_MAX_RESERVATIONS: &str = "statek_selection_gap_max_reservations";
+/// Counter `{shard, tenant}`: gaps above the bound while the tenant had
+/// work, as found by a [`crate::FairnessMonitor`].
+pub const GAP_ABOVE_BOUND_TOTAL: &str = "statek_gap_above_bound_total";
+/// Gauge `{shard}`, Unix seconds: the oldest retained reservation (set by
+/// the [`crate::Worker`]'s housekeeping).
+pub const RETAINED_OLDEST_TIMESTAMP_SECONDS: &str = "statek_retained_oldest_timestamp_seconds";
+
+/// Publishes a fairness report's per-tenant figures as
+/// [`SELECTION_GAP_MAX_RESERVATIONS`] and [`GAP_ABOVE_BOUND_TOTAL`].
+pub fn publish_fairness(shard: &statek_policy::SchedulerShardId, report: &crate::FairnessReport) {
+    for row in &report.tenants {
+        let labels = [
+            ("shard", shard.to_string()),
+            ("tenant", row.tenant.to_string()),
+        ];
+        if row.gaps.count > 0 {
+            metrics::gauge!(SELECTION_GAP_MAX_RESERVATIONS, &labels).set(row.gaps.max as f64);
+        }
+        metrics::counter!(GAP_ABOVE_BOUND_TOTAL, &labels).absolute(row.gaps.violations);
+    }
+}
+
 /// Every metric name the scheduler crate emits.
 pub const ALL: &[&str] = &[
+    SELECTION_GAP_MAX_RESERVATIONS,
+    GAP_ABOVE_BOUND_TOTAL,
+    RETAINED_OLDEST_TIMESTAMP_SECONDS,
     RESERVATIONS_TOTAL,
     RESERVATION_RETRIES_TOTAL,
     RESERVATION_DURATION_SECONDS,

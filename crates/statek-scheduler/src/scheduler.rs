@@ -152,7 +152,18 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         if shutdown.is_cancelled() {
             return Err(SchedulerError::ShuttingDown);
         }
-        let result = self.tick_inner(shutdown).await;
+        let span = tracing::info_span!(
+            "tick",
+            shard = %self.policy.shard_id(),
+            sequence = tracing::field::Empty,
+            slot = tracing::field::Empty,
+            tenant = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let result = tracing::Instrument::instrument(self.tick_inner(shutdown), span.clone()).await;
+        if let Ok(outcome) = &result {
+            span.record("outcome", outcome.tenant_outcome().label());
+        }
         if let Err(e) = &result {
             let kind = match e {
                 SchedulerError::ShuttingDown => None,
@@ -189,6 +200,9 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         let (reservation, retries) = self.reserve().await?;
         let sequence = reservation.sequence();
         let slot = reservation.slot();
+        let span = tracing::Span::current();
+        span.record("sequence", sequence);
+        span.record("slot", slot);
         let local_length = self.policy.cycle_length();
         if reservation.cycle_length() != local_length
             || u64::from(slot) != sequence % u64::from(local_length)
@@ -211,6 +225,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             .tenant_for_slot(u64::from(slot))
             .and_then(|t| Some((t.clone(), self.policy.starvation_bound(t)?)))
             .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })?;
+        span.record("tenant", tracing::field::display(&tenant));
         let tenant_outcome = self
             .executor
             .execute_one(&tenant, shutdown)

@@ -297,7 +297,10 @@ impl<E: TenantExecutor + 'static> Worker<E> {
                 loop {
                     tokio::select! {
                         _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(every) => shared.scheduler.executor().maintain().await,
+                        _ = tokio::time::sleep(every) => {
+                            shared.scheduler.executor().maintain().await;
+                            publish_oldest(&shared.scheduler).await;
+                        }
                     }
                 }
             })
@@ -392,6 +395,24 @@ async fn tick_loop<E: TenantExecutor>(
         }
     }
     Ok(())
+}
+
+/// Sets the oldest-retained-reservation gauge of the worker's shard.
+async fn publish_oldest<E: TenantExecutor>(scheduler: &DurableFairScheduler<E>) {
+    let shard = scheduler.policy().shard_id();
+    match scheduler.store().oldest_reservation(shard).await {
+        Ok(Some(oldest)) => {
+            if let Ok(at) = oldest.duration_since(std::time::SystemTime::UNIX_EPOCH) {
+                metrics::gauge!(
+                    crate::metrics::RETAINED_OLDEST_TIMESTAMP_SECONDS,
+                    "shard" => shard.to_string()
+                )
+                .set(at.as_secs_f64());
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the oldest retained reservation"),
+    }
 }
 
 fn record<E>(shared: &Shared<E>, outcome: &TickOutcome) {

@@ -78,6 +78,7 @@ pub use notifications::{RunNotifications, RUNS_CHANNEL};
 pub use reservation::Reservation;
 pub use retention::{
     PruneReport, SchedulerFairnessRetentionPolicy, MAX_PRUNE_BATCH, MAX_RETENTION, MIN_RETENTION,
+    PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
 };
 pub use roles::RoleProfile;
 pub use run_queue::{

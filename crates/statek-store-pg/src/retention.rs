@@ -8,6 +8,13 @@ use crate::{PgStore, StoreError};
 pub const MIN_RETENTION: Duration = Duration::from_secs(3600);
 /// Longest retention: 366 days.
 pub const MAX_RETENTION: Duration = Duration::from_secs(366 * 86_400);
+/// Counter: reservation rows deleted by pruning.
+pub const PRUNE_DELETED_TOTAL: &str = "statek_prune_deleted_total";
+/// Gauge, Unix seconds: the cutoff of the last prune batch.
+pub const PRUNE_CUTOFF_TIMESTAMP_SECONDS: &str = "statek_prune_cutoff_timestamp_seconds";
+/// Histogram, seconds: one prune batch transaction.
+pub const PRUNE_BATCH_DURATION_SECONDS: &str = "statek_prune_batch_duration_seconds";
+
 /// Largest batch: 10,000 rows per transaction.
 pub const MAX_PRUNE_BATCH: u32 = 10_000;
 
@@ -108,6 +115,7 @@ impl PgStore {
         &self,
         policy: &SchedulerFairnessRetentionPolicy,
     ) -> Result<PruneReport, StoreError> {
+        let started = std::time::Instant::now();
         let mut client = self.client().await?;
         let tx = PgStore::begin(&mut client).await?;
         let row = tx
@@ -126,6 +134,11 @@ impl PgStore {
             deleted: u64::try_from(deleted).unwrap_or(0),
         };
         tx.commit().await?;
+        metrics::counter!(PRUNE_DELETED_TOTAL).increment(report.deleted);
+        if let Ok(cutoff) = report.cutoff.duration_since(SystemTime::UNIX_EPOCH) {
+            metrics::gauge!(PRUNE_CUTOFF_TIMESTAMP_SECONDS).set(cutoff.as_secs_f64());
+        }
+        metrics::histogram!(PRUNE_BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
         tracing::info!(deleted = report.deleted, "pruned reservations");
         Ok(report)
     }

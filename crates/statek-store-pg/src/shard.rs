@@ -28,6 +28,9 @@ const SHARD_STATUS: &str = "
            (SELECT count(*) FROM statek.scheduler_reservations
              WHERE shard_id = $1 AND reserved_at < now() - make_interval(secs => $2)) AS past_retention";
 
+const SELECT_OLDEST: &str = "
+    SELECT min(reserved_at) FROM statek.scheduler_reservations WHERE shard_id = $1";
+
 const SELECT_SHARD: &str = "
     SELECT policy_bytes, policy_digest, cycle_length, next_sequence, registered_at
     FROM statek.scheduler_shards
@@ -243,6 +246,24 @@ impl PgStore {
                 format!("shard {shard}: negative cursor {next}"),
             )
         })
+    }
+
+    /// Database time of the shard's oldest retained reservation, if any.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn oldest_reservation(
+        &self,
+        shard: &SchedulerShardId,
+    ) -> Result<Option<SystemTime>, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .query_one(
+                &client.prepare_cached(SELECT_OLDEST).await?,
+                &[&shard.as_str()],
+            )
+            .await?
+            .try_get(0)?)
     }
 
     /// Operator figures for a shard: its verified policy and cursor, the
