@@ -41,6 +41,9 @@ pub struct DemoArgs {
     /// Runs queued for the heaviest tenant before the replicas start (0..=1,000,000).
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub backlog: u32,
+    /// Directory for the PNG charts (cumulative slots, selection gaps).
+    #[arg(long, value_name = "DIR", default_value = "target/statek-demo")]
+    pub charts_dir: PathBuf,
     /// Serve Prometheus metrics at this address while the demo runs
     /// (`--metrics-addr` alone: 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
@@ -425,6 +428,18 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         &report,
         &monitor.report(),
     );
+    let selections: Vec<&TenantId> = rows
+        .iter()
+        .filter_map(|r| policy.tenant_for_slot(u64::from(r.slot())))
+        .collect();
+    match crate::charts::write(&args.charts_dir, &policy, &selections) {
+        Ok(paths) => {
+            for path in paths {
+                println!("chart: {}", path.display());
+            }
+        }
+        Err(e) => println!("charts not written: {e:#}"),
+    }
     let mut failed = 0;
     println!();
     for (ok, text) in &checks {

@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod charts;
 mod cli;
 pub mod db;
 pub mod demo;
