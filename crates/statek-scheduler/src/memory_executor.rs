@@ -80,89 +80,11 @@ where
     }
 }
 
-/// Lease and retry settings of [`InMemoryExecutor`], with the same
-/// defaults and limits as [`crate::ExecutorOptions`]: lease 30 s
-/// (100 ms..=24 h), heartbeat every lease/3, retry backoff 1 s doubling per
-/// attempt up to 5 minutes. Durations run on tokio's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InMemoryExecutorOptions {
-    lease: Duration,
-    heartbeat_every: Option<Duration>,
-    retry_initial: Duration,
-    retry_max: Duration,
-}
-
-impl Default for InMemoryExecutorOptions {
-    fn default() -> Self {
-        Self {
-            lease: Duration::from_secs(30),
-            heartbeat_every: Some(Duration::from_secs(10)),
-            retry_initial: Duration::from_secs(1),
-            retry_max: Duration::from_secs(300),
-        }
-    }
-}
-
-impl InMemoryExecutorOptions {
-    /// The defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Lease length (100 ms..=24 h); heartbeats default to a third of it.
-    pub fn lease(mut self, lease: Duration) -> Result<Self, SchedulerError> {
-        if lease < Duration::from_millis(100) || lease > Duration::from_secs(86_400) {
-            return Err(SchedulerError::InvalidOption(format!(
-                "lease must be 100 ms..=24 h, got {lease:?}"
-            )));
-        }
-        self.lease = lease;
-        self.heartbeat_every = self.heartbeat_every.map(|_| lease / 3);
-        Ok(self)
-    }
-
-    /// Heartbeat period (shorter than the lease), or `None` to never extend
-    /// leases.
-    pub fn heartbeat_every(mut self, every: Option<Duration>) -> Result<Self, SchedulerError> {
-        if let Some(period) = every {
-            if period.is_zero() || period >= self.lease {
-                return Err(SchedulerError::InvalidOption(format!(
-                    "heartbeat period must be > 0 and shorter than the lease {:?}, got {period:?}",
-                    self.lease
-                )));
-            }
-        }
-        self.heartbeat_every = every;
-        Ok(self)
-    }
-
-    /// Retry backoff after a failed attempt: `initial` doubled per attempt,
-    /// capped at `max` (0 <= initial <= max <= 1 day).
-    pub fn retry_backoff(
-        mut self,
-        initial: Duration,
-        max: Duration,
-    ) -> Result<Self, SchedulerError> {
-        if initial > max || max > Duration::from_secs(86_400) {
-            return Err(SchedulerError::InvalidOption(format!(
-                "retry backoff needs initial <= max <= 1 day, got {initial:?} and {max:?}"
-            )));
-        }
-        self.retry_initial = initial;
-        self.retry_max = max;
-        Ok(self)
-    }
-
-    fn retry_after(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1).min(20))
-            .unwrap_or(u32::MAX);
-        self.retry_initial
-            .checked_mul(factor)
-            .unwrap_or(self.retry_max)
-            .min(self.retry_max)
-    }
-}
+/// Lease and retry settings of [`InMemoryExecutor`]: the same type, defaults
+/// and limits as [`crate::ExecutorOptions`] (lease 30 s, heartbeat every
+/// lease/3, retry backoff 1 s doubling up to 5 minutes). Durations run on
+/// tokio's clock.
+pub type InMemoryExecutorOptions = crate::ExecutorOptions;
 
 struct Shared<H> {
     queue: Arc<Mutex<Queue>>,
@@ -386,7 +308,7 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
     /// expiry: a fifth of the lease, at least 20 ms, at most 5 s (as in
     /// [`crate::PgRunQueueExecutor`]).
     fn lease_margin(&self) -> Duration {
-        (self.shared.options.lease / 5).clamp(Duration::from_millis(20), Duration::from_secs(5))
+        crate::pg_executor::lease_margin(self.shared.options.lease)
     }
 
     /// Runs the handler, heartbeating every period. Fires `cancel` when a

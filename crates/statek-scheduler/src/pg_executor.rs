@@ -23,6 +23,12 @@ fn run_outcome(tenant: &TenantId, outcome: &'static str) {
     .increment(1);
 }
 
+/// Margin by which a local lease deadline precedes the database's: a fifth
+/// of the lease, at least 20 ms, at most 5 s.
+pub(crate) fn lease_margin(lease: Duration) -> Duration {
+    (lease / 5).clamp(Duration::from_millis(20), Duration::from_secs(5))
+}
+
 /// Expired runs handled per expiry pass.
 const EXPIRY_PASS_LIMIT: u32 = 100;
 
@@ -75,8 +81,8 @@ pub trait RunHandler: Send + Sync {
 /// per attempt up to 5 minutes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecutorOptions {
-    lease: Duration,
-    heartbeat_every: Option<Duration>,
+    pub(crate) lease: Duration,
+    pub(crate) heartbeat_every: Option<Duration>,
     retry_initial: Duration,
     retry_max: Duration,
 }
@@ -142,7 +148,7 @@ impl ExecutorOptions {
         Ok(self)
     }
 
-    fn retry_after(&self, attempt: u32) -> Duration {
+    pub(crate) fn retry_after(&self, attempt: u32) -> Duration {
         let factor = 1u32
             .checked_shl(attempt.saturating_sub(1).min(20))
             .unwrap_or(u32::MAX);
@@ -179,12 +185,6 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         &self.handler
     }
 
-    /// Margin by which the local lease deadline precedes the database's:
-    /// a fifth of the lease, at least 20 ms, at most 5 s.
-    fn lease_margin(&self) -> Duration {
-        (self.options.lease / 5).clamp(Duration::from_millis(20), Duration::from_secs(5))
-    }
-
     /// Runs the handler, heartbeating every period. Fires `cancel` when a
     /// heartbeat finds the lease lost, or when the local lease deadline
     /// passes without a successful heartbeat: the deadline counts from
@@ -199,7 +199,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
     ) -> (Result<(), RunError>, LeaseState) {
         let mut handler = pin!(self.handler.handle(run, cancel.clone()));
         let lease = self.options.lease;
-        let margin = self.lease_margin();
+        let margin = lease_margin(lease);
         let mut deadline = claim_sent + lease.saturating_sub(margin);
         let period = self.options.heartbeat_every;
         let mut next_heartbeat = period.map(|p| Instant::now() + p);

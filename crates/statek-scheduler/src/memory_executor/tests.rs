@@ -2,24 +2,6 @@
 
 use super::*;
 
-#[test]
-fn option_limits() {
-    let o = InMemoryExecutorOptions::new();
-    assert!(o.lease(Duration::from_millis(99)).is_err());
-    assert!(o.lease(Duration::from_secs(86_401)).is_err());
-    let short = o.lease(Duration::from_secs(3)).unwrap();
-    assert_eq!(short.heartbeat_every, Some(Duration::from_secs(1)));
-    assert!(short.heartbeat_every(Some(Duration::from_secs(3))).is_err());
-    assert!(short.heartbeat_every(Some(Duration::ZERO)).is_err());
-    assert_eq!(short.heartbeat_every(None).unwrap().heartbeat_every, None);
-    assert!(o
-        .retry_backoff(Duration::from_secs(2), Duration::from_secs(1))
-        .is_err());
-    assert_eq!(o.retry_after(1), Duration::from_secs(1));
-    assert_eq!(o.retry_after(3), Duration::from_secs(4));
-    assert_eq!(o.retry_after(1000), Duration::from_secs(300));
-}
-
 fn tenant(name: &str) -> TenantId {
     TenantId::try_from(name).unwrap()
 }
