@@ -3,17 +3,24 @@
 //! - `cargo xtask pg start|stop|status|url [--version 16|17]`: PostgreSQL for
 //!   development (see [`pg`]).
 //! - `cargo xtask migrate`: applies the migrations to `DATABASE_URL`.
-//! - `cargo xtask test`: formatting, lints, arch-check and every test,
-//!   against PostgreSQL 17 and 16; what CI runs.
+//! - `cargo xtask test`: formatting, lints, arch-check, deploy-check and
+//!   every test, against PostgreSQL 17 and 16; what CI runs.
 //! - `cargo xtask arch-check`: the allowed arrows between workspace crates.
+//! - `cargo xtask deploy-check`: the YAML and JSON under `deploy/` parse, and
+//!   alerts and dashboard use exactly the metrics statek emits.
 //! - `cargo xtask demo`: the noisy-neighbour demonstration.
+//! - `cargo xtask bounds-report [--seed N] [--sets-per-family N]`: starvation
+//!   bound ratios of `swrr-v1` and `min-gap-v1` over generated weight
+//!   families (the figures in `docs/guarantees.md`).
 //!
 //! Relative paths given to xtask are relative to the workspace root.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod arch_check;
+mod bounds_report;
 mod command;
 mod demo;
+mod deploy_check;
 mod interrupt;
 mod migrate;
 mod pg;
@@ -51,10 +58,14 @@ enum Task {
     Migrate,
     /// Run fmt, clippy, arch-check and all tests against PostgreSQL 17 and 16 (what CI runs).
     Test(test_matrix::TestArgs),
-    /// Check the arrows between workspace crates (DESIGN.md section 2).
+    /// Check the arrows between workspace crates (ARCHITECTURE.md, "Allowed arrows").
     ArchCheck,
+    /// Parse deploy/ YAML and JSON; check alert and dashboard metrics against the emitted ones.
+    DeployCheck,
     /// Run the noisy-neighbour demo (against DATABASE_URL or a fresh server).
     Demo(demo::DemoArgs),
+    /// Print bound / ceil(L/w) ratios of swrr-v1 and min-gap-v1 over generated weight families.
+    BoundsReport(bounds_report::BoundsReportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,7 +130,11 @@ fn run(cli: Cli) -> Result<()> {
         Task::Migrate => migrate::run(),
         Task::Test(args) => test_matrix::run(&args),
         Task::ArchCheck => arch_check::run(),
+        Task::DeployCheck => deploy_check::run(),
+        Task::BoundsReport(args) => bounds_report::run(&args),
         Task::Demo(args) => {
+            // A bad policy file fails before any server starts.
+            statek_cli::demo::load_policy(&args.demo)?;
             let _server;
             let url = if let Some(url) = pg::external_database_url() {
                 url

@@ -3,8 +3,9 @@
 //! Steps, each announced and timed: rustfmt check; clippy on the workspace
 //! (all targets, all features) and on statek-policy without default
 //! features, all with `-D warnings`; a `no_std` build of statek-policy;
-//! arch-check; then for PostgreSQL 17 and 16 a fresh server and the tests
-//! with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_PG_VERSION` and
+//! arch-check; deploy-check (the YAML and JSON under `deploy/`); then for
+//! PostgreSQL 17 and 16 a fresh server and the tests with
+//! `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_PG_VERSION` and
 //! `STATEK_TEST_REQUIRE_DB=1`. The first version runs the whole workspace
 //! test suite (unit, property, doc and database tests); the second runs the
 //! database tests of statek-store-pg, statek-scheduler and statek-cli again. Every step
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 
 use crate::pg::{self, PgMajor, Server};
-use crate::{arch_check, command, interrupt, workspace};
+use crate::{arch_check, command, deploy_check, interrupt, workspace};
 
 /// Options of `cargo xtask test`.
 #[derive(Debug, Clone, clap::Args)]
@@ -170,6 +171,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
         report.step(&display(args), cargo_step(args));
     }
     report.step("arch-check", arch_check::run);
+    report.step("deploy-check", deploy_check::run);
 
     if let Some(url) = pg::external_database_url() {
         println!(

@@ -15,8 +15,9 @@ use crate::id::TenantId;
 ///
 /// The bound counts reservations (scheduling slots), not seconds: how long a
 /// reservation takes depends on how fast replicas tick. It is a bound on
-/// being offered a slot, not on a run being claimed or finished. With
-/// smooth weighted round robin it can exceed `ceil(L / weight)`.
+/// being offered a slot, not on a run being claimed or finished. It is never
+/// below [`ideal_reservations_until_selection`](Self::ideal_reservations_until_selection)
+/// (`ceil(L / weight)`) and, with either algorithm, can be above it.
 ///
 /// ```
 /// use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
@@ -80,5 +81,17 @@ impl TenantStarvationBound {
     #[must_use]
     pub fn maximum_reservations_until_selection(&self) -> u32 {
         self.maximum_reservations_until_selection
+    }
+
+    /// `ceil(L / weight)`: the smallest bound any cycle could give this
+    /// tenant, since `weight` picks split the `L` slots of a cycle into
+    /// `weight` gaps that add up to `L`.
+    ///
+    /// A reference to compare the measured
+    /// [`maximum_reservations_until_selection`](Self::maximum_reservations_until_selection)
+    /// with (their ratio is what `min-gap-v1` minimises), not a promise.
+    #[must_use]
+    pub fn ideal_reservations_until_selection(&self) -> u32 {
+        self.cycle_length.div_ceil(self.weight.max(1))
     }
 }

@@ -1,6 +1,6 @@
 //! The cycle: compiling weights into the periodic list of tenant picks
-//! (`swrr-v1`), checking it, and measuring each tenant's starvation bound on
-//! it.
+//! (`swrr-v1` here, `min-gap-v1` in [`min_gap`](crate::min_gap)), checking
+//! it, and measuring each tenant's starvation bound on it.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -9,6 +9,7 @@ use core::iter::FusedIterator;
 use crate::algorithm::PolicyAlgorithm;
 use crate::error::PolicyError;
 use crate::id::TenantId;
+use crate::min_gap;
 use crate::weight::TenantFairnessWeight;
 
 /// The largest cycle length `L` (sum of weights), in slots.
@@ -35,6 +36,7 @@ pub(crate) fn compile(
 ) -> Result<CompiledCycle, PolicyError> {
     let slots = match algorithm {
         PolicyAlgorithm::SwrrV1 => swrr_v1(tenants, length),
+        PolicyAlgorithm::MinGapV1 => min_gap::min_gap_v1(tenants, length),
     };
     check_counts(tenants, &slots)?;
     let bounds = measure_bounds(tenants.len(), &slots, length);
@@ -44,18 +46,29 @@ pub(crate) fn compile(
 /// Smooth weighted round robin, exactly as specified for `swrr-v1`.
 ///
 /// `O(L × tenants)`: at most 4096 × 1024 additions, done once per policy.
-fn swrr_v1(tenants: &[TenantFairnessWeight], length: u32) -> Vec<u16> {
+pub(crate) fn swrr_v1(tenants: &[TenantFairnessWeight], length: u32) -> Vec<u16> {
+    let weights: Vec<u32> = tenants.iter().map(TenantFairnessWeight::weight).collect();
+    swrr(&weights, length)
+}
+
+/// Smooth weighted round robin over `weights` (which sum to `length`):
+/// for each slot, the index of the pick.
+///
+/// Every entry has a score starting at 0; for each of the `length` steps
+/// each weight is added to its score, the highest score is picked (on a
+/// tie, the lowest index) and `length` is subtracted from it. Also used by
+/// `min-gap-v1`'s class SWRR, over the weights of the classes.
+pub(crate) fn swrr(weights: &[u32], length: u32) -> Vec<u16> {
     let total = i64::from(length);
-    let weights: Vec<i64> = tenants.iter().map(|t| i64::from(t.weight())).collect();
-    let mut scores = vec![0_i64; tenants.len()];
+    let mut scores = vec![0_i64; weights.len()];
     let mut slots = Vec::with_capacity(usize::try_from(length).unwrap_or(0));
     for _ in 0..length {
         let mut best = 0_usize;
         let mut best_score = i64::MIN;
-        for (index, (score, weight)) in scores.iter_mut().zip(&weights).enumerate() {
-            *score += weight;
-            // Strictly greater: on a tie the earlier tenant, which sorts
-            // first by id, keeps the pick.
+        for (index, (score, &weight)) in scores.iter_mut().zip(weights).enumerate() {
+            *score += i64::from(weight);
+            // Strictly greater: on a tie the earlier entry, which sorts
+            // first, keeps the pick.
             if *score > best_score {
                 best = index;
                 best_score = *score;
@@ -64,8 +77,8 @@ fn swrr_v1(tenants: &[TenantFairnessWeight], length: u32) -> Vec<u16> {
         if let Some(score) = scores.get_mut(best) {
             *score -= total;
         }
-        // More than u16::MAX tenants is impossible (at most 1024); should it
-        // happen, the count check below reports it.
+        // More than u16::MAX entries is impossible (at most 1024); should it
+        // happen, the count check reports it.
         slots.push(u16::try_from(best).unwrap_or(u16::MAX));
     }
     slots
@@ -75,7 +88,10 @@ fn swrr_v1(tenants: &[TenantFairnessWeight], length: u32) -> Vec<u16> {
 ///
 /// Since the weights sum to the number of slots, this also rules out slots
 /// that name no tenant.
-fn check_counts(tenants: &[TenantFairnessWeight], slots: &[u16]) -> Result<(), PolicyError> {
+pub(crate) fn check_counts(
+    tenants: &[TenantFairnessWeight],
+    slots: &[u16],
+) -> Result<(), PolicyError> {
     let mut counts = vec![0_u32; tenants.len()];
     for &slot in slots {
         if let Some(count) = counts.get_mut(usize::from(slot)) {
@@ -109,7 +125,7 @@ fn check_counts(tenants: &[TenantFairnessWeight], slots: &[u16]) -> Result<(), P
 /// For each tenant index, the largest circular distance between two
 /// consecutive picks, counting the picking slot (`length` for a tenant
 /// picked once).
-fn measure_bounds(tenant_count: usize, slots: &[u16], length: u32) -> Vec<u32> {
+pub(crate) fn measure_bounds(tenant_count: usize, slots: &[u16], length: u32) -> Vec<u32> {
     // (first pick, last pick, largest gap so far), in slots.
     let mut seen: Vec<Option<(u32, u32, u32)>> = vec![None; tenant_count];
     for (slot, &index) in (0_u32..).zip(slots) {

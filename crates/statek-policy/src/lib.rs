@@ -1,6 +1,6 @@
 //! Weighted fairness policies for statek: tenant and shard ids, weights, the
-//! compiled `swrr-v1` cycle, measured starvation bounds, canonical bytes and
-//! the policy digest.
+//! compiled cycle (`swrr-v1` by default, `min-gap-v1` on request), measured
+//! starvation bounds, canonical bytes and the policy digest.
 //!
 //! statek schedules tenants in one durable, global, weighted order: every
 //! scheduling opportunity is a reservation with a gapless sequence number
@@ -45,6 +45,40 @@
 //!   `a:5, b:2, c:1` compiles to `a b a a c a b a`, where `b` waits up to 5
 //!   slots although `ceil(8 / 2) = 4`.
 //!
+//! # Algorithms
+//!
+//! The [`PolicyAlgorithm`] is part of the policy, its canonical bytes and
+//! its digest, so changing it means a new shard like any other policy
+//! change.
+//!
+//! - `swrr-v1` (the default): smooth weighted round robin. A bound can
+//!   approach twice `ceil(L / w)`: one weight-2 tenant among 1,022 weight-1
+//!   tenants waits up to 1,023 reservations.
+//! - `min-gap-v1` (opt-in, [`WeightedFairnessPolicy::with_algorithm`] or
+//!   `algorithm = "min-gap-v1"` in a policy file): the best of `swrr-v1`,
+//!   class SWRR and a window schedule by the largest ratio of bound to
+//!   `ceil(L / w)`; never worse than `swrr-v1` by that measure, 512 in the
+//!   example above.
+//!
+//! ```rust
+//! use statek_policy::{PolicyAlgorithm, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+//! # fn main() -> Result<(), statek_policy::PolicyError> {
+//! let mut tenants = vec![TenantFairnessWeight::new(TenantId::try_from("heavy")?, 2)?];
+//! for i in 0..1022 {
+//!     tenants.push(TenantFairnessWeight::new(TenantId::try_from(format!("light-{i:04}"))?, 1)?);
+//! }
+//! let shard = SchedulerShardId::try_from("primary-v1")?;
+//! let swrr = WeightedFairnessPolicy::new(shard.clone(), tenants.clone())?;
+//! let min_gap = WeightedFairnessPolicy::with_algorithm(shard, PolicyAlgorithm::MinGapV1, tenants)?;
+//! let heavy = TenantId::try_from("heavy")?;
+//! let bound = |policy: &WeightedFairnessPolicy| {
+//!     policy.starvation_bound(&heavy).map(|b| b.maximum_reservations_until_selection())
+//! };
+//! assert_eq!((bound(&swrr), bound(&min_gap)), (Some(1023), Some(512)));
+//! assert_ne!(swrr.digest(), min_gap.digest());
+//! # Ok(()) }
+//! ```
+//!
 //! # Limits
 //!
 //! Ids are 1..=[`MAX_ID_LENGTH`] (128) bytes of ASCII `[A-Za-z0-9._:-]`, not
@@ -73,10 +107,12 @@ mod cycle;
 mod digest;
 mod error;
 mod id;
+mod min_gap;
 mod policy;
 #[cfg(feature = "toml")]
 pub mod policy_file;
 mod weight;
+mod window;
 
 pub use algorithm::PolicyAlgorithm;
 pub use bound::TenantStarvationBound;

@@ -3,7 +3,7 @@
 //! ```toml
 //! # deploy/policies/example.toml
 //! shard = "primary-v1"
-//! algorithm = "swrr-v1"   # optional, default swrr-v1
+//! algorithm = "swrr-v1"   # optional, default swrr-v1; or "min-gap-v1"
 //! [[tenants]]
 //! id = "tenant-a"
 //! weight = 3
@@ -13,7 +13,8 @@
 //! ```
 //!
 //! The top level has exactly the keys `shard` (required string),
-//! `algorithm` (optional string, default `swrr-v1`) and `tenants` (required
+//! `algorithm` (optional string: `swrr-v1`, the default, or `min-gap-v1`;
+//! see [`PolicyAlgorithm`](crate::PolicyAlgorithm)) and `tenants` (required
 //! array of tables); each tenant has exactly `id` (string) and `weight`
 //! (integer). Unknown keys are errors. Every error is a [`PolicyFileError`]
 //! that names the file, the 1-based line and column, and the field, as

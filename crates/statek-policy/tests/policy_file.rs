@@ -51,6 +51,29 @@ fn example() {
 }
 
 #[test]
+fn min_gap_algorithm() {
+    let text = EXAMPLE.replace(
+        "algorithm = \"swrr-v1\"   # optional, default swrr-v1",
+        "algorithm = \"min-gap-v1\"",
+    );
+    let policy = parse(&text).unwrap().into_policy();
+    assert_eq!(policy.algorithm(), PolicyAlgorithm::MinGapV1);
+    assert_eq!(
+        policy.canonical_bytes(),
+        br#"{"algorithm":"min-gap-v1","tenants":[{"id":"tenant-a","weight":3},{"id":"tenant-b","weight":1}]}"#
+    );
+    assert_eq!(
+        policy.digest().to_string(),
+        "da0f9c1e849ca76e961bd117162eadc98ca5c9656ce4bc5cee3e1cd283457431"
+    );
+    assert_ne!(policy, example_policy());
+    check(
+        &text.replace("min-gap-v1", "min-gap-v2"),
+        "example.toml:3:13: algorithm: unknown policy algorithm \"min-gap-v2\"",
+    );
+}
+
+#[test]
 fn equivalent_spellings() {
     let without_algorithm = EXAMPLE.replace(
         "algorithm = \"swrr-v1\"   # optional, default swrr-v1\n",

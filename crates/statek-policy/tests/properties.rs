@@ -1,5 +1,6 @@
-//! Property tests: counts, order independence, bound = observed circular gap,
-//! round trip, and a decoder that never panics.
+//! Property tests, for both algorithms: counts, order independence, bound =
+//! observed circular gap, round trip, `min-gap-v1` never worse than
+//! `swrr-v1`, and a decoder that never panics.
 // Helpers outside `#[test]` functions are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -7,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use statek_policy::{
-    PolicyError, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy,
-    MAX_CYCLE_LENGTH, MAX_TENANTS, MAX_WEIGHT,
+    PolicyAlgorithm, PolicyError, SchedulerShardId, TenantFairnessWeight, TenantId,
+    WeightedFairnessPolicy, MAX_CYCLE_LENGTH, MAX_TENANTS, MAX_WEIGHT,
 };
 
 /// Tenant ids and weights, in input order.
@@ -19,13 +20,35 @@ fn shard() -> SchedulerShardId {
 }
 
 fn build(weights: &[(String, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
+    build_with(PolicyAlgorithm::SwrrV1, weights)
+}
+
+fn build_with(algorithm: PolicyAlgorithm, weights: &[(String, u32)]) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::with_algorithm(
         shard(),
+        algorithm,
         weights.iter().map(|(id, w)| {
             TenantFairnessWeight::new(TenantId::try_from(id.as_str()).unwrap(), *w).unwrap()
         }),
     )
     .unwrap()
+}
+
+/// The largest ratio of bound to `ceil(L / w)` over the policy's tenants,
+/// as `(bound, ideal)`; fractions are compared by cross-multiplication.
+fn largest_ratio(policy: &WeightedFairnessPolicy) -> (u64, u64) {
+    policy
+        .starvation_bounds()
+        .map(|bound| {
+            let ideal = bound.cycle_length().div_ceil(bound.weight());
+            assert_eq!(bound.ideal_reservations_until_selection(), ideal);
+            (
+                u64::from(bound.maximum_reservations_until_selection()),
+                u64::from(ideal),
+            )
+        })
+        .max_by(|a, b| (a.0 * b.1).cmp(&(b.0 * a.1)))
+        .unwrap()
 }
 
 /// The oracle: the largest distance between consecutive picks of each tenant
@@ -45,9 +68,33 @@ fn observed_gaps(policy: &WeightedFairnessPolicy) -> Vec<u32> {
     largest
 }
 
-/// Every invariant of a valid policy built from `weights` (unique ids).
+/// Every invariant of a valid `swrr-v1` policy built from `weights` (unique
+/// ids).
 fn check_policy(weights: &[(String, u32)], shuffled: &[(String, u32)]) {
-    let policy = build(weights);
+    check_policy_with(PolicyAlgorithm::SwrrV1, weights, shuffled);
+}
+
+/// Every invariant of a valid `min-gap-v1` policy built from `weights`, and
+/// its largest ratio never above `swrr-v1`'s.
+fn check_min_gap(weights: &[(String, u32)], shuffled: &[(String, u32)]) {
+    let policy = check_policy_with(PolicyAlgorithm::MinGapV1, weights, shuffled);
+    let (bound, ideal) = largest_ratio(&policy);
+    let (swrr_bound, swrr_ideal) = largest_ratio(&build(weights));
+    assert!(
+        bound * swrr_ideal <= swrr_bound * ideal,
+        "min-gap-v1 {bound}/{ideal} above swrr-v1 {swrr_bound}/{swrr_ideal}"
+    );
+}
+
+/// Every invariant of a valid policy built from `weights` (unique ids) with
+/// `algorithm`; returns the policy.
+fn check_policy_with(
+    algorithm: PolicyAlgorithm,
+    weights: &[(String, u32)],
+    shuffled: &[(String, u32)],
+) -> WeightedFairnessPolicy {
+    let policy = build_with(algorithm, weights);
+    assert_eq!(policy.algorithm(), algorithm);
     let length: u32 = weights.iter().map(|(_, w)| w).sum();
     assert_eq!(policy.cycle_length(), length);
     assert_eq!(policy.cycle().len(), usize::try_from(length).unwrap());
@@ -99,7 +146,7 @@ fn check_policy(weights: &[(String, u32)], shuffled: &[(String, u32)]) {
     assert_eq!(policy.tenant_for_slot(u64::from(length)), None);
 
     // Input order never matters.
-    let other = build(shuffled);
+    let other = build_with(algorithm, shuffled);
     assert_eq!(other.canonical_bytes(), policy.canonical_bytes());
     assert_eq!(other.digest(), policy.digest());
     assert_eq!(other.cycle_tenant_indexes(), policy.cycle_tenant_indexes());
@@ -109,6 +156,11 @@ fn check_policy(weights: &[(String, u32)], shuffled: &[(String, u32)]) {
     let decoded = WeightedFairnessPolicy::decode(shard(), policy.canonical_bytes()).unwrap();
     assert_eq!(decoded, policy);
     assert_eq!(decoded.canonical_bytes(), policy.canonical_bytes());
+    assert_eq!(
+        decoded.cycle_tenant_indexes(),
+        policy.cycle_tenant_indexes()
+    );
+    policy
 }
 
 /// Decoding must never panic, and may only accept exactly canonical bytes.
@@ -176,6 +228,52 @@ fn long_cycle() -> impl Strategy<Value = (Weights, Weights)> {
                 .into_iter()
                 .enumerate()
                 .map(|(i, w)| (format!("t{i}"), w))
+                .collect::<Vec<_>>()
+        })
+        .prop_flat_map(|weights| (Just(weights.clone()), Just(weights).prop_shuffle()))
+}
+
+/// One heavy tenant among 1..=1023 weight-1 tenants, or one weight-2
+/// tenant among them: the lockstep shapes.
+fn lockstep() -> impl Strategy<Value = (Weights, Weights)> {
+    (
+        1..=1023_u32,
+        2..=MAX_WEIGHT,
+        any::<bool>(),
+        any::<prop::sample::Index>(),
+    )
+        .prop_map(|(lights, heavy, weight_two, at)| {
+            let heavy = if weight_two {
+                2
+            } else {
+                heavy.min(MAX_CYCLE_LENGTH - lights)
+            };
+            let mut weights: Vec<u32> = vec![1; lights as usize];
+            weights.insert(at.index(weights.len() + 1), heavy);
+            weights
+                .into_iter()
+                .enumerate()
+                .map(|(i, w)| (format!("t{i:04}"), w))
+                .collect::<Vec<_>>()
+        })
+        .prop_flat_map(|weights| (Just(weights.clone()), Just(weights).prop_shuffle()))
+}
+
+/// 2..=200 tenants with weights from a few distinct values, so that weight
+/// classes have many members.
+fn few_weights() -> impl Strategy<Value = (Weights, Weights)> {
+    (prop::collection::vec(1..=20_u32, 1..=4), 2..=200_usize)
+        .prop_flat_map(|(values, n)| prop::collection::vec(prop::sample::select(values), n))
+        .prop_map(|weights| {
+            let mut total = 0;
+            weights
+                .into_iter()
+                .take_while(|w| {
+                    total += w;
+                    total <= MAX_CYCLE_LENGTH
+                })
+                .enumerate()
+                .map(|(i, w)| (format!("t{i:04}"), w))
                 .collect::<Vec<_>>()
         })
         .prop_flat_map(|weights| (Just(weights.clone()), Just(weights).prop_shuffle()))
@@ -256,5 +354,38 @@ proptest! {
     #[test]
     fn near_the_cycle_limit((weights, shuffled) in long_cycle()) {
         check_policy(&weights, &shuffled);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn min_gap_small_policies((weights, shuffled) in small()) {
+        check_min_gap(&weights, &shuffled);
+    }
+
+    #[test]
+    fn min_gap_few_weights((weights, shuffled) in few_weights()) {
+        check_min_gap(&weights, &shuffled);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    #[test]
+    fn min_gap_lockstep((weights, shuffled) in lockstep()) {
+        check_min_gap(&weights, &shuffled);
+    }
+
+    #[test]
+    fn min_gap_near_the_tenant_limit((weights, shuffled) in many_tenants()) {
+        check_min_gap(&weights, &shuffled);
+    }
+
+    #[test]
+    fn min_gap_near_the_cycle_limit((weights, shuffled) in long_cycle()) {
+        check_min_gap(&weights, &shuffled);
     }
 }

@@ -187,3 +187,42 @@ async fn concurrent_migrations_on_an_empty_database_all_succeed() {
     assert_eq!(applied, statek_store_pg::embedded_migrations().len());
     assert_eq!(db.store().migrate().await.unwrap().applied().len(), 0);
 }
+
+#[tokio::test]
+async fn a_shard_registered_under_one_algorithm_refuses_the_other() {
+    use statek_policy::PolicyAlgorithm;
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let weights = || {
+        [("tenant-a", 3), ("tenant-b", 2), ("tenant-c", 1)]
+            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), w).unwrap())
+    };
+    let shard = SchedulerShardId::try_from("primary-v1").unwrap();
+    let swrr = WeightedFairnessPolicy::new(shard.clone(), weights()).unwrap();
+    let min_gap =
+        WeightedFairnessPolicy::with_algorithm(shard, PolicyAlgorithm::MinGapV1, weights())
+            .unwrap();
+    store.register(&swrr).await.unwrap();
+    assert!(matches!(
+        store.register(&min_gap).await,
+        Err(StoreError::PolicyConflict { .. })
+    ));
+    assert!(matches!(
+        store
+            .reserve(min_gap.shard_id(), &min_gap.digest(), Uuid::now_v7())
+            .await,
+        Err(StoreError::PolicyDigestMismatch { .. })
+    ));
+    // A new shard takes the other algorithm, and reads back exactly.
+    let next = WeightedFairnessPolicy::with_algorithm(
+        SchedulerShardId::try_from("primary-v2").unwrap(),
+        PolicyAlgorithm::MinGapV1,
+        weights(),
+    )
+    .unwrap();
+    store.register(&next).await.unwrap();
+    assert_eq!(
+        store.load_shard(next.shard_id()).await.unwrap().policy(),
+        &next
+    );
+}
