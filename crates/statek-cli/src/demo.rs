@@ -29,9 +29,10 @@ use uuid::Uuid;
 /// Options of `statek demo`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
-    /// Policy file (TOML; format in deploy/policies/README.md).
-    #[arg(long, default_value = "deploy/policies/noisy-neighbour.toml")]
-    pub policy: PathBuf,
+    /// Policy file (TOML; format in deploy/policies/README.md). Default: the
+    /// built-in copy of deploy/policies/noisy-neighbour.toml.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
     /// Scheduler replicas ticking the shard concurrently, each with its own pool (1..=32).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
     pub replicas: u32,
@@ -144,14 +145,19 @@ impl Workload {
 /// # Errors
 /// The file cannot be read or is not a valid policy file.
 pub fn load_policy(args: &DemoArgs) -> Result<WeightedFairnessPolicy> {
-    let text = std::fs::read_to_string(&args.policy).map_err(|e| {
-        crate::exit::InvalidInput(format!(
-            "cannot read policy file {}: {e}",
-            args.policy.display()
-        ))
+    let Some(path) = &args.policy else {
+        return Ok(
+            PolicyFile::parse("noisy-neighbour.toml (built in)", DEFAULT_POLICY)?.into_policy(),
+        );
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        crate::exit::InvalidInput(format!("cannot read policy file {}: {e}", path.display()))
     })?;
-    Ok(PolicyFile::parse(&args.policy.display().to_string(), &text)?.into_policy())
+    Ok(PolicyFile::parse(&path.display().to_string(), &text)?.into_policy())
 }
+
+/// The default demo policy, deploy/policies/noisy-neighbour.toml.
+const DEFAULT_POLICY: &str = include_str!("../../../deploy/policies/noisy-neighbour.toml");
 
 /// Runs the demo against `database_url` (migrates, registers, runs the
 /// replicas, prints the table and checks).
