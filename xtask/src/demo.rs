@@ -7,7 +7,7 @@ use crate::pg::PgMajor;
 
 /// Options of `cargo xtask demo`: those of `statek demo`, plus the server.
 #[derive(Debug, Clone, clap::Args)]
-pub struct DemoArgs {
+pub struct XtaskDemoArgs {
     #[command(flatten)]
     pub demo: statek_cli::demo::DemoArgs,
     /// PostgreSQL major version to provision (ignored when DATABASE_URL is set).
@@ -16,6 +16,6 @@ pub struct DemoArgs {
 }
 
 /// Runs the demo against `database_url`.
-pub fn run(args: DemoArgs, database_url: &str) -> Result<()> {
+pub fn run(args: XtaskDemoArgs, database_url: &str) -> Result<()> {
     statek_cli::demo::run(args.demo, database_url)
 }

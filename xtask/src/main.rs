@@ -63,7 +63,7 @@ enum Task {
     /// Parse deploy/ YAML and JSON; check alert and dashboard metrics against the emitted ones.
     DeployCheck,
     /// Run the noisy-neighbour demo (against DATABASE_URL or a fresh server).
-    Demo(demo::DemoArgs),
+    Demo(demo::XtaskDemoArgs),
     /// Print bound / ceil(L/w) ratios of swrr-v1 and min-gap-v1 over generated weight families.
     BoundsReport(bounds_report::BoundsReportArgs),
 }
@@ -146,5 +146,18 @@ fn run(cli: Cli) -> Result<()> {
             };
             demo::run(args, &url)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap checks its definitions only when a command is parsed; this
+    /// makes every subcommand's definition a test (a duplicate argument
+    /// group once broke `cargo xtask demo`).
+    #[test]
+    fn the_command_line_definition_is_valid() {
+        super::Cli::command().debug_assert();
     }
 }

@@ -237,3 +237,13 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Demo { args, db } => crate::demo::run(args, db.url()?),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_valid() {
+        super::Cli::command().debug_assert();
+    }
+}
