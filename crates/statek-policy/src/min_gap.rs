@@ -170,14 +170,16 @@ fn class_swrr(classes: &[WeightClass], length: u32) -> Vec<u16> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use alloc::string::String;
     use alloc::vec::Vec;
 
     use super::*;
     use crate::id::TenantId;
 
-    fn tenants(weights: &[u32]) -> Vec<TenantFairnessWeight> {
+    /// Tenants `t0000, t0001, ...` with these weights (shared with the
+    /// window schedule's tests).
+    pub(crate) fn tenants(weights: &[u32]) -> Vec<TenantFairnessWeight> {
         weights
             .iter()
             .enumerate()

@@ -335,19 +335,8 @@ mod tests {
     use alloc::vec::Vec;
 
     use super::*;
-    use crate::id::TenantId;
+    use crate::min_gap::tests::tenants;
     use crate::min_gap::weight_classes;
-
-    fn tenants(weights: &[u32]) -> Vec<TenantFairnessWeight> {
-        weights
-            .iter()
-            .enumerate()
-            .map(|(index, &weight)| {
-                let id = alloc::format!("t{index:04}");
-                TenantFairnessWeight::new(TenantId::try_from(id.as_str()).unwrap(), weight).unwrap()
-            })
-            .collect()
-    }
 
     /// The cycle for `target` and its measured bounds.
     fn at_target(weights: &[u32], target: u32) -> Option<(Vec<u16>, Vec<u32>)> {
