@@ -158,7 +158,18 @@ async fn the_checker_sees_connections_idle_in_a_transaction() {
     );
     let err = left_open.batch_execute("SELECT 1/0").await.unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("22012"));
-    let found = checker.idle_in_transaction().await;
+    // The client has the error before the backend reports its new state
+    // (ErrorResponse precedes ReadyForQuery): poll briefly for it.
+    let mut found = checker.idle_in_transaction().await;
+    let asked = Instant::now();
+    while found
+        .iter()
+        .all(|(_, state, ..)| state != "idle in transaction (aborted)")
+        && asked.elapsed() < SETTLE
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        found = checker.idle_in_transaction().await;
+    }
     assert_eq!(
         found
             .iter()
