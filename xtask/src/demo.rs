@@ -17,5 +17,9 @@ pub struct XtaskDemoArgs {
 
 /// Runs the demo against `database_url`.
 pub fn run(args: XtaskDemoArgs, database_url: &str) -> Result<()> {
-    statek_cli::demo::run(args.demo, database_url)
+    let mut demo = args.demo;
+    if demo.charts_dir.is_none() {
+        demo.charts_dir = Some(crate::workspace::target_dir().join("statek-demo"));
+    }
+    statek_cli::demo::run(demo, database_url)
 }

@@ -200,7 +200,11 @@ fn gap_chart(path: &Path, policy: &WeightedFairnessPolicy, selections: &[&Tenant
         .margin(15)
         .x_label_area_size(60)
         .y_label_area_size(60)
-        .build_cartesian_2d((0u32..tenants).into_segmented(), 0u64..max_y + 2)
+        // A segmented 0..n range has a segment per value 0..=n.
+        .build_cartesian_2d(
+            (0u32..tenants.saturating_sub(1)).into_segmented(),
+            0u64..max_y + 2,
+        )
         .map_err(draw_error)?;
     let labels = names.clone();
     chart

@@ -43,8 +43,10 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub backlog: u32,
     /// Directory for the PNG charts (cumulative slots, selection gaps).
-    #[arg(long, value_name = "DIR", default_value = "target/statek-demo")]
-    pub charts_dir: PathBuf,
+    /// Default: `statek-demo-charts` in the current directory
+    /// (`target/statek-demo` under `cargo xtask demo`).
+    #[arg(long, value_name = "DIR")]
+    pub charts_dir: Option<PathBuf>,
     /// Serve Prometheus metrics at this address while the demo runs
     /// (`--metrics-addr` alone: 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
@@ -438,7 +440,11 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         .iter()
         .filter_map(|r| policy.tenant_for_slot(u64::from(r.slot())))
         .collect();
-    match crate::charts::write(&args.charts_dir, &policy, &selections) {
+    let charts_dir = args
+        .charts_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("statek-demo-charts"));
+    match crate::charts::write(&charts_dir, &policy, &selections) {
         Ok(paths) => {
             for path in paths {
                 println!("chart: {}", path.display());
