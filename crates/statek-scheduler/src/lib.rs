@@ -69,6 +69,7 @@
 mod error;
 mod executor;
 mod fairness_report;
+mod lease;
 mod memory_executor;
 mod memory_queue;
 pub mod metrics;

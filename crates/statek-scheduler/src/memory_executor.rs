@@ -2,7 +2,6 @@
 //! for tests and for embedding statek's fair order without a run table.
 
 use std::future::Future;
-use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -13,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
+use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::memory_queue::{lock, Claim, Clock, Queue};
 use crate::{RunError, SchedulerError};
 
@@ -304,18 +304,8 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
         })
     }
 
-    /// Margin by which the local lease deadline precedes the lease's
-    /// expiry: a fifth of the lease, at least 20 ms, at most 5 s (as in
-    /// [`crate::PgRunQueueExecutor`]).
-    fn lease_margin(&self) -> Duration {
-        crate::pg_executor::lease_margin(self.shared.options.lease)
-    }
-
-    /// Runs the handler, heartbeating every period. Fires `cancel` when a
-    /// heartbeat finds the lease lost, or when the local lease deadline
-    /// (a margin before the lease expires) passes without a successful
-    /// heartbeat, so the handler is told to stop before anyone else can
-    /// claim the run.
+    /// Runs the handler under its lease (see [`crate::lease::run_under_lease`]);
+    /// heartbeats extend the lease in the in-memory queue.
     async fn run_with_heartbeats(
         &self,
         run: &MemoryRun,
@@ -324,54 +314,25 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
         claimed: Instant,
     ) -> (Result<(), RunError>, LeaseState) {
         let shared = &self.shared;
-        let mut handler = pin!(shared.handler.handle(run, cancel.clone()));
         let lease = shared.options.lease;
-        let margin = self.lease_margin();
-        let mut deadline = claimed + lease.saturating_sub(margin);
-        let period = shared.options.heartbeat_every;
-        let mut next_heartbeat = period.map(|p| Instant::now() + p);
-        let mut state = LeaseState::Held;
-        loop {
-            let heartbeat_due = async {
-                match next_heartbeat {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                result = &mut handler => return (result, state),
-                _ = heartbeat_due, if state == LeaseState::Held => {
-                    let sent = Instant::now();
-                    next_heartbeat = period.map(|p| sent + p);
-                    if shared.queue().heartbeat(run.run_id, token, lease) {
-                        deadline = sent + lease.saturating_sub(margin);
-                    } else {
-                        tracing::warn!(run_id = %run.run_id, "lease lost; cancelling handler");
-                        state = LeaseState::LostOnServer;
-                        cancel.cancel();
-                    }
-                }
-                _ = tokio::time::sleep_until(deadline), if state == LeaseState::Held => {
-                    tracing::warn!(run_id = %run.run_id, "lease about to expire; cancelling handler");
-                    state = LeaseState::ExpiredLocally;
-                    cancel.cancel();
-                }
-            }
-        }
+        let run_id = run.run_id;
+        run_under_lease(
+            shared.handler.handle(run, cancel.clone()),
+            run_id,
+            lease,
+            shared.options.heartbeat_every,
+            claimed,
+            cancel,
+            move || {
+                std::future::ready(if shared.queue().heartbeat(run_id, token, lease) {
+                    Heartbeat::Extended
+                } else {
+                    Heartbeat::Lost
+                })
+            },
+        )
+        .await
     }
-}
-
-/// Whether the executor still holds a claimed run's lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LeaseState {
-    /// Held (as far as the executor knows).
-    Held,
-    /// The local deadline passed without a heartbeat; the token may still
-    /// be valid.
-    ExpiredLocally,
-    /// A heartbeat found the token gone: someone else owns the run, or it
-    /// was cancelled.
-    LostOnServer,
 }
 
 impl<H: MemoryRunHandler> TenantExecutor for InMemoryExecutor<H> {

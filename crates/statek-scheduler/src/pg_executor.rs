@@ -2,7 +2,6 @@
 //! [`RunHandler`].
 
 use std::future::Future;
-use std::pin::pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -12,6 +11,7 @@ use statek_store_pg::{ClaimOutcome, ClaimedRun, FailOutcome, PgStore, StoreError
 use tokio_util::sync::CancellationToken;
 
 use crate::executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
+use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::SchedulerError;
 
 fn run_outcome(tenant: &TenantId, outcome: &'static str) {
@@ -23,26 +23,8 @@ fn run_outcome(tenant: &TenantId, outcome: &'static str) {
     .increment(1);
 }
 
-/// Margin by which a local lease deadline precedes the database's: a fifth
-/// of the lease, at least 20 ms, at most 5 s.
-pub(crate) fn lease_margin(lease: Duration) -> Duration {
-    (lease / 5).clamp(Duration::from_millis(20), Duration::from_secs(5))
-}
-
 /// Expired runs handled per expiry pass.
 const EXPIRY_PASS_LIMIT: u32 = 100;
-
-/// Whether the executor still holds a claimed run's lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LeaseState {
-    /// Held (as far as the executor knows).
-    Held,
-    /// The local deadline passed without a heartbeat; the token may still
-    /// be valid in the database.
-    ExpiredLocally,
-    /// A heartbeat found the token gone: someone else owns the run.
-    LostOnServer,
-}
 
 /// A handler failure: the run is retried after a backoff while attempts
 /// remain.
@@ -185,54 +167,34 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         &self.handler
     }
 
-    /// Runs the handler, heartbeating every period. Fires `cancel` when a
-    /// heartbeat finds the lease lost, or when the local lease deadline
-    /// passes without a successful heartbeat: the deadline counts from
-    /// before the claim (or the heartbeat) was sent and ends a margin before
-    /// the lease, so the handler is told to stop before anyone else can
-    /// claim the run.
+    /// Runs the handler under its lease (see [`crate::lease::run_under_lease`]);
+    /// heartbeats extend the lease in PostgreSQL.
     async fn run_with_heartbeats(
         &self,
         run: &ClaimedRun,
         cancel: &CancellationToken,
         claim_sent: Instant,
     ) -> (Result<(), RunError>, LeaseState) {
-        let mut handler = pin!(self.handler.handle(run, cancel.clone()));
-        let lease = self.options.lease;
-        let margin = lease_margin(lease);
-        let mut deadline = claim_sent + lease.saturating_sub(margin);
-        let period = self.options.heartbeat_every;
-        let mut next_heartbeat = period.map(|p| Instant::now() + p);
-        let mut state = LeaseState::Held;
-        loop {
-            let heartbeat_due = async {
-                match next_heartbeat {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                result = &mut handler => return (result, state),
-                _ = heartbeat_due, if state == LeaseState::Held => {
-                    let sent = Instant::now();
-                    next_heartbeat = period.map(|p| sent + p);
-                    match self.store.heartbeat_run(&run.lease, lease).await {
-                        Ok(_) => deadline = sent + lease.saturating_sub(margin),
-                        Err(StoreError::LeaseLost { .. }) => {
-                            tracing::warn!(run_id = %run.lease.run_id(), "lease lost; cancelling handler");
-                            state = LeaseState::LostOnServer;
-                            cancel.cancel();
-                        }
-                        Err(e) => tracing::warn!(run_id = %run.lease.run_id(), error = %e, "heartbeat failed"),
+        let (store, held, lease) = (&self.store, &run.lease, self.options.lease);
+        run_under_lease(
+            self.handler.handle(run, cancel.clone()),
+            held.run_id(),
+            lease,
+            self.options.heartbeat_every,
+            claim_sent,
+            cancel,
+            move || async move {
+                match store.heartbeat_run(held, lease).await {
+                    Ok(_) => Heartbeat::Extended,
+                    Err(StoreError::LeaseLost { .. }) => Heartbeat::Lost,
+                    Err(e) => {
+                        tracing::warn!(run_id = %held.run_id(), error = %e, "heartbeat failed");
+                        Heartbeat::Failed
                     }
                 }
-                _ = tokio::time::sleep_until(deadline), if state == LeaseState::Held => {
-                    tracing::warn!(run_id = %run.lease.run_id(), "lease about to expire; cancelling handler");
-                    state = LeaseState::ExpiredLocally;
-                    cancel.cancel();
-                }
-            }
-        }
+            },
+        )
+        .await
     }
 }
 
