@@ -64,46 +64,53 @@ const RESCUE_EXPIRED: &str = "
       AND lease_expires_at <= clock_timestamp()
     RETURNING state";
 
-/// The predicate of a claimable run of tenant $1, shared by claim and the
-/// contention probe.
+/// The predicate of a run of tenant $1 claimable at the instant `now.t`,
+/// shared by claim and the contention probe so that both judge the same
+/// instant (a backoff ending between the two statements must not turn an
+/// idle tenant into a contended one).
 macro_rules! claimable {
     () => {
         "tenant_id = $1
          AND state IN ('available', 'running')
-         AND available_at <= clock_timestamp()
-         AND (state = 'available' OR lease_expires_at <= clock_timestamp())
+         AND available_at <= now.t
+         AND (state = 'available' OR lease_expires_at <= now.t)
          AND attempt < max_attempts"
     };
 }
 
 const CLAIM_RUN: &str = concat!(
     "
-    WITH candidate AS MATERIALIZED (
+    WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+    candidate AS MATERIALIZED (
         SELECT run_id
-        FROM statek.runs
+        FROM statek.runs CROSS JOIN now
         WHERE ",
     claimable!(),
     "
         ORDER BY available_at, queue_seq
         LIMIT 1
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE OF runs SKIP LOCKED
+    ),
+    claimed AS (
+        UPDATE statek.runs AS r
+        SET state = 'running',
+            attempt = r.attempt + 1,
+            lease_token = $2,
+            lease_expires_at = clock_timestamp() + make_interval(secs => $3),
+            claimed_at = clock_timestamp()
+        FROM candidate
+        WHERE r.run_id = candidate.run_id
+        RETURNING r.run_id, r.payload, r.attempt, r.max_attempts, r.enqueued_at,
+                  r.available_at, r.claimed_at, r.lease_expires_at
     )
-    UPDATE statek.runs AS r
-    SET state = 'running',
-        attempt = r.attempt + 1,
-        lease_token = $2,
-        lease_expires_at = clock_timestamp() + make_interval(secs => $3),
-        claimed_at = clock_timestamp()
-    FROM candidate
-    WHERE r.run_id = candidate.run_id
-    RETURNING r.run_id, r.payload, r.attempt, r.max_attempts, r.enqueued_at,
-              r.available_at, r.claimed_at, r.lease_expires_at"
+    SELECT now.t AS judged_at, claimed.* FROM now LEFT JOIN claimed ON true"
 );
 
-/// Is there a claimable run at all (locked or not)? Asked only after a claim
-/// found nothing, to tell `Contended` from `Idle`.
+/// Is there a run claimable (locked or not) at the instant $2 the claim
+/// judged? Asked only after a claim found nothing, to tell `Contended` from
+/// `Idle`.
 const PROBE_CLAIMABLE: &str = concat!(
-    "SELECT EXISTS (SELECT 1 FROM statek.runs WHERE ",
+    "SELECT EXISTS (SELECT 1 FROM statek.runs CROSS JOIN (SELECT $2::timestamptz AS t) AS now WHERE ",
     claimable!(),
     ")"
 );
@@ -468,17 +475,19 @@ impl PgStore {
         let lease_secs = lease_secs(lease)?;
         let token = Uuid::now_v7();
         let client = self.client().await?;
-        let claimed = client
-            .query_opt(
+        let row = client
+            .query_one(
                 &client.prepare_cached(CLAIM_RUN).await?,
                 &[&tenant.as_str(), &token, &lease_secs],
             )
             .await?;
-        let Some(row) = claimed else {
+        let run_id: Option<Uuid> = row.try_get("run_id")?;
+        let Some(run_id) = run_id else {
+            let judged_at: SystemTime = row.try_get("judged_at")?;
             let exists: bool = client
                 .query_one(
                     &client.prepare_cached(PROBE_CLAIMABLE).await?,
-                    &[&tenant.as_str()],
+                    &[&tenant.as_str(), &judged_at],
                 )
                 .await?
                 .try_get(0)?;
@@ -488,7 +497,6 @@ impl PgStore {
                 ClaimOutcome::Idle
             });
         };
-        let run_id: Uuid = row.try_get("run_id")?;
         Ok(ClaimOutcome::Claimed(Box::new(ClaimedRun {
             tenant: tenant.clone(),
             payload: row.try_get("payload")?,
