@@ -124,3 +124,29 @@ pub use policy::{WeightedFairnessPolicy, MAX_TENANTS};
 #[cfg(feature = "toml")]
 pub use policy_file::{PolicyFile, PolicyFileError, PolicyFileLocation};
 pub use weight::{TenantFairnessWeight, MAX_WEIGHT, MIN_WEIGHT};
+
+/// The raw SWRR kernels, for the crate's benchmarks (`cargo bench -p
+/// statek-policy`). Not a stable API: use [`WeightedFairnessPolicy`].
+#[doc(hidden)]
+pub mod bench_kernels {
+    use alloc::vec::Vec;
+
+    /// The SWRR cycle over `weights` (summing to `length`) by the plain loop.
+    #[must_use]
+    pub fn swrr_reference(weights: &[u32], length: u32) -> Vec<u16> {
+        crate::cycle::swrr_reference(weights, length)
+    }
+
+    /// The same cycle by the loop grouped by weight.
+    #[must_use]
+    pub fn swrr_grouped(weights: &[u32], length: u32) -> Vec<u16> {
+        crate::cycle::swrr_grouped(weights, length)
+    }
+
+    /// The same cycle by whichever of the two is cheaper for `weights`
+    /// (what policy compilation uses).
+    #[must_use]
+    pub fn swrr(weights: &[u32], length: u32) -> Vec<u16> {
+        crate::cycle::swrr(weights, length)
+    }
+}
