@@ -52,6 +52,15 @@ pub enum StoreError {
         /// The reservation id that was reused.
         reservation_id: Uuid,
     },
+    /// The batch id already names a reservation batch on another shard,
+    /// under another policy digest or of another size. Nothing was written.
+    #[error("reservation batch {batch_id} already exists with other arguments: {detail}")]
+    BatchConflict {
+        /// The batch id that was reused.
+        batch_id: Uuid,
+        /// What differs.
+        detail: String,
+    },
     /// The shard's cursor reached `i64::MAX`; no further sequence exists.
     #[error("shard {shard} has exhausted its sequence space")]
     SequenceExhausted {

@@ -58,6 +58,7 @@
 
 #![forbid(unsafe_code)]
 
+mod batch;
 mod config;
 mod error;
 mod migration;
@@ -71,6 +72,7 @@ mod store;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
+pub use batch::{ReservationBatch, MAX_RESERVATION_BATCH};
 pub use config::StoreConfig;
 pub use error::StoreError;
 pub use migration::{embedded_migrations, MigrationReport};

@@ -56,14 +56,14 @@ const SELECT_RESERVATIONS: &str = "
 /// One durable claim of one sequence of a shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reservation {
-    id: Uuid,
-    shard: SchedulerShardId,
-    sequence: u64,
-    slot: u32,
-    cycle_length: u32,
-    policy_digest: PolicyDigest,
-    reserved_at: SystemTime,
-    replayed: bool,
+    pub(crate) id: Uuid,
+    pub(crate) shard: SchedulerShardId,
+    pub(crate) sequence: u64,
+    pub(crate) slot: u32,
+    pub(crate) cycle_length: u32,
+    pub(crate) policy_digest: PolicyDigest,
+    pub(crate) reserved_at: SystemTime,
+    pub(crate) replayed: bool,
 }
 
 impl Reservation {
@@ -111,13 +111,13 @@ impl Reservation {
     }
 }
 
-fn decode_sequence(value: i64, what: &'static str) -> Result<u64, StoreError> {
+pub(crate) fn decode_sequence(value: i64, what: &'static str) -> Result<u64, StoreError> {
     u64::try_from(value)
         .map_err(|_| StoreError::corrupt(what, format!("negative sequence {value}")))
 }
 
 /// Checks a stored cycle length: 1..=4096.
-fn check_cycle_length(cycle_length: i32) -> Result<u32, StoreError> {
+pub(crate) fn check_cycle_length(cycle_length: i32) -> Result<u32, StoreError> {
     u32::try_from(cycle_length)
         .ok()
         .filter(|l| (1..=4096).contains(l))
@@ -144,7 +144,11 @@ fn check_slot(sequence: u64, slot: i32, cycle_length: i32) -> Result<u32, StoreE
     Ok(expected)
 }
 
-fn reservation_from_row(id: Uuid, row: &Row, replayed: bool) -> Result<Reservation, StoreError> {
+pub(crate) fn reservation_from_row(
+    id: Uuid,
+    row: &Row,
+    replayed: bool,
+) -> Result<Reservation, StoreError> {
     let shard: String = row.try_get("shard_id")?;
     let shard = SchedulerShardId::try_from(shard.as_str())
         .map_err(|e| StoreError::corrupt("reservation", format!("shard id: {e}")))?;
@@ -178,6 +182,55 @@ fn existing(
     Ok(found)
 }
 
+/// Locks the shard's cursor row (`FOR UPDATE`) inside `tx`.
+pub(crate) async fn lock_shard(
+    tx: &deadpool_postgres::Transaction<'_>,
+    shard: &SchedulerShardId,
+) -> Result<Row, StoreError> {
+    tx.query_opt(&tx.prepare_cached(LOCK_SHARD).await?, &[&shard.as_str()])
+        .await?
+        .ok_or_else(|| StoreError::UnknownShard {
+            shard: shard.clone(),
+        })
+}
+
+/// Checks a locked shard row against the caller's digest, fail-closed:
+/// returns the cycle length and the cursor.
+pub(crate) fn check_locked_shard(
+    shard: &SchedulerShardId,
+    digest: &PolicyDigest,
+    locked: &Row,
+) -> Result<(u32, i64), StoreError> {
+    let stored_digest = decode_digest(&locked.try_get::<_, Vec<u8>>(0)?, "shard policy")?;
+    if !locked.try_get::<_, bool>(3)? {
+        return Err(StoreError::corrupt(
+            "shard policy",
+            format!("shard {shard}: stored bytes do not hash to the stored digest"),
+        ));
+    }
+    if stored_digest != *digest {
+        return Err(StoreError::PolicyDigestMismatch {
+            shard: shard.clone(),
+            stored: stored_digest,
+            offered: *digest,
+        });
+    }
+    let cycle_length = check_cycle_length(locked.try_get(1)?)?;
+    let next: i64 = locked.try_get(2)?;
+    decode_sequence(next, "shard cursor")?;
+    Ok((cycle_length, next))
+}
+
+/// Rejects ids that are not UUIDv7 (`what`: "reservation id", "batch id").
+pub(crate) fn check_uuid_v7(id: Uuid, what: &str) -> Result<(), StoreError> {
+    if id.get_version_num() != 7 || id.get_variant() != uuid::Variant::RFC4122 {
+        return Err(StoreError::InvalidArgument(format!(
+            "{what} {id} is not a UUIDv7"
+        )));
+    }
+    Ok(())
+}
+
 impl PgStore {
     /// Reserves the next sequence of `shard` under the policy `digest`, keyed
     /// by the client-made UUIDv7 `reservation_id`.
@@ -209,13 +262,7 @@ impl PgStore {
         digest: &PolicyDigest,
         reservation_id: Uuid,
     ) -> Result<Reservation, StoreError> {
-        if reservation_id.get_version_num() != 7
-            || reservation_id.get_variant() != uuid::Variant::RFC4122
-        {
-            return Err(StoreError::InvalidArgument(format!(
-                "reservation id {reservation_id} is not a UUIDv7"
-            )));
-        }
+        check_uuid_v7(reservation_id, "reservation id")?;
         let mut client = self.client().await?;
         let tx = PgStore::begin(&mut client).await?;
 
@@ -231,12 +278,7 @@ impl PgStore {
             return Ok(found);
         }
 
-        let locked = tx
-            .query_opt(&tx.prepare_cached(LOCK_SHARD).await?, &[&shard.as_str()])
-            .await?
-            .ok_or_else(|| StoreError::UnknownShard {
-                shard: shard.clone(),
-            })?;
+        let locked = lock_shard(&tx, shard).await?;
 
         if let Some(row) = tx
             .query_opt(
@@ -250,22 +292,7 @@ impl PgStore {
             return Ok(found);
         }
 
-        let stored_digest = decode_digest(&locked.try_get::<_, Vec<u8>>(0)?, "shard policy")?;
-        if !locked.try_get::<_, bool>(3)? {
-            return Err(StoreError::corrupt(
-                "shard policy",
-                format!("shard {shard}: stored bytes do not hash to the stored digest"),
-            ));
-        }
-        if stored_digest != *digest {
-            return Err(StoreError::PolicyDigestMismatch {
-                shard: shard.clone(),
-                stored: stored_digest,
-                offered: *digest,
-            });
-        }
-        let cycle_length = check_cycle_length(locked.try_get(1)?)?;
-        let next: i64 = locked.try_get(2)?;
+        let (cycle_length, next) = check_locked_shard(shard, digest, &locked)?;
         let sequence = decode_sequence(next, "shard cursor")?;
         if next == i64::MAX {
             return Err(StoreError::SequenceExhausted {

@@ -1,0 +1,397 @@
+//! Batch reservations against a real PostgreSQL (16 and 17 via `cargo
+//! xtask test`): ranges, idempotency, typed errors, lost acknowledgements
+//! through the fault proxy, exhaustion, and single and batch reservers
+//! sharing one contiguous sequence.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::{PgStore, StoreConfig, StoreError, MAX_RESERVATION_BATCH};
+use support::fault_proxy::{Fault, FaultProxy};
+use uuid::Uuid;
+
+/// a:3 b:1 c:3, L = 7.
+fn policy(shard: &str) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from(shard).unwrap(),
+        [("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 3)]
+            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), w).unwrap()),
+    )
+    .unwrap()
+}
+
+/// `(sequence, slot)` of each reservation.
+fn range(batch: &statek_store_pg::ReservationBatch) -> Vec<(u64, u32)> {
+    batch
+        .reservations()
+        .iter()
+        .map(|r| (r.sequence(), r.slot()))
+        .collect()
+}
+
+async fn row_count(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM statek.scheduler_reservations", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn a_batch_reserves_a_contiguous_range_and_a_retry_returns_it() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy("primary-v1");
+    store.register(&p).await.unwrap();
+    let single = store
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    assert_eq!(single.sequence(), 0);
+
+    let batch_id = Uuid::now_v7();
+    let batch = store
+        .reserve_batch(p.shard_id(), &p.digest(), batch_id, 9)
+        .await
+        .unwrap();
+    assert_eq!(batch.batch_id(), batch_id);
+    assert_eq!(
+        (batch.first_sequence(), batch.len(), batch.replayed()),
+        (1, 9, false)
+    );
+    assert_eq!(
+        range(&batch),
+        [
+            (1, 1),
+            (2, 2),
+            (3, 3),
+            (4, 4),
+            (5, 5),
+            (6, 6),
+            (7, 0),
+            (8, 1),
+            (9, 2)
+        ]
+    );
+    let ids: Vec<Uuid> = batch.reservations().iter().map(|r| r.id()).collect();
+    assert!(ids.iter().all(|id| id.get_version_num() == 7));
+    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 10);
+
+    // The stored rows are the batch, in order.
+    let stored = store.reservations(p.shard_id(), 1, 100).await.unwrap();
+    let stored_plain: Vec<_> = stored
+        .iter()
+        .map(|r| (r.id(), r.sequence(), r.slot()))
+        .collect();
+    let batch_plain: Vec<_> = batch
+        .reservations()
+        .iter()
+        .map(|r| (r.id(), r.sequence(), r.slot()))
+        .collect();
+    assert_eq!(stored_plain, batch_plain);
+
+    // A retry returns the same range, ids and time, marked replayed.
+    let again = store
+        .reserve_batch(p.shard_id(), &p.digest(), batch_id, 9)
+        .await
+        .unwrap();
+    assert!(again.replayed());
+    assert!(again.reservations().iter().all(|r| r.replayed()));
+    let again_plain: Vec<_> = again
+        .reservations()
+        .iter()
+        .map(|r| (r.id(), r.sequence(), r.slot(), r.reserved_at()))
+        .collect();
+    let first_plain: Vec<_> = batch
+        .reservations()
+        .iter()
+        .map(|r| (r.id(), r.sequence(), r.slot(), r.reserved_at()))
+        .collect();
+    assert_eq!(again_plain, first_plain);
+    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 10);
+
+    // The next single reservation continues the sequence.
+    let next = store
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    assert_eq!((next.sequence(), next.slot()), (10, 3));
+}
+
+#[tokio::test]
+async fn bad_batch_requests_are_typed_errors_and_write_nothing() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let p = policy("primary-v1");
+    // Another policy (the digest covers tenants and weights, not the shard).
+    let other = WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("other-v1").unwrap(),
+        [TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 2).unwrap()],
+    )
+    .unwrap();
+    store.register(&p).await.unwrap();
+    store.register(&other).await.unwrap();
+
+    for k in [0, MAX_RESERVATION_BATCH + 1] {
+        match store
+            .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), k)
+            .await
+        {
+            Err(StoreError::InvalidArgument(message)) => {
+                assert_eq!(message, format!("batch size {k} is outside 1..=1024"));
+            }
+            other => panic!("k = {k}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    let v4 = uuid::Builder::from_random_bytes([7; 16]).into_uuid();
+    match store.reserve_batch(p.shard_id(), &p.digest(), v4, 2).await {
+        Err(StoreError::InvalidArgument(message)) => {
+            assert_eq!(message, format!("batch id {v4} is not a UUIDv7"));
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    match store
+        .reserve_batch(other.shard_id(), &p.digest(), Uuid::now_v7(), 2)
+        .await
+    {
+        Err(StoreError::PolicyDigestMismatch { .. }) => {}
+        other => panic!("expected PolicyDigestMismatch, got {other:?}"),
+    }
+    let unknown = SchedulerShardId::try_from("nobody-v1").unwrap();
+    match store
+        .reserve_batch(&unknown, &p.digest(), Uuid::now_v7(), 2)
+        .await
+    {
+        Err(StoreError::UnknownShard { shard }) => assert_eq!(shard, unknown),
+        other => panic!("expected UnknownShard, got {other:?}"),
+    }
+    assert_eq!(row_count(&client).await, 0);
+
+    // A batch id reused with another size or on another shard.
+    let batch_id = Uuid::now_v7();
+    store
+        .reserve_batch(p.shard_id(), &p.digest(), batch_id, 3)
+        .await
+        .unwrap();
+    match store
+        .reserve_batch(p.shard_id(), &p.digest(), batch_id, 4)
+        .await
+    {
+        Err(StoreError::BatchConflict {
+            batch_id: id,
+            detail,
+        }) => {
+            assert_eq!(id, batch_id);
+            assert_eq!(
+                detail,
+                "it holds 3 retained reservations, not 4 (another size, or partly pruned)"
+            );
+        }
+        other => panic!("expected BatchConflict, got {other:?}"),
+    }
+    match store
+        .reserve_batch(other.shard_id(), &other.digest(), batch_id, 3)
+        .await
+    {
+        Err(StoreError::BatchConflict { detail, .. }) => {
+            assert_eq!(detail, "it was made on shard primary-v1");
+        }
+        other => panic!("expected BatchConflict, got {other:?}"),
+    }
+    assert_eq!(row_count(&client).await, 3);
+    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 3);
+    assert_eq!(store.next_sequence(other.shard_id()).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_batch_that_does_not_fit_before_i64_max_is_refused_whole() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let p = policy("primary-v1");
+    store.register(&p).await.unwrap();
+    client
+        .batch_execute(&format!(
+            "UPDATE statek.scheduler_shards SET next_sequence = {}",
+            i64::MAX - 3
+        ))
+        .await
+        .unwrap();
+    match store
+        .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 4)
+        .await
+    {
+        Err(e @ StoreError::SequenceExhausted { .. }) => assert!(!e.is_retryable()),
+        other => panic!("expected SequenceExhausted, got {other:?}"),
+    }
+    assert_eq!(row_count(&client).await, 0);
+    let last = store
+        .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 3)
+        .await
+        .unwrap();
+    let max = u64::try_from(i64::MAX).unwrap();
+    let sequences: Vec<u64> = last.reservations().iter().map(|r| r.sequence()).collect();
+    assert_eq!(sequences, [max - 3, max - 2, max - 1]);
+    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), max);
+    match store
+        .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 1)
+        .await
+    {
+        Err(StoreError::SequenceExhausted { .. }) => {}
+        other => panic!("expected SequenceExhausted, got {other:?}"),
+    }
+    assert_eq!(row_count(&client).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_batch_acknowledgement_retries_to_the_same_range() {
+    let db = TestDatabase::create().await;
+    let proxy = FaultProxy::start(db.pg_config()).await;
+    let through_proxy = PgStore::new(
+        StoreConfig::from_pg_config(proxy.pg_config())
+            .pool_size(1)
+            .unwrap(),
+    )
+    .unwrap();
+    let direct = db.store();
+    let p = policy("primary-v1");
+    direct.register(&p).await.unwrap();
+    let mut next = 0_u64;
+    for round in 0..20_u64 {
+        let k = u32::try_from(round % 7 + 1).unwrap();
+        // (a) committed, acknowledgement lost: the retry returns the range.
+        let batch_id = Uuid::now_v7();
+        proxy.arm(Fault::AfterCommit);
+        let err = through_proxy
+            .reserve_batch(p.shard_id(), &p.digest(), batch_id, k)
+            .await
+            .expect_err("cut at COMMIT");
+        assert!(err.is_retryable(), "{err:?}");
+        assert!(!proxy.is_armed());
+        let retry = through_proxy
+            .reserve_batch(p.shard_id(), &p.digest(), batch_id, k)
+            .await
+            .unwrap();
+        let expected: Vec<(u64, u32)> = (next..next + u64::from(k))
+            .map(|s| (s, u32::try_from(s % 7).unwrap()))
+            .collect();
+        assert_eq!(range(&retry), expected, "round {round} (a)");
+        assert!(retry.replayed(), "round {round} (a)");
+        next += u64::from(k);
+
+        // (b) never committed: the retry reserves the range anew.
+        let batch_id = Uuid::now_v7();
+        proxy.arm(Fault::BeforeCommit);
+        let err = through_proxy
+            .reserve_batch(p.shard_id(), &p.digest(), batch_id, k)
+            .await
+            .expect_err("cut before COMMIT");
+        assert!(err.is_retryable(), "{err:?}");
+        assert_eq!(direct.next_sequence(p.shard_id()).await.unwrap(), next);
+        let retry = direct
+            .reserve_batch(p.shard_id(), &p.digest(), batch_id, k)
+            .await
+            .unwrap();
+        let expected: Vec<(u64, u32)> = (next..next + u64::from(k))
+            .map(|s| (s, u32::try_from(s % 7).unwrap()))
+            .collect();
+        assert_eq!(range(&retry), expected, "round {round} (b)");
+        assert!(!retry.replayed(), "round {round} (b)");
+        next += u64::from(k);
+    }
+    assert_eq!(proxy.fired(), 40);
+    assert_eq!(direct.next_sequence(p.shard_id()).await.unwrap(), next);
+    let client = db.client().await;
+    assert_eq!(row_count(&client).await, i64::try_from(next).unwrap());
+}
+
+/// Who reserved a sequence: a single reserver, or batch `(task, n)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Single,
+    Batch(usize, usize),
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_and_batch_reservers_share_one_contiguous_sequence() {
+    let db = TestDatabase::create().await;
+    let store = PgStore::new(db.store_config().pool_size(8).unwrap()).unwrap();
+    let p = policy("primary-v1");
+    store.register(&p).await.unwrap();
+    let mut tasks = Vec::new();
+    for task in 0..8_usize {
+        let store = store.clone();
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut owned: Vec<(u64, Owner)> = Vec::new();
+            for n in 0..25_usize {
+                if task % 2 == 0 {
+                    let r = store
+                        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+                        .await
+                        .unwrap();
+                    owned.push((r.sequence(), Owner::Single));
+                } else {
+                    // Sizes 1..=16, varying by task and round.
+                    let k = u32::try_from((task * 7 + n * 5) % 16 + 1).unwrap();
+                    let batch = store
+                        .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), k)
+                        .await
+                        .unwrap();
+                    assert_eq!(batch.len(), usize::try_from(k).unwrap());
+                    owned.extend(
+                        batch
+                            .reservations()
+                            .iter()
+                            .map(|r| (r.sequence(), Owner::Batch(task, n))),
+                    );
+                }
+            }
+            owned
+        }));
+    }
+    let mut by_sequence: BTreeMap<u64, Owner> = BTreeMap::new();
+    let mut total = 0_usize;
+    for task in tasks {
+        for (sequence, owner) in task.await.unwrap() {
+            total += 1;
+            assert!(
+                by_sequence.insert(sequence, owner).is_none(),
+                "sequence {sequence} handed out twice"
+            );
+        }
+    }
+    // 4 single tasks x 25, 4 batch tasks x 25 batches of the sizes above.
+    let batch_total: usize = [1_usize, 3, 5, 7]
+        .iter()
+        .map(|task| (0..25).map(|n| (task * 7 + n * 5) % 16 + 1).sum::<usize>())
+        .sum();
+    assert_eq!(total, 100 + batch_total);
+    let sequences: Vec<u64> = by_sequence.keys().copied().collect();
+    let expected: Vec<u64> = (0..u64::try_from(total).unwrap()).collect();
+    assert_eq!(sequences, expected, "one contiguous sequence from 0");
+    // Each batch's sequences are contiguous.
+    let mut batches: BTreeMap<(usize, usize), Vec<u64>> = BTreeMap::new();
+    for (sequence, owner) in &by_sequence {
+        if let Owner::Batch(task, n) = owner {
+            batches.entry((*task, *n)).or_default().push(*sequence);
+        }
+    }
+    assert_eq!(batches.len(), 100);
+    for (key, sequences) in batches {
+        assert!(
+            sequences.windows(2).all(|w| w[1] == w[0] + 1),
+            "batch {key:?} not contiguous: {sequences:?}"
+        );
+    }
+    assert_eq!(
+        store.next_sequence(p.shard_id()).await.unwrap(),
+        u64::try_from(total).unwrap()
+    );
+}
