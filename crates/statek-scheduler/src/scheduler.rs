@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use statek_policy::{PolicyDigest, TenantId, TenantStarvationBound, WeightedFairnessPolicy};
-use statek_store_pg::{PgStore, Registration, Reservation, StoreError};
+use statek_store_pg::{PgStore, Registration, Reservation, ReservationBatch, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -165,32 +165,36 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             span.record("outcome", outcome.tenant_outcome().label());
         }
         if let Err(e) = &result {
-            let kind = match e {
-                SchedulerError::ShuttingDown => None,
-                SchedulerError::Store {
-                    source:
-                        StoreError::PolicyConflict { .. } | StoreError::PolicyDigestMismatch { .. },
-                    ..
-                }
-                | SchedulerError::PolicyMismatch { .. } => Some("policy_conflict"),
-                SchedulerError::Store {
-                    source: StoreError::CorruptData { .. },
-                    ..
-                }
-                | SchedulerError::SlotOutOfRange { .. } => Some("corrupt_data"),
-                SchedulerError::Executor { .. } => Some("executor"),
-                _ => Some("store"),
-            };
-            if let Some(kind) = kind {
-                metrics::counter!(
-                    crate::metrics::TICK_ERRORS_TOTAL,
-                    "shard" => self.policy.shard_id().to_string(),
-                    "kind" => kind
-                )
-                .increment(1);
-            }
+            self.count_error(e);
         }
         result
+    }
+
+    /// Counts a failed tick in `statek_tick_errors_total` by kind.
+    fn count_error(&self, e: &SchedulerError) {
+        let kind = match e {
+            SchedulerError::ShuttingDown => None,
+            SchedulerError::Store {
+                source: StoreError::PolicyConflict { .. } | StoreError::PolicyDigestMismatch { .. },
+                ..
+            }
+            | SchedulerError::PolicyMismatch { .. } => Some("policy_conflict"),
+            SchedulerError::Store {
+                source: StoreError::CorruptData { .. },
+                ..
+            }
+            | SchedulerError::SlotOutOfRange { .. } => Some("corrupt_data"),
+            SchedulerError::Executor { .. } => Some("executor"),
+            _ => Some("store"),
+        };
+        if let Some(kind) = kind {
+            metrics::counter!(
+                crate::metrics::TICK_ERRORS_TOTAL,
+                "shard" => self.policy.shard_id().to_string(),
+                "kind" => kind
+            )
+            .increment(1);
+        }
     }
 
     async fn tick_inner(
@@ -198,11 +202,100 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         shutdown: &CancellationToken,
     ) -> Result<TickOutcome, SchedulerError> {
         let (reservation, retries) = self.reserve().await?;
+        self.run_slot(reservation, retries, shutdown).await
+    }
+
+    /// Reserves `k` contiguous slots in one transaction (one round trip and
+    /// one cursor lock instead of `k`), then runs their tenant ticks one
+    /// after the other in sequence order, exactly as `k` calls of
+    /// [`tick`](Self::tick) would. Bounds are counted in reservations, so
+    /// they do not change; the tenant of a later slot in the batch just
+    /// waits for the earlier slots' ticks.
+    ///
+    /// Transient store errors retry the same batch id (a committed batch is
+    /// returned whole). If `shutdown` fires after the batch was reserved, the
+    /// remaining slots are consumed without running their tenants and
+    /// reported as [`TenantTickOutcome::Cancelled`]. `k` is
+    /// 1..=[`MAX_RESERVATION_BATCH`](statek_store_pg::MAX_RESERVATION_BATCH).
+    ///
+    /// # Errors
+    /// As [`tick`](Self::tick). An executor error for one slot ends the
+    /// batch: the outcomes before it are lost to the caller (their runs
+    /// were executed and recorded in the run queue), the slots after it are
+    /// consumed unused.
+    pub async fn tick_batch(
+        &self,
+        k: u32,
+        shutdown: &CancellationToken,
+    ) -> Result<Vec<TickOutcome>, SchedulerError> {
+        if shutdown.is_cancelled() {
+            return Err(SchedulerError::ShuttingDown);
+        }
+        let (batch, retries) = match self.reserve_batch(k).await {
+            Ok(reserved) => reserved,
+            Err(e) => {
+                self.count_error(&e);
+                return Err(e);
+            }
+        };
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for reservation in batch.into_reservations() {
+            let span = tracing::info_span!(
+                "tick",
+                shard = %self.policy.shard_id(),
+                sequence = tracing::field::Empty,
+                slot = tracing::field::Empty,
+                tenant = tracing::field::Empty,
+                outcome = tracing::field::Empty,
+            );
+            let outcome = if shutdown.is_cancelled() {
+                self.consume_unused(reservation, retries)
+            } else {
+                tracing::Instrument::instrument(
+                    self.run_slot(reservation, retries, shutdown),
+                    span.clone(),
+                )
+                .await
+            };
+            match outcome {
+                Ok(outcome) => {
+                    span.record("outcome", outcome.tenant_outcome().label());
+                    outcomes.push(outcome);
+                }
+                Err(e) => {
+                    self.count_error(&e);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// A reserved slot given up at shutdown: its tenant is not run.
+    fn consume_unused(
+        &self,
+        reservation: Reservation,
+        retries: u32,
+    ) -> Result<TickOutcome, SchedulerError> {
+        let (tenant, starvation_bound) = self.tenant_of(&reservation, retries)?;
+        Ok(TickOutcome {
+            reservation,
+            tenant,
+            starvation_bound,
+            retries,
+            tenant_outcome: TenantTickOutcome::Cancelled,
+        })
+    }
+
+    /// The tenant and bound of a reserved slot, after checking, fail-closed,
+    /// that the stored cycle agrees with the local one.
+    fn tenant_of(
+        &self,
+        reservation: &Reservation,
+        retries: u32,
+    ) -> Result<(TenantId, TenantStarvationBound), SchedulerError> {
         let sequence = reservation.sequence();
         let slot = reservation.slot();
-        let span = tracing::Span::current();
-        span.record("sequence", sequence);
-        span.record("slot", slot);
         let local_length = self.policy.cycle_length();
         if reservation.cycle_length() != local_length
             || u64::from(slot) != sequence % u64::from(local_length)
@@ -220,11 +313,25 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                 retries,
             });
         }
-        let (tenant, starvation_bound) = self
-            .policy
+        self.policy
             .tenant_for_slot(u64::from(slot))
             .and_then(|t| Some((t.clone(), self.policy.starvation_bound(t)?)))
-            .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })?;
+            .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })
+    }
+
+    /// Maps a reserved slot to its tenant and runs one executor tick for it.
+    async fn run_slot(
+        &self,
+        reservation: Reservation,
+        retries: u32,
+        shutdown: &CancellationToken,
+    ) -> Result<TickOutcome, SchedulerError> {
+        let sequence = reservation.sequence();
+        let slot = reservation.slot();
+        let span = tracing::Span::current();
+        span.record("sequence", sequence);
+        span.record("slot", slot);
+        let (tenant, starvation_bound) = self.tenant_of(&reservation, retries)?;
         span.record("tenant", tracing::field::display(&tenant));
         let tenant_outcome = self
             .executor
@@ -285,17 +392,44 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     async fn reserve(&self) -> Result<(Reservation, u32), SchedulerError> {
         let id = Uuid::now_v7();
         let shard = self.policy.shard_id();
+        self.with_retries(id, 1, || self.store.reserve(shard, &self.digest, id))
+            .await
+    }
+
+    async fn reserve_batch(&self, k: u32) -> Result<(ReservationBatch, u32), SchedulerError> {
+        let id = Uuid::now_v7();
+        let shard = self.policy.shard_id();
+        self.with_retries(id, u64::from(k), || {
+            self.store.reserve_batch(shard, &self.digest, id, k)
+        })
+        .await
+    }
+
+    /// Runs one reservation call (single or batch, keyed by `id`), retrying
+    /// transient errors with the same id and bounded backoff; counts
+    /// `reservations` reservations and the call's latency on success.
+    async fn with_retries<T, F, Fut>(
+        &self,
+        id: Uuid,
+        reservations: u64,
+        call: F,
+    ) -> Result<(T, u32), SchedulerError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let shard = self.policy.shard_id();
         let started = std::time::Instant::now();
         let mut retries = 0;
         loop {
-            match self.store.reserve(shard, &self.digest, id).await {
-                Ok(reservation) => {
+            match call().await {
+                Ok(reserved) => {
                     let shard_label = shard.to_string();
                     metrics::counter!(crate::metrics::RESERVATIONS_TOTAL, "shard" => shard_label.clone())
-                        .increment(1);
+                        .increment(reservations);
                     metrics::histogram!(crate::metrics::RESERVATION_DURATION_SECONDS, "shard" => shard_label)
                         .record(started.elapsed().as_secs_f64());
-                    return Ok((reservation, retries));
+                    return Ok((reserved, retries));
                 }
                 Err(e) if e.is_retryable() && retries + 1 < self.options.attempts() => {
                     let backoff = self.options.backoff(retries);

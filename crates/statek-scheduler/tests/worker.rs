@@ -351,3 +351,59 @@ async fn the_worker_fails_runs_abandoned_on_their_last_attempt() {
         ("failed".into(), "lease expired".into())
     );
 }
+
+/// With batch size 8, two loops drain both tenants' queues; every run is
+/// executed exactly once and the reservations form one contiguous range
+/// whose length is a multiple of 8 (whole batches).
+#[tokio::test]
+async fn a_batching_worker_executes_every_run_once() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = scheduler(&store, Sleepy::default(), ExecutorOptions::new()).await;
+    for i in 0..30 {
+        let tenant = if i % 3 == 0 { "tenant-b" } else { "tenant-a" };
+        store
+            .enqueue(&NewRun::new(self::tenant(tenant), vec![]))
+            .await
+            .unwrap();
+    }
+    let options = WorkerOptions::new()
+        .concurrency(2)
+        .unwrap()
+        .batch_size(8)
+        .unwrap();
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(Arc::clone(&scheduler), options).with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let mut executed = std::collections::BTreeSet::new();
+    while executed.len() < 30 {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), outcomes.recv())
+            .await
+            .expect("an outcome")
+            .expect("worker running");
+        if let TenantTickOutcome::Executed(run) = outcome.tenant_outcome() {
+            assert!(executed.insert(run.run_id), "run executed twice");
+        }
+    }
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.executed, 30);
+    assert_eq!(
+        scheduler.executor().handler().runs.load(Ordering::SeqCst),
+        30
+    );
+    assert_eq!(store.count_live_runs().await.unwrap(), 0);
+    let reserved = store
+        .next_sequence(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    assert_eq!(reserved % 8, 0, "{reserved}");
+    assert_eq!(report.ticks, reserved, "{report:?}");
+    let rows = store
+        .reservations(scheduler.policy().shard_id(), 0, 10_000)
+        .await
+        .unwrap();
+    let sequences: Vec<u64> = rows.iter().map(|r| r.sequence()).collect();
+    assert_eq!(sequences, (0..reserved).collect::<Vec<_>>());
+}
