@@ -9,6 +9,8 @@
 //! - `cargo xtask deploy-check`: the YAML and JSON under `deploy/` parse, and
 //!   alerts and dashboard use exactly the metrics statek emits.
 //! - `cargo xtask demo`: the noisy-neighbour demonstration.
+//! - `cargo xtask bench [--quick]`: performance figures against pgbench and
+//!   a plain `SKIP LOCKED` queue (see `docs/benchmarks.md`).
 //! - `cargo xtask bounds-report [--seed N] [--sets-per-family N]`: starvation
 //!   bound ratios of `swrr-v1` and `min-gap-v1` over generated weight
 //!   families (the figures in `docs/guarantees.md`).
@@ -17,6 +19,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod arch_check;
+mod bench;
 mod bounds_report;
 mod command;
 mod demo;
@@ -64,6 +67,8 @@ enum Task {
     DeployCheck,
     /// Run the noisy-neighbour demo (against DATABASE_URL or a fresh server).
     Demo(demo::XtaskDemoArgs),
+    /// Measure reservations vs pgbench, the fairness tax, retention and compile time (target/bench).
+    Bench(bench::BenchArgs),
     /// Print bound / ceil(L/w) ratios of swrr-v1 and min-gap-v1 over generated weight families.
     BoundsReport(bounds_report::BoundsReportArgs),
 }
@@ -132,6 +137,7 @@ fn run(cli: Cli) -> Result<()> {
         Task::ArchCheck => arch_check::run(),
         Task::DeployCheck => deploy_check::run(),
         Task::BoundsReport(args) => bounds_report::run(&args),
+        Task::Bench(args) => bench::run(&args),
         Task::Demo(args) => {
             // A bad policy file fails before any server starts.
             statek_cli::demo::load_policy(&args.demo)?;

@@ -13,9 +13,7 @@ use std::time::SystemTime;
 use statek_policy::{PolicyDigest, SchedulerShardId};
 use uuid::Uuid;
 
-use crate::reservation::{
-    check_locked_shard, check_uuid_v7, lock_shard, reservation_from_row, Reservation,
-};
+use crate::reservation::{check_locked_shard, check_uuid_v7, reservation_from_row, Reservation};
 use crate::shard::slot_of;
 use crate::{PgStore, StoreError};
 
@@ -32,21 +30,53 @@ const SELECT_BATCH: &str = "
     WHERE r.batch_id = $1
     ORDER BY r.sequence";
 
-/// Inserts `$7` rows at the locked cursor `$3` (ids `$1`, in order) and
-/// advances the cursor by `$7`, in one statement. The `next_sequence = $3`
-/// guard makes a lost lock visible as zero rows.
-const INSERT_BATCH_AND_ADVANCE: &str = "
-    WITH inserted AS (
+/// The whole batch as one statement (one round trip, its own autocommit
+/// transaction), built like `reserve`'s: lock the cursor row; insert the
+/// head row, whose reservation id is the batch id, unless that id already
+/// exists (`ON CONFLICT` sees committed and in-flight rows, so a batch is
+/// never inserted twice); insert the `k - 1` tail rows (ids `$5`) and
+/// advance the cursor by `k` only if the head was inserted. The locked row
+/// comes back so the caller can tell why nothing was inserted.
+const RESERVE_BATCH: &str = "
+    WITH locked AS MATERIALIZED (
+        SELECT policy_digest, cycle_length, next_sequence,
+               sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || policy_bytes)
+                   = policy_digest AS digest_ok
+        FROM statek.scheduler_shards
+        WHERE shard_id = $2
+        FOR UPDATE
+    ),
+    head AS (
         INSERT INTO statek.scheduler_reservations
             (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
-        SELECT t.id, $2, $3 + t.ord - 1, (($3 + t.ord - 1) % $4)::integer, $5, $6
-        FROM unnest($1::uuid[]) WITH ORDINALITY AS t(id, ord)
-        RETURNING reserved_at
+        SELECT $1, $2, next_sequence, (next_sequence % cycle_length)::integer, $3, $1
+        FROM locked
+        WHERE digest_ok AND policy_digest = $3
+          AND cycle_length BETWEEN 1 AND 4096
+          AND next_sequence BETWEEN 0 AND 9223372036854775807 - $4::bigint
+        ON CONFLICT (reservation_id) DO NOTHING
+        RETURNING sequence, reserved_at
+    ),
+    tail AS (
+        INSERT INTO statek.scheduler_reservations
+            (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
+        SELECT t.id, $2, head.sequence + t.ord,
+               ((head.sequence + t.ord) % locked.cycle_length)::integer, $3, $1
+        FROM head CROSS JOIN locked CROSS JOIN unnest($5::uuid[]) WITH ORDINALITY AS t(id, ord)
+        RETURNING sequence
+    ),
+    advanced AS (
+        UPDATE statek.scheduler_shards AS s
+        SET next_sequence = head.sequence + $4::bigint
+        FROM head
+        WHERE s.shard_id = $2
+        RETURNING s.next_sequence
     )
-    UPDATE statek.scheduler_shards
-    SET next_sequence = $3 + $7
-    WHERE shard_id = $2 AND next_sequence = $3
-    RETURNING (SELECT min(reserved_at) FROM inserted), (SELECT count(*) FROM inserted)";
+    SELECT locked.policy_digest, locked.cycle_length, locked.next_sequence, locked.digest_ok,
+           head.sequence, head.reserved_at,
+           (SELECT count(*) FROM tail) AS tail_rows,
+           (SELECT count(*) FROM advanced) AS advanced
+    FROM locked LEFT JOIN head ON true";
 
 /// `k` contiguous reservations of one shard, made in one transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,11 +183,13 @@ impl PgStore {
     /// `digest`, keyed by the client-made UUIDv7 `batch_id`.
     ///
     /// The same short READ COMMITTED transaction as
-    /// [`reserve`](PgStore::reserve), once for `k` sequences: look the batch
-    /// up (found: return it, `replayed() == true`); lock the shard row
-    /// `FOR UPDATE`; look it up again; check the digest; insert `k` rows at
-    /// the cursor (each with its own UUIDv7 and slot, all with `batch_id`)
-    /// and advance the cursor by `k`; commit. Single and batch reservers of
+    /// [`reserve`](PgStore::reserve), one statement for `k` sequences: lock
+    /// the shard row `FOR UPDATE`; check the digest; insert `k` rows at the
+    /// cursor (each with its own UUIDv7 and slot, all with `batch_id`; the
+    /// first row's reservation id is `batch_id` itself, which makes a second
+    /// insert of the batch impossible) and advance the cursor by `k`; commit.
+    /// If the batch exists (a retry after a lost acknowledgement) a second
+    /// query returns it, `replayed() == true`. Single and batch reservers of
     /// one shard share the lock, so together they produce one contiguous
     /// sequence with no gaps or repeats.
     ///
@@ -188,67 +220,90 @@ impl PgStore {
                 "batch size {k} is outside 1..={MAX_RESERVATION_BATCH}"
             )));
         }
-        let mut client = self.client().await?;
-        let tx = PgStore::begin(&mut client).await?;
-
-        let rows = tx
-            .query(&tx.prepare_cached(SELECT_BATCH).await?, &[&batch_id])
-            .await?;
-        if !rows.is_empty() {
-            let found = existing_batch(batch_id, shard, digest, k, &rows)?;
-            tx.commit().await?;
-            return Ok(found);
-        }
-
-        let locked = lock_shard(&tx, shard).await?;
-
-        let rows = tx
-            .query(&tx.prepare_cached(SELECT_BATCH).await?, &[&batch_id])
-            .await?;
-        if !rows.is_empty() {
-            let found = existing_batch(batch_id, shard, digest, k, &rows)?;
-            tx.commit().await?;
-            return Ok(found);
-        }
-
-        let (cycle_length, next) = check_locked_shard(shard, digest, &locked)?;
+        let client = self.client().await?;
+        let tail_ids: Vec<Uuid> = (1..k).map(|_| Uuid::now_v7()).collect();
         let count = i64::from(k);
-        if next.checked_add(count).is_none() {
-            return Err(StoreError::SequenceExhausted {
-                shard: shard.clone(),
-            });
-        }
-        let ids: Vec<Uuid> = (0..k).map(|_| Uuid::now_v7()).collect();
-        let advanced = tx
+        let row = client
             .query_opt(
-                &tx.prepare_cached(INSERT_BATCH_AND_ADVANCE).await?,
+                &client.prepare_cached(RESERVE_BATCH).await?,
                 &[
-                    &ids,
-                    &shard.as_str(),
-                    &next,
-                    &i64::from(cycle_length),
-                    &&digest.as_bytes()[..],
                     &batch_id,
+                    &shard.as_str(),
+                    &&digest.as_bytes()[..],
                     &count,
+                    &tail_ids,
                 ],
             )
-            .await?
-            .ok_or_else(|| {
-                StoreError::corrupt(
-                    "shard cursor",
-                    format!("shard {shard}: cursor moved while locked"),
-                )
+            .await
+            .map_err(|e| {
+                let constraint = e.as_db_error().and_then(|db| db.constraint());
+                if constraint == Some("scheduler_reservations_shard_sequence_key") {
+                    StoreError::corrupt(
+                        "shard cursor",
+                        format!("shard {shard}: the cursor points at an existing sequence"),
+                    )
+                } else if constraint == Some("scheduler_reservations_pkey") {
+                    // A tail id already exists: only a reused client id
+                    // can do that. Nothing was written.
+                    StoreError::BatchConflict {
+                        batch_id,
+                        detail: "a generated reservation id already exists".to_owned(),
+                    }
+                } else {
+                    StoreError::from(e)
+                }
+            })?
+            .ok_or_else(|| StoreError::UnknownShard {
+                shard: shard.clone(),
             })?;
-        let reserved_at: SystemTime = advanced.try_get(0)?;
-        let inserted: i64 = advanced.try_get(1)?;
-        if inserted != count {
+
+        let head: Option<i64> = row.try_get(4)?;
+        let Some(head) = head else {
+            // Nothing inserted: the batch id exists (a replay or a
+            // conflict), or a check on the locked row failed.
+            let rows = client
+                .query(&client.prepare_cached(SELECT_BATCH).await?, &[&batch_id])
+                .await?;
+            if !rows.is_empty() {
+                return existing_batch(batch_id, shard, digest, k, &rows);
+            }
+            let exists = client
+                .query_opt(
+                    "SELECT 1 FROM statek.scheduler_reservations WHERE reservation_id = $1",
+                    &[&batch_id],
+                )
+                .await?
+                .is_some();
+            if exists {
+                return Err(StoreError::BatchConflict {
+                    batch_id,
+                    detail: "the id names a single reservation, not a batch".to_owned(),
+                });
+            }
+            let (_, next) = check_locked_shard(shard, digest, &row)?;
+            if next.checked_add(count).is_none() {
+                return Err(StoreError::SequenceExhausted {
+                    shard: shard.clone(),
+                });
+            }
+            return Err(StoreError::corrupt(
+                "shard cursor",
+                format!("shard {shard}: cursor {next} could not be used"),
+            ));
+        };
+        let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
+        let tail_rows: i64 = row.try_get(6)?;
+        let advanced: i64 = row.try_get(7)?;
+        if head != next || tail_rows != count - 1 || advanced != 1 {
             return Err(StoreError::corrupt(
                 "reservation batch",
-                format!("batch {batch_id}: inserted {inserted} rows, expected {k}"),
+                format!(
+                    "batch {batch_id}: head {head} at cursor {next}, {tail_rows} tail rows, advanced {advanced} row(s)"
+                ),
             ));
         }
-        tx.commit().await?;
-
+        let reserved_at: SystemTime = row.try_get(5)?;
+        let ids: Vec<Uuid> = std::iter::once(batch_id).chain(tail_ids).collect();
         let first = u64::try_from(next)
             .map_err(|_| StoreError::corrupt("shard cursor", format!("negative cursor {next}")))?;
         let reservations = (first..)

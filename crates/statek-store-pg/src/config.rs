@@ -8,9 +8,11 @@ use crate::StoreError;
 /// How a [`crate::PgStore`] connects and how long it waits.
 ///
 /// Defaults suit a scheduler replica: a pool of 8 connections, 5 s to wait
-/// for a pooled connection, 5 s to open one, 5 s to verify one on reuse, and
+/// for a pooled connection, 5 s to open one, 5 s to recycle one, and
 /// per-transaction `lock_timeout` 5 s and `statement_timeout` 10 s. Each
 /// timeout must lie in 1 ms..=10 minutes; the pool size in 1..=1024.
+/// Connections are not verified with a query on checkout (see
+/// [`verify_on_checkout`](Self::verify_on_checkout)).
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     pg: tokio_postgres::Config,
@@ -20,6 +22,7 @@ pub struct StoreConfig {
     recycle_timeout: Duration,
     lock_timeout: Duration,
     statement_timeout: Duration,
+    verify_on_checkout: bool,
 }
 
 const MIN_TIMEOUT: Duration = Duration::from_millis(1);
@@ -52,7 +55,24 @@ impl StoreConfig {
             recycle_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(10),
+            verify_on_checkout: false,
         }
+    }
+
+    /// Whether a pooled connection is checked with an empty query before
+    /// each use (default: no). Off, a connection whose socket is closed is
+    /// discarded at checkout and a broken but open one fails its first
+    /// statement (a retryable error; the scheduler retries with the same
+    /// id). On, that first failure moves into the pool, at the price of one
+    /// extra round trip per transaction (about a third of a reservation's
+    /// time on loopback: docs/benchmarks.md).
+    pub fn verify_on_checkout(mut self, verify: bool) -> Self {
+        self.verify_on_checkout = verify;
+        self
+    }
+
+    pub(crate) fn verifies_on_checkout(&self) -> bool {
+        self.verify_on_checkout
     }
 
     /// Maximum number of pooled connections (1..=1024).

@@ -18,32 +18,52 @@ const SELECT_RESERVATION: &str = "
     JOIN statek.scheduler_shards AS s ON s.shard_id = r.shard_id
     WHERE r.reservation_id = $1";
 
-/// Locks the shard's cursor row; every reserver of the shard queues here.
-/// The last column re-checks, inside the database, that the stored bytes
-/// still hash to the stored digest (`'statek.policy.v1\0'` is the hex
+/// The whole reservation as one statement (one round trip, its own
+/// autocommit transaction): lock the shard's cursor row; insert the
+/// reservation at the cursor unless the id already exists (`ON CONFLICT`
+/// sees every committed or in-flight row, not just the statement's
+/// snapshot) or a check fails; advance the cursor only if a row was
+/// inserted. The locked row comes back so the caller can tell why nothing
+/// was inserted (replay, digest, exhaustion, corruption).
+///
+/// Under READ COMMITTED a `FOR UPDATE` that waited returns the newest
+/// version of the row, and the `UPDATE` follows it to that version, so the
+/// sequence used is the cursor as committed by the previous holder of the
+/// lock. The last column re-checks, inside the database, that the stored
+/// bytes still hash to the stored digest (`'statek.policy.v1\0'` is the hex
 /// prefix), so a tampered policy stops reservations without shipping the
 /// bytes to every replica.
-const LOCK_SHARD: &str = "
-    SELECT policy_digest, cycle_length, next_sequence,
-           sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || policy_bytes) = policy_digest
-    FROM statek.scheduler_shards
-    WHERE shard_id = $1
-    FOR UPDATE";
-
-/// Inserts the reservation at the locked cursor and advances the cursor, in
-/// one statement. The `next_sequence = $3` guard makes a lost lock visible as
-/// zero rows instead of a silent double use.
-const INSERT_AND_ADVANCE: &str = "
-    WITH inserted AS (
+const RESERVE: &str = "
+    WITH locked AS MATERIALIZED (
+        SELECT policy_digest, cycle_length, next_sequence,
+               sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || policy_bytes)
+                   = policy_digest AS digest_ok
+        FROM statek.scheduler_shards
+        WHERE shard_id = $2
+        FOR UPDATE
+    ),
+    inserted AS (
         INSERT INTO statek.scheduler_reservations
             (reservation_id, shard_id, sequence, slot, policy_digest)
-        VALUES ($1, $2, $3, $4, $5)
-        RETURNING reserved_at
+        SELECT $1, $2, next_sequence, (next_sequence % cycle_length)::integer, $3
+        FROM locked
+        WHERE digest_ok AND policy_digest = $3
+          AND cycle_length BETWEEN 1 AND 4096
+          AND next_sequence BETWEEN 0 AND 9223372036854775806
+        ON CONFLICT (reservation_id) DO NOTHING
+        RETURNING sequence, slot, reserved_at
+    ),
+    advanced AS (
+        UPDATE statek.scheduler_shards AS s
+        SET next_sequence = inserted.sequence + 1
+        FROM inserted
+        WHERE s.shard_id = $2
+        RETURNING s.next_sequence
     )
-    UPDATE statek.scheduler_shards
-    SET next_sequence = $3 + 1
-    WHERE shard_id = $2 AND next_sequence = $3
-    RETURNING (SELECT reserved_at FROM inserted)";
+    SELECT locked.policy_digest, locked.cycle_length, locked.next_sequence, locked.digest_ok,
+           inserted.sequence, inserted.slot, inserted.reserved_at,
+           (SELECT count(*) FROM advanced) AS advanced
+    FROM locked LEFT JOIN inserted ON true";
 
 const SELECT_RESERVATIONS: &str = "
     SELECT r.reservation_id, r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at, s.cycle_length
@@ -182,18 +202,6 @@ fn existing(
     Ok(found)
 }
 
-/// Locks the shard's cursor row (`FOR UPDATE`) inside `tx`.
-pub(crate) async fn lock_shard(
-    tx: &deadpool_postgres::Transaction<'_>,
-    shard: &SchedulerShardId,
-) -> Result<Row, StoreError> {
-    tx.query_opt(&tx.prepare_cached(LOCK_SHARD).await?, &[&shard.as_str()])
-        .await?
-        .ok_or_else(|| StoreError::UnknownShard {
-            shard: shard.clone(),
-        })
-}
-
 /// Checks a locked shard row against the caller's digest, fail-closed:
 /// returns the cycle length and the cursor.
 pub(crate) fn check_locked_shard(
@@ -235,12 +243,13 @@ impl PgStore {
     /// Reserves the next sequence of `shard` under the policy `digest`, keyed
     /// by the client-made UUIDv7 `reservation_id`.
     ///
-    /// One short READ COMMITTED transaction: look the id up (found: return
-    /// the original reservation, `replayed() == true`); lock the shard row
-    /// `FOR UPDATE`; look the id up again (a concurrent same-id call may have
-    /// committed meanwhile); check the digest; insert the reservation at the
-    /// cursor and advance it; commit. No queue scan and no user code run
-    /// inside it.
+    /// One short READ COMMITTED transaction, sent as one statement (one
+    /// round trip): lock the shard row `FOR UPDATE`; check the digest;
+    /// insert the reservation at the cursor unless the id already exists;
+    /// advance the cursor; commit. If the id exists (a retry after a lost
+    /// acknowledgement, or a concurrent same-id call that committed first) a
+    /// second query returns the original reservation, `replayed() == true`.
+    /// No queue scan and no user code run inside it.
     ///
     /// Retrying with the same id after an error is always safe: if the first
     /// attempt committed (its acknowledgement lost), the retry returns that
@@ -263,79 +272,66 @@ impl PgStore {
         reservation_id: Uuid,
     ) -> Result<Reservation, StoreError> {
         check_uuid_v7(reservation_id, "reservation id")?;
-        let mut client = self.client().await?;
-        let tx = PgStore::begin(&mut client).await?;
-
-        if let Some(row) = tx
+        let client = self.client().await?;
+        let row = client
             .query_opt(
-                &tx.prepare_cached(SELECT_RESERVATION).await?,
-                &[&reservation_id],
-            )
-            .await?
-        {
-            let found = existing(reservation_id, shard, digest, &row)?;
-            tx.commit().await?;
-            return Ok(found);
-        }
-
-        let locked = lock_shard(&tx, shard).await?;
-
-        if let Some(row) = tx
-            .query_opt(
-                &tx.prepare_cached(SELECT_RESERVATION).await?,
-                &[&reservation_id],
-            )
-            .await?
-        {
-            let found = existing(reservation_id, shard, digest, &row)?;
-            tx.commit().await?;
-            return Ok(found);
-        }
-
-        let (cycle_length, next) = check_locked_shard(shard, digest, &locked)?;
-        let sequence = decode_sequence(next, "shard cursor")?;
-        if next == i64::MAX {
-            return Err(StoreError::SequenceExhausted {
-                shard: shard.clone(),
-            });
-        }
-        let slot = slot_of(sequence, cycle_length);
-        let slot_column = i32::try_from(slot)
-            .map_err(|_| StoreError::corrupt("reservation", format!("slot {slot} out of range")))?;
-
-        let advanced = tx
-            .query_opt(
-                &tx.prepare_cached(INSERT_AND_ADVANCE).await?,
-                &[
-                    &reservation_id,
-                    &shard.as_str(),
-                    &next,
-                    &slot_column,
-                    &&digest.as_bytes()[..],
-                ],
+                &client.prepare_cached(RESERVE).await?,
+                &[&reservation_id, &shard.as_str(), &&digest.as_bytes()[..]],
             )
             .await
             .map_err(|e| {
-                let duplicate_id = e
-                    .as_db_error()
-                    .is_some_and(|db| db.constraint() == Some("scheduler_reservations_pkey"));
-                if duplicate_id {
-                    // Only a same-id reservation on another shard can get
-                    // here: same-shard callers are serialised by the lock.
-                    StoreError::ReservationConflict { reservation_id }
+                let constraint = e.as_db_error().and_then(|db| db.constraint());
+                if constraint == Some("scheduler_reservations_shard_sequence_key") {
+                    StoreError::corrupt(
+                        "shard cursor",
+                        format!("shard {shard}: the cursor points at an existing sequence"),
+                    )
                 } else {
                     StoreError::from(e)
                 }
             })?
-            .ok_or_else(|| {
-                StoreError::corrupt(
-                    "shard cursor",
-                    format!("shard {shard}: cursor moved while locked"),
-                )
+            .ok_or_else(|| StoreError::UnknownShard {
+                shard: shard.clone(),
             })?;
-        let reserved_at: SystemTime = advanced.try_get(0)?;
-        tx.commit().await?;
 
+        let inserted: Option<i64> = row.try_get(4)?;
+        let Some(inserted) = inserted else {
+            // Nothing inserted: the id exists (a replay, or a conflict), or
+            // a check on the locked row failed. The id first, as before the
+            // single-statement form: an existing reservation is returned
+            // even if the shard has since become unusable.
+            if let Some(found) = client
+                .query_opt(
+                    &client.prepare_cached(SELECT_RESERVATION).await?,
+                    &[&reservation_id],
+                )
+                .await?
+            {
+                return existing(reservation_id, shard, digest, &found);
+            }
+            let (_, next) = check_locked_shard(shard, digest, &row)?;
+            if next == i64::MAX {
+                return Err(StoreError::SequenceExhausted {
+                    shard: shard.clone(),
+                });
+            }
+            return Err(StoreError::corrupt(
+                "shard cursor",
+                format!("shard {shard}: cursor {next} could not be used"),
+            ));
+        };
+        let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
+        let advanced: i64 = row.try_get(7)?;
+        if inserted != next || advanced != 1 {
+            return Err(StoreError::corrupt(
+                "shard cursor",
+                format!(
+                    "shard {shard}: reserved sequence {inserted} at cursor {next}, advanced {advanced} row(s)"
+                ),
+            ));
+        }
+        let sequence = decode_sequence(inserted, "reservation")?;
+        let slot = check_slot(sequence, row.try_get(5)?, row.try_get(1)?)?;
         Ok(Reservation {
             id: reservation_id,
             shard: shard.clone(),
@@ -343,7 +339,7 @@ impl PgStore {
             slot,
             cycle_length,
             policy_digest: *digest,
-            reserved_at,
+            reserved_at: row.try_get(6)?,
             replayed: false,
         })
     }

@@ -39,9 +39,16 @@ impl PgStore {
             config.pooled_pg_config(),
             NoTls,
             ManagerConfig {
-                // Runs an empty query on reuse: a broken connection is
-                // discarded instead of failing the next caller.
-                recycling_method: RecyclingMethod::Verified,
+                recycling_method: if config.verifies_on_checkout() {
+                    // An empty query on every checkout (one round trip).
+                    RecyclingMethod::Verified
+                } else {
+                    // Closed connections are discarded; an unfinished
+                    // transaction was already rolled back when its
+                    // `Transaction` was dropped (tokio-postgres queues the
+                    // ROLLBACK ahead of any later statement).
+                    RecyclingMethod::Fast
+                },
             },
         );
         let (wait, create, recycle) = config.timeouts();

@@ -80,6 +80,12 @@ async fn a_batch_reserves_a_contiguous_range_and_a_retry_returns_it() {
     );
     let ids: Vec<Uuid> = batch.reservations().iter().map(|r| r.id()).collect();
     assert!(ids.iter().all(|id| id.get_version_num() == 7));
+    // The head row carries the batch id as its reservation id.
+    assert_eq!(ids[0], batch_id);
+    assert_eq!(
+        ids.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        9
+    );
     assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 10);
 
     // The stored rows are the batch, in order.
@@ -204,8 +210,26 @@ async fn bad_batch_requests_are_typed_errors_and_write_nothing() {
         }
         other => panic!("expected BatchConflict, got {other:?}"),
     }
-    assert_eq!(row_count(&client).await, 3);
-    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 3);
+    // A single reservation's id reused as a batch id.
+    let single = store
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    match store
+        .reserve_batch(p.shard_id(), &p.digest(), single.id(), 2)
+        .await
+    {
+        Err(StoreError::BatchConflict {
+            batch_id: id,
+            detail,
+        }) => {
+            assert_eq!(id, single.id());
+            assert_eq!(detail, "the id names a single reservation, not a batch");
+        }
+        other => panic!("expected BatchConflict, got {other:?}"),
+    }
+    assert_eq!(row_count(&client).await, 4);
+    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 4);
     assert_eq!(store.next_sequence(other.shard_id()).await.unwrap(), 0);
 }
 

@@ -368,9 +368,12 @@ async fn timed_out_reserves_are_retryable_and_keep_the_connection() {
         checker.assert_none(app).await;
     }
 
-    // A reserve dropped while it waits for the lock: its backend keeps
-    // waiting, then rolls back once the lock is released; the pool's next
-    // reserve waits for that and succeeds on the same backend.
+    // A reserve dropped while it waits for the lock. Its one statement was
+    // already sent, so the server runs it to the end once the lock is
+    // released, in its own autocommit transaction: exactly a reservation
+    // whose acknowledgement was lost. The backend is never left in a
+    // transaction, the pool's next reserve runs on the same backend after
+    // it, and a retry with the dropped id returns the committed sequence.
     let app = "statek-dropped-while-waiting";
     let store = PgStore::new(tagged_store(&db, app)).unwrap();
     let warm = store
@@ -395,20 +398,19 @@ async fn timed_out_reserves_are_retryable_and_keep_the_connection() {
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
         .await
         .unwrap();
-    assert_eq!((after.sequence(), after.replayed()), (next, false));
-    next += 1;
+    assert_eq!((after.sequence(), after.replayed()), (next + 1, false));
     assert_eq!(backends(&checker.client, &db, app).await, pids);
     checker.assert_none(app).await;
-    let count: i64 = checker
-        .client
-        .query_one(
-            "SELECT count(*) FROM statek.scheduler_reservations WHERE reservation_id = $1",
-            &[&dropped_id],
-        )
+    let retried = store
+        .reserve(p.shard_id(), &p.digest(), dropped_id)
         .await
-        .unwrap()
-        .get(0);
-    assert_eq!(count, 0, "the dropped reserve was rolled back");
+        .unwrap();
+    assert_eq!(
+        (retried.sequence(), retried.replayed()),
+        (next, true),
+        "the dropped reserve committed, as after a lost acknowledgement"
+    );
+    next += 2;
     let cursor: i64 = checker
         .client
         .query_one(

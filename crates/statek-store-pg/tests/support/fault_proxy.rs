@@ -1,9 +1,18 @@
 //! A TCP relay between a client and PostgreSQL that can cut a connection at
-//! its next `COMMIT`, to reproduce lost acknowledgements deterministically.
+//! its next commit point, to reproduce lost acknowledgements
+//! deterministically.
 //!
 //! The relay parses the PostgreSQL frontend/backend framing (a type byte and
 //! a 4-byte big-endian length that counts itself; the startup message has no
-//! type byte). tokio-postgres sends `COMMIT` as a simple query (`Q`).
+//! type byte). A commit point is either
+//! - a `COMMIT` simple query (`Q`; how tokio-postgres ends a transaction),
+//! - or, outside a `BEGIN`/`START TRANSACTION` block, the `Sync` (`S`) that
+//!   ends an extended-protocol exchange binding a prepared statement that
+//!   writes reservation rows (`INSERT INTO statek.scheduler_reservations`):
+//!   the server commits such an implicit transaction at that `Sync`, and
+//!   rolls it back if the connection ends before it.
+//!
+//! Below, "the `COMMIT`" means either.
 //!
 //! - [`Fault::AfterCommit`]: the `COMMIT` is forwarded; the server's whole
 //!   reply to it (up to and including its `ReadyForQuery`) is read and
@@ -19,6 +28,7 @@
 //!
 //! Only loopback addresses are used, on both sides.
 
+use std::collections::HashSet;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -251,6 +261,74 @@ fn is_commit(query_message: &[u8]) -> bool {
     })
 }
 
+/// The part of the statement text that marks a reservation write.
+const RESERVATION_WRITE: &str = "INSERT INTO statek.scheduler_reservations";
+
+/// Reads the NUL-terminated string at `at` in `message`; returns it and the
+/// position after its NUL.
+fn cstring(message: &[u8], at: usize) -> Option<(&str, usize)> {
+    let rest = message.get(at..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    Some((std::str::from_utf8(&rest[..end]).ok()?, at + end + 1))
+}
+
+/// The text of a simple query message (`Q`).
+fn simple_query_text(message: &[u8]) -> &str {
+    cstring(message, 5).map_or("", |(text, _)| text)
+}
+
+/// What one client connection has said so far.
+#[derive(Debug, Default)]
+struct ClientState {
+    /// Prepared statements (by name) that write reservation rows.
+    writers: HashSet<String>,
+    /// Inside an explicit transaction block.
+    in_block: bool,
+    /// A writer was bound since the last `Sync`.
+    pending_write: bool,
+}
+
+impl ClientState {
+    /// Notes `message`; returns true if it is a commit point.
+    fn is_commit_point(&mut self, message: &[u8]) -> bool {
+        match message[0] {
+            b'Q' => {
+                let sql = simple_query_text(message).trim().to_ascii_uppercase();
+                if sql.starts_with("BEGIN") || sql.starts_with("START TRANSACTION") {
+                    self.in_block = true;
+                } else if sql.starts_with("ROLLBACK") {
+                    self.in_block = false;
+                }
+                if is_commit(message) {
+                    self.in_block = false;
+                    return true;
+                }
+                false
+            }
+            b'P' => {
+                if let Some((name, next)) = cstring(message, 5) {
+                    if cstring(message, next)
+                        .is_some_and(|(sql, _)| sql.contains(RESERVATION_WRITE))
+                    {
+                        self.writers.insert(name.to_owned());
+                    }
+                }
+                false
+            }
+            b'B' => {
+                if let Some((_portal, next)) = cstring(message, 5) {
+                    if cstring(message, next).is_some_and(|(name, _)| self.writers.contains(name)) {
+                        self.pending_write = true;
+                    }
+                }
+                false
+            }
+            b'S' => std::mem::take(&mut self.pending_write) && !self.in_block,
+            _ => false,
+        }
+    }
+}
+
 async fn client_to_server(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
@@ -259,6 +337,7 @@ async fn client_to_server(
 ) -> io::Result<Ended> {
     let mut buf = Vec::with_capacity(16 * 1024);
     let mut chunk = vec![0u8; 16 * 1024];
+    let mut state = ClientState::default();
     loop {
         let n = from.read(&mut chunk).await?;
         if n == 0 {
@@ -268,30 +347,27 @@ async fn client_to_server(
         let mut pos = 0;
         while let Some(len) = typed_message_len(&buf[pos..])? {
             let message = &buf[pos..pos + len];
-            match message[0] {
-                b'Q' => {
-                    let ordinal = exchange.solicited.fetch_add(1, Ordering::SeqCst) + 1;
-                    if is_commit(message) {
-                        match shared.take_armed() {
-                            Some(Fault::BeforeCommit) => {
-                                // Forward what came before, never the COMMIT.
-                                to.write_all(&buf[..pos]).await?;
-                                shared.fired.fetch_add(1, Ordering::SeqCst);
-                                return Ok(Ended::Cut);
-                            }
-                            Some(Fault::AfterCommit) => {
-                                // Set before the COMMIT leaves, so the other
-                                // direction knows its reply when it comes.
-                                exchange.cut_at_ready.store(ordinal, Ordering::SeqCst);
-                            }
-                            None => {}
-                        }
+            let solicits = matches!(message[0], b'Q' | b'S');
+            let ordinal = if solicits {
+                exchange.solicited.fetch_add(1, Ordering::SeqCst) + 1
+            } else {
+                0
+            };
+            if state.is_commit_point(message) {
+                match shared.take_armed() {
+                    Some(Fault::BeforeCommit) => {
+                        // Forward what came before, never the commit point.
+                        to.write_all(&buf[..pos]).await?;
+                        shared.fired.fetch_add(1, Ordering::SeqCst);
+                        return Ok(Ended::Cut);
                     }
+                    Some(Fault::AfterCommit) => {
+                        // Set before the commit point leaves, so the other
+                        // direction knows its reply when it comes.
+                        exchange.cut_at_ready.store(ordinal, Ordering::SeqCst);
+                    }
+                    None => {}
                 }
-                b'S' => {
-                    exchange.solicited.fetch_add(1, Ordering::SeqCst);
-                }
-                _ => {}
             }
             pos += len;
         }
@@ -363,4 +439,51 @@ fn recognises_commit_and_framing() {
     assert_eq!(typed_message_len(&m[..m.len() - 1]).unwrap(), None);
     assert_eq!(typed_message_len(&m[..3]).unwrap(), None);
     assert!(typed_message_len(&[b'Q', 0, 0, 0, 3]).is_err());
+}
+
+#[test]
+fn recognises_autocommit_reservation_writes() {
+    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind];
+        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+    let parse = message(
+        b'P',
+        b"s1\0WITH x AS (INSERT INTO statek.scheduler_reservations) SELECT 1\0\0\0",
+    );
+    let other = message(b'P', b"s2\0SELECT 1\0\0\0");
+    let bind = |name: &[u8]| {
+        let mut body = b"\0".to_vec();
+        body.extend_from_slice(name);
+        body.extend_from_slice(b"\0\0\0\0\0\0\0");
+        message(b'B', &body)
+    };
+    let sync = message(b'S', b"");
+    let query = |sql: &str| {
+        let mut body = sql.as_bytes().to_vec();
+        body.push(0);
+        message(b'Q', &body)
+    };
+    let mut state = ClientState::default();
+    assert!(!state.is_commit_point(&parse));
+    assert!(!state.is_commit_point(&other));
+    assert!(!state.is_commit_point(&bind(b"s2")));
+    assert!(!state.is_commit_point(&sync), "not a writer");
+    assert!(!state.is_commit_point(&bind(b"s1")));
+    assert!(state.is_commit_point(&sync), "an autocommit writer");
+    assert!(!state.is_commit_point(&sync), "once per bind");
+    assert!(!state.is_commit_point(&query("START TRANSACTION ISOLATION LEVEL READ COMMITTED")));
+    assert!(!state.is_commit_point(&bind(b"s1")));
+    assert!(
+        !state.is_commit_point(&sync),
+        "inside a block the COMMIT commits"
+    );
+    assert!(state.is_commit_point(&query("COMMIT")));
+    assert!(!state.is_commit_point(&bind(b"s1")));
+    assert!(
+        state.is_commit_point(&sync),
+        "after the block, autocommit again"
+    );
 }

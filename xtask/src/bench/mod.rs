@@ -1,0 +1,417 @@
+//! `cargo xtask bench`: statek's performance figures, measured side by side
+//! with their baselines in one run on one server, written to
+//! `target/bench/*.json` and PNG charts (see docs/benchmarks.md).
+//!
+//! Sections, in order: reservations (statek `reserve` and `reserve_batch`
+//! against pgbench running the same transaction), the fairness tax (fair
+//! replicas against a plain `SKIP LOCKED` claimer), empty slots, retention
+//! (prune throughput, latency while pruning, latency with retained rows),
+//! and policy compile time (criterion, `cargo bench -p statek-policy`).
+//! Nothing here asserts a timing: it measures and reports.
+
+mod charts;
+mod load;
+mod queue;
+mod report;
+mod reserve;
+mod retained;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::PgStore;
+
+use crate::pg::{self, PgMajor};
+
+pub use report::Report;
+
+/// Options of `cargo xtask bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Seconds per measured load.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub seconds: u64,
+    /// Concurrent clients of the reservation comparison, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    pub clients: Vec<usize>,
+    /// Slots per batch for the batch reservation figures.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=1024))]
+    pub batch: u32,
+    /// Retained old rows at which reservation latency is measured (the
+    /// first is also the prune workload), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000000,5000000")]
+    pub retained: Vec<u64>,
+    /// A smoke run of the harness: 2 s windows, 10k/50k retained rows
+    /// (figures not comparable to a full run).
+    #[arg(long)]
+    pub quick: bool,
+    /// Skip the criterion compile benchmark.
+    #[arg(long)]
+    pub skip_compile: bool,
+    /// Where the JSON and charts go (default: target/bench).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Shards of the run (separate cursors, so phases do not share a hot row
+/// by accident).
+const RESERVE_SHARD: &str = "bench-reserve-v1";
+const BATCH_SHARD: &str = "bench-batch-v1";
+const PGBENCH_SHARD: &str = "bench-pgbench-v1";
+const QUEUE_SHARD: &str = "bench-queue-v1";
+const RETAINED_SHARD: &str = "bench-retained-v1";
+/// The database the run creates (and drops at the end).
+const BENCH_DATABASE: &str = "statek_bench";
+/// Fair replicas and plain claimers of the queue comparison.
+const QUEUE_WORKERS: usize = 4;
+/// Reservers running against the prune.
+const PRUNE_CLIENTS: usize = 4;
+/// Prune batch size.
+const PRUNE_BATCH: u32 = 10_000;
+
+/// Eight tenants of weight 1 (L = 8).
+fn policy(shard: &str) -> Result<WeightedFairnessPolicy> {
+    let tenants = (0..8)
+        .map(|i| {
+            Ok(TenantFairnessWeight::new(
+                TenantId::try_from(format!("tenant-{i:02}").as_str())?,
+                1,
+            )?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from(shard)?,
+        tenants,
+    )?)
+}
+
+/// Runs the benchmark against `DATABASE_URL`, or a PostgreSQL 17 that it
+/// provisions (and stops afterwards).
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let mut args = args.clone();
+    if args.quick {
+        args.seconds = args.seconds.min(2);
+        args.retained = vec![10_000, 50_000];
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| crate::workspace::target_dir().join("bench"));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let pgbench = reserve::pgbench_binary()?;
+    let pgbench_version = reserve::pgbench_version(&pgbench)?;
+    let compile = if args.skip_compile {
+        None
+    } else {
+        eprintln!("==> policy compile (criterion): cargo bench -p statek-policy --bench compile");
+        Some(report::run_criterion()?)
+    };
+    let _server;
+    let url = if let Some(url) = pg::external_database_url() {
+        url
+    } else {
+        let server = pg::Server::provision_and_start(PgMajor::V17)?;
+        let url = server.database_url();
+        _server = server;
+        url
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let started = Instant::now();
+    let mut report = runtime.block_on(measure(&args, &url, &out, &pgbench))?;
+    report.machine.pgbench = pgbench_version;
+    report.compile = compile;
+    report.total_seconds = started.elapsed().as_secs_f64();
+    report.write(&out)?;
+    report.print();
+    charts::write(&out, &report)?;
+    eprintln!("xtask: bench results in {}", out.display());
+    Ok(())
+}
+
+/// The bench database's URL on the server of `url`.
+fn bench_url(url: &str) -> String {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let (base, query) = url
+            .split_once('?')
+            .map_or((url, None), |(b, q)| (b, Some(q)));
+        let scheme_end = base.find("://").map_or(0, |i| i + 3);
+        let without_db = match base[scheme_end..].find('/') {
+            Some(slash) => &base[..scheme_end + slash],
+            None => base,
+        };
+        match query {
+            Some(q) => format!("{without_db}/{BENCH_DATABASE}?{q}"),
+            None => format!("{without_db}/{BENCH_DATABASE}"),
+        }
+    } else {
+        format!("{url} dbname={BENCH_DATABASE}")
+    }
+}
+
+async fn connect(url: &str) -> Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to {}", pg::redact(url)))?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+async fn measure(
+    args: &BenchArgs,
+    url: &str,
+    out: &std::path::Path,
+    pgbench: &std::path::Path,
+) -> Result<Report> {
+    let admin = connect(url).await?;
+    // Two statements: DROP/CREATE DATABASE refuse to run in one batch
+    // (an implicit transaction).
+    for statement in [
+        format!("DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)"),
+        format!("CREATE DATABASE {BENCH_DATABASE}"),
+    ] {
+        admin
+            .batch_execute(&statement)
+            .await
+            .with_context(|| format!("{statement} (needs CREATEDB)"))?;
+    }
+    let url = bench_url(url);
+    let result = measure_in(args, &url, out, pgbench).await;
+    admin
+        .batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)"
+        ))
+        .await
+        .ok();
+    result
+}
+
+async fn measure_in(
+    args: &BenchArgs,
+    url: &str,
+    out: &std::path::Path,
+    pgbench: &std::path::Path,
+) -> Result<Report> {
+    let window = Duration::from_secs(args.seconds);
+    let store = PgStore::connect(url)?;
+    store.migrate().await?;
+    let client = connect(url).await?;
+    let mut report = Report::new(report::machine(&client).await?, args.seconds, args.batch);
+    let [reserve_policy, batch_policy, pgbench_policy, queue_policy, retained_policy] = [
+        RESERVE_SHARD,
+        BATCH_SHARD,
+        PGBENCH_SHARD,
+        QUEUE_SHARD,
+        RETAINED_SHARD,
+    ]
+    .map(policy);
+    let (reserve_policy, batch_policy, pgbench_policy, queue_policy, retained_policy) = (
+        reserve_policy?,
+        batch_policy?,
+        pgbench_policy?,
+        queue_policy?,
+        retained_policy?,
+    );
+    for p in [
+        &reserve_policy,
+        &batch_policy,
+        &pgbench_policy,
+        &queue_policy,
+        &retained_policy,
+    ] {
+        store.register(p).await?;
+    }
+
+    // Reservations: statek single, pgbench, statek batch, per client count.
+    let script = out.join("pgbench-reserve.sql");
+    std::fs::write(&script, reserve::pgbench_script(&pgbench_policy))
+        .with_context(|| format!("writing {}", script.display()))?;
+    for &clients in &args.clients {
+        eprintln!("==> reservations, {clients} client(s): statek reserve");
+        let single = reserve::statek_single(url, &reserve_policy, clients, window).await?;
+        eprintln!("    {}", report::line(&single));
+        eprintln!("==> reservations, {clients} client(s): pgbench, same transaction");
+        let pgbench_url = url.to_owned();
+        let (pgbench_path, script_path, work) =
+            (pgbench.to_path_buf(), script.clone(), out.to_path_buf());
+        let baseline = tokio::task::spawn_blocking(move || {
+            reserve::pgbench(
+                &pgbench_path,
+                &pgbench_url,
+                &work,
+                &script_path,
+                clients,
+                window,
+            )
+        })
+        .await??;
+        eprintln!("    {}", report::line(&baseline));
+        eprintln!(
+            "==> reservations, {clients} client(s): statek reserve_batch k = {}",
+            args.batch
+        );
+        let batch = reserve::statek_batch(url, &batch_policy, clients, args.batch, window).await?;
+        eprintln!("    {}", report::line(&batch));
+        report.reservations.push(report::ReservationRow {
+            clients,
+            statek: single,
+            pgbench: baseline,
+            batch,
+        });
+    }
+
+    // The fairness tax and empty slots.
+    eprintln!(
+        "==> queue: {QUEUE_WORKERS} fair replicas (k = 1), {} runs per tenant",
+        queue::RUNS_PER_TENANT
+    );
+    queue::refill(&client, &queue_policy).await?;
+    let fair = queue::fair(
+        url,
+        &queue_policy,
+        QUEUE_WORKERS,
+        1,
+        window,
+        "fair replicas, k = 1",
+    )
+    .await?;
+    eprintln!("    {:.0} runs/s", fair.runs_per_second);
+    eprintln!(
+        "==> queue: {QUEUE_WORKERS} fair replicas (k = {})",
+        args.batch
+    );
+    queue::refill(&client, &queue_policy).await?;
+    let fair_batch = queue::fair(
+        url,
+        &queue_policy,
+        QUEUE_WORKERS,
+        args.batch,
+        window,
+        &format!("fair replicas, k = {}", args.batch),
+    )
+    .await?;
+    eprintln!("    {:.0} runs/s", fair_batch.runs_per_second);
+    eprintln!("==> queue: {QUEUE_WORKERS} plain SKIP LOCKED claimers");
+    queue::refill(&client, &queue_policy).await?;
+    client.batch_execute(queue::PLAIN_INDEX).await?;
+    let plain = queue::plain(url, QUEUE_WORKERS, window).await?;
+    client
+        .batch_execute("DROP INDEX IF EXISTS statek.bench_plain_claim_idx")
+        .await?;
+    eprintln!("    {:.0} runs/s", plain.runs_per_second);
+    eprintln!("==> queue: {QUEUE_WORKERS} fair replicas, every queue empty");
+    queue::empty(&client).await?;
+    let empty = queue::fair(
+        url,
+        &queue_policy,
+        QUEUE_WORKERS,
+        1,
+        window,
+        "fair replicas, empty queues",
+    )
+    .await?;
+    eprintln!("    {:.0} ticks/s", empty.ticks_per_second);
+    report.queue = vec![fair, fair_batch, plain, empty];
+
+    // Retention.
+    client
+        .batch_execute("TRUNCATE statek.scheduler_reservations")
+        .await?;
+    client
+        .batch_execute("VACUUM ANALYZE statek.scheduler_reservations")
+        .await?;
+    eprintln!("==> retained rows: 0");
+    let at_zero = retained::latency_at(url, &retained_policy, 1, window).await?;
+    eprintln!("    {}", report::line(&at_zero));
+    report.retained.push(report::RetainedRow {
+        rows: 0,
+        measured: at_zero,
+    });
+    let prune_rows = args.retained.first().copied().unwrap_or(1_000_000);
+    eprintln!("==> inserting {prune_rows} old reservation rows");
+    let took = retained::insert_old_rows(&client, &retained_policy, prune_rows).await?;
+    eprintln!("    {:.1} s", took.as_secs_f64());
+    eprintln!("==> retained rows: {prune_rows}");
+    let at_first = retained::latency_at(url, &retained_policy, 1, window).await?;
+    eprintln!("    {}", report::line(&at_first));
+    report.retained.push(report::RetainedRow {
+        rows: prune_rows,
+        measured: at_first,
+    });
+    eprintln!("==> {PRUNE_CLIENTS} reservers without a prune");
+    let quiet = retained::latency_at(url, &retained_policy, PRUNE_CLIENTS, window).await?;
+    eprintln!("    {}", report::line(&quiet));
+    eprintln!("==> {PRUNE_CLIENTS} reservers while pruning {prune_rows} rows, batch {PRUNE_BATCH}");
+    let (busy, prune) = retained::reserve_while_pruning(
+        url,
+        &retained_policy,
+        PRUNE_CLIENTS,
+        prune_rows,
+        PRUNE_BATCH,
+    )
+    .await?;
+    eprintln!(
+        "    prune {:.0} rows/s ({} rows in {:.1} s); reservers {}",
+        prune.rows_per_second,
+        prune.deleted,
+        prune.seconds,
+        report::line(&busy)
+    );
+    report.prune = Some(report::PruneRow {
+        prune,
+        without: quiet,
+        during: busy,
+    });
+    for &rows in args.retained.iter().skip(1) {
+        client
+            .batch_execute("TRUNCATE statek.scheduler_reservations")
+            .await?;
+        eprintln!("==> inserting {rows} old reservation rows");
+        let took = retained::insert_old_rows(&client, &retained_policy, rows).await?;
+        eprintln!("    {:.1} s", took.as_secs_f64());
+        eprintln!("==> retained rows: {rows}");
+        let measured = retained::latency_at(url, &retained_policy, 1, window).await?;
+        eprintln!("    {}", report::line(&measured));
+        report.retained.push(report::RetainedRow { rows, measured });
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_url_replaces_the_database() {
+        assert_eq!(
+            bench_url("postgres://postgres@127.0.0.1:5432/postgres"),
+            "postgres://postgres@127.0.0.1:5432/statek_bench"
+        );
+        assert_eq!(
+            bench_url("postgresql://u:p@h/db?sslmode=disable"),
+            "postgresql://u:p@h/statek_bench?sslmode=disable"
+        );
+        assert_eq!(bench_url("postgres://h:1"), "postgres://h:1/statek_bench");
+        assert_eq!(
+            bench_url("host=h user=u"),
+            "host=h user=u dbname=statek_bench"
+        );
+    }
+
+    #[test]
+    fn pgbench_script_is_the_reserve_transaction() {
+        let p = policy("bench-pgbench-v1").unwrap();
+        let script = reserve::pgbench_script(&p);
+        assert!(script.starts_with("BEGIN;\nSELECT next_sequence FROM statek.scheduler_shards WHERE shard_id = 'bench-pgbench-v1' FOR UPDATE \\gset\n"), "{script}");
+        assert!(script.contains(":next_sequence % 8,"), "{script}");
+        assert!(
+            script.ends_with("WHERE shard_id = 'bench-pgbench-v1';\nEND;\n"),
+            "{script}"
+        );
+    }
+}

@@ -1,0 +1,228 @@
+//! The fairness tax: runs executed per second by fair replicas (reserve a
+//! slot, claim from that slot's tenant only) against a plain claimer that
+//! takes any tenant's oldest run with `SKIP LOCKED`, on the same queue
+//! contents; and the cost of a slot whose tenant queue is empty.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use statek_policy::WeightedFairnessPolicy;
+use statek_scheduler::{
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    SchedulerOptions, TenantTickOutcome,
+};
+use statek_store_pg::ClaimedRun;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::reserve::store;
+
+/// Runs per tenant put in the queue before each throughput phase: more than
+/// either side can execute in the window, so no queue runs dry.
+pub const RUNS_PER_TENANT: u64 = 12_500;
+
+/// A handler that does nothing: the figures are the scheduling overhead.
+struct NoOp;
+
+impl RunHandler for NoOp {
+    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+        Ok(())
+    }
+}
+
+/// One throughput phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueuePhase {
+    /// What ran.
+    pub name: String,
+    /// Concurrent replicas or claimers.
+    pub workers: usize,
+    /// Ticks (fair) or claim attempts (plain) in the window.
+    pub ticks: u64,
+    /// Runs executed and completed.
+    pub runs: u64,
+    /// Window, seconds.
+    pub seconds: f64,
+    /// Runs per second.
+    pub runs_per_second: f64,
+    /// Ticks (or claim attempts) per second.
+    pub ticks_per_second: f64,
+}
+
+/// Empties the run queue and fills it with `RUNS_PER_TENANT` runs for each
+/// tenant of `policy`, interleaved so every tenant's runs span the queue.
+pub async fn refill(
+    client: &tokio_postgres::Client,
+    policy: &WeightedFairnessPolicy,
+) -> Result<()> {
+    client.batch_execute("TRUNCATE statek.runs").await?;
+    let tenants: Vec<String> = policy
+        .tenants()
+        .iter()
+        .map(|t| t.tenant().to_string())
+        .collect();
+    let total = i64::try_from(RUNS_PER_TENANT * tenants.len() as u64)?;
+    client
+        .execute(
+            "INSERT INTO statek.runs (run_id, tenant_id, payload)
+             SELECT gen_random_uuid(), ($1::text[])[1 + g % array_length($1::text[], 1)], ''::bytea
+             FROM generate_series(0, $2::bigint - 1) AS g",
+            &[&tenants, &total],
+        )
+        .await?;
+    client.batch_execute("VACUUM ANALYZE statek.runs").await?;
+    Ok(())
+}
+
+/// Empties the run queue.
+pub async fn empty(client: &tokio_postgres::Client) -> Result<()> {
+    client.batch_execute("TRUNCATE statek.runs").await?;
+    Ok(())
+}
+
+/// `replicas` fair schedulers (own pool each), ticking `k` slots per round
+/// trip for `duration` with a no-op handler.
+pub async fn fair(
+    url: &str,
+    policy: &WeightedFairnessPolicy,
+    replicas: usize,
+    k: u32,
+    duration: Duration,
+    name: &str,
+) -> Result<QueuePhase> {
+    let mut schedulers = Vec::new();
+    for _ in 0..replicas {
+        let store = store(url, 2)?;
+        let executor = PgRunQueueExecutor::new(store.clone(), NoOp, ExecutorOptions::new());
+        schedulers.push(Arc::new(
+            DurableFairScheduler::register(
+                store,
+                policy.clone(),
+                executor,
+                SchedulerOptions::new(),
+            )
+            .await?,
+        ));
+    }
+    let ticks = Arc::new(AtomicU64::new(0));
+    let runs = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = Vec::new();
+    for scheduler in schedulers {
+        let (ticks, runs) = (Arc::clone(&ticks), Arc::clone(&runs));
+        tasks.push(tokio::spawn(async move {
+            let shutdown = CancellationToken::new();
+            while Instant::now() < deadline {
+                let outcomes = if k == 1 {
+                    vec![scheduler.tick(&shutdown).await?]
+                } else {
+                    scheduler.tick_batch(k, &shutdown).await?
+                };
+                for outcome in outcomes {
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                    if matches!(outcome.tenant_outcome(), TenantTickOutcome::Executed(_)) {
+                        runs.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await.context("a replica panicked")??;
+    }
+    Ok(phase(name, replicas, &ticks, &runs, started))
+}
+
+fn phase(
+    name: &str,
+    workers: usize,
+    ticks: &AtomicU64,
+    runs: &AtomicU64,
+    started: Instant,
+) -> QueuePhase {
+    let seconds = started.elapsed().as_secs_f64();
+    let (ticks, runs) = (ticks.load(Ordering::Relaxed), runs.load(Ordering::Relaxed));
+    QueuePhase {
+        name: name.to_owned(),
+        workers,
+        ticks,
+        runs,
+        seconds,
+        runs_per_second: runs as f64 / seconds,
+        ticks_per_second: ticks as f64 / seconds,
+    }
+}
+
+/// The plain claimer's own index: any tenant's oldest available run.
+pub const PLAIN_INDEX: &str = "CREATE INDEX IF NOT EXISTS bench_plain_claim_idx
+    ON statek.runs (available_at, queue_seq) WHERE state = 'available'";
+
+/// Claims any tenant's oldest run (the common `SKIP LOCKED` queue), with
+/// the same lease columns statek sets.
+const PLAIN_CLAIM: &str = "
+    WITH candidate AS MATERIALIZED (
+        SELECT run_id FROM statek.runs
+        WHERE state = 'available' AND available_at <= clock_timestamp()
+        ORDER BY available_at, queue_seq
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE statek.runs AS r
+    SET state = 'running', attempt = r.attempt + 1, lease_token = $1,
+        lease_expires_at = clock_timestamp() + interval '30 seconds',
+        claimed_at = clock_timestamp()
+    FROM candidate WHERE r.run_id = candidate.run_id
+    RETURNING r.run_id";
+
+const PLAIN_COMPLETE: &str = "
+    UPDATE statek.runs
+    SET state = 'completed', finished_at = clock_timestamp(), lease_token = NULL,
+        lease_expires_at = NULL
+    WHERE run_id = $1 AND lease_token = $2 AND state = 'running'";
+
+/// `claimers` plain claimers (one connection each) for `duration`.
+pub async fn plain(url: &str, claimers: usize, duration: Duration) -> Result<QueuePhase> {
+    let ticks = Arc::new(AtomicU64::new(0));
+    let runs = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..claimers {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        clients.push(client);
+    }
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = Vec::new();
+    for client in clients {
+        let (ticks, runs) = (Arc::clone(&ticks), Arc::clone(&runs));
+        tasks.push(tokio::spawn(async move {
+            let claim = client.prepare(PLAIN_CLAIM).await?;
+            let complete = client.prepare(PLAIN_COMPLETE).await?;
+            while Instant::now() < deadline {
+                let token = Uuid::now_v7();
+                ticks.fetch_add(1, Ordering::Relaxed);
+                if let Some(row) = client.query_opt(&claim, &[&token]).await? {
+                    let run_id: Uuid = row.try_get(0)?;
+                    client.execute(&complete, &[&run_id, &token]).await?;
+                    runs.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await.context("a claimer panicked")??;
+    }
+    Ok(phase(
+        "plain SKIP LOCKED claimer",
+        claimers,
+        &ticks,
+        &runs,
+        started,
+    ))
+}

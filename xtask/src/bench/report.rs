@@ -1,0 +1,502 @@
+//! The bench report: machine description, every figure, the targets of
+//! issue 6 with met/missed, JSON files and the printed table.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use super::load::Measured;
+use super::queue::QueuePhase;
+use super::retained::PruneMeasured;
+
+/// What the run ran on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// `model name` from /proc/cpuinfo.
+    pub cpu: String,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// MemTotal from /proc/meminfo, GiB.
+    pub memory_gib: f64,
+    /// `uname -r`.
+    pub kernel: String,
+    /// `SELECT version()`.
+    pub postgres: String,
+    /// Server settings that matter for the figures.
+    pub settings: BTreeMap<String, String>,
+    /// `pgbench --version`.
+    pub pgbench: String,
+    /// When (UTC, `date -u`).
+    pub date: String,
+}
+
+/// One client count of the reservation comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReservationRow {
+    /// Concurrent clients.
+    pub clients: usize,
+    /// statek `reserve`.
+    pub statek: Measured,
+    /// pgbench, same transaction.
+    pub pgbench: Measured,
+    /// statek `reserve_batch` (units: reservations).
+    pub batch: Measured,
+}
+
+/// Reservation latency at a retained row count.
+#[derive(Debug, Clone, Serialize)]
+pub struct RetainedRow {
+    /// Old rows in the table.
+    pub rows: u64,
+    /// One client, single reservations.
+    pub measured: Measured,
+}
+
+/// The prune phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct PruneRow {
+    /// The prune itself.
+    pub prune: PruneMeasured,
+    /// Reservers without a prune.
+    pub without: Measured,
+    /// The same reservers while the prune ran.
+    pub during: Measured,
+}
+
+/// One criterion figure, nanoseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompileRow {
+    /// Shape (`compile/<shape>`).
+    pub shape: String,
+    /// `policy_new`, `swrr_reference`, `swrr_grouped`, `swrr_chosen`.
+    pub function: String,
+    /// Mean, ns.
+    pub mean_ns: f64,
+    /// Median, ns.
+    pub median_ns: f64,
+}
+
+/// A target of issue 6 and whether this run met it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    /// What is compared.
+    pub what: String,
+    /// Required.
+    pub required: String,
+    /// Measured.
+    pub measured: String,
+    /// Met?
+    pub met: bool,
+}
+
+/// Everything one `cargo xtask bench` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The machine.
+    pub machine: Machine,
+    /// Seconds per measured load.
+    pub window_seconds: u64,
+    /// k of the batch figures.
+    pub batch: u32,
+    /// Reservations, per client count.
+    pub reservations: Vec<ReservationRow>,
+    /// Queue phases: fair k=1, fair k=batch, plain, empty.
+    pub queue: Vec<QueuePhase>,
+    /// Latency by retained rows.
+    pub retained: Vec<RetainedRow>,
+    /// Prune.
+    pub prune: Option<PruneRow>,
+    /// Policy compile (criterion).
+    pub compile: Option<Vec<CompileRow>>,
+    /// Targets.
+    pub targets: Vec<Target>,
+    /// Wall time of the database part, seconds.
+    pub total_seconds: f64,
+}
+
+/// `"1234 /s, p50 0.41 ms, p99 1.20 ms"`.
+pub fn line(m: &Measured) -> String {
+    format!(
+        "{:.0} /s, p50 {:.2} ms, p99 {:.2} ms ({} operations in {:.1} s)",
+        m.units_per_second, m.p50_ms, m.p99_ms, m.operations, m.seconds
+    )
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Reads the machine description and the server's settings.
+pub async fn machine(client: &tokio_postgres::Client) -> Result<Machine> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown".to_owned());
+    let memory_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let postgres: String = client
+        .query_one("SELECT version()", &[])
+        .await?
+        .try_get(0)?;
+    let mut settings = BTreeMap::new();
+    for name in [
+        "fsync",
+        "synchronous_commit",
+        "full_page_writes",
+        "shared_buffers",
+        "max_connections",
+        "wal_level",
+    ] {
+        let value: String = client
+            .query_one(&format!("SHOW {name}"), &[])
+            .await?
+            .try_get(0)?;
+        settings.insert(name.to_owned(), value);
+    }
+    Ok(Machine {
+        cpu,
+        cpus: std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+        memory_gib: memory_kib / 1024.0 / 1024.0,
+        kernel: command_output("uname", &["-r"]),
+        postgres,
+        settings,
+        pgbench: String::new(),
+        date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+    })
+}
+
+/// Runs the criterion benchmark of statek-policy and reads its estimates.
+pub fn run_criterion() -> Result<Vec<CompileRow>> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(&cargo)
+        .args(["bench", "-p", "statek-policy", "--bench", "compile"])
+        .status()
+        .context("running cargo bench")?;
+    if !status.success() {
+        bail!("cargo bench -p statek-policy --bench compile failed ({status})");
+    }
+    let root = crate::workspace::target_dir().join("criterion");
+    let mut rows = Vec::new();
+    for group in std::fs::read_dir(&root).with_context(|| format!("reading {}", root.display()))? {
+        let group = group?.path();
+        if !group.is_dir() {
+            continue;
+        }
+        for function in std::fs::read_dir(&group)? {
+            let dir: PathBuf = function?.path().join("new");
+            let (Ok(meta), Ok(estimates)) = (
+                std::fs::read_to_string(dir.join("benchmark.json")),
+                std::fs::read_to_string(dir.join("estimates.json")),
+            ) else {
+                continue;
+            };
+            let meta: serde_json::Value = serde_json::from_str(&meta)?;
+            let estimates: serde_json::Value = serde_json::from_str(&estimates)?;
+            let Some(group_id) = meta["group_id"].as_str() else {
+                continue;
+            };
+            let Some(shape) = group_id.strip_prefix("compile/") else {
+                continue;
+            };
+            rows.push(CompileRow {
+                shape: shape.to_owned(),
+                function: meta["function_id"].as_str().unwrap_or_default().to_owned(),
+                mean_ns: estimates["mean"]["point_estimate"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+                median_ns: estimates["median"]["point_estimate"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+            });
+        }
+    }
+    rows.sort_by(|a, b| (&a.shape, &a.function).cmp(&(&b.shape, &b.function)));
+    Ok(rows)
+}
+
+impl Report {
+    /// An empty report for `machine`.
+    pub fn new(machine: Machine, window_seconds: u64, batch: u32) -> Self {
+        Self {
+            machine,
+            window_seconds,
+            batch,
+            reservations: Vec::new(),
+            queue: Vec::new(),
+            retained: Vec::new(),
+            prune: None,
+            compile: None,
+            targets: Vec::new(),
+            total_seconds: 0.0,
+        }
+    }
+
+    fn evaluate(&mut self) {
+        let mut targets = Vec::new();
+        for row in &self.reservations {
+            let rate = row.statek.units_per_second / row.pgbench.units_per_second;
+            targets.push(Target {
+                what: format!("reserve rate vs pgbench, {} clients", row.clients),
+                required: ">= 0.90x".to_owned(),
+                measured: format!("{rate:.2}x"),
+                met: rate >= 0.9,
+            });
+            let p99 = row.statek.p99_ms / row.pgbench.p99_ms;
+            targets.push(Target {
+                what: format!("reserve p99 vs pgbench, {} clients", row.clients),
+                required: "<= 1.20x".to_owned(),
+                measured: format!("{p99:.2}x"),
+                met: p99 <= 1.2,
+            });
+            let batch = row.batch.units_per_second / row.statek.units_per_second;
+            targets.push(Target {
+                what: format!(
+                    "batch k={} vs k=1 rate, {} clients",
+                    self.batch, row.clients
+                ),
+                required: ">= 5x".to_owned(),
+                measured: format!("{batch:.1}x"),
+                met: batch >= 5.0,
+            });
+        }
+        if let (Some(fair), Some(plain)) = (
+            self.queue.iter().find(|q| q.name == "fair replicas, k = 1"),
+            self.queue.iter().find(|q| q.name.starts_with("plain")),
+        ) {
+            let tax = fair.runs_per_second / plain.runs_per_second;
+            targets.push(Target {
+                what: "fair runs/s vs plain SKIP LOCKED (k = 1)".to_owned(),
+                required: ">= 0.70x".to_owned(),
+                measured: format!("{tax:.2}x"),
+                met: tax >= 0.7,
+            });
+            if let Some(batched) = self
+                .queue
+                .iter()
+                .find(|q| q.name == format!("fair replicas, k = {}", self.batch))
+            {
+                let tax = batched.runs_per_second / plain.runs_per_second;
+                targets.push(Target {
+                    what: format!("fair runs/s vs plain SKIP LOCKED (k = {})", self.batch),
+                    required: ">= 0.70x".to_owned(),
+                    measured: format!("{tax:.2}x"),
+                    met: tax >= 0.7,
+                });
+            }
+        }
+        if let Some(compile) = &self.compile {
+            let mut shapes: Vec<&str> = compile.iter().map(|c| c.shape.as_str()).collect();
+            shapes.dedup();
+            for shape in shapes {
+                let of = |f: &str| {
+                    compile
+                        .iter()
+                        .find(|c| c.shape == shape && c.function == f)
+                        .map(|c| c.mean_ns)
+                };
+                if let Some(new) = of("policy_new") {
+                    targets.push(Target {
+                        what: format!("policy compile, {shape}"),
+                        required: "<= 1 ms".to_owned(),
+                        measured: format!("{:.3} ms", new / 1e6),
+                        met: new <= 1e6,
+                    });
+                }
+                if let (Some(reference), Some(chosen)) = (of("swrr_reference"), of("swrr_chosen")) {
+                    let speedup = reference / chosen;
+                    let required = if shape == "1024x4" {
+                        ">= 5x"
+                    } else {
+                        ">= 1x (never slower)"
+                    };
+                    let floor = if shape == "1024x4" { 5.0 } else { 0.95 };
+                    targets.push(Target {
+                        what: format!("SWRR chosen vs plain loop, {shape}"),
+                        required: required.to_owned(),
+                        measured: format!("{speedup:.1}x"),
+                        met: speedup >= floor,
+                    });
+                }
+            }
+        }
+        if let (Some(empty), Some(full)) = (
+            self.retained.first(),
+            self.retained.iter().max_by_key(|r| r.rows),
+        ) {
+            if full.rows > 0 {
+                let ratio = full.measured.p50_ms / empty.measured.p50_ms;
+                targets.push(Target {
+                    what: format!("reserve p50 at {} retained rows vs empty", full.rows),
+                    required: "<= 1.20x".to_owned(),
+                    measured: format!("{ratio:.2}x"),
+                    met: ratio <= 1.2,
+                });
+            }
+        }
+        self.targets = targets;
+    }
+
+    /// Evaluates the targets and writes `results.json` plus one file per
+    /// section into `out`.
+    pub fn write(&mut self, out: &Path) -> Result<()> {
+        self.evaluate();
+        let write = |name: &str, value: &dyn erased::Json| -> Result<()> {
+            let path = out.join(name);
+            std::fs::write(&path, value.json()?)
+                .with_context(|| format!("writing {}", path.display()))
+        };
+        write("results.json", self)?;
+        write("reservations.json", &self.reservations)?;
+        write("queue.json", &self.queue)?;
+        write("retention.json", &(&self.retained, &self.prune))?;
+        write("compile.json", &self.compile)?;
+        write("targets.json", &self.targets)?;
+        Ok(())
+    }
+
+    /// Prints the tables.
+    pub fn print(&self) {
+        let m = &self.machine;
+        println!();
+        println!("==== cargo xtask bench ({})", m.date);
+        println!(
+            "machine: {} ({} CPUs, {:.1} GiB), Linux {}",
+            m.cpu, m.cpus, m.memory_gib, m.kernel
+        );
+        println!("server:  {}", m.postgres);
+        println!(
+            "settings: {}",
+            m.settings
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        println!(
+            "pgbench: {}; window {} s per load",
+            m.pgbench, self.window_seconds
+        );
+        println!();
+        println!(
+            "{:>7} | {:>22} | {:>22} | {:>6} | {:>6} | {:>26}",
+            "clients",
+            "statek reserve /s p99",
+            "pgbench tx/s p99",
+            "rate",
+            "p99",
+            format!("reserve_batch k={} res/s p99", self.batch)
+        );
+        for r in &self.reservations {
+            println!(
+                "{:>7} | {:>12.0} {:>7.2}ms | {:>12.0} {:>7.2}ms | {:>5.2}x | {:>5.2}x | {:>16.0} {:>7.2}ms",
+                r.clients,
+                r.statek.units_per_second,
+                r.statek.p99_ms,
+                r.pgbench.units_per_second,
+                r.pgbench.p99_ms,
+                r.statek.units_per_second / r.pgbench.units_per_second,
+                r.statek.p99_ms / r.pgbench.p99_ms,
+                r.batch.units_per_second,
+                r.batch.p99_ms,
+            );
+        }
+        println!();
+        println!(
+            "{:<34} | {:>7} | {:>10} | {:>10}",
+            "queue phase", "workers", "runs/s", "ticks/s"
+        );
+        for q in &self.queue {
+            println!(
+                "{:<34} | {:>7} | {:>10.0} | {:>10.0}",
+                q.name, q.workers, q.runs_per_second, q.ticks_per_second
+            );
+        }
+        println!();
+        println!(
+            "{:>12} | {:>10} | {:>9} | {:>9}",
+            "retained", "reserve/s", "p50", "p99"
+        );
+        for r in &self.retained {
+            println!(
+                "{:>12} | {:>10.0} | {:>7.3}ms | {:>7.3}ms",
+                r.rows, r.measured.units_per_second, r.measured.p50_ms, r.measured.p99_ms
+            );
+        }
+        if let Some(p) = &self.prune {
+            println!();
+            println!(
+                "prune: {} rows in {:.1} s = {:.0} rows/s (batch {}, {} batches)",
+                p.prune.deleted,
+                p.prune.seconds,
+                p.prune.rows_per_second,
+                p.prune.batch,
+                p.prune.batches
+            );
+            println!(
+                "reserve p99 with {} clients: {:.2} ms without prune, {:.2} ms during ({:.0} vs {:.0} /s)",
+                p.without.clients,
+                p.without.p99_ms,
+                p.during.p99_ms,
+                p.without.units_per_second,
+                p.during.units_per_second
+            );
+        }
+        if let Some(compile) = &self.compile {
+            println!();
+            println!(
+                "{:<34} | {:<16} | {:>10}",
+                "compile shape", "function", "mean"
+            );
+            for c in compile {
+                println!(
+                    "{:<34} | {:<16} | {:>8.1}us",
+                    c.shape,
+                    c.function,
+                    c.mean_ns / 1000.0
+                );
+            }
+        }
+        println!();
+        println!(
+            "{:<50} | {:<22} | {:>10} | result",
+            "target", "required", "measured"
+        );
+        for t in &self.targets {
+            println!(
+                "{:<50} | {:<22} | {:>10} | {}",
+                t.what,
+                t.required,
+                t.measured,
+                if t.met { "met" } else { "MISSED" }
+            );
+        }
+        println!("database part: {:.0} s", self.total_seconds);
+    }
+}
+
+/// Serialising values of different types through one closure.
+mod erased {
+    /// Pretty JSON of a value.
+    pub trait Json {
+        fn json(&self) -> anyhow::Result<String>;
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn json(&self) -> anyhow::Result<String> {
+            Ok(serde_json::to_string_pretty(self)?)
+        }
+    }
+}
