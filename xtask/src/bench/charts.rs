@@ -19,18 +19,22 @@ fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
 pub fn write(out: &Path, report: &Report) -> Result<()> {
     register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| anyhow!("the bundled chart font does not load"))?;
+    // x: the position of the client count (1, 4, 16, 64 evenly spaced).
     let series = |f: &dyn Fn(&super::report::ReservationRow) -> f64| -> Vec<(f64, f64)> {
         report
             .reservations
             .iter()
-            .map(|r| (r.clients as f64, f(r)))
+            .enumerate()
+            .map(|(i, r)| (i as f64, f(r)))
             .collect()
     };
+    let clients: Vec<usize> = report.reservations.iter().map(|r| r.clients).collect();
     let batch_label = format!("statek reserve_batch k={} (reservations/s)", report.batch);
     line_chart(
         &out.join("reservations-throughput.png"),
         "Reservations per second by concurrent clients (one shard)",
         "reservations / s",
+        &clients,
         &[
             ("statek reserve", series(&|r| r.statek.units_per_second)),
             (
@@ -44,6 +48,7 @@ pub fn write(out: &Path, report: &Report) -> Result<()> {
         &out.join("reservations-p99.png"),
         "p99 latency per call by concurrent clients",
         "p99 latency (ms)",
+        &clients,
         &[
             ("statek reserve", series(&|r| r.statek.p99_ms)),
             ("pgbench, same transaction", series(&|r| r.pgbench.p99_ms)),
@@ -60,12 +65,10 @@ fn line_chart(
     path: &Path,
     title: &str,
     y_label: &str,
+    clients: &[usize],
     lines: &[(&str, Vec<(f64, f64)>)],
 ) -> Result<()> {
-    let max_x = lines
-        .iter()
-        .flat_map(|(_, points)| points.iter().map(|p| p.0))
-        .fold(1.0_f64, f64::max);
+    let max_x = clients.len().saturating_sub(1) as f64;
     let max_y = lines
         .iter()
         .flat_map(|(_, points)| points.iter().map(|p| p.1))
@@ -80,11 +83,25 @@ fn line_chart(
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(75)
-        .build_cartesian_2d((1.0_f64..max_x * 1.2).log_scale(), 0.0_f64..max_y)
+        .build_cartesian_2d(-0.3_f64..max_x + 0.3, 0.0_f64..max_y)
         .map_err(draw_error)?;
+    let x_label = |x: &f64| {
+        let nearest = x.round();
+        if (x - nearest).abs() < 1e-6 && nearest >= 0.0 {
+            clients
+                .get(nearest as usize)
+                .map_or_else(String::new, ToString::to_string)
+        } else {
+            String::new()
+        }
+    };
     chart
         .configure_mesh()
-        .x_desc("concurrent clients (log scale)")
+        .disable_x_mesh()
+        .x_labels(clients.len().max(2))
+        .x_label_formatter(&x_label)
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .x_desc("concurrent clients")
         .y_desc(y_label)
         .label_style(("sans-serif", 14))
         .draw()

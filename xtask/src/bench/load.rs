@@ -9,7 +9,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 /// Throughput and latency of one measured load.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Measured {
     /// Concurrent clients.
     pub clients: usize,

@@ -47,12 +47,48 @@ pub struct BenchArgs {
     /// (figures not comparable to a full run).
     #[arg(long)]
     pub quick: bool,
-    /// Skip the criterion compile benchmark.
-    #[arg(long)]
-    pub skip_compile: bool,
+    /// Sections to run, comma-separated (default: all).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Section::ALL)]
+    pub only: Vec<Section>,
     /// Where the JSON and charts go (default: target/bench).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Only redraw the charts (and reprint the tables) of a saved
+    /// `results.json`; measures nothing.
+    #[arg(long, value_name = "RESULTS_JSON")]
+    pub charts_from: Option<PathBuf>,
+}
+
+/// The sections of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Section {
+    /// Reservations against pgbench, single and batch.
+    Reservations,
+    /// Fair replicas against a plain SKIP LOCKED claimer; empty slots.
+    Queue,
+    /// Prune throughput, latency while pruning and with retained rows.
+    Retention,
+    /// Policy compile time (criterion).
+    Compile,
+}
+
+impl Section {
+    const ALL: [Self; 4] = [
+        Self::Reservations,
+        Self::Queue,
+        Self::Retention,
+        Self::Compile,
+    ];
+}
+
+impl std::fmt::Display for Section {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use clap::ValueEnum;
+        match self.to_possible_value() {
+            Some(value) => f.write_str(value.get_name()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Shards of the run (separate cursors, so phases do not share a hot row
@@ -90,6 +126,26 @@ fn policy(shard: &str) -> Result<WeightedFairnessPolicy> {
 /// Runs the benchmark against `DATABASE_URL`, or a PostgreSQL 17 that it
 /// provisions (and stops afterwards).
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if let Some(saved) = &args.charts_from {
+        let text = std::fs::read_to_string(saved)
+            .with_context(|| format!("reading {}", saved.display()))?;
+        let report: Report = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a bench results.json", saved.display()))?;
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| crate::workspace::target_dir().join("bench"));
+        std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+        report.print();
+        charts::write(&out, &report)?;
+        eprintln!("xtask: charts in {}", out.display());
+        return Ok(());
+    }
+    if cfg!(debug_assertions) {
+        // `cargo xtask` is a debug build; the client side of a benchmark
+        // must not be. Re-run this command from a release build of xtask.
+        return rerun_in_release();
+    }
     let mut args = args.clone();
     if args.quick {
         args.seconds = args.seconds.min(2);
@@ -102,7 +158,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let pgbench = reserve::pgbench_binary()?;
     let pgbench_version = reserve::pgbench_version(&pgbench)?;
-    let compile = if args.skip_compile {
+    let compile = if !args.only.contains(&Section::Compile) {
         None
     } else {
         eprintln!("==> policy compile (criterion): cargo bench -p statek-policy --bench compile");
@@ -132,6 +188,26 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     charts::write(&out, &report)?;
     eprintln!("xtask: bench results in {}", out.display());
     Ok(())
+}
+
+/// Runs `cargo run --release -p xtask -- <the same arguments>` and returns
+/// its result.
+fn rerun_in_release() -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    eprintln!(
+        "xtask: building xtask in release mode for the benchmark (cargo run --release -p xtask)"
+    );
+    let status = std::process::Command::new(cargo)
+        .args(["run", "--release", "--quiet", "--package", "xtask", "--"])
+        .args(&args)
+        .status()
+        .context("running the release build of xtask")?;
+    if status.success() {
+        Ok(())
+    } else {
+        anyhow::bail!("the release benchmark run failed ({status})")
+    }
 }
 
 /// The bench database's URL on the server of `url`.
@@ -197,7 +273,6 @@ async fn measure_in(
     out: &std::path::Path,
     pgbench: &std::path::Path,
 ) -> Result<Report> {
-    let window = Duration::from_secs(args.seconds);
     let store = PgStore::connect(url)?;
     store.migrate().await?;
     let client = connect(url).await?;
@@ -227,13 +302,47 @@ async fn measure_in(
         store.register(p).await?;
     }
 
-    // Reservations: statek single, pgbench, statek batch, per client count.
+    if args.only.contains(&Section::Reservations) {
+        reservations(
+            args,
+            url,
+            out,
+            pgbench,
+            &mut report,
+            &reserve_policy,
+            &batch_policy,
+            &pgbench_policy,
+        )
+        .await?;
+    }
+    if args.only.contains(&Section::Queue) {
+        queue_section(args, url, &client, &mut report, &queue_policy).await?;
+    }
+    if args.only.contains(&Section::Retention) {
+        retention(args, url, &client, &mut report, &retained_policy).await?;
+    }
+    Ok(report)
+}
+
+/// Reservations: statek single, pgbench, statek batch, per client count.
+#[allow(clippy::too_many_arguments)]
+async fn reservations(
+    args: &BenchArgs,
+    url: &str,
+    out: &std::path::Path,
+    pgbench: &std::path::Path,
+    report: &mut Report,
+    reserve_policy: &WeightedFairnessPolicy,
+    batch_policy: &WeightedFairnessPolicy,
+    pgbench_policy: &WeightedFairnessPolicy,
+) -> Result<()> {
+    let window = Duration::from_secs(args.seconds);
     let script = out.join("pgbench-reserve.sql");
-    std::fs::write(&script, reserve::pgbench_script(&pgbench_policy))
+    std::fs::write(&script, reserve::pgbench_script(pgbench_policy))
         .with_context(|| format!("writing {}", script.display()))?;
     for &clients in &args.clients {
         eprintln!("==> reservations, {clients} client(s): statek reserve");
-        let single = reserve::statek_single(url, &reserve_policy, clients, window).await?;
+        let single = reserve::statek_single(url, reserve_policy, clients, window).await?;
         eprintln!("    {}", report::line(&single));
         eprintln!("==> reservations, {clients} client(s): pgbench, same transaction");
         let pgbench_url = url.to_owned();
@@ -255,7 +364,7 @@ async fn measure_in(
             "==> reservations, {clients} client(s): statek reserve_batch k = {}",
             args.batch
         );
-        let batch = reserve::statek_batch(url, &batch_policy, clients, args.batch, window).await?;
+        let batch = reserve::statek_batch(url, batch_policy, clients, args.batch, window).await?;
         eprintln!("    {}", report::line(&batch));
         report.reservations.push(report::ReservationRow {
             clients,
@@ -265,15 +374,26 @@ async fn measure_in(
         });
     }
 
-    // The fairness tax and empty slots.
+    Ok(())
+}
+
+/// The fairness tax and empty slots.
+async fn queue_section(
+    args: &BenchArgs,
+    url: &str,
+    client: &tokio_postgres::Client,
+    report: &mut Report,
+    queue_policy: &WeightedFairnessPolicy,
+) -> Result<()> {
+    let window = Duration::from_secs(args.seconds);
     eprintln!(
         "==> queue: {QUEUE_WORKERS} fair replicas (k = 1), {} runs per tenant",
         queue::RUNS_PER_TENANT
     );
-    queue::refill(&client, &queue_policy).await?;
+    queue::refill(client, queue_policy).await?;
     let fair = queue::fair(
         url,
-        &queue_policy,
+        queue_policy,
         QUEUE_WORKERS,
         1,
         window,
@@ -285,10 +405,10 @@ async fn measure_in(
         "==> queue: {QUEUE_WORKERS} fair replicas (k = {})",
         args.batch
     );
-    queue::refill(&client, &queue_policy).await?;
+    queue::refill(client, queue_policy).await?;
     let fair_batch = queue::fair(
         url,
-        &queue_policy,
+        queue_policy,
         QUEUE_WORKERS,
         args.batch,
         window,
@@ -297,7 +417,7 @@ async fn measure_in(
     .await?;
     eprintln!("    {:.0} runs/s", fair_batch.runs_per_second);
     eprintln!("==> queue: {QUEUE_WORKERS} plain SKIP LOCKED claimers");
-    queue::refill(&client, &queue_policy).await?;
+    queue::refill(client, queue_policy).await?;
     client.batch_execute(queue::PLAIN_INDEX).await?;
     let plain = queue::plain(url, QUEUE_WORKERS, window).await?;
     client
@@ -305,10 +425,10 @@ async fn measure_in(
         .await?;
     eprintln!("    {:.0} runs/s", plain.runs_per_second);
     eprintln!("==> queue: {QUEUE_WORKERS} fair replicas, every queue empty");
-    queue::empty(&client).await?;
+    queue::empty(client).await?;
     let empty = queue::fair(
         url,
-        &queue_policy,
+        queue_policy,
         QUEUE_WORKERS,
         1,
         window,
@@ -318,7 +438,19 @@ async fn measure_in(
     eprintln!("    {:.0} ticks/s", empty.ticks_per_second);
     report.queue = vec![fair, fair_batch, plain, empty];
 
-    // Retention.
+    Ok(())
+}
+
+/// Retention: latency by retained rows, prune throughput, latency while
+/// pruning.
+async fn retention(
+    args: &BenchArgs,
+    url: &str,
+    client: &tokio_postgres::Client,
+    report: &mut Report,
+    retained_policy: &WeightedFairnessPolicy,
+) -> Result<()> {
+    let window = Duration::from_secs(args.seconds);
     client
         .batch_execute("TRUNCATE statek.scheduler_reservations")
         .await?;
@@ -326,7 +458,7 @@ async fn measure_in(
         .batch_execute("VACUUM ANALYZE statek.scheduler_reservations")
         .await?;
     eprintln!("==> retained rows: 0");
-    let at_zero = retained::latency_at(url, &retained_policy, 1, window).await?;
+    let at_zero = retained::latency_at(url, retained_policy, 1, window).await?;
     eprintln!("    {}", report::line(&at_zero));
     report.retained.push(report::RetainedRow {
         rows: 0,
@@ -334,22 +466,22 @@ async fn measure_in(
     });
     let prune_rows = args.retained.first().copied().unwrap_or(1_000_000);
     eprintln!("==> inserting {prune_rows} old reservation rows");
-    let took = retained::insert_old_rows(&client, &retained_policy, prune_rows).await?;
+    let took = retained::insert_old_rows(client, retained_policy, prune_rows).await?;
     eprintln!("    {:.1} s", took.as_secs_f64());
     eprintln!("==> retained rows: {prune_rows}");
-    let at_first = retained::latency_at(url, &retained_policy, 1, window).await?;
+    let at_first = retained::latency_at(url, retained_policy, 1, window).await?;
     eprintln!("    {}", report::line(&at_first));
     report.retained.push(report::RetainedRow {
         rows: prune_rows,
         measured: at_first,
     });
     eprintln!("==> {PRUNE_CLIENTS} reservers without a prune");
-    let quiet = retained::latency_at(url, &retained_policy, PRUNE_CLIENTS, window).await?;
+    let quiet = retained::latency_at(url, retained_policy, PRUNE_CLIENTS, window).await?;
     eprintln!("    {}", report::line(&quiet));
     eprintln!("==> {PRUNE_CLIENTS} reservers while pruning {prune_rows} rows, batch {PRUNE_BATCH}");
     let (busy, prune) = retained::reserve_while_pruning(
         url,
-        &retained_policy,
+        retained_policy,
         PRUNE_CLIENTS,
         prune_rows,
         PRUNE_BATCH,
@@ -372,14 +504,14 @@ async fn measure_in(
             .batch_execute("TRUNCATE statek.scheduler_reservations")
             .await?;
         eprintln!("==> inserting {rows} old reservation rows");
-        let took = retained::insert_old_rows(&client, &retained_policy, rows).await?;
+        let took = retained::insert_old_rows(client, retained_policy, rows).await?;
         eprintln!("    {:.1} s", took.as_secs_f64());
         eprintln!("==> retained rows: {rows}");
-        let measured = retained::latency_at(url, &retained_policy, 1, window).await?;
+        let measured = retained::latency_at(url, retained_policy, 1, window).await?;
         eprintln!("    {}", report::line(&measured));
         report.retained.push(report::RetainedRow { rows, measured });
     }
-    Ok(report)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ impl RunHandler for NoOp {
 }
 
 /// One throughput phase.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct QueuePhase {
     /// What ran.
     pub name: String,

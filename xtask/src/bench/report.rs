@@ -13,7 +13,7 @@ use super::queue::QueuePhase;
 use super::retained::PruneMeasured;
 
 /// What the run ran on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Machine {
     /// `model name` from /proc/cpuinfo.
     pub cpu: String,
@@ -34,7 +34,7 @@ pub struct Machine {
 }
 
 /// One client count of the reservation comparison.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ReservationRow {
     /// Concurrent clients.
     pub clients: usize,
@@ -47,7 +47,7 @@ pub struct ReservationRow {
 }
 
 /// Reservation latency at a retained row count.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RetainedRow {
     /// Old rows in the table.
     pub rows: u64,
@@ -56,7 +56,7 @@ pub struct RetainedRow {
 }
 
 /// The prune phase.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PruneRow {
     /// The prune itself.
     pub prune: PruneMeasured,
@@ -67,7 +67,7 @@ pub struct PruneRow {
 }
 
 /// One criterion figure, nanoseconds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct CompileRow {
     /// Shape (`compile/<shape>`).
     pub shape: String,
@@ -80,7 +80,7 @@ pub struct CompileRow {
 }
 
 /// A target of issue 6 and whether this run met it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Target {
     /// What is compared.
     pub what: String,
@@ -93,7 +93,7 @@ pub struct Target {
 }
 
 /// Everything one `cargo xtask bench` measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Report {
     /// The machine.
     pub machine: Machine,

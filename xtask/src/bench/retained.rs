@@ -12,7 +12,7 @@ use super::load::Measured;
 use super::reserve::statek_single;
 
 /// The prune phase's figures.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PruneMeasured {
     /// Old rows before the prune.
     pub old_rows: u64,
