@@ -152,14 +152,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         if shutdown.is_cancelled() {
             return Err(SchedulerError::ShuttingDown);
         }
-        let span = tracing::info_span!(
-            "tick",
-            shard = %self.policy.shard_id(),
-            sequence = tracing::field::Empty,
-            slot = tracing::field::Empty,
-            tenant = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        let span = self.tick_span();
         let result = tracing::Instrument::instrument(self.tick_inner(shutdown), span.clone()).await;
         if let Ok(outcome) = &result {
             span.record("outcome", outcome.tenant_outcome().label());
@@ -168,6 +161,19 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             self.count_error(e);
         }
         result
+    }
+
+    /// The `tick` span of one slot: shard now, sequence, slot, tenant and
+    /// outcome recorded as they become known.
+    fn tick_span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "tick",
+            shard = %self.policy.shard_id(),
+            sequence = tracing::field::Empty,
+            slot = tracing::field::Empty,
+            tenant = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        )
     }
 
     /// Counts a failed tick in `statek_tick_errors_total` by kind.
@@ -240,14 +246,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         };
         let mut outcomes = Vec::with_capacity(batch.len());
         for reservation in batch.into_reservations() {
-            let span = tracing::info_span!(
-                "tick",
-                shard = %self.policy.shard_id(),
-                sequence = tracing::field::Empty,
-                slot = tracing::field::Empty,
-                tenant = tracing::field::Empty,
-                outcome = tracing::field::Empty,
-            );
+            let span = self.tick_span();
             let outcome = if shutdown.is_cancelled() {
                 self.consume_unused(reservation, retries)
             } else {

@@ -13,7 +13,10 @@ use std::time::SystemTime;
 use statek_policy::{PolicyDigest, SchedulerShardId};
 use uuid::Uuid;
 
-use crate::reservation::{check_locked_shard, check_uuid_v7, reservation_from_row, Reservation};
+use crate::reservation::{
+    check_locked_shard, check_uuid_v7, nothing_inserted, reservation_from_row,
+    reservation_write_error, Reservation,
+};
 use crate::shard::slot_of;
 use crate::{PgStore, StoreError};
 
@@ -237,12 +240,7 @@ impl PgStore {
             .await
             .map_err(|e| {
                 let constraint = e.as_db_error().and_then(|db| db.constraint());
-                if constraint == Some("scheduler_reservations_shard_sequence_key") {
-                    StoreError::corrupt(
-                        "shard cursor",
-                        format!("shard {shard}: the cursor points at an existing sequence"),
-                    )
-                } else if constraint == Some("scheduler_reservations_pkey") {
+                if constraint == Some("scheduler_reservations_pkey") {
                     // A tail id already exists: only a reused client id
                     // can do that. Nothing was written.
                     StoreError::BatchConflict {
@@ -250,7 +248,7 @@ impl PgStore {
                         detail: "a generated reservation id already exists".to_owned(),
                     }
                 } else {
-                    StoreError::from(e)
+                    reservation_write_error(e, shard)
                 }
             })?
             .ok_or_else(|| StoreError::UnknownShard {
@@ -280,16 +278,7 @@ impl PgStore {
                     detail: "the id names a single reservation, not a batch".to_owned(),
                 });
             }
-            let (_, next) = check_locked_shard(shard, digest, &row)?;
-            if next.checked_add(count).is_none() {
-                return Err(StoreError::SequenceExhausted {
-                    shard: shard.clone(),
-                });
-            }
-            return Err(StoreError::corrupt(
-                "shard cursor",
-                format!("shard {shard}: cursor {next} could not be used"),
-            ));
+            return Err(nothing_inserted(shard, digest, &row, count));
         };
         let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
         let tail_rows: i64 = row.try_get(6)?;

@@ -229,6 +229,47 @@ pub(crate) fn check_locked_shard(
     Ok((cycle_length, next))
 }
 
+/// Maps an error of a reservation-writing statement: a unique violation on
+/// `(shard_id, sequence)` means the cursor points at an existing row.
+pub(crate) fn reservation_write_error(
+    e: tokio_postgres::Error,
+    shard: &SchedulerShardId,
+) -> StoreError {
+    let constraint = e.as_db_error().and_then(|db| db.constraint());
+    if constraint == Some("scheduler_reservations_shard_sequence_key") {
+        StoreError::corrupt(
+            "shard cursor",
+            format!("shard {shard}: the cursor points at an existing sequence"),
+        )
+    } else {
+        StoreError::from(e)
+    }
+}
+
+/// Why a reservation statement that found its id (or batch id) unused
+/// inserted nothing, from the locked shard row: the digest checks, else
+/// fewer than `count` sequences left, else a cursor that cannot be used.
+pub(crate) fn nothing_inserted(
+    shard: &SchedulerShardId,
+    digest: &PolicyDigest,
+    locked: &Row,
+    count: i64,
+) -> StoreError {
+    let next = match check_locked_shard(shard, digest, locked) {
+        Ok((_, next)) => next,
+        Err(e) => return e,
+    };
+    if next.checked_add(count).is_none() {
+        return StoreError::SequenceExhausted {
+            shard: shard.clone(),
+        };
+    }
+    StoreError::corrupt(
+        "shard cursor",
+        format!("shard {shard}: cursor {next} could not be used"),
+    )
+}
+
 /// Rejects ids that are not UUIDv7 (`what`: "reservation id", "batch id").
 pub(crate) fn check_uuid_v7(id: Uuid, what: &str) -> Result<(), StoreError> {
     if id.get_version_num() != 7 || id.get_variant() != uuid::Variant::RFC4122 {
@@ -279,17 +320,7 @@ impl PgStore {
                 &[&reservation_id, &shard.as_str(), &&digest.as_bytes()[..]],
             )
             .await
-            .map_err(|e| {
-                let constraint = e.as_db_error().and_then(|db| db.constraint());
-                if constraint == Some("scheduler_reservations_shard_sequence_key") {
-                    StoreError::corrupt(
-                        "shard cursor",
-                        format!("shard {shard}: the cursor points at an existing sequence"),
-                    )
-                } else {
-                    StoreError::from(e)
-                }
-            })?
+            .map_err(|e| reservation_write_error(e, shard))?
             .ok_or_else(|| StoreError::UnknownShard {
                 shard: shard.clone(),
             })?;
@@ -309,16 +340,7 @@ impl PgStore {
             {
                 return existing(reservation_id, shard, digest, &found);
             }
-            let (_, next) = check_locked_shard(shard, digest, &row)?;
-            if next == i64::MAX {
-                return Err(StoreError::SequenceExhausted {
-                    shard: shard.clone(),
-                });
-            }
-            return Err(StoreError::corrupt(
-                "shard cursor",
-                format!("shard {shard}: cursor {next} could not be used"),
-            ));
+            return Err(nothing_inserted(shard, digest, &row, 1));
         };
         let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
         let advanced: i64 = row.try_get(7)?;
