@@ -3,11 +3,12 @@
 //! demo --metrics-addr` does) to export them; without one they cost almost
 //! nothing. deploy/prometheus and deploy/grafana use exactly these names.
 
-/// Counter `{shard}`: reservations made by this process.
+/// Counter `{shard}`: reservations made by this process (a batch counts k).
 pub const RESERVATIONS_TOTAL: &str = "statek_reservations_total";
 /// Counter `{shard}`: transient reservation errors retried with the same id.
 pub const RESERVATION_RETRIES_TOTAL: &str = "statek_reservation_retries_total";
-/// Histogram `{shard}`, seconds: reserving one slot, retries included.
+/// Histogram `{shard}`, seconds: one reservation call (one slot or a batch
+/// of k), retries included.
 pub const RESERVATION_DURATION_SECONDS: &str = "statek_reservation_duration_seconds";
 /// Counter `{shard, tenant}`: slots mapped to the tenant.
 pub const SELECTIONS_TOTAL: &str = "statek_selections_total";
