@@ -168,4 +168,32 @@ async fn eight_ticks_export_exact_counters() {
             "{name}"
         );
     }
+
+    // One batch of 4 slots (sequences 8..=11: a, a, b, a): the counters
+    // count reservations and selections, the latency histogram one call.
+    // (A snapshot drains what it read: these are the batch's own values.)
+    let outcomes = scheduler.tick_batch(4, &shutdown).await.unwrap();
+    assert_eq!(outcomes.len(), 4);
+    let v = snapshot(&snapshotter);
+    assert_eq!(get(&v, "statek_reservations_total", &[shard]), 4.0);
+    assert_eq!(
+        get(&v, "statek_reservation_duration_seconds", &[shard]),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &v,
+            "statek_selections_total",
+            &[shard, ("tenant", "tenant-a")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        get(
+            &v,
+            "statek_tick_outcomes_total",
+            &[shard, ("tenant", "tenant-b"), ("outcome", "idle")],
+        ),
+        1.0
+    );
 }
