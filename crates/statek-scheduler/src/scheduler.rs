@@ -211,30 +211,46 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         self.run_slot(reservation, retries, shutdown).await
     }
 
-    /// Reserves `k` contiguous slots in one transaction (one round trip and
+    /// Reserves `k` contiguous slots in one statement (one round trip and
     /// one cursor lock instead of `k`), then runs their tenant ticks one
     /// after the other in sequence order, exactly as `k` calls of
     /// [`tick`](Self::tick) would. Bounds are counted in reservations, so
     /// they do not change; the tenant of a later slot in the batch just
-    /// waits for the earlier slots' ticks.
-    ///
-    /// Transient store errors retry the same batch id (a committed batch is
-    /// returned whole). If `shutdown` fires after the batch was reserved, the
-    /// remaining slots are consumed without running their tenants and
-    /// reported as [`TenantTickOutcome::Cancelled`]. `k` is
+    /// waits for the earlier slots' ticks. `k` is
     /// 1..=[`MAX_RESERVATION_BATCH`](statek_store_pg::MAX_RESERVATION_BATCH).
     ///
+    /// `shutdown` both stops the batch and cancels running handlers; see
+    /// [`tick_batch_until`](Self::tick_batch_until) to separate the two.
+    ///
     /// # Errors
-    /// As [`tick`](Self::tick). An executor error for one slot ends the
-    /// batch: the outcomes before it are lost to the caller (their runs
-    /// were executed and recorded in the run queue), the slots after it are
-    /// consumed unused.
+    /// The outer error: the batch could not be reserved (as for
+    /// [`tick`](Self::tick)); nothing was run. Otherwise one result per
+    /// reserved slot, in sequence order: an executor error for one slot
+    /// does not stop the slots after it.
     pub async fn tick_batch(
         &self,
         k: u32,
         shutdown: &CancellationToken,
-    ) -> Result<Vec<TickOutcome>, SchedulerError> {
-        if shutdown.is_cancelled() {
+    ) -> Result<Vec<Result<TickOutcome, SchedulerError>>, SchedulerError> {
+        self.tick_batch_until(k, shutdown, shutdown).await
+    }
+
+    /// [`tick_batch`](Self::tick_batch) with two tokens: once `stop` fires,
+    /// no further slot of the batch is run (the remaining reserved slots are
+    /// consumed unused and reported as [`TenantTickOutcome::Cancelled`], as
+    /// slots are never handed back); `cancel` is what running handlers see
+    /// (the `Worker` passes its graceful stop and its hard deadline).
+    ///
+    /// # Errors
+    /// As [`tick_batch`](Self::tick_batch); [`SchedulerError::ShuttingDown`]
+    /// if `stop` fired before the batch was reserved.
+    pub async fn tick_batch_until(
+        &self,
+        k: u32,
+        stop: &CancellationToken,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<Result<TickOutcome, SchedulerError>>, SchedulerError> {
+        if stop.is_cancelled() {
             return Err(SchedulerError::ShuttingDown);
         }
         let (batch, retries) = match self.reserve_batch(k).await {
@@ -244,30 +260,27 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                 return Err(e);
             }
         };
-        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut results = Vec::with_capacity(batch.len());
         for reservation in batch.into_reservations() {
             let span = self.tick_span();
-            let outcome = if shutdown.is_cancelled() {
+            let result = if stop.is_cancelled() {
                 self.consume_unused(reservation, retries)
             } else {
                 tracing::Instrument::instrument(
-                    self.run_slot(reservation, retries, shutdown),
+                    self.run_slot(reservation, retries, cancel),
                     span.clone(),
                 )
                 .await
             };
-            match outcome {
+            match &result {
                 Ok(outcome) => {
                     span.record("outcome", outcome.tenant_outcome().label());
-                    outcomes.push(outcome);
                 }
-                Err(e) => {
-                    self.count_error(&e);
-                    return Err(e);
-                }
+                Err(e) => self.count_error(e),
             }
+            results.push(result);
         }
-        Ok(outcomes)
+        Ok(results)
     }
 
     /// A reserved slot given up at shutdown: its tenant is not run.
@@ -277,13 +290,48 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         retries: u32,
     ) -> Result<TickOutcome, SchedulerError> {
         let (tenant, starvation_bound) = self.tenant_of(&reservation, retries)?;
+        let tenant_outcome = TenantTickOutcome::Cancelled;
+        self.count_selection(&tenant, &tenant_outcome);
         Ok(TickOutcome {
             reservation,
             tenant,
             starvation_bound,
             retries,
-            tenant_outcome: TenantTickOutcome::Cancelled,
+            tenant_outcome,
         })
+    }
+
+    /// Counts a slot mapped to `tenant` and its outcome (and the service
+    /// lag of a claimed run).
+    fn count_selection(&self, tenant: &TenantId, tenant_outcome: &TenantTickOutcome) {
+        let shard_label = self.policy.shard_id().to_string();
+        metrics::counter!(
+            crate::metrics::SELECTIONS_TOTAL,
+            "shard" => shard_label.clone(),
+            "tenant" => tenant.to_string()
+        )
+        .increment(1);
+        metrics::counter!(
+            crate::metrics::TICK_OUTCOMES_TOTAL,
+            "shard" => shard_label.clone(),
+            "tenant" => tenant.to_string(),
+            "outcome" => tenant_outcome.label()
+        )
+        .increment(1);
+        if let TenantTickOutcome::Executed(run) | TenantTickOutcome::ExecutionFailed { run, .. } =
+            &tenant_outcome
+        {
+            let lag = run
+                .claimed_at
+                .duration_since(run.available_at)
+                .unwrap_or_default();
+            metrics::histogram!(
+                crate::metrics::SERVICE_LAG_SECONDS,
+                "shard" => shard_label,
+                "tenant" => tenant.to_string()
+            )
+            .record(lag.as_secs_f64());
+        }
     }
 
     /// The tenant and bound of a reserved slot, after checking, fail-closed,
@@ -342,34 +390,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                 retryable: E::is_retryable(&e),
                 source: Box::new(e),
             })?;
-        let shard_label = self.policy.shard_id().to_string();
-        metrics::counter!(
-            crate::metrics::SELECTIONS_TOTAL,
-            "shard" => shard_label.clone(),
-            "tenant" => tenant.to_string()
-        )
-        .increment(1);
-        metrics::counter!(
-            crate::metrics::TICK_OUTCOMES_TOTAL,
-            "shard" => shard_label.clone(),
-            "tenant" => tenant.to_string(),
-            "outcome" => tenant_outcome.label()
-        )
-        .increment(1);
-        if let TenantTickOutcome::Executed(run) | TenantTickOutcome::ExecutionFailed { run, .. } =
-            &tenant_outcome
-        {
-            let lag = run
-                .claimed_at
-                .duration_since(run.available_at)
-                .unwrap_or_default();
-            metrics::histogram!(
-                crate::metrics::SERVICE_LAG_SECONDS,
-                "shard" => shard_label,
-                "tenant" => tenant.to_string()
-            )
-            .record(lag.as_secs_f64());
-        }
+        self.count_selection(&tenant, &tenant_outcome);
         tracing::debug!(
             shard = %self.policy.shard_id(),
             sequence,

@@ -390,39 +390,60 @@ async fn tick_loop<E: TenantExecutor>(
                 break;
             }
         }
-        let ticked = if shared.options.batch_size > 1 {
-            shared
+        // One result per slot: one slot, or a batch whose slots each
+        // succeed or fail on their own.
+        let results = if shared.options.batch_size > 1 {
+            match shared
                 .scheduler
-                .tick_batch(shared.options.batch_size, &hard)
+                .tick_batch_until(shared.options.batch_size, &stop, &hard)
                 .await
+            {
+                Ok(results) => results,
+                Err(e) => vec![Err(e)],
+            }
         } else {
-            shared.scheduler.tick(&hard).await.map(|o| vec![o])
+            vec![shared.scheduler.tick(&hard).await]
         };
-        match ticked {
-            Ok(outcomes) => {
-                consecutive_errors = 0;
-                for outcome in outcomes {
+        let mut errors = Vec::new();
+        for result in results {
+            match result {
+                Ok(outcome) => {
                     record(&shared, &outcome);
                     if let Some(sink) = &shared.sink {
                         let _ = sink.send(outcome);
                     }
                 }
+                Err(e) => errors.push(e),
             }
-            Err(SchedulerError::ShuttingDown) => break,
-            Err(e) if e.is_retryable() && consecutive_errors < 10 => {
-                consecutive_errors += 1;
-                shared
-                    .counters
-                    .transient_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                let pause = Duration::from_millis(50) * consecutive_errors;
-                tracing::warn!(error = %crate::error::chain(&e), pause_ms = pause.as_millis() as u64, "tick failed transiently");
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(pause) => {}
-                }
-            }
-            Err(e) => return Err(e),
+        }
+        if errors.is_empty() {
+            consecutive_errors = 0;
+            continue;
+        }
+        if errors
+            .iter()
+            .any(|e| matches!(e, SchedulerError::ShuttingDown))
+        {
+            break;
+        }
+        if let Some(index) = errors.iter().position(|e| !e.is_retryable()) {
+            return Err(errors.swap_remove(index));
+        }
+        if consecutive_errors >= 10 {
+            return Err(errors.swap_remove(0));
+        }
+        consecutive_errors += 1;
+        shared
+            .counters
+            .transient_errors
+            .fetch_add(errors.len() as u64, Ordering::Relaxed);
+        let pause = Duration::from_millis(50) * consecutive_errors;
+        for e in &errors {
+            tracing::warn!(error = %crate::error::chain(e), pause_ms = pause.as_millis() as u64, "tick failed transiently");
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
         }
     }
     Ok(())

@@ -305,7 +305,13 @@ async fn a_batch_tick_runs_its_slots_in_sequence_order() {
     let shutdown = CancellationToken::new();
     let first = scheduler.tick(&shutdown).await.unwrap();
     assert_eq!(first.reservation().sequence(), 0);
-    let outcomes = scheduler.tick_batch(8, &shutdown).await.unwrap();
+    let outcomes: Vec<_> = scheduler
+        .tick_batch(8, &shutdown)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     let labels: Vec<String> = outcomes
         .iter()
         .map(|o| {

@@ -174,6 +174,7 @@ async fn eight_ticks_export_exact_counters() {
     // (A snapshot drains what it read: these are the batch's own values.)
     let outcomes = scheduler.tick_batch(4, &shutdown).await.unwrap();
     assert_eq!(outcomes.len(), 4);
+    assert!(outcomes.iter().all(Result::is_ok));
     let v = snapshot(&snapshotter);
     assert_eq!(get(&v, "statek_reservations_total", &[shard]), 4.0);
     assert_eq!(

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
-    SchedulerOptions, TenantTickOutcome, Worker, WorkerOptions,
+    SchedulerError, SchedulerOptions, TenantExecutor, TenantTickOutcome, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{ClaimOutcome, ClaimedRun, NewRun, PgStore};
@@ -406,4 +406,201 @@ async fn a_batching_worker_executes_every_run_once() {
         .unwrap();
     let sequences: Vec<u64> = rows.iter().map(|r| r.sequence()).collect();
     assert_eq!(sequences, (0..reserved).collect::<Vec<_>>());
+}
+
+/// Records when each handler started; takes 30 ms unless cancelled.
+#[derive(Debug, Default)]
+struct Timed {
+    started: Mutex<Vec<Instant>>,
+}
+
+impl RunHandler for Timed {
+    async fn handle(&self, _run: &ClaimedRun, cancel: CancellationToken) -> Result<(), RunError> {
+        self.started.lock().unwrap().push(Instant::now());
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(30)) => Ok(()),
+            _ = cancel.cancelled() => Err(RunError::new("cancelled")),
+        }
+    }
+}
+
+/// At shutdown a batching worker starts no new run: the rest of its batch
+/// is consumed unused and reported `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batching_worker_starts_no_run_after_shutdown() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let executor = PgRunQueueExecutor::new(store.clone(), Timed::default(), ExecutorOptions::new());
+    let scheduler = Arc::new(
+        DurableFairScheduler::register(store.clone(), policy(), executor, SchedulerOptions::new())
+            .await
+            .unwrap(),
+    );
+    for i in 0..400 {
+        let t = if i % 2 == 0 { "tenant-a" } else { "tenant-b" };
+        store
+            .enqueue(&NewRun::new(tenant(t), vec![]))
+            .await
+            .unwrap();
+    }
+    let options = WorkerOptions::new()
+        .concurrency(1)
+        .unwrap()
+        .batch_size(64)
+        .unwrap();
+    let worker = Worker::new(Arc::clone(&scheduler), options);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // A batch of 64 slots of 30 ms runs takes about 2 s: stop inside it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = Instant::now();
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    let started_after = scheduler
+        .executor()
+        .handler()
+        .started
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| **t > asked)
+        .count();
+    // At most the slot whose claim was already under way.
+    assert!(
+        started_after <= 1,
+        "{started_after} runs started after shutdown"
+    );
+    assert!(report.cancelled >= 1, "{report:?}");
+    let reserved = store
+        .next_sequence(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    assert_eq!(
+        report.ticks, reserved,
+        "every reserved slot has an outcome: {report:?}"
+    );
+}
+
+/// An executor that fails transiently on its 5th call and reports
+/// `Contended` otherwise.
+struct FifthCallFails {
+    calls: AtomicU32,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("transient executor failure")]
+struct Transient;
+
+impl TenantExecutor for FifthCallFails {
+    type Error = Transient;
+
+    async fn execute_one(
+        &self,
+        _tenant: &TenantId,
+        _shutdown: &CancellationToken,
+    ) -> Result<TenantTickOutcome, Transient> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 4 {
+            Err(Transient)
+        } else {
+            Ok(TenantTickOutcome::Contended)
+        }
+    }
+
+    fn is_retryable(_: &Transient) -> bool {
+        true
+    }
+}
+
+/// An executor error for one slot of a batch costs that slot only: every
+/// other slot's outcome reaches the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_error_in_a_batch_costs_only_its_slot() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = Arc::new(
+        DurableFairScheduler::register(
+            store.clone(),
+            policy(),
+            FifthCallFails {
+                calls: AtomicU32::new(0),
+            },
+            SchedulerOptions::new(),
+        )
+        .await
+        .unwrap(),
+    );
+    let shutdown = CancellationToken::new();
+    let results = scheduler.tick_batch(16, &shutdown).await.unwrap();
+    let summary: Vec<String> = results
+        .iter()
+        .map(|r| match r {
+            Ok(o) => format!(
+                "{}:{}",
+                o.reservation().sequence(),
+                o.tenant_outcome().label()
+            ),
+            Err(SchedulerError::Executor {
+                sequence,
+                retryable,
+                ..
+            }) => format!("{sequence}:error retryable={retryable}"),
+            Err(other) => format!("unexpected {other:?}"),
+        })
+        .collect();
+    let expected: Vec<String> = (0..16)
+        .map(|s| {
+            if s == 4 {
+                "4:error retryable=true".to_owned()
+            } else {
+                format!("{s}:contended")
+            }
+        })
+        .collect();
+    assert_eq!(summary, expected);
+
+    // Through a Worker (a second replica, its executor fresh, so its 5th
+    // slot fails: sequence 16 + 4): every other slot reaches the sink, the
+    // failure counts as one transient error.
+    let replica = Arc::new(
+        DurableFairScheduler::register(
+            store.clone(),
+            policy(),
+            FifthCallFails {
+                calls: AtomicU32::new(0),
+            },
+            SchedulerOptions::new(),
+        )
+        .await
+        .unwrap(),
+    );
+    let options = WorkerOptions::new()
+        .concurrency(1)
+        .unwrap()
+        .batch_size(16)
+        .unwrap();
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(Arc::clone(&replica), options).with_outcome_sink(sink);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    let mut sequences = Vec::new();
+    while sequences.len() < 63 {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), outcomes.recv())
+            .await
+            .expect("an outcome")
+            .expect("worker running");
+        sequences.push(outcome.reservation().sequence());
+    }
+    stop.cancel();
+    let report = running.await.unwrap().unwrap();
+    while let Ok(outcome) = outcomes.try_recv() {
+        sequences.push(outcome.reservation().sequence());
+    }
+    assert_eq!(report.transient_errors, 1, "{report:?}");
+    let reserved = store
+        .next_sequence(replica.policy().shard_id())
+        .await
+        .unwrap();
+    let expected: Vec<u64> = (16..reserved).filter(|s| *s != 20).collect();
+    assert_eq!(sequences, expected);
+    assert_eq!(report.ticks, reserved - 16 - 1, "{report:?}");
 }

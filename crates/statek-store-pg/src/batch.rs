@@ -57,6 +57,9 @@ const RESERVE_BATCH: &str = "
         WHERE digest_ok AND policy_digest = $3
           AND cycle_length BETWEEN 1 AND 4096
           AND next_sequence BETWEEN 0 AND 9223372036854775807 - $4::bigint
+          -- Rows of this batch left after its head was pruned: never
+          -- reserve the batch a second time.
+          AND NOT EXISTS (SELECT 1 FROM statek.scheduler_reservations WHERE batch_id = $1)
         ON CONFLICT (reservation_id) DO NOTHING
         RETURNING sequence, reserved_at
     ),
@@ -223,95 +226,108 @@ impl PgStore {
                 "batch size {k} is outside 1..={MAX_RESERVATION_BATCH}"
             )));
         }
-        let client = self.client().await?;
-        let tail_ids: Vec<Uuid> = (1..k).map(|_| Uuid::now_v7()).collect();
-        let count = i64::from(k);
-        let row = client
-            .query_opt(
-                &client.prepare_cached(RESERVE_BATCH).await?,
-                &[
-                    &batch_id,
-                    &shard.as_str(),
-                    &&digest.as_bytes()[..],
-                    &count,
-                    &tail_ids,
-                ],
-            )
-            .await
-            .map_err(|e| {
-                let constraint = e.as_db_error().and_then(|db| db.constraint());
-                if constraint == Some("scheduler_reservations_pkey") {
-                    // A tail id already exists: only a reused client id
-                    // can do that. Nothing was written.
-                    StoreError::BatchConflict {
-                        batch_id,
-                        detail: "a generated reservation id already exists".to_owned(),
-                    }
-                } else {
-                    reservation_write_error(e, shard)
-                }
-            })?
-            .ok_or_else(|| StoreError::UnknownShard {
-                shard: shard.clone(),
-            })?;
+        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
+            reserve_batch_on(client, shard, digest, batch_id, k).await
+        })
+        .await
+    }
+}
 
-        let head: Option<i64> = row.try_get(4)?;
-        let Some(head) = head else {
-            // Nothing inserted: the batch id exists (a replay or a
-            // conflict), or a check on the locked row failed.
-            let rows = client
-                .query(&client.prepare_cached(SELECT_BATCH).await?, &[&batch_id])
-                .await?;
-            if !rows.is_empty() {
-                return existing_batch(batch_id, shard, digest, k, &rows);
-            }
-            let exists = client
-                .query_opt(
-                    "SELECT 1 FROM statek.scheduler_reservations WHERE reservation_id = $1",
-                    &[&batch_id],
-                )
-                .await?
-                .is_some();
-            if exists {
-                return Err(StoreError::BatchConflict {
+/// The batch statement on `client` (see [`PgStore::reserve_batch`]).
+async fn reserve_batch_on(
+    client: &deadpool_postgres::Object,
+    shard: &SchedulerShardId,
+    digest: &PolicyDigest,
+    batch_id: Uuid,
+    k: u32,
+) -> Result<ReservationBatch, StoreError> {
+    let tail_ids: Vec<Uuid> = (1..k).map(|_| Uuid::now_v7()).collect();
+    let count = i64::from(k);
+    let row = client
+        .query_opt(
+            &client.prepare_cached(RESERVE_BATCH).await?,
+            &[
+                &batch_id,
+                &shard.as_str(),
+                &&digest.as_bytes()[..],
+                &count,
+                &tail_ids,
+            ],
+        )
+        .await
+        .map_err(|e| {
+            let constraint = e.as_db_error().and_then(|db| db.constraint());
+            if constraint == Some("scheduler_reservations_pkey") {
+                // A tail id already exists: only a reused client id
+                // can do that. Nothing was written.
+                StoreError::BatchConflict {
                     batch_id,
-                    detail: "the id names a single reservation, not a batch".to_owned(),
-                });
+                    detail: "a generated reservation id already exists".to_owned(),
+                }
+            } else {
+                reservation_write_error(e, shard)
             }
-            return Err(nothing_inserted(shard, digest, &row, count));
-        };
-        let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
-        let tail_rows: i64 = row.try_get(6)?;
-        let advanced: i64 = row.try_get(7)?;
-        if head != next || tail_rows != count - 1 || advanced != 1 {
-            return Err(StoreError::corrupt(
+        })?
+        .ok_or_else(|| StoreError::UnknownShard {
+            shard: shard.clone(),
+        })?;
+
+    let head: Option<i64> = row.try_get(4)?;
+    let Some(head) = head else {
+        // Nothing inserted: the batch id exists (a replay or a
+        // conflict), or a check on the locked row failed.
+        let rows = client
+            .query(&client.prepare_cached(SELECT_BATCH).await?, &[&batch_id])
+            .await?;
+        if !rows.is_empty() {
+            return existing_batch(batch_id, shard, digest, k, &rows);
+        }
+        let owner = client
+            .query_opt(
+                "SELECT batch_id FROM statek.scheduler_reservations WHERE reservation_id = $1",
+                &[&batch_id],
+            )
+            .await?;
+        if let Some(owner) = owner {
+            let detail = match owner.try_get::<_, Option<Uuid>>(0)? {
+                Some(other) => format!("the id names a reservation of batch {other}"),
+                None => "the id names a single reservation, not a batch".to_owned(),
+            };
+            return Err(StoreError::BatchConflict { batch_id, detail });
+        }
+        return Err(nothing_inserted(shard, digest, &row, count));
+    };
+    let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
+    let tail_rows: i64 = row.try_get(6)?;
+    let advanced: i64 = row.try_get(7)?;
+    if head != next || tail_rows != count - 1 || advanced != 1 {
+        return Err(StoreError::corrupt(
                 "reservation batch",
                 format!(
                     "batch {batch_id}: head {head} at cursor {next}, {tail_rows} tail rows, advanced {advanced} row(s)"
                 ),
             ));
-        }
-        let reserved_at: SystemTime = row.try_get(5)?;
-        let ids: Vec<Uuid> = std::iter::once(batch_id).chain(tail_ids).collect();
-        let first = u64::try_from(next)
-            .map_err(|_| StoreError::corrupt("shard cursor", format!("negative cursor {next}")))?;
-        let reservations = (first..)
-            .zip(ids)
-            .map(|(sequence, id)| Reservation {
-                id,
-                shard: shard.clone(),
-                sequence,
-                slot: slot_of(sequence, cycle_length),
-                cycle_length,
-                policy_digest: *digest,
-                reserved_at,
-                replayed: false,
-            })
-            .collect();
-        Ok(ReservationBatch {
-            batch_id,
-            reservations,
+    }
+    let reserved_at: SystemTime = row.try_get(5)?;
+    let ids: Vec<Uuid> = std::iter::once(batch_id).chain(tail_ids).collect();
+    let first = u64::try_from(next)
+        .map_err(|_| StoreError::corrupt("shard cursor", format!("negative cursor {next}")))?;
+    let reservations = (first..)
+        .zip(ids)
+        .map(|(sequence, id)| Reservation {
+            id,
+            shard: shard.clone(),
+            sequence,
+            slot: slot_of(sequence, cycle_length),
+            cycle_length,
+            policy_digest: *digest,
+            reserved_at,
             replayed: false,
         })
-    }
+        .collect();
+    Ok(ReservationBatch {
+        batch_id,
+        reservations,
+        replayed: false,
+    })
 }

@@ -23,6 +23,7 @@ pub struct StoreConfig {
     lock_timeout: Duration,
     statement_timeout: Duration,
     verify_on_checkout: bool,
+    response_timeout: Option<Duration>,
 }
 
 const MIN_TIMEOUT: Duration = Duration::from_millis(1);
@@ -56,16 +57,18 @@ impl StoreConfig {
             lock_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(10),
             verify_on_checkout: false,
+            response_timeout: None,
         }
     }
 
     /// Whether a pooled connection is checked with an empty query before
     /// each use (default: no). Off, a connection whose socket is closed is
-    /// discarded at checkout and a broken but open one fails its first
-    /// statement (a retryable error; the scheduler retries with the same
-    /// id). On, that first failure moves into the pool, at the price of one
-    /// extra round trip per transaction (about a third of a reservation's
-    /// time on loopback: docs/benchmarks.md).
+    /// discarded at checkout, and one that is open but dead (a peer that
+    /// stopped answering without closing the socket) fails the reservation
+    /// after the [`response_timeout`](Self::response_timeout) with a
+    /// retryable error and is discarded; the scheduler retries with the same
+    /// id. On, a dead connection is usually caught at checkout instead, at
+    /// the price of one extra round trip per transaction.
     pub fn verify_on_checkout(mut self, verify: bool) -> Self {
         self.verify_on_checkout = verify;
         self
@@ -116,6 +119,25 @@ impl StoreConfig {
     pub fn statement_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
         self.statement_timeout = check_timeout("statement timeout", timeout)?;
         Ok(self)
+    }
+
+    /// How long `reserve` and `reserve_batch` wait for the server's answer
+    /// before they give up on the connection: it is discarded (never
+    /// returned to the pool) and the call fails with the retryable
+    /// [`StoreError::ResponseTimeout`]. The statement may still commit on
+    /// the server, exactly as after a lost acknowledgement, so retry with
+    /// the same id. Default: `statement_timeout` + 5 s (the server gives up
+    /// first on a slow statement; this catches a silent network).
+    pub fn response_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
+        self.response_timeout = Some(check_timeout("response timeout", timeout)?);
+        Ok(self)
+    }
+
+    /// The effective response timeout (see
+    /// [`response_timeout`](Self::response_timeout)).
+    pub fn effective_response_timeout(&self) -> Duration {
+        self.response_timeout
+            .unwrap_or(self.statement_timeout + Duration::from_secs(5))
     }
 
     /// The connection settings.

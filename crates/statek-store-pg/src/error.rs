@@ -45,9 +45,10 @@ pub enum StoreError {
         /// Digest the caller presented.
         offered: PolicyDigest,
     },
-    /// The reservation id already names a reservation on another shard or
-    /// under another policy digest. Nothing was written.
-    #[error("reservation {reservation_id} already exists for another shard or policy")]
+    /// The reservation id already names a reservation on another shard,
+    /// under another policy digest, or a row of a reservation batch.
+    /// Nothing was written.
+    #[error("reservation {reservation_id} already exists for another shard, policy or batch")]
     ReservationConflict {
         /// The reservation id that was reused.
         reservation_id: Uuid,
@@ -130,6 +131,14 @@ pub enum StoreError {
     /// A migration failed to apply.
     #[error("migration failed: {0}")]
     Migration(Box<refinery::Error>),
+    /// The server did not answer a reservation within the response
+    /// timeout; the connection was discarded. The reservation may have
+    /// committed (retry with the same id to find out).
+    #[error("no answer from PostgreSQL within {after:?}; the connection was discarded")]
+    ResponseTimeout {
+        /// The response timeout that passed.
+        after: std::time::Duration,
+    },
     /// No connection became available from the pool in time.
     #[error("connection pool timed out ({0})")]
     PoolTimeout(&'static str),
@@ -159,7 +168,9 @@ impl StoreError {
     /// shutdown (57P01, 57P02, 57P03).
     pub fn is_retryable(&self) -> bool {
         match self {
-            StoreError::Connection(_) | StoreError::PoolTimeout(_) => true,
+            StoreError::Connection(_)
+            | StoreError::PoolTimeout(_)
+            | StoreError::ResponseTimeout { .. } => true,
             StoreError::Database { code, .. } => is_retryable_sqlstate(code),
             _ => false,
         }

@@ -13,7 +13,8 @@ use crate::{PgStore, StoreError};
 /// Finds an existing reservation by id, with its shard's cycle length so the
 /// slot can be re-checked.
 const SELECT_RESERVATION: &str = "
-    SELECT r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at, s.cycle_length
+    SELECT r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at, s.cycle_length,
+           r.batch_id
     FROM statek.scheduler_reservations AS r
     JOIN statek.scheduler_shards AS s ON s.shard_id = r.shard_id
     WHERE r.reservation_id = $1";
@@ -196,7 +197,9 @@ fn existing(
     row: &Row,
 ) -> Result<Reservation, StoreError> {
     let found = reservation_from_row(id, row, true)?;
-    if found.shard != *shard || found.policy_digest != *digest {
+    // A row of a batch is not a single reservation, whatever its id.
+    let batch: Option<Uuid> = row.try_get("batch_id")?;
+    if found.shard != *shard || found.policy_digest != *digest || batch.is_some() {
         return Err(StoreError::ReservationConflict { reservation_id: id });
     }
     Ok(found)
@@ -313,57 +316,10 @@ impl PgStore {
         reservation_id: Uuid,
     ) -> Result<Reservation, StoreError> {
         check_uuid_v7(reservation_id, "reservation id")?;
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &client.prepare_cached(RESERVE).await?,
-                &[&reservation_id, &shard.as_str(), &&digest.as_bytes()[..]],
-            )
-            .await
-            .map_err(|e| reservation_write_error(e, shard))?
-            .ok_or_else(|| StoreError::UnknownShard {
-                shard: shard.clone(),
-            })?;
-
-        let inserted: Option<i64> = row.try_get(4)?;
-        let Some(inserted) = inserted else {
-            // Nothing inserted: the id exists (a replay, or a conflict), or
-            // a check on the locked row failed. The id first, as before the
-            // single-statement form: an existing reservation is returned
-            // even if the shard has since become unusable.
-            if let Some(found) = client
-                .query_opt(
-                    &client.prepare_cached(SELECT_RESERVATION).await?,
-                    &[&reservation_id],
-                )
-                .await?
-            {
-                return existing(reservation_id, shard, digest, &found);
-            }
-            return Err(nothing_inserted(shard, digest, &row, 1));
-        };
-        let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
-        let advanced: i64 = row.try_get(7)?;
-        if inserted != next || advanced != 1 {
-            return Err(StoreError::corrupt(
-                "shard cursor",
-                format!(
-                    "shard {shard}: reserved sequence {inserted} at cursor {next}, advanced {advanced} row(s)"
-                ),
-            ));
-        }
-        let sequence = decode_sequence(inserted, "reservation")?;
-        let slot = check_slot(sequence, row.try_get(5)?, row.try_get(1)?)?;
-        Ok(Reservation {
-            id: reservation_id,
-            shard: shard.clone(),
-            sequence,
-            slot,
-            cycle_length,
-            policy_digest: *digest,
-            reserved_at: row.try_get(6)?,
-            replayed: false,
+        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
+            reserve_on(client, shard, digest, reservation_id).await
         })
+        .await
     }
 
     /// Reads up to `limit` retained reservations of `shard` with sequence
@@ -391,6 +347,65 @@ impl PgStore {
             .map(|row| reservation_from_row(row.try_get("reservation_id")?, row, false))
             .collect()
     }
+}
+
+/// The reservation statement on `client` (see [`PgStore::reserve`]).
+async fn reserve_on(
+    client: &deadpool_postgres::Object,
+    shard: &SchedulerShardId,
+    digest: &PolicyDigest,
+    reservation_id: Uuid,
+) -> Result<Reservation, StoreError> {
+    let row = client
+        .query_opt(
+            &client.prepare_cached(RESERVE).await?,
+            &[&reservation_id, &shard.as_str(), &&digest.as_bytes()[..]],
+        )
+        .await
+        .map_err(|e| reservation_write_error(e, shard))?
+        .ok_or_else(|| StoreError::UnknownShard {
+            shard: shard.clone(),
+        })?;
+
+    let inserted: Option<i64> = row.try_get(4)?;
+    let Some(inserted) = inserted else {
+        // Nothing inserted: the id exists (a replay, or a conflict), or
+        // a check on the locked row failed. The id first, as before the
+        // single-statement form: an existing reservation is returned
+        // even if the shard has since become unusable.
+        if let Some(found) = client
+            .query_opt(
+                &client.prepare_cached(SELECT_RESERVATION).await?,
+                &[&reservation_id],
+            )
+            .await?
+        {
+            return existing(reservation_id, shard, digest, &found);
+        }
+        return Err(nothing_inserted(shard, digest, &row, 1));
+    };
+    let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
+    let advanced: i64 = row.try_get(7)?;
+    if inserted != next || advanced != 1 {
+        return Err(StoreError::corrupt(
+                "shard cursor",
+                format!(
+                    "shard {shard}: reserved sequence {inserted} at cursor {next}, advanced {advanced} row(s)"
+                ),
+            ));
+    }
+    let sequence = decode_sequence(inserted, "reservation")?;
+    let slot = check_slot(sequence, row.try_get(5)?, row.try_get(1)?)?;
+    Ok(Reservation {
+        id: reservation_id,
+        shard: shard.clone(),
+        sequence,
+        slot,
+        cycle_length,
+        policy_digest: *digest,
+        reserved_at: row.try_get(6)?,
+        replayed: false,
+    })
 }
 
 #[cfg(test)]

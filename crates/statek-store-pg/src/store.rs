@@ -11,7 +11,10 @@ use crate::{StoreConfig, StoreError};
 /// Every operation takes one pooled connection for one short transaction.
 /// A future dropped half way (cancellation) drops its transaction, which
 /// queues a `ROLLBACK` on that connection before the connection can be
-/// handed out again, and connections are verified before reuse.
+/// handed out again; a reservation is one autocommit statement, so it
+/// leaves no transaction behind. Closed connections are discarded at
+/// checkout; a reservation that gets no answer within the response timeout
+/// discards its connection ([`StoreConfig::response_timeout`]).
 #[derive(Clone)]
 pub struct PgStore {
     pool: Pool,
@@ -78,6 +81,26 @@ impl PgStore {
 
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         Ok(self.pool.get().await?)
+    }
+
+    /// Runs `call` on a pooled connection with the response timeout: if the
+    /// server does not answer in time, the connection is taken out of the
+    /// pool and closed (a dead link must not serve the next caller), and the
+    /// call fails with the retryable [`StoreError::ResponseTimeout`].
+    pub(crate) async fn with_response_timeout<T>(
+        &self,
+        call: impl AsyncFnOnce(&deadpool_postgres::Object) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let client = self.client().await?;
+        let after = self.config.effective_response_timeout();
+        let answered = tokio::time::timeout(after, call(&client)).await;
+        match answered {
+            Ok(result) => result,
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(client));
+                Err(StoreError::ResponseTimeout { after })
+            }
+        }
     }
 
     /// Opens a pooled connection and starts a READ COMMITTED transaction.

@@ -419,3 +419,74 @@ async fn single_and_batch_reservers_share_one_contiguous_sequence() {
         u64::try_from(total).unwrap()
     );
 }
+
+#[tokio::test]
+async fn batch_rows_are_not_single_reservations_and_vice_versa() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy("primary-v1");
+    store.register(&p).await.unwrap();
+    let batch_id = Uuid::now_v7();
+    let batch = store
+        .reserve_batch(p.shard_id(), &p.digest(), batch_id, 3)
+        .await
+        .unwrap();
+    let tail_id = batch.reservations()[2].id();
+    // The head's and a tail row's ids, offered as single reservation ids.
+    for id in [batch_id, tail_id] {
+        match store.reserve(p.shard_id(), &p.digest(), id).await {
+            Err(StoreError::ReservationConflict { reservation_id }) => {
+                assert_eq!(reservation_id, id);
+            }
+            other => panic!("expected ReservationConflict, got {other:?}"),
+        }
+    }
+    // A tail row's id offered as a batch id.
+    match store
+        .reserve_batch(p.shard_id(), &p.digest(), tail_id, 3)
+        .await
+    {
+        Err(StoreError::BatchConflict { detail, .. }) => {
+            assert_eq!(
+                detail,
+                format!("the id names a reservation of batch {batch_id}")
+            );
+        }
+        other => panic!("expected BatchConflict, got {other:?}"),
+    }
+    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_batch_retried_after_its_head_was_pruned_is_not_reserved_again() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let p = policy("primary-v1");
+    store.register(&p).await.unwrap();
+    let batch_id = Uuid::now_v7();
+    store
+        .reserve_batch(p.shard_id(), &p.digest(), batch_id, 4)
+        .await
+        .unwrap();
+    // Retention deletes oldest first; the head has the batch's smallest id.
+    client
+        .execute(
+            "DELETE FROM statek.scheduler_reservations WHERE reservation_id = $1",
+            &[&batch_id],
+        )
+        .await
+        .unwrap();
+    match store
+        .reserve_batch(p.shard_id(), &p.digest(), batch_id, 4)
+        .await
+    {
+        Err(StoreError::BatchConflict { detail, .. }) => assert_eq!(
+            detail,
+            "it holds 3 retained reservations, not 4 (another size, or partly pruned)"
+        ),
+        other => panic!("expected BatchConflict, got {other:?}"),
+    }
+    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 4);
+    assert_eq!(row_count(&client).await, 3);
+}

@@ -120,7 +120,11 @@ pub async fn fair(
                 let outcomes = if k == 1 {
                     vec![scheduler.tick(&shutdown).await?]
                 } else {
-                    scheduler.tick_batch(k, &shutdown).await?
+                    scheduler
+                        .tick_batch(k, &shutdown)
+                        .await?
+                        .into_iter()
+                        .collect::<Result<Vec<_>, _>>()?
                 };
                 for outcome in outcomes {
                     ticks.fetch_add(1, Ordering::Relaxed);

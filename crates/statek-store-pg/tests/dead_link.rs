@@ -1,0 +1,138 @@
+//! A pooled connection whose peer silently stops answering (a NAT that
+//! dropped the flow, a failover without a reset): the socket stays open and
+//! nothing comes back. `reserve` must give up after the response timeout
+//! with a retryable error, discard that connection, and serve the retry on
+//! a new one.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::{PgStore, StoreConfig, StoreError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use uuid::Uuid;
+
+/// Copies `from` to `to` until `freeze` is set; then swallows everything,
+/// keeping both sockets open.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    freeze: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if freeze.load(Ordering::SeqCst) {
+            // Keep `to` (and so the socket) alive, forward nothing.
+            let _keep = to;
+            std::future::pending::<()>().await;
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A relay to `upstream`; setting the returned flag freezes the
+/// connections open at that moment. Connections accepted later relay
+/// normally.
+async fn relay(upstream: String) -> (u16, Arc<AtomicBool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let current = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&current);
+    tokio::spawn(async move {
+        let mut freeze = flag;
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            // A frozen epoch ends at the next accept: later connections
+            // get a fresh flag.
+            if freeze.load(Ordering::SeqCst) {
+                freeze = Arc::new(AtomicBool::new(false));
+            }
+            let server = TcpStream::connect(&upstream).await.unwrap();
+            let (cr, cw) = client.into_split();
+            let (sr, sw) = server.into_split();
+            tokio::spawn(pump(cr, sw, Arc::clone(&freeze)));
+            tokio::spawn(pump(sr, cw, Arc::clone(&freeze)));
+        }
+    });
+    (port, current)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_times_out_and_is_discarded() {
+    let db = TestDatabase::create().await;
+    let (host, port) = match (db.pg_config().get_hosts(), db.pg_config().get_ports()) {
+        ([tokio_postgres::config::Host::Tcp(host), ..], [port, ..]) => (host.clone(), *port),
+        other => panic!("a TCP test server is needed, got {other:?}"),
+    };
+    let (relay_port, freeze) = relay(format!("{host}:{port}")).await;
+    // A fresh config: `host`/`port` on a clone would add a second host.
+    let mut pg = tokio_postgres::Config::new();
+    pg.host("127.0.0.1")
+        .port(relay_port)
+        .user(db.pg_config().get_user().unwrap())
+        .dbname(db.name());
+    if let Some(password) = db.pg_config().get_password() {
+        pg.password(password);
+    }
+    let store = PgStore::new(
+        StoreConfig::from_pg_config(pg)
+            .pool_size(1)
+            .unwrap()
+            .response_timeout(Duration::from_secs(1))
+            .unwrap(),
+    )
+    .unwrap();
+    let p = WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 1).unwrap()],
+    )
+    .unwrap();
+    store.register(&p).await.unwrap();
+    let first = store
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    assert_eq!(first.sequence(), 0);
+
+    freeze.store(true, Ordering::SeqCst);
+    let id = Uuid::now_v7();
+    let started = Instant::now();
+    // The outer timeout only keeps a regression from hanging the suite.
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        store.reserve(p.shard_id(), &p.digest(), id),
+    )
+    .await
+    .expect("reserve must not hang on a silent connection")
+    .expect_err("the connection is silent");
+    assert!(
+        matches!(err, StoreError::ResponseTimeout { after } if after == Duration::from_secs(1)),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    assert!(started.elapsed() >= Duration::from_secs(1));
+
+    // The pool (size 1) discarded the silent connection: the retry opens a
+    // new one. The swallowed statement never reached the server, so the
+    // retry reserves sequence 1 afresh.
+    let retry = tokio::time::timeout(
+        Duration::from_secs(60),
+        store.reserve(p.shard_id(), &p.digest(), id),
+    )
+    .await
+    .expect("the retry must not hang")
+    .unwrap();
+    assert_eq!((retry.sequence(), retry.replayed()), (1, false));
+}
