@@ -34,8 +34,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub seconds: u64,
     /// Concurrent clients of the reservation comparison, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
-    pub clients: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64",
+          value_parser = clap::value_parser!(u16).range(1..=500))]
+    pub clients: Vec<u16>,
     /// Slots per batch for the batch reservation figures.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=1024))]
     pub batch: u32,
@@ -98,8 +99,11 @@ const BATCH_SHARD: &str = "bench-batch-v1";
 const PGBENCH_SHARD: &str = "bench-pgbench-v1";
 const QUEUE_SHARD: &str = "bench-queue-v1";
 const RETAINED_SHARD: &str = "bench-retained-v1";
-/// The database the run creates (and drops at the end).
-const BENCH_DATABASE: &str = "statek_bench";
+/// The database the run creates (and drops at the end): one per process,
+/// so two runs on one server do not meet.
+fn bench_database() -> String {
+    format!("statek_bench_{}", std::process::id())
+}
 /// Fair replicas and plain claimers of the queue comparison.
 const QUEUE_WORKERS: usize = 4;
 /// Reservers running against the prune.
@@ -141,6 +145,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         eprintln!("xtask: charts in {}", out.display());
         return Ok(());
     }
+    // Checked before the (slow) release build and before any server
+    // starts.
+    let pgbench = if args.only.contains(&Section::Reservations) {
+        let pgbench = reserve::pgbench_binary()?;
+        let version = reserve::pgbench_version(&pgbench)?;
+        Some((pgbench, version))
+    } else {
+        None
+    };
     if cfg!(debug_assertions) {
         // `cargo xtask` is a debug build; the client side of a benchmark
         // must not be. Re-run this command from a release build of xtask.
@@ -156,14 +169,26 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| crate::workspace::target_dir().join("bench"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let pgbench = reserve::pgbench_binary()?;
-    let pgbench_version = reserve::pgbench_version(&pgbench)?;
     let compile = if !args.only.contains(&Section::Compile) {
         None
     } else {
         eprintln!("==> policy compile (criterion): cargo bench -p statek-policy --bench compile");
-        Some(report::run_criterion()?)
+        Some(report::run_criterion(args.quick)?)
     };
+    let needs_database = args.only.iter().any(|s| {
+        matches!(
+            s,
+            Section::Reservations | Section::Queue | Section::Retention
+        )
+    });
+    if !needs_database {
+        let mut report = Report::new(report::Machine::local(), args.seconds, args.batch);
+        report.compile = compile;
+        report.write(&out)?;
+        report.print();
+        eprintln!("xtask: bench results in {}", out.display());
+        return Ok(());
+    }
     let _server;
     let url = if let Some(url) = pg::external_database_url() {
         url
@@ -179,8 +204,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     let started = Instant::now();
-    let mut report = runtime.block_on(measure(&args, &url, &out, &pgbench))?;
-    report.machine.pgbench = pgbench_version;
+    let mut report = runtime.block_on(measure(
+        &args,
+        &url,
+        &out,
+        pgbench.as_ref().map(|(path, _)| path.as_path()),
+    ))?;
+    report.machine.pgbench = pgbench.map(|(_, version)| version).unwrap_or_default();
     report.compile = compile;
     report.total_seconds = started.elapsed().as_secs_f64();
     report.write(&out)?;
@@ -210,8 +240,37 @@ fn rerun_in_release() -> Result<()> {
     }
 }
 
-/// The bench database's URL on the server of `url`.
-fn bench_url(url: &str) -> String {
+/// Fails early if the server cannot take the largest client count (plus
+/// the harness's own connections) on top of what it already serves.
+async fn check_connections(admin: &tokio_postgres::Client, args: &BenchArgs) -> Result<()> {
+    let max: i64 = admin
+        .query_one("SELECT current_setting('max_connections')::bigint", &[])
+        .await?
+        .try_get(0)?;
+    let in_use: i64 = admin
+        .query_one("SELECT count(*) FROM pg_stat_activity", &[])
+        .await?
+        .try_get(0)?;
+    let wanted = args
+        .clients
+        .iter()
+        .copied()
+        .max()
+        .map_or(0, i64::from)
+        .max(2 * QUEUE_WORKERS as i64)
+        + 8;
+    if in_use + wanted > max {
+        anyhow::bail!(
+            "the server allows max_connections = {max} and {in_use} are in use; this run \
+             needs up to {wanted} more (the largest --clients plus the harness's own). \
+             Lower --clients or raise max_connections"
+        );
+    }
+    Ok(())
+}
+
+/// The URL of database `database` on the server of `url`.
+fn bench_url(url: &str, database: &str) -> String {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let (base, query) = url
             .split_once('?')
@@ -222,11 +281,11 @@ fn bench_url(url: &str) -> String {
             None => base,
         };
         match query {
-            Some(q) => format!("{without_db}/{BENCH_DATABASE}?{q}"),
-            None => format!("{without_db}/{BENCH_DATABASE}"),
+            Some(q) => format!("{without_db}/{database}?{q}"),
+            None => format!("{without_db}/{database}"),
         }
     } else {
-        format!("{url} dbname={BENCH_DATABASE}")
+        format!("{url} dbname={database}")
     }
 }
 
@@ -242,26 +301,26 @@ async fn measure(
     args: &BenchArgs,
     url: &str,
     out: &std::path::Path,
-    pgbench: &std::path::Path,
+    pgbench: Option<&std::path::Path>,
 ) -> Result<Report> {
     let admin = connect(url).await?;
+    check_connections(&admin, args).await?;
+    let database = bench_database();
     // Two statements: DROP/CREATE DATABASE refuse to run in one batch
     // (an implicit transaction).
     for statement in [
-        format!("DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)"),
-        format!("CREATE DATABASE {BENCH_DATABASE}"),
+        format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+        format!("CREATE DATABASE {database}"),
     ] {
         admin
             .batch_execute(&statement)
             .await
             .with_context(|| format!("{statement} (needs CREATEDB)"))?;
     }
-    let url = bench_url(url);
+    let url = bench_url(url, &database);
     let result = measure_in(args, &url, out, pgbench).await;
     admin
-        .batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)"
-        ))
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
         .await
         .ok();
     result
@@ -271,7 +330,7 @@ async fn measure_in(
     args: &BenchArgs,
     url: &str,
     out: &std::path::Path,
-    pgbench: &std::path::Path,
+    pgbench: Option<&std::path::Path>,
 ) -> Result<Report> {
     let store = PgStore::connect(url)?;
     store.migrate().await?;
@@ -302,7 +361,7 @@ async fn measure_in(
         store.register(p).await?;
     }
 
-    if args.only.contains(&Section::Reservations) {
+    if let (true, Some(pgbench)) = (args.only.contains(&Section::Reservations), pgbench) {
         reservations(
             args,
             url,
@@ -340,7 +399,7 @@ async fn reservations(
     let script = out.join("pgbench-reserve.sql");
     std::fs::write(&script, reserve::pgbench_script(pgbench_policy))
         .with_context(|| format!("writing {}", script.display()))?;
-    for &clients in &args.clients {
+    for clients in args.clients.iter().map(|&c| usize::from(c)) {
         eprintln!("==> reservations, {clients} client(s): statek reserve");
         let single = reserve::statek_single(url, reserve_policy, clients, window).await?;
         eprintln!("    {}", report::line(&single));
@@ -520,18 +579,22 @@ mod tests {
 
     #[test]
     fn bench_url_replaces_the_database() {
+        let db = "statek_bench_7";
         assert_eq!(
-            bench_url("postgres://postgres@127.0.0.1:5432/postgres"),
-            "postgres://postgres@127.0.0.1:5432/statek_bench"
+            bench_url("postgres://postgres@127.0.0.1:5432/postgres", db),
+            "postgres://postgres@127.0.0.1:5432/statek_bench_7"
         );
         assert_eq!(
-            bench_url("postgresql://u:p@h/db?sslmode=disable"),
-            "postgresql://u:p@h/statek_bench?sslmode=disable"
+            bench_url("postgresql://u:p@h/db?sslmode=disable", db),
+            "postgresql://u:p@h/statek_bench_7?sslmode=disable"
         );
-        assert_eq!(bench_url("postgres://h:1"), "postgres://h:1/statek_bench");
         assert_eq!(
-            bench_url("host=h user=u"),
-            "host=h user=u dbname=statek_bench"
+            bench_url("postgres://h:1", db),
+            "postgres://h:1/statek_bench_7"
+        );
+        assert_eq!(
+            bench_url("host=h user=u", db),
+            "host=h user=u dbname=statek_bench_7"
         );
     }
 

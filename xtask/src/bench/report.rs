@@ -133,25 +133,41 @@ fn command_output(program: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
+impl Machine {
+    /// The machine without a server (the compile-only run).
+    pub fn local() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_owned())
+            .unwrap_or_else(|| "unknown".to_owned());
+        let memory_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0);
+        Machine {
+            cpu,
+            cpus: std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+            memory_gib: memory_kib / 1024.0 / 1024.0,
+            kernel: command_output("uname", &["-r"]),
+            postgres: String::new(),
+            settings: BTreeMap::new(),
+            pgbench: String::new(),
+            date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        }
+    }
+}
+
 /// Reads the machine description and the server's settings.
 pub async fn machine(client: &tokio_postgres::Client) -> Result<Machine> {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_owned())
-        .unwrap_or_else(|| "unknown".to_owned());
-    let memory_kib: f64 = std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    let postgres: String = client
+    let mut machine = Machine::local();
+    machine.postgres = client
         .query_one("SELECT version()", &[])
         .await?
         .try_get(0)?;
-    let mut settings = BTreeMap::new();
     for name in [
         "fsync",
         "synchronous_commit",
@@ -164,27 +180,29 @@ pub async fn machine(client: &tokio_postgres::Client) -> Result<Machine> {
             .query_one(&format!("SHOW {name}"), &[])
             .await?
             .try_get(0)?;
-        settings.insert(name.to_owned(), value);
+        machine.settings.insert(name.to_owned(), value);
     }
-    Ok(Machine {
-        cpu,
-        cpus: std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
-        memory_gib: memory_kib / 1024.0 / 1024.0,
-        kernel: command_output("uname", &["-r"]),
-        postgres,
-        settings,
-        pgbench: String::new(),
-        date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-    })
+    Ok(machine)
 }
 
-/// Runs the criterion benchmark of statek-policy and reads its estimates.
-pub fn run_criterion() -> Result<Vec<CompileRow>> {
+/// Runs the criterion benchmark of statek-policy and reads its estimates;
+/// `quick` shortens criterion's warm-up and measurement (a smoke run).
+pub fn run_criterion(quick: bool) -> Result<Vec<CompileRow>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(&cargo)
-        .args(["bench", "-p", "statek-policy", "--bench", "compile"])
-        .status()
-        .context("running cargo bench")?;
+    let mut command = Command::new(&cargo);
+    command.args(["bench", "-p", "statek-policy", "--bench", "compile"]);
+    if quick {
+        command.args([
+            "--",
+            "--warm-up-time",
+            "0.1",
+            "--measurement-time",
+            "0.3",
+            "--sample-size",
+            "10",
+        ]);
+    }
+    let status = command.status().context("running cargo bench")?;
     if !status.success() {
         bail!("cargo bench -p statek-policy --bench compile failed ({status})");
     }

@@ -114,7 +114,15 @@ pub fn pgbench_version(pgbench: &Path) -> Result<String> {
         .arg("--version")
         .output()
         .with_context(|| format!("running {} --version", pgbench.display()))?;
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    if !output.status.success() || !version.starts_with("pgbench") {
+        bail!(
+            "{} does not look like pgbench (`--version` printed {version:?}, {})",
+            pgbench.display(),
+            output.status
+        );
+    }
+    Ok(version)
 }
 
 /// Runs the script with `clients` clients for `duration` and reads every
