@@ -35,6 +35,8 @@ pub fn write(out: &Path, report: &Report) -> Result<()> {
         "Reservations per second by concurrent clients (one shard)",
         "reservations / s",
         &clients,
+        // Throughput falls with clients: the upper right is free.
+        SeriesLabelPosition::UpperRight,
         &[
             ("statek reserve", series(&|r| r.statek.units_per_second)),
             (
@@ -49,6 +51,8 @@ pub fn write(out: &Path, report: &Report) -> Result<()> {
         "p99 latency per call by concurrent clients",
         "p99 latency (ms)",
         &clients,
+        // Latency grows with clients: the upper left is free.
+        SeriesLabelPosition::UpperLeft,
         &[
             ("statek reserve", series(&|r| r.statek.p99_ms)),
             ("pgbench, same transaction", series(&|r| r.pgbench.p99_ms)),
@@ -66,6 +70,7 @@ fn line_chart(
     title: &str,
     y_label: &str,
     clients: &[usize],
+    legend_at: SeriesLabelPosition,
     lines: &[(&str, Vec<(f64, f64)>)],
 ) -> Result<()> {
     let max_x = clients.len().saturating_sub(1) as f64;
@@ -132,7 +137,7 @@ fn line_chart(
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(legend_at)
         .draw()
         .map_err(draw_error)?;
     root.present()
