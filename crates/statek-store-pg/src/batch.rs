@@ -40,15 +40,9 @@ const SELECT_BATCH: &str = "
 /// never inserted twice); insert the `k - 1` tail rows (ids `$5`) and
 /// advance the cursor by `k` only if the head was inserted. The locked row
 /// comes back so the caller can tell why nothing was inserted.
-const RESERVE_BATCH: &str = "
-    WITH locked AS MATERIALIZED (
-        SELECT policy_digest, cycle_length, next_sequence,
-               sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || policy_bytes)
-                   = policy_digest AS digest_ok
-        FROM statek.scheduler_shards
-        WHERE shard_id = $2
-        FOR UPDATE
-    ),
+const RESERVE_BATCH: &str = concat!(
+    locked_shard_cte!(),
+    "
     head AS (
         INSERT INTO statek.scheduler_reservations
             (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
@@ -82,7 +76,8 @@ const RESERVE_BATCH: &str = "
            head.sequence, head.reserved_at,
            (SELECT count(*) FROM tail) AS tail_rows,
            (SELECT count(*) FROM advanced) AS advanced
-    FROM locked LEFT JOIN head ON true";
+    FROM locked LEFT JOIN head ON true"
+);
 
 /// `k` contiguous reservations of one shard, made in one transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,15 +34,9 @@ const SELECT_RESERVATION: &str = "
 /// bytes still hash to the stored digest (`'statek.policy.v1\0'` is the hex
 /// prefix), so a tampered policy stops reservations without shipping the
 /// bytes to every replica.
-const RESERVE: &str = "
-    WITH locked AS MATERIALIZED (
-        SELECT policy_digest, cycle_length, next_sequence,
-               sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || policy_bytes)
-                   = policy_digest AS digest_ok
-        FROM statek.scheduler_shards
-        WHERE shard_id = $2
-        FOR UPDATE
-    ),
+const RESERVE: &str = concat!(
+    locked_shard_cte!(),
+    "
     inserted AS (
         INSERT INTO statek.scheduler_reservations
             (reservation_id, shard_id, sequence, slot, policy_digest)
@@ -64,7 +58,8 @@ const RESERVE: &str = "
     SELECT locked.policy_digest, locked.cycle_length, locked.next_sequence, locked.digest_ok,
            inserted.sequence, inserted.slot, inserted.reserved_at,
            (SELECT count(*) FROM advanced) AS advanced
-    FROM locked LEFT JOIN inserted ON true";
+    FROM locked LEFT JOIN inserted ON true"
+);
 
 const SELECT_RESERVATIONS: &str = "
     SELECT r.reservation_id, r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at, s.cycle_length
