@@ -121,12 +121,14 @@ impl StoreConfig {
         Ok(self)
     }
 
-    /// How long `reserve` and `reserve_batch` wait for the server's answer
-    /// before they give up on the connection: it is discarded (never
-    /// returned to the pool) and the call fails with the retryable
-    /// [`StoreError::ResponseTimeout`]. The statement may still commit on
-    /// the server, exactly as after a lost acknowledgement, so retry with
-    /// the same id. Default: `statement_timeout` + 5 s (the server gives up
+    /// How long the calls on a scheduler's hot path (`reserve`,
+    /// `reserve_batch`, `claim_run`, `heartbeat_run`, `complete_run`,
+    /// `fail_run`) wait for the server's answer before they give up on the
+    /// connection: it is discarded (never returned to the pool) and the call
+    /// fails with the retryable [`StoreError::ResponseTimeout`]. The
+    /// statement may still commit on the server, exactly as after a lost
+    /// acknowledgement: retry a reservation with the same id; a claim whose
+    /// answer was lost expires with its lease. Default: `statement_timeout` + 5 s (the server gives up
     /// first on a slow statement; this catches a silent network).
     pub fn response_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
         self.response_timeout = Some(check_timeout("response timeout", timeout)?);

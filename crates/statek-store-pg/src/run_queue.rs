@@ -474,40 +474,42 @@ impl PgStore {
     ) -> Result<ClaimOutcome, StoreError> {
         let lease_secs = lease_secs(lease)?;
         let token = Uuid::now_v7();
-        let client = self.client().await?;
-        let row = client
-            .query_one(
-                &client.prepare_cached(CLAIM_RUN).await?,
-                &[&tenant.as_str(), &token, &lease_secs],
-            )
-            .await?;
-        let run_id: Option<Uuid> = row.try_get("run_id")?;
-        let Some(run_id) = run_id else {
-            let judged_at: SystemTime = row.try_get("judged_at")?;
-            let exists: bool = client
+        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
+            let row = client
                 .query_one(
-                    &client.prepare_cached(PROBE_CLAIMABLE).await?,
-                    &[&tenant.as_str(), &judged_at],
+                    &client.prepare_cached(CLAIM_RUN).await?,
+                    &[&tenant.as_str(), &token, &lease_secs],
                 )
-                .await?
-                .try_get(0)?;
-            return Ok(if exists {
-                ClaimOutcome::Contended
-            } else {
-                ClaimOutcome::Idle
-            });
-        };
-        Ok(ClaimOutcome::Claimed(Box::new(ClaimedRun {
-            tenant: tenant.clone(),
-            payload: row.try_get("payload")?,
-            attempt: non_negative_u32(row.try_get("attempt")?, "attempt")?,
-            max_attempts: non_negative_u32(row.try_get("max_attempts")?, "max_attempts")?,
-            enqueued_at: row.try_get("enqueued_at")?,
-            available_at: row.try_get("available_at")?,
-            claimed_at: row.try_get("claimed_at")?,
-            lease_expires_at: row.try_get("lease_expires_at")?,
-            lease: RunLease { run_id, token },
-        })))
+                .await?;
+            let run_id: Option<Uuid> = row.try_get("run_id")?;
+            let Some(run_id) = run_id else {
+                let judged_at: SystemTime = row.try_get("judged_at")?;
+                let exists: bool = client
+                    .query_one(
+                        &client.prepare_cached(PROBE_CLAIMABLE).await?,
+                        &[&tenant.as_str(), &judged_at],
+                    )
+                    .await?
+                    .try_get(0)?;
+                return Ok(if exists {
+                    ClaimOutcome::Contended
+                } else {
+                    ClaimOutcome::Idle
+                });
+            };
+            Ok(ClaimOutcome::Claimed(Box::new(ClaimedRun {
+                tenant: tenant.clone(),
+                payload: row.try_get("payload")?,
+                attempt: non_negative_u32(row.try_get("attempt")?, "attempt")?,
+                max_attempts: non_negative_u32(row.try_get("max_attempts")?, "max_attempts")?,
+                enqueued_at: row.try_get("enqueued_at")?,
+                available_at: row.try_get("available_at")?,
+                claimed_at: row.try_get("claimed_at")?,
+                lease_expires_at: row.try_get("lease_expires_at")?,
+                lease: RunLease { run_id, token },
+            })))
+        })
+        .await
     }
 
     /// Extends a held lease to `lease` from now (database clock); returns the
@@ -522,17 +524,19 @@ impl PgStore {
         lease: Duration,
     ) -> Result<SystemTime, StoreError> {
         let lease_secs = lease_secs(lease)?;
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &client.prepare_cached(HEARTBEAT_RUN).await?,
-                &[&held.run_id, &held.token, &lease_secs],
-            )
-            .await?
-            .ok_or(StoreError::LeaseLost {
-                run_id: held.run_id,
-            })?;
-        Ok(row.try_get(0)?)
+        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
+            let row = client
+                .query_opt(
+                    &client.prepare_cached(HEARTBEAT_RUN).await?,
+                    &[&held.run_id, &held.token, &lease_secs],
+                )
+                .await?
+                .ok_or(StoreError::LeaseLost {
+                    run_id: held.run_id,
+                })?;
+            Ok(row.try_get(0)?)
+        })
+        .await
     }
 
     /// Marks a held run `completed`.
@@ -542,19 +546,21 @@ impl PgStore {
     /// worker owns the run now, or it already finished); connection and
     /// server errors.
     pub async fn complete_run(&self, held: &RunLease) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        let changed = client
-            .execute(
-                &client.prepare_cached(COMPLETE_RUN).await?,
-                &[&held.run_id, &held.token],
-            )
-            .await?;
-        if changed == 0 {
-            return Err(StoreError::LeaseLost {
-                run_id: held.run_id,
-            });
-        }
-        Ok(())
+        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
+            let changed = client
+                .execute(
+                    &client.prepare_cached(COMPLETE_RUN).await?,
+                    &[&held.run_id, &held.token],
+                )
+                .await?;
+            if changed == 0 {
+                return Err(StoreError::LeaseLost {
+                    run_id: held.run_id,
+                });
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Records a failed execution: the run becomes available again after
@@ -583,29 +589,31 @@ impl PgStore {
             }
             error.truncate(end);
         }
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &client.prepare_cached(FAIL_RUN).await?,
-                &[
-                    &held.run_id,
-                    &held.token,
-                    &retry_after.as_secs_f64(),
-                    &error.as_str(),
-                ],
-            )
-            .await?
-            .ok_or(StoreError::LeaseLost {
-                run_id: held.run_id,
-            })?;
-        let state: String = row.try_get(0)?;
-        Ok(if state == "failed" {
-            FailOutcome::Failed
-        } else {
-            FailOutcome::Retrying {
-                available_at: row.try_get(1)?,
-            }
+        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
+            let row = client
+                .query_opt(
+                    &client.prepare_cached(FAIL_RUN).await?,
+                    &[
+                        &held.run_id,
+                        &held.token,
+                        &retry_after.as_secs_f64(),
+                        &error.as_str(),
+                    ],
+                )
+                .await?
+                .ok_or(StoreError::LeaseLost {
+                    run_id: held.run_id,
+                })?;
+            let state: String = row.try_get(0)?;
+            Ok(if state == "failed" {
+                FailOutcome::Failed
+            } else {
+                FailOutcome::Retrying {
+                    available_at: row.try_get(1)?,
+                }
+            })
         })
+        .await
     }
 
     /// Whether any tenant has a run claimable now (without claiming it).

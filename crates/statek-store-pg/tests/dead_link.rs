@@ -69,9 +69,9 @@ async fn relay(upstream: String) -> (u16, Arc<AtomicBool>) {
     (port, current)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_connection_times_out_and_is_discarded() {
-    let db = TestDatabase::create().await;
+/// A store (pool of 1, response timeout 1 s) that reaches `db` through a
+/// relay, and the relay's freeze switch.
+async fn store_behind_relay(db: &TestDatabase) -> (PgStore, Arc<AtomicBool>) {
     let (host, port) = match (db.pg_config().get_hosts(), db.pg_config().get_ports()) {
         ([tokio_postgres::config::Host::Tcp(host), ..], [port, ..]) => (host.clone(), *port),
         other => panic!("a TCP test server is needed, got {other:?}"),
@@ -94,6 +94,13 @@ async fn a_silent_connection_times_out_and_is_discarded() {
             .unwrap(),
     )
     .unwrap();
+    (store, freeze)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_times_out_and_is_discarded() {
+    let db = TestDatabase::create().await;
+    let (store, freeze) = store_behind_relay(&db).await;
     let p = WeightedFairnessPolicy::new(
         SchedulerShardId::try_from("primary-v1").unwrap(),
         [TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 1).unwrap()],
@@ -135,4 +142,39 @@ async fn a_silent_connection_times_out_and_is_discarded() {
     .expect("the retry must not hang")
     .unwrap();
     assert_eq!((retry.sequence(), retry.replayed()), (1, false));
+}
+
+/// The run queue's hot path has the same deadline: a claim on a silent
+/// connection fails with `ResponseTimeout` and the next claim, on a new
+/// connection, gets the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_on_a_silent_connection_times_out() {
+    let db = TestDatabase::create().await;
+    let (store, freeze) = store_behind_relay(&db).await;
+    let tenant = TenantId::try_from("tenant-a").unwrap();
+    let run = store
+        .enqueue(&statek_store_pg::NewRun::new(tenant.clone(), b"x".to_vec()))
+        .await
+        .unwrap();
+    freeze.store(true, Ordering::SeqCst);
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        store.claim_run(&tenant, Duration::from_secs(30)),
+    )
+    .await
+    .expect("claim must not hang on a silent connection")
+    .expect_err("the connection is silent");
+    assert!(matches!(err, StoreError::ResponseTimeout { .. }), "{err:?}");
+    assert!(err.is_retryable());
+    // The frozen claim never reached the server: the run is still there.
+    match store
+        .claim_run(&tenant, Duration::from_secs(30))
+        .await
+        .unwrap()
+    {
+        statek_store_pg::ClaimOutcome::Claimed(claimed) => {
+            assert_eq!((claimed.lease.run_id(), claimed.attempt), (run.run_id, 1));
+        }
+        other => panic!("expected the run, got {other:?}"),
+    }
 }
