@@ -451,8 +451,24 @@ async fn a_batching_worker_starts_no_run_after_shutdown() {
     let worker = Worker::new(Arc::clone(&scheduler), options);
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
-    // A batch of 64 slots of 30 ms runs takes about 2 s: stop inside it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A batch of 64 slots of 30 ms runs takes about 2 s: stop inside the
+    // first one, once its first run has started.
+    let first_run = Instant::now();
+    while scheduler
+        .executor()
+        .handler()
+        .started
+        .lock()
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            first_run.elapsed() < Duration::from_secs(60),
+            "no run started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let asked = Instant::now();
     shutdown.cancel();
     let report = running.await.unwrap().unwrap();

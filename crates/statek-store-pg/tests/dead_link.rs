@@ -69,8 +69,12 @@ async fn relay(upstream: String) -> (u16, Arc<AtomicBool>) {
     (port, current)
 }
 
-/// A store (pool of 1, response timeout 1 s) that reaches `db` through a
-/// relay, and the relay's freeze switch.
+/// The response timeout of the tests: long enough for a healthy statement
+/// on a loaded CI machine, short enough to keep the tests quick.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A store (pool of 1, response timeout [`RESPONSE_TIMEOUT`]) that reaches
+/// `db` through a relay, and the relay's freeze switch.
 async fn store_behind_relay(db: &TestDatabase) -> (PgStore, Arc<AtomicBool>) {
     let (host, port) = match (db.pg_config().get_hosts(), db.pg_config().get_ports()) {
         ([tokio_postgres::config::Host::Tcp(host), ..], [port, ..]) => (host.clone(), *port),
@@ -90,7 +94,7 @@ async fn store_behind_relay(db: &TestDatabase) -> (PgStore, Arc<AtomicBool>) {
         StoreConfig::from_pg_config(pg)
             .pool_size(1)
             .unwrap()
-            .response_timeout(Duration::from_secs(1))
+            .response_timeout(RESPONSE_TIMEOUT)
             .unwrap(),
     )
     .unwrap();
@@ -125,11 +129,11 @@ async fn a_silent_connection_times_out_and_is_discarded() {
     .expect("reserve must not hang on a silent connection")
     .expect_err("the connection is silent");
     assert!(
-        matches!(err, StoreError::ResponseTimeout { after } if after == Duration::from_secs(1)),
+        matches!(err, StoreError::ResponseTimeout { after } if after == RESPONSE_TIMEOUT),
         "{err:?}"
     );
     assert!(err.is_retryable());
-    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(started.elapsed() >= RESPONSE_TIMEOUT);
 
     // The pool (size 1) discarded the silent connection: the retry opens a
     // new one. The swallowed statement never reached the server, so the
