@@ -69,31 +69,51 @@ pub fn record(histogram: &mut Histogram<u64>, elapsed: Duration) {
 /// prepared, caches warm.
 pub const WARM_UP: Duration = Duration::from_millis(500);
 
-/// Runs `op(client)` in a loop on `clients` tasks for `duration` after a
-/// [`WARM_UP`] (unmeasured); every error ends the measurement with that
-/// error.
+/// How long a measured load runs.
+#[derive(Debug, Clone)]
+pub enum Until {
+    /// [`WARM_UP`] (unmeasured), then this long.
+    Elapsed(Duration),
+    /// From the start, no warm-up, until the token fires (a load that runs
+    /// alongside something else and ends with it).
+    Cancelled(tokio_util::sync::CancellationToken),
+}
+
+/// Runs `op(client)` in a loop on `clients` tasks for as long as `until`
+/// says; every error ends the measurement with that error.
 pub async fn closed_loop<F, Fut>(
     clients: usize,
     units_per_operation: u64,
-    duration: Duration,
+    until: Until,
     op: F,
 ) -> Result<Measured>
 where
     F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<()>> + Send,
 {
-    let warm_until = Instant::now() + WARM_UP;
+    let (warm_until, stop) = match until {
+        Until::Elapsed(duration) => {
+            let warm_until = Instant::now() + WARM_UP;
+            let stop = tokio_util::sync::CancellationToken::new();
+            let timer = stop.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until((warm_until + duration).into()).await;
+                timer.cancel();
+            });
+            (warm_until, stop)
+        }
+        Until::Cancelled(stop) => (Instant::now(), stop),
+    };
     let started = warm_until;
-    let deadline = started + duration;
     let mut tasks = Vec::with_capacity(clients);
     for client in 0..clients {
-        let op = op.clone();
+        let (op, stop) = (op.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             while Instant::now() < warm_until {
                 op(client).await?;
             }
             let mut h = histogram()?;
-            while Instant::now() < deadline {
+            while !stop.is_cancelled() {
                 let t = Instant::now();
                 op(client).await?;
                 record(&mut h, t.elapsed());

@@ -16,6 +16,8 @@ mod report;
 mod reserve;
 mod retained;
 
+use load::Until;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -401,7 +403,8 @@ async fn reservations(
         .with_context(|| format!("writing {}", script.display()))?;
     for clients in args.clients.iter().map(|&c| usize::from(c)) {
         eprintln!("==> reservations, {clients} client(s): statek reserve");
-        let single = reserve::statek_single(url, reserve_policy, clients, window).await?;
+        let single =
+            reserve::statek_single(url, reserve_policy, clients, Until::Elapsed(window)).await?;
         eprintln!("    {}", report::line(&single));
         eprintln!("==> reservations, {clients} client(s): pgbench, same transaction");
         let pgbench_url = url.to_owned();
@@ -517,7 +520,7 @@ async fn retention(
         .batch_execute("VACUUM ANALYZE statek.scheduler_reservations")
         .await?;
     eprintln!("==> retained rows: 0");
-    let at_zero = retained::latency_at(url, retained_policy, 1, window).await?;
+    let at_zero = reserve::statek_single(url, retained_policy, 1, Until::Elapsed(window)).await?;
     eprintln!("    {}", report::line(&at_zero));
     report.retained.push(report::RetainedRow {
         rows: 0,
@@ -528,14 +531,15 @@ async fn retention(
     let took = retained::insert_old_rows(client, retained_policy, prune_rows).await?;
     eprintln!("    {:.1} s", took.as_secs_f64());
     eprintln!("==> retained rows: {prune_rows}");
-    let at_first = retained::latency_at(url, retained_policy, 1, window).await?;
+    let at_first = reserve::statek_single(url, retained_policy, 1, Until::Elapsed(window)).await?;
     eprintln!("    {}", report::line(&at_first));
     report.retained.push(report::RetainedRow {
         rows: prune_rows,
         measured: at_first,
     });
     eprintln!("==> {PRUNE_CLIENTS} reservers without a prune");
-    let quiet = retained::latency_at(url, retained_policy, PRUNE_CLIENTS, window).await?;
+    let quiet =
+        reserve::statek_single(url, retained_policy, PRUNE_CLIENTS, Until::Elapsed(window)).await?;
     eprintln!("    {}", report::line(&quiet));
     eprintln!("==> {PRUNE_CLIENTS} reservers while pruning {prune_rows} rows, batch {PRUNE_BATCH}");
     let (busy, prune) = retained::reserve_while_pruning(
@@ -566,7 +570,8 @@ async fn retention(
         let took = retained::insert_old_rows(client, retained_policy, rows).await?;
         eprintln!("    {:.1} s", took.as_secs_f64());
         eprintln!("==> retained rows: {rows}");
-        let measured = retained::latency_at(url, retained_policy, 1, window).await?;
+        let measured =
+            reserve::statek_single(url, retained_policy, 1, Until::Elapsed(window)).await?;
         eprintln!("    {}", report::line(&measured));
         report.retained.push(report::RetainedRow { rows, measured });
     }

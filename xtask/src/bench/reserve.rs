@@ -12,7 +12,7 @@ use statek_policy::WeightedFairnessPolicy;
 use statek_store_pg::{PgStore, StoreConfig};
 use uuid::Uuid;
 
-use super::load::{self, closed_loop, Measured};
+use super::load::{self, closed_loop, Measured, Until};
 
 /// statek `reserve` with `clients` concurrent callers (one pooled
 /// connection each).
@@ -20,11 +20,11 @@ pub async fn statek_single(
     url: &str,
     policy: &WeightedFairnessPolicy,
     clients: usize,
-    duration: Duration,
+    until: Until,
 ) -> Result<Measured> {
     let store = store(url, clients)?;
     let policy = Arc::new(policy.clone());
-    closed_loop(clients, 1, duration, move |_| {
+    closed_loop(clients, 1, until, move |_| {
         let store = store.clone();
         let policy = Arc::clone(&policy);
         async move {
@@ -47,7 +47,7 @@ pub async fn statek_batch(
 ) -> Result<Measured> {
     let store = store(url, clients)?;
     let policy = Arc::new(policy.clone());
-    closed_loop(clients, u64::from(k), duration, move |_| {
+    closed_loop(clients, u64::from(k), Until::Elapsed(duration), move |_| {
         let store = store.clone();
         let policy = Arc::clone(&policy);
         async move {

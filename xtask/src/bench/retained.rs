@@ -8,7 +8,7 @@ use serde::Serialize;
 use statek_policy::WeightedFairnessPolicy;
 use statek_store_pg::{PgStore, SchedulerFairnessRetentionPolicy};
 
-use super::load::Measured;
+use super::load::{Measured, Until};
 use super::reserve::statek_single;
 
 /// The prune phase's figures.
@@ -121,64 +121,15 @@ pub async fn reserve_while_pruning(
     batch: u32,
 ) -> Result<(Measured, PruneMeasured)> {
     let pruner = super::reserve::store(url, 1)?;
-    // Run the reservers for longer than the prune can take, then stop them
-    // when it ends by measuring only up to that point.
     let stop = tokio_util::sync::CancellationToken::new();
     let load = {
         let (url, policy, stop) = (url.to_owned(), policy.clone(), stop.clone());
-        tokio::spawn(async move { until_cancelled(&url, &policy, clients, stop).await })
+        tokio::spawn(
+            async move { statek_single(&url, &policy, clients, Until::Cancelled(stop)).await },
+        )
     };
     let pruned = prune_all(&pruner, old_rows, batch).await;
     stop.cancel();
     let measured = load.await??;
     Ok((measured, pruned?))
-}
-
-/// `reserve` load with `clients` callers until `stop` fires.
-async fn until_cancelled(
-    url: &str,
-    policy: &WeightedFairnessPolicy,
-    clients: usize,
-    stop: tokio_util::sync::CancellationToken,
-) -> Result<Measured> {
-    use super::load;
-    let store = super::reserve::store(url, clients)?;
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let (store, policy, stop) = (store.clone(), policy.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut h = load::histogram()?;
-            while !stop.is_cancelled() {
-                let t = Instant::now();
-                store
-                    .reserve(policy.shard_id(), &policy.digest(), uuid::Uuid::now_v7())
-                    .await?;
-                load::record(&mut h, t.elapsed());
-            }
-            Ok::<_, anyhow::Error>(h)
-        }));
-    }
-    let mut merged = load::histogram()?;
-    for task in tasks {
-        merged
-            .add(&task.await??)
-            .map_err(|e| anyhow::anyhow!("merging histograms: {e}"))?;
-    }
-    Ok(Measured::from_histogram(
-        clients,
-        1,
-        started.elapsed().as_secs_f64(),
-        &merged,
-    ))
-}
-
-/// Single-reservation latency at the current table size.
-pub async fn latency_at(
-    url: &str,
-    policy: &WeightedFairnessPolicy,
-    clients: usize,
-    duration: Duration,
-) -> Result<Measured> {
-    statek_single(url, policy, clients, duration).await
 }
