@@ -13,8 +13,10 @@ use std::time::SystemTime;
 use statek_policy::{PolicyDigest, SchedulerShardId};
 use uuid::Uuid;
 
+use crate::durability::SynchronousCommit;
+use crate::failover::Guarded;
 use crate::reservation::{
-    check_locked_shard, check_uuid_v7, nothing_inserted, reservation_from_row,
+    check_locked_shard, check_uuid_v7, guard_columns, nothing_inserted, reservation_from_row,
     reservation_write_error, Reservation,
 };
 use crate::shard::slot_of;
@@ -34,50 +36,15 @@ const SELECT_BATCH: &str = "
     ORDER BY r.sequence";
 
 /// The whole batch as one statement (one round trip, its own autocommit
-/// transaction), built like `reserve`'s: lock the cursor row; insert the
-/// head row, whose reservation id is the batch id, unless that id already
-/// exists (`ON CONFLICT` sees committed and in-flight rows, so a batch is
-/// never inserted twice); insert the `k - 1` tail rows (ids `$5`) and
-/// advance the cursor by `k` only if the head was inserted. The locked row
-/// comes back so the caller can tell why nothing was inserted.
-const RESERVE_BATCH: &str = concat!(
-    locked_shard_cte!(),
-    "
-    head AS (
-        INSERT INTO statek.scheduler_reservations
-            (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
-        SELECT $1, $2, next_sequence, (next_sequence % cycle_length)::integer, $3, $1
-        FROM locked
-        WHERE digest_ok AND policy_digest = $3
-          AND cycle_length BETWEEN 1 AND 4096
-          AND next_sequence BETWEEN 0 AND 9223372036854775807 - $4::bigint
-          -- Rows of this batch left after its head was pruned: never
-          -- reserve the batch a second time.
-          AND NOT EXISTS (SELECT 1 FROM statek.scheduler_reservations WHERE batch_id = $1)
-        ON CONFLICT (reservation_id) DO NOTHING
-        RETURNING sequence, reserved_at
-    ),
-    tail AS (
-        INSERT INTO statek.scheduler_reservations
-            (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
-        SELECT t.id, $2, head.sequence + t.ord,
-               ((head.sequence + t.ord) % locked.cycle_length)::integer, $3, $1
-        FROM head CROSS JOIN locked CROSS JOIN unnest($5::uuid[]) WITH ORDINALITY AS t(id, ord)
-        RETURNING sequence
-    ),
-    advanced AS (
-        UPDATE statek.scheduler_shards AS s
-        SET next_sequence = head.sequence + $4::bigint
-        FROM head
-        WHERE s.shard_id = $2
-        RETURNING s.next_sequence
-    )
-    SELECT locked.policy_digest, locked.cycle_length, locked.next_sequence, locked.digest_ok,
-           head.sequence, head.reserved_at,
-           (SELECT count(*) FROM tail) AS tail_rows,
-           (SELECT count(*) FROM advanced) AS advanced
-    FROM locked LEFT JOIN head ON true"
-);
+/// transaction), built like `reserve`'s (`statek.reserve_batch`, migration
+/// V5): set `synchronous_commit` ($7); refuse on another timeline than $6;
+/// lock the cursor row; insert the head row, whose reservation id is the
+/// batch id, unless that id already exists (`ON CONFLICT` sees committed
+/// and in-flight rows, so a batch is never inserted twice); insert the
+/// `k - 1` tail rows (ids `$5`) and advance the cursor by `k` only if the
+/// head was inserted. The locked row comes back so the caller can tell why
+/// nothing was inserted.
+const RESERVE_BATCH: &str = "SELECT * FROM statek.reserve_batch($1, $2, $3, $4, $5, $6, $7)";
 
 /// `k` contiguous reservations of one shard, made in one transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,8 +188,11 @@ impl PgStore {
                 "batch size {k} is outside 1..={MAX_RESERVATION_BATCH}"
             )));
         }
-        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
-            reserve_batch_on(client, shard, digest, batch_id, k).await
+        let level = self.config().synchronous_commit_level();
+        self.guarded_reservation(shard, |expected| {
+            self.with_response_timeout(async move |client: &deadpool_postgres::Object| {
+                reserve_batch_on(client, shard, digest, batch_id, k, expected, level).await
+            })
         })
         .await
     }
@@ -235,9 +205,12 @@ async fn reserve_batch_on(
     digest: &PolicyDigest,
     batch_id: Uuid,
     k: u32,
-) -> Result<ReservationBatch, StoreError> {
+    expected_timeline: Option<u32>,
+    level: SynchronousCommit,
+) -> Result<Guarded<ReservationBatch>, StoreError> {
     let tail_ids: Vec<Uuid> = (1..k).map(|_| Uuid::now_v7()).collect();
     let count = i64::from(k);
+    let expected = expected_timeline.and_then(|t| i32::try_from(t).ok());
     let row = client
         .query_opt(
             &client.prepare_cached(RESERVE_BATCH).await?,
@@ -247,6 +220,8 @@ async fn reserve_batch_on(
                 &&digest.as_bytes()[..],
                 &count,
                 &tail_ids,
+                &expected,
+                &level.as_str(),
             ],
         )
         .await
@@ -267,7 +242,19 @@ async fn reserve_batch_on(
             shard: shard.clone(),
         })?;
 
-    let head: Option<i64> = row.try_get(4)?;
+    let timeline = match guard_columns(&row, level)? {
+        Ok(timeline) => timeline,
+        Err(now) => return Ok(Guarded::TimelineChanged(now)),
+    };
+    let done = |value: ReservationBatch| Guarded::Done {
+        id: batch_id,
+        first: value.first_sequence(),
+        count: k,
+        timeline,
+        value,
+    };
+
+    let head: Option<i64> = row.try_get("sequence")?;
     let Some(head) = head else {
         // Nothing inserted: the batch id exists (a replay or a
         // conflict), or a check on the locked row failed.
@@ -275,7 +262,11 @@ async fn reserve_batch_on(
             .query(&client.prepare_cached(SELECT_BATCH).await?, &[&batch_id])
             .await?;
         if !rows.is_empty() {
-            return existing_batch(batch_id, shard, digest, k, &rows);
+            let mut found = existing_batch(batch_id, shard, digest, k, &rows)?;
+            for reservation in &mut found.reservations {
+                reservation.timeline = Some(timeline);
+            }
+            return Ok(done(found));
         }
         let owner = client
             .query_opt(
@@ -293,8 +284,8 @@ async fn reserve_batch_on(
         return Err(nothing_inserted(shard, digest, &row, count));
     };
     let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
-    let tail_rows: i64 = row.try_get(6)?;
-    let advanced: i64 = row.try_get(7)?;
+    let tail_rows: i64 = row.try_get("tail_rows")?;
+    let advanced: i64 = row.try_get("advanced")?;
     if head != next || tail_rows != count - 1 || advanced != 1 {
         return Err(StoreError::corrupt(
                 "reservation batch",
@@ -303,7 +294,7 @@ async fn reserve_batch_on(
                 ),
             ));
     }
-    let reserved_at: SystemTime = row.try_get(5)?;
+    let reserved_at: SystemTime = row.try_get("reserved_at")?;
     let ids: Vec<Uuid> = std::iter::once(batch_id).chain(tail_ids).collect();
     let first = u64::try_from(next)
         .map_err(|_| StoreError::corrupt("shard cursor", format!("negative cursor {next}")))?;
@@ -318,11 +309,12 @@ async fn reserve_batch_on(
             policy_digest: *digest,
             reserved_at,
             replayed: false,
+            timeline: Some(timeline),
         })
         .collect();
-    Ok(ReservationBatch {
+    Ok(done(ReservationBatch {
         batch_id,
         reservations,
         replayed: false,
-    })
+    }))
 }

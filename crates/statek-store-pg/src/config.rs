@@ -3,6 +3,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::durability::{DurabilityPolicy, SynchronousCommit};
+use crate::failover::LostReservationAction;
 use crate::StoreError;
 
 /// How a [`crate::PgStore`] connects and how long it waits.
@@ -13,6 +15,14 @@ use crate::StoreError;
 /// timeout must lie in 1 ms..=10 minutes; the pool size in 1..=1024.
 /// Connections are not verified with a query on checkout (see
 /// [`verify_on_checkout`](Self::verify_on_checkout)).
+///
+/// Durability defaults are the safe ones: every statek session commits with
+/// `synchronous_commit = on` whatever the server's default
+/// ([`synchronous_commit`](Self::synchronous_commit)), unsafe server settings
+/// and asynchronous standbys are refused
+/// ([`durability_policy`](Self::durability_policy)), and a shard on which a
+/// failover lost acknowledged reservations stops
+/// ([`on_lost_reservations`](Self::on_lost_reservations)).
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     pg: tokio_postgres::Config,
@@ -24,7 +34,15 @@ pub struct StoreConfig {
     statement_timeout: Duration,
     verify_on_checkout: bool,
     response_timeout: Option<Duration>,
+    synchronous_commit: SynchronousCommit,
+    durability_policy: DurabilityPolicy,
+    failover_ring: usize,
+    on_lost_reservations: LostReservationAction,
 }
+
+/// The default number of recently acknowledged reservations a store keeps
+/// per shard to detect a failover that lost them.
+pub const DEFAULT_FAILOVER_RING: usize = 10_000;
 
 const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 const MAX_TIMEOUT: Duration = Duration::from_secs(600);
@@ -58,7 +76,75 @@ impl StoreConfig {
             statement_timeout: Duration::from_secs(10),
             verify_on_checkout: false,
             response_timeout: None,
+            synchronous_commit: SynchronousCommit::On,
+            durability_policy: DurabilityPolicy::Require,
+            failover_ring: DEFAULT_FAILOVER_RING,
+            on_lost_reservations: LostReservationAction::Halt,
         }
+    }
+
+    /// The `synchronous_commit` every statek session and every reservation
+    /// transaction commits with, whatever the server's or the role's default
+    /// (default: [`SynchronousCommit::On`]). It is sent as a startup option
+    /// of every pooled connection and set again by the reservation
+    /// functions for their own transaction, so it also holds behind
+    /// PgBouncer in transaction mode. See [`SynchronousCommit`] for what
+    /// each level survives; [`SynchronousCommit::Off`] and
+    /// [`SynchronousCommit::Local`] are refused by
+    /// [`DurabilityPolicy::Require`] when they do not wait for the
+    /// standbys a failover could promote.
+    pub fn synchronous_commit(mut self, level: SynchronousCommit) -> Self {
+        self.synchronous_commit = level;
+        self
+    }
+
+    /// The configured `synchronous_commit`.
+    pub fn synchronous_commit_level(&self) -> SynchronousCommit {
+        self.synchronous_commit
+    }
+
+    /// What the durability check at `register` and at Worker start does
+    /// with what it finds (default: [`DurabilityPolicy::Require`]).
+    pub fn durability_policy(mut self, policy: DurabilityPolicy) -> Self {
+        self.durability_policy = policy;
+        self
+    }
+
+    /// The configured durability policy.
+    pub fn configured_durability_policy(&self) -> DurabilityPolicy {
+        self.durability_policy
+    }
+
+    /// How many recently acknowledged reservations (a batch counts once)
+    /// the store remembers per shard, 1..=1,000,000 (default
+    /// [`DEFAULT_FAILOVER_RING`]). When the server's timeline changes (a
+    /// promotion), the store re-reads them before it reserves again; a loss
+    /// older than the ring cannot be seen.
+    pub fn failover_ring(mut self, reservations: usize) -> Result<Self, StoreError> {
+        if !(1..=1_000_000).contains(&reservations) {
+            return Err(StoreError::InvalidArgument(format!(
+                "failover ring must hold 1..=1000000 reservations, got {reservations}"
+            )));
+        }
+        self.failover_ring = reservations;
+        Ok(self)
+    }
+
+    pub(crate) fn failover_ring_capacity(&self) -> usize {
+        self.failover_ring
+    }
+
+    /// What a reservation does after the store found acknowledged
+    /// reservations lost in a failover (default:
+    /// [`LostReservationAction::Halt`]: every later reservation on that
+    /// shard fails with the same error).
+    pub fn on_lost_reservations(mut self, action: LostReservationAction) -> Self {
+        self.on_lost_reservations = action;
+        self
+    }
+
+    pub(crate) fn lost_reservation_action(&self) -> LostReservationAction {
+        self.on_lost_reservations
     }
 
     /// Whether a pooled connection is checked with an empty query before
@@ -166,9 +252,10 @@ impl StoreConfig {
             options.push(' ');
         }
         options.push_str(&format!(
-            "-c lock_timeout={} -c statement_timeout={}",
+            "-c lock_timeout={} -c statement_timeout={} -c synchronous_commit={}",
             self.lock_timeout.as_millis(),
-            self.statement_timeout.as_millis()
+            self.statement_timeout.as_millis(),
+            self.synchronous_commit.as_str()
         ));
         pg.options(&options);
         pg
@@ -188,6 +275,13 @@ fn check_timeout(what: &str, timeout: Duration) -> Result<Duration, StoreError> 
 mod tests {
     use super::*;
 
+    fn cfg_ring_rejects(size: usize) -> bool {
+        StoreConfig::from_url("postgres://u@localhost/db")
+            .unwrap()
+            .failover_ring(size)
+            .is_err()
+    }
+
     #[test]
     fn rejects_bad_values_without_echoing_the_url() {
         let err = StoreConfig::from_url("postgres://u:sekret@host:notaport/db").unwrap_err();
@@ -206,7 +300,7 @@ mod tests {
                 .unwrap()
                 .pooled_pg_config()
                 .get_options(),
-            Some("-c lock_timeout=250 -c statement_timeout=10000")
+            Some("-c lock_timeout=250 -c statement_timeout=10000 -c synchronous_commit=on")
         );
         let with_options =
             StoreConfig::from_url("postgres://u@localhost/db?options=-c%20search_path%3Dx")
@@ -214,7 +308,21 @@ mod tests {
                 .pooled_pg_config();
         assert_eq!(
             with_options.get_options(),
-            Some("-c search_path=x -c lock_timeout=5000 -c statement_timeout=10000")
+            Some(
+                "-c search_path=x -c lock_timeout=5000 -c statement_timeout=10000 \
+                 -c synchronous_commit=on"
+            )
         );
+        assert_eq!(
+            StoreConfig::from_url("postgres://u@localhost/db")
+                .unwrap()
+                .synchronous_commit(SynchronousCommit::RemoteApply)
+                .pooled_pg_config()
+                .get_options(),
+            Some("-c lock_timeout=5000 -c statement_timeout=10000 -c synchronous_commit=remote_apply")
+        );
+        assert!(cfg_ring_rejects(0));
+        assert!(cfg_ring_rejects(1_000_001));
+        assert!(!cfg_ring_rejects(1));
     }
 }

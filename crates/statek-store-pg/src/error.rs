@@ -2,6 +2,9 @@
 //! mapped to conditions.
 
 use statek_policy::{PolicyDigest, SchedulerShardId};
+
+use crate::durability::{DurabilityReport, DurabilityRisk, SynchronousCommit};
+use crate::failover::LostReservations;
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
@@ -139,6 +142,38 @@ pub enum StoreError {
         /// The response timeout that passed.
         after: std::time::Duration,
     },
+    /// The durability check found risks the store's
+    /// [`DurabilityPolicy`](crate::DurabilityPolicy) refuses. Not retryable:
+    /// change the server's settings (or opt in explicitly).
+    #[error("the server can lose acknowledged reservations: {}", join_risks(.risks))]
+    DurabilityRefused {
+        /// The refused risks, each naming its setting.
+        risks: Vec<DurabilityRisk>,
+        /// Everything the check read.
+        report: Box<DurabilityReport>,
+    },
+    /// A reservation transaction did not run with the `synchronous_commit`
+    /// statek asked for (a server or pooler that overrides it). Nothing was
+    /// reserved.
+    #[error("synchronous_commit is {found} in statek's transaction, not {expected}")]
+    DurabilityNotInForce {
+        /// The level statek set.
+        expected: SynchronousCommit,
+        /// The level in force.
+        found: String,
+    },
+    /// The server's timeline changed (a standby was promoted) and
+    /// reservations this store had acknowledged on the shard are missing
+    /// on the new primary or carry another sequence: a failover lost them
+    /// and their sequences may be handed out again. Not retryable; with
+    /// [`LostReservationAction::Halt`](crate::LostReservationAction::Halt)
+    /// every later reservation of the shard in this store fails with it.
+    #[error("{0}")]
+    ReservationsLostInFailover(Box<LostReservations>),
+    /// The connected server is a standby in recovery (during a failover,
+    /// before promotion, or a URL that names a standby): it cannot reserve.
+    #[error("the server is a standby in recovery and cannot take reservations")]
+    InRecovery,
     /// No connection became available from the pool in time.
     #[error("connection pool timed out ({0})")]
     PoolTimeout(&'static str),
@@ -170,6 +205,7 @@ impl StoreError {
         match self {
             StoreError::Connection(_)
             | StoreError::PoolTimeout(_)
+            | StoreError::InRecovery
             | StoreError::ResponseTimeout { .. } => true,
             StoreError::Database { code, .. } => is_retryable_sqlstate(code),
             _ => false,
@@ -197,8 +233,30 @@ impl StoreError {
 fn is_retryable_sqlstate(code: &str) -> bool {
     matches!(
         code,
-        "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03"
+        "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "25006"
     ) || code.starts_with("08")
+}
+
+fn join_risks(risks: &[DurabilityRisk]) -> String {
+    risks
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A value echoed in an error, cut to 64 bytes (at a character boundary)
+/// with the full length noted.
+pub(crate) fn truncated(value: &str) -> String {
+    const MAX: usize = 64;
+    if value.len() <= MAX {
+        return value.to_owned();
+    }
+    let mut end = MAX;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…({} bytes)", &value[..end], value.len())
 }
 
 impl From<tokio_postgres::Error> for StoreError {
@@ -288,6 +346,7 @@ mod tests {
         check("57P01", true); // admin_shutdown
         check("57P02", true); // crash_shutdown
         check("57P03", true); // cannot_connect_now
+        check("25006", true); // read_only_sql_transaction (a standby, mid-failover)
         check("08006", true); // connection_failure
         check("23505", false); // unique_violation
         check("42501", false); // insufficient_privilege

@@ -58,28 +58,11 @@
 
 #![forbid(unsafe_code)]
 
-/// The first CTE of the reservation statements (single and batch): lock
-/// shard `$2`'s cursor row and re-check, inside the database, that the
-/// stored bytes still hash to the stored digest (`'statek.policy.v1\0'` is
-/// the hex prefix). Its columns, in this order, are what
-/// `reservation::check_locked_shard` reads.
-macro_rules! locked_shard_cte {
-    () => {
-        "
-    WITH locked AS MATERIALIZED (
-        SELECT policy_digest, cycle_length, next_sequence,
-               sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || policy_bytes)
-                   = policy_digest AS digest_ok
-        FROM statek.scheduler_shards
-        WHERE shard_id = $2
-        FOR UPDATE
-    ),"
-    };
-}
-
 mod batch;
 mod config;
+mod durability;
 mod error;
+mod failover;
 mod migration;
 mod notifications;
 mod reservation;
@@ -92,8 +75,15 @@ mod store;
 pub mod testing;
 
 pub use batch::{ReservationBatch, MAX_RESERVATION_BATCH};
-pub use config::StoreConfig;
+pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
+pub use durability::{
+    DurabilityPolicy, DurabilityReport, DurabilityRisk, Standby, SynchronousCommit, DURABILITY_RISK,
+};
 pub use error::StoreError;
+pub use failover::{
+    LossEvidence, LostReservation, LostReservationAction, LostReservations,
+    RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL,
+};
 pub use migration::{embedded_migrations, MigrationReport};
 pub use notifications::{RunNotifications, RUNS_CHANNEL};
 pub use reservation::Reservation;

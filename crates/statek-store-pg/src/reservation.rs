@@ -7,6 +7,8 @@ use statek_policy::{PolicyDigest, SchedulerShardId};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::durability::SynchronousCommit;
+use crate::failover::Guarded;
 use crate::shard::{decode_digest, slot_of};
 use crate::{PgStore, StoreError};
 
@@ -20,46 +22,24 @@ const SELECT_RESERVATION: &str = "
     WHERE r.reservation_id = $1";
 
 /// The whole reservation as one statement (one round trip, its own
-/// autocommit transaction): lock the shard's cursor row; insert the
-/// reservation at the cursor unless the id already exists (`ON CONFLICT`
-/// sees every committed or in-flight row, not just the statement's
-/// snapshot) or a check fails; advance the cursor only if a row was
-/// inserted. The locked row comes back so the caller can tell why nothing
-/// was inserted (replay, digest, exhaustion, corruption).
+/// autocommit transaction): `statek.reserve` (migration V5, a SECURITY
+/// DEFINER function owned by the owner role, the only way the runtime role
+/// can write a reservation) sets `synchronous_commit` ($5) for its own
+/// transaction; refuses, writing nothing, when the server's timeline is not
+/// `$4` (a failover since the store's last acknowledged reservation); locks
+/// the shard's cursor row; inserts the reservation at the cursor unless the
+/// id already exists (`ON CONFLICT` sees every committed or in-flight row,
+/// not just the statement's snapshot) or a check fails; advances the cursor
+/// only if a row was inserted. The locked row comes back so the caller can
+/// tell why nothing was inserted (replay, digest, exhaustion, corruption).
 ///
 /// Under READ COMMITTED a `FOR UPDATE` that waited returns the newest
 /// version of the row, and the `UPDATE` follows it to that version, so the
 /// sequence used is the cursor as committed by the previous holder of the
-/// lock. The last column re-checks, inside the database, that the stored
-/// bytes still hash to the stored digest (`'statek.policy.v1\0'` is the hex
-/// prefix), so a tampered policy stops reservations without shipping the
-/// bytes to every replica.
-const RESERVE: &str = concat!(
-    locked_shard_cte!(),
-    "
-    inserted AS (
-        INSERT INTO statek.scheduler_reservations
-            (reservation_id, shard_id, sequence, slot, policy_digest)
-        SELECT $1, $2, next_sequence, (next_sequence % cycle_length)::integer, $3
-        FROM locked
-        WHERE digest_ok AND policy_digest = $3
-          AND cycle_length BETWEEN 1 AND 4096
-          AND next_sequence BETWEEN 0 AND 9223372036854775806
-        ON CONFLICT (reservation_id) DO NOTHING
-        RETURNING sequence, slot, reserved_at
-    ),
-    advanced AS (
-        UPDATE statek.scheduler_shards AS s
-        SET next_sequence = inserted.sequence + 1
-        FROM inserted
-        WHERE s.shard_id = $2
-        RETURNING s.next_sequence
-    )
-    SELECT locked.policy_digest, locked.cycle_length, locked.next_sequence, locked.digest_ok,
-           inserted.sequence, inserted.slot, inserted.reserved_at,
-           (SELECT count(*) FROM advanced) AS advanced
-    FROM locked LEFT JOIN inserted ON true"
-);
+/// lock. The function re-checks, inside the database, that the stored bytes
+/// still hash to the stored digest, so a tampered policy stops
+/// reservations without shipping the bytes to every replica.
+const RESERVE: &str = "SELECT * FROM statek.reserve($1, $2, $3, $4, $5)";
 
 const SELECT_RESERVATIONS: &str = "
     SELECT r.reservation_id, r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at, s.cycle_length
@@ -80,6 +60,7 @@ pub struct Reservation {
     pub(crate) policy_digest: PolicyDigest,
     pub(crate) reserved_at: SystemTime,
     pub(crate) replayed: bool,
+    pub(crate) timeline: Option<u32>,
 }
 
 impl Reservation {
@@ -124,6 +105,13 @@ impl Reservation {
     /// and returned it instead of reserving anew.
     pub fn replayed(&self) -> bool {
         self.replayed
+    }
+
+    /// The server's WAL timeline when this call acknowledged the
+    /// reservation (`None` for a reservation read back with
+    /// [`PgStore::reservations`]). A promoted standby runs on a new one.
+    pub fn timeline(&self) -> Option<u32> {
+        self.timeline
     }
 }
 
@@ -181,6 +169,7 @@ pub(crate) fn reservation_from_row(
         policy_digest: decode_digest(&digest, "reservation")?,
         reserved_at: row.try_get("reserved_at")?,
         replayed,
+        timeline: None,
     })
 }
 
@@ -207,8 +196,11 @@ pub(crate) fn check_locked_shard(
     digest: &PolicyDigest,
     locked: &Row,
 ) -> Result<(u32, i64), StoreError> {
-    let stored_digest = decode_digest(&locked.try_get::<_, Vec<u8>>(0)?, "shard policy")?;
-    if !locked.try_get::<_, bool>(3)? {
+    let stored_digest = decode_digest(
+        &locked.try_get::<_, Vec<u8>>("policy_digest")?,
+        "shard policy",
+    )?;
+    if !locked.try_get::<_, bool>("digest_ok")? {
         return Err(StoreError::corrupt(
             "shard policy",
             format!("shard {shard}: stored bytes do not hash to the stored digest"),
@@ -221,8 +213,8 @@ pub(crate) fn check_locked_shard(
             offered: *digest,
         });
     }
-    let cycle_length = check_cycle_length(locked.try_get(1)?)?;
-    let next: i64 = locked.try_get(2)?;
+    let cycle_length = check_cycle_length(locked.try_get("cycle_length")?)?;
+    let next: i64 = locked.try_get("next_sequence")?;
     decode_sequence(next, "shard cursor")?;
     Ok((cycle_length, next))
 }
@@ -311,8 +303,11 @@ impl PgStore {
         reservation_id: Uuid,
     ) -> Result<Reservation, StoreError> {
         check_uuid_v7(reservation_id, "reservation id")?;
-        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
-            reserve_on(client, shard, digest, reservation_id).await
+        let level = self.config().synchronous_commit_level();
+        self.guarded_reservation(shard, |expected| {
+            self.with_response_timeout(async move |client: &deadpool_postgres::Object| {
+                reserve_on(client, shard, digest, reservation_id, expected, level).await
+            })
         })
         .await
     }
@@ -344,25 +339,63 @@ impl PgStore {
     }
 }
 
+/// The answer's guard columns: `None` when the server was on another
+/// timeline than `expected` (nothing tried), else the timeline; and the
+/// check that the transaction ran with the `synchronous_commit` asked for.
+pub(crate) fn guard_columns(
+    row: &Row,
+    level: SynchronousCommit,
+) -> Result<Result<u32, Option<u32>>, StoreError> {
+    let status: String = row.try_get("status")?;
+    let timeline = row
+        .try_get::<_, Option<i32>>("timeline")?
+        .and_then(|t| u32::try_from(t).ok());
+    if status == "timeline" {
+        return Ok(Err(timeline));
+    }
+    let in_force: String = row.try_get("synchronous_commit")?;
+    if in_force.parse::<SynchronousCommit>().ok() != Some(level) {
+        return Err(StoreError::DurabilityNotInForce {
+            expected: level,
+            found: crate::error::truncated(&in_force),
+        });
+    }
+    // A primary always reports its timeline; in recovery nothing inserts.
+    timeline.map(Ok).ok_or(StoreError::InRecovery)
+}
+
 /// The reservation statement on `client` (see [`PgStore::reserve`]).
 async fn reserve_on(
     client: &deadpool_postgres::Object,
     shard: &SchedulerShardId,
     digest: &PolicyDigest,
     reservation_id: Uuid,
-) -> Result<Reservation, StoreError> {
+    expected_timeline: Option<u32>,
+    level: SynchronousCommit,
+) -> Result<Guarded<Reservation>, StoreError> {
+    let expected = expected_timeline.and_then(|t| i32::try_from(t).ok());
     let row = client
         .query_opt(
             &client.prepare_cached(RESERVE).await?,
-            &[&reservation_id, &shard.as_str(), &&digest.as_bytes()[..]],
+            &[
+                &reservation_id,
+                &shard.as_str(),
+                &&digest.as_bytes()[..],
+                &expected,
+                &level.as_str(),
+            ],
         )
         .await
         .map_err(|e| reservation_write_error(e, shard))?
         .ok_or_else(|| StoreError::UnknownShard {
             shard: shard.clone(),
         })?;
+    let timeline = match guard_columns(&row, level)? {
+        Ok(timeline) => timeline,
+        Err(now) => return Ok(Guarded::TimelineChanged(now)),
+    };
 
-    let inserted: Option<i64> = row.try_get(4)?;
+    let inserted: Option<i64> = row.try_get("sequence")?;
     let Some(inserted) = inserted else {
         // Nothing inserted: the id exists (a replay, or a conflict), or
         // a check on the locked row failed. The id first, as before the
@@ -375,12 +408,20 @@ async fn reserve_on(
             )
             .await?
         {
-            return existing(reservation_id, shard, digest, &found);
+            let mut found = existing(reservation_id, shard, digest, &found)?;
+            found.timeline = Some(timeline);
+            return Ok(Guarded::Done {
+                id: reservation_id,
+                first: found.sequence,
+                count: 1,
+                timeline,
+                value: found,
+            });
         }
         return Err(nothing_inserted(shard, digest, &row, 1));
     };
     let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
-    let advanced: i64 = row.try_get(7)?;
+    let advanced: i64 = row.try_get("advanced")?;
     if inserted != next || advanced != 1 {
         return Err(StoreError::corrupt(
                 "shard cursor",
@@ -390,16 +431,23 @@ async fn reserve_on(
             ));
     }
     let sequence = decode_sequence(inserted, "reservation")?;
-    let slot = check_slot(sequence, row.try_get(5)?, row.try_get(1)?)?;
-    Ok(Reservation {
+    let slot = check_slot(sequence, row.try_get("slot")?, row.try_get("cycle_length")?)?;
+    Ok(Guarded::Done {
         id: reservation_id,
-        shard: shard.clone(),
-        sequence,
-        slot,
-        cycle_length,
-        policy_digest: *digest,
-        reserved_at: row.try_get(6)?,
-        replayed: false,
+        first: sequence,
+        count: 1,
+        timeline,
+        value: Reservation {
+            id: reservation_id,
+            shard: shard.clone(),
+            sequence,
+            slot,
+            cycle_length,
+            policy_digest: *digest,
+            reserved_at: row.try_get("reserved_at")?,
+            replayed: false,
+            timeline: Some(timeline),
+        },
     })
 }
 

@@ -11,19 +11,30 @@ ALTER TABLE statek.refinery_schema_history OWNER TO {owner};
 ALTER FUNCTION statek.refuse_shard_policy_change() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_reservation_update() OWNER TO {owner};
 ALTER FUNCTION statek.notify_run_available() OWNER TO {owner};
+ALTER FUNCTION statek.server_timeline() OWNER TO {owner};
+ALTER FUNCTION statek.reserve(uuid, text, bytea, integer, text) OWNER TO {owner};
+ALTER FUNCTION statek.reserve_batch(uuid, text, bytea, bigint, uuid[], integer, text) OWNER TO {owner};
+ALTER FUNCTION statek.check_new_shard() OWNER TO {owner};
+ALTER FUNCTION statek.refuse_truncate() OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA statek FROM PUBLIC, {runtime}, {retention};
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA statek FROM PUBLIC, {runtime}, {retention};
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA statek FROM PUBLIC, {runtime}, {retention};
 GRANT USAGE ON SCHEMA statek TO {runtime}, {retention};
 
--- Runtime: register (insert a shard), reserve (lock the shard row, advance
--- only the cursor, insert reservations), run queue (insert, claim, update).
--- No DELETE anywhere, no UPDATE of policy columns.
+-- Runtime: register (insert a shard; a trigger checks the new row),
+-- reserve (only through the SECURITY DEFINER functions, which write a row
+-- only at the locked cursor with the shard's slot and digest and move the
+-- cursor by exactly the rows written), run queue (insert, claim, update).
+-- No INSERT of reservation rows, no UPDATE of shards, no DELETE anywhere.
 GRANT SELECT, INSERT ON statek.scheduler_shards TO {runtime};
-GRANT UPDATE (next_sequence) ON statek.scheduler_shards TO {runtime};
-GRANT SELECT, INSERT ON statek.scheduler_reservations TO {runtime};
+GRANT SELECT ON statek.scheduler_reservations TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.server_timeline() TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.reserve(uuid, text, bytea, integer, text) TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.reserve_batch(uuid, text, bytea, bigint, uuid[], integer, text)
+    TO {runtime};
 GRANT SELECT, INSERT, UPDATE ON statek.runs TO {runtime};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA statek TO {runtime};
 

@@ -15,6 +15,10 @@ const INSERT_SHARD: &str = "
     ON CONFLICT (shard_id) DO NOTHING
     RETURNING registered_at";
 
+/// The store's `synchronous_commit` for this transaction only (it holds
+/// behind PgBouncer in transaction mode, where session settings do not).
+pub(crate) const SET_SYNCHRONOUS_COMMIT: &str = "SELECT set_config('synchronous_commit', $1, true)";
+
 const SELECT_CURSOR: &str = "
     SELECT next_sequence FROM statek.scheduler_shards WHERE shard_id = $1";
 
@@ -152,9 +156,15 @@ impl PgStore {
     /// algorithm) is [`StoreError::PolicyConflict`] and the stored row stays
     /// as it was. Roll a changed policy out under a new shard id.
     ///
+    /// Runs the durability check first ([`PgStore::ensure_durable`]) and
+    /// commits with the store's `synchronous_commit`.
+    ///
     /// # Errors
-    /// [`StoreError::PolicyConflict`]; [`StoreError::CorruptData`] if the
-    /// stored row fails its checks; connection and server errors.
+    /// [`StoreError::DurabilityRefused`] when the server can lose
+    /// acknowledged reservations and the store's policy refuses it (nothing
+    /// is written); [`StoreError::PolicyConflict`];
+    /// [`StoreError::CorruptData`] if the stored row fails its checks;
+    /// connection and server errors.
     pub async fn register(
         &self,
         policy: &WeightedFairnessPolicy,
@@ -163,8 +173,14 @@ impl PgStore {
         let cycle_length = i32::try_from(policy.cycle_length())
             .map_err(|_| StoreError::InvalidArgument("cycle length exceeds i32".into()))?;
         let digest = policy.digest();
+        self.ensure_durable().await?;
         let mut client = self.client().await?;
         let tx = PgStore::begin(&mut client).await?;
+        tx.execute(
+            SET_SYNCHRONOUS_COMMIT,
+            &[&self.config().synchronous_commit_level().as_str()],
+        )
+        .await?;
         let inserted = tx
             .query_opt(
                 INSERT_SHARD,

@@ -3,6 +3,7 @@
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{IsolationLevel, NoTls};
 
+use crate::failover::AcknowledgedLog;
 use crate::{StoreConfig, StoreError};
 
 /// A handle to statek's tables in one PostgreSQL database, with its own
@@ -19,6 +20,7 @@ use crate::{StoreConfig, StoreError};
 pub struct PgStore {
     pool: Pool,
     config: StoreConfig,
+    failover: std::sync::Arc<AcknowledgedLog>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -63,7 +65,17 @@ impl PgStore {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Pool(e.to_string()))?;
-        Ok(Self { pool, config })
+        let failover = std::sync::Arc::new(AcknowledgedLog::new(config.failover_ring_capacity()));
+        Ok(Self {
+            pool,
+            config,
+            failover,
+        })
+    }
+
+    /// The ring of recently acknowledged reservations (see `failover.rs`).
+    pub(crate) fn failover_log(&self) -> &AcknowledgedLog {
+        &self.failover
     }
 
     /// Shorthand for `PgStore::new(StoreConfig::from_url(url)?)`.

@@ -13,7 +13,7 @@ use std::str::FromStr;
 use tokio_postgres::NoTls;
 use uuid::Uuid;
 
-use crate::{PgStore, StoreConfig};
+use crate::{DurabilityPolicy, PgStore, StoreConfig};
 
 /// Environment variable naming the server used by database tests.
 pub const TEST_DATABASE_URL_ENV: &str = "STATEK_TEST_DATABASE_URL";
@@ -86,9 +86,12 @@ impl TestDatabase {
         &self.config
     }
 
-    /// Store settings for the database (defaults).
+    /// Store settings for the database: the defaults, except that the
+    /// durability check only reports (the test servers run with `fsync`,
+    /// `synchronous_commit` and `full_page_writes` off for speed; statek's
+    /// own sessions still commit with `synchronous_commit = on`).
     pub fn store_config(&self) -> StoreConfig {
-        StoreConfig::from_pg_config(self.config.clone())
+        test_store_config(self.config.clone())
     }
 
     /// A new store (its own pool) on the database.
@@ -122,6 +125,13 @@ impl TestDatabase {
         tokio::spawn(connection);
         client
     }
+}
+
+/// Store settings for a test server: defaults, with
+/// [`DurabilityPolicy::AllowNoDurability`] (the test servers are not
+/// durable by design).
+pub fn test_store_config(pg: tokio_postgres::Config) -> StoreConfig {
+    StoreConfig::from_pg_config(pg).durability_policy(DurabilityPolicy::AllowNoDurability)
 }
 
 /// The prune batch statement (parameters: `$1` retention in seconds as

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{PgStore, StoreConfig, StoreError, MAX_RESERVATION_BATCH};
+use statek_store_pg::{PgStore, StoreError, MAX_RESERVATION_BATCH};
 use support::fault_proxy::{Fault, FaultProxy};
 use uuid::Uuid;
 
@@ -278,7 +278,7 @@ async fn a_lost_batch_acknowledgement_retries_to_the_same_range() {
     let db = TestDatabase::create().await;
     let proxy = FaultProxy::start(db.pg_config()).await;
     let through_proxy = PgStore::new(
-        StoreConfig::from_pg_config(proxy.pg_config())
+        statek_store_pg::testing::test_store_config(proxy.pg_config())
             .pool_size(1)
             .unwrap(),
     )

@@ -35,7 +35,9 @@ fn policy() -> WeightedFairnessPolicy {
 fn tagged_store(db: &TestDatabase, application_name: &str) -> StoreConfig {
     let mut pg = db.pg_config().clone();
     pg.application_name(application_name);
-    StoreConfig::from_pg_config(pg).pool_size(1).unwrap()
+    statek_store_pg::testing::test_store_config(pg)
+        .pool_size(1)
+        .unwrap()
 }
 
 /// xorshift64*: a fixed-seed stream of timeouts, no extra crate.

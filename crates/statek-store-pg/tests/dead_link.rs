@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{PgStore, StoreConfig, StoreError};
+use statek_store_pg::{PgStore, StoreError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use uuid::Uuid;
@@ -91,7 +91,7 @@ async fn store_behind_relay(db: &TestDatabase) -> (PgStore, Arc<AtomicBool>) {
         pg.password(password);
     }
     let store = PgStore::new(
-        StoreConfig::from_pg_config(pg)
+        statek_store_pg::testing::test_store_config(pg)
             .pool_size(1)
             .unwrap()
             .response_timeout(RESPONSE_TIMEOUT)

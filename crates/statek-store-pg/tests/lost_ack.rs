@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{PgStore, StoreConfig, StoreError};
+use statek_store_pg::{PgStore, StoreError};
 use support::fault_proxy::{Fault, FaultProxy};
 use uuid::Uuid;
 
@@ -97,7 +97,7 @@ async fn lost_acknowledgements_retry_to_the_original_or_the_next_sequence() {
     let db = TestDatabase::create().await;
     let proxy = FaultProxy::start(db.pg_config()).await;
     let through_proxy = PgStore::new(
-        StoreConfig::from_pg_config(proxy.pg_config())
+        statek_store_pg::testing::test_store_config(proxy.pg_config())
             .pool_size(1)
             .unwrap(),
     )

@@ -76,10 +76,23 @@ async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
     )
     .unwrap();
     store.register(&p).await.unwrap();
-    let before = store
-        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+    // A reservation as the previous schema's statement wrote it (this
+    // build's statement needs the latest schema).
+    db.client()
+        .await
+        .execute(
+            "WITH r AS (INSERT INTO statek.scheduler_reservations
+                            (reservation_id, shard_id, sequence, slot, policy_digest)
+                        SELECT $1, shard_id, 0, 0, policy_digest FROM statek.scheduler_shards
+                        RETURNING shard_id)
+             UPDATE statek.scheduler_shards SET next_sequence = 1 FROM r
+             WHERE scheduler_shards.shard_id = r.shard_id",
+            &[&Uuid::now_v7()],
+        )
         .await
         .unwrap();
+    let before = store.reservations(p.shard_id(), 0, 10).await.unwrap();
+    assert_eq!(before.len(), 1);
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
@@ -88,7 +101,7 @@ async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
     // The evidence survived and the sequence continues.
     assert_eq!(
         store.reservations(p.shard_id(), 0, 10).await.unwrap(),
-        vec![before]
+        before
     );
     let next = store
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())

@@ -8,8 +8,7 @@ use std::time::Duration;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{
-    ClaimOutcome, NewRun, PgStore, RoleProfile, SchedulerFairnessRetentionPolicy, StoreConfig,
-    StoreError,
+    ClaimOutcome, NewRun, PgStore, RoleProfile, SchedulerFairnessRetentionPolicy, StoreError,
 };
 use uuid::Uuid;
 
@@ -24,7 +23,7 @@ fn policy(weight: u32) -> WeightedFairnessPolicy {
 fn store_as(db: &TestDatabase, role: &str) -> PgStore {
     let mut pg = db.pg_config().clone();
     pg.user(role);
-    PgStore::new(StoreConfig::from_pg_config(pg)).unwrap()
+    PgStore::new(statek_store_pg::testing::test_store_config(pg)).unwrap()
 }
 
 async fn client_as(db: &TestDatabase, role: &str) -> tokio_postgres::Client {

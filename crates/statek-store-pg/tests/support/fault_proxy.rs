@@ -262,7 +262,7 @@ fn is_commit(query_message: &[u8]) -> bool {
 }
 
 /// The part of the statement text that marks a reservation write.
-const RESERVATION_WRITE: &str = "INSERT INTO statek.scheduler_reservations";
+const RESERVATION_WRITES: [&str; 2] = ["statek.reserve(", "statek.reserve_batch("];
 
 /// Reads the NUL-terminated string at `at` in `message`; returns it and the
 /// position after its NUL.
@@ -308,7 +308,7 @@ impl ClientState {
             b'P' => {
                 if let Some((name, next)) = cstring(message, 5) {
                     if cstring(message, next)
-                        .is_some_and(|(sql, _)| sql.contains(RESERVATION_WRITE))
+                        .is_some_and(|(sql, _)| RESERVATION_WRITES.iter().any(|w| sql.contains(w)))
                     {
                         self.writers.insert(name.to_owned());
                     }
@@ -451,7 +451,7 @@ fn recognises_autocommit_reservation_writes() {
     }
     let parse = message(
         b'P',
-        b"s1\0WITH x AS (INSERT INTO statek.scheduler_reservations) SELECT 1\0\0\0",
+        b"s1\0SELECT * FROM statek.reserve($1, $2, $3, $4, $5)\0\0\0",
     );
     let other = message(b'P', b"s2\0SELECT 1\0\0\0");
     let bind = |name: &[u8]| {

@@ -1,0 +1,473 @@
+//! Failover detection: a promotion that lost acknowledged reservations is
+//! never silent.
+//!
+//! A standby's promotion keeps the system identifier but starts a new WAL
+//! timeline. Every reservation statement reports the server's timeline and
+//! refuses to reserve when it is not the timeline the store last reserved
+//! on for that shard (`statek.reserve` in migration V5). A [`PgStore`]
+//! remembers, per shard, the ids and sequences of its last
+//! [`StoreConfig::failover_ring`](crate::StoreConfig::failover_ring)
+//! acknowledged reservations (a batch counts once). When a reservation meets
+//! a new timeline, the store re-reads those ids on the new primary before
+//! it reserves there: an id that is missing, or found at another sequence,
+//! or whose sequence now belongs to another id, was acknowledged and then
+//! lost. That is [`StoreError::ReservationsLostInFailover`], counted in
+//! [`RESERVATIONS_LOST_TOTAL`].
+//!
+//! What it cannot see: a loss older than the ring; a loss of reservations
+//! made by a process that restarted since (its ring is gone); a failover
+//! during which this store made no reservation on the shard and then never
+//! reserves again; another replica's losses (each replica checks its own).
+//! A row missing because retention pruned it is told apart from a lost one:
+//! a pruned row's sequence lies below the cursor and no other row holds it.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use statek_policy::SchedulerShardId;
+use uuid::Uuid;
+
+use crate::{PgStore, StoreError};
+
+/// Counter `{shard}`: acknowledged reservations found lost after a change
+/// of the server's timeline (a failover).
+pub const RESERVATIONS_LOST_TOTAL: &str = "statek_reservations_lost_total";
+
+/// Counter `{shard}`: changes of the server's timeline met by reservations
+/// (each followed by a check of the recently acknowledged reservations).
+pub const TIMELINE_CHANGES_TOTAL: &str = "statek_timeline_changes_total";
+
+/// What a store does after it found acknowledged reservations lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum LostReservationAction {
+    /// Stop reserving on the shard (the default): this and every later
+    /// reservation of the shard in this store fails with
+    /// [`StoreError::ReservationsLostInFailover`], so replicas stop
+    /// ticking it until an operator looks.
+    #[default]
+    Halt,
+    /// Report the loss once (the error, the metric, a log line) and go on
+    /// reserving on the new timeline.
+    Continue,
+}
+
+/// How a lost reservation shows on the new primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossEvidence {
+    /// The id is missing and the shard's cursor is at or below its
+    /// sequence: the sequence will be handed out again.
+    Missing,
+    /// The id is missing and another reservation holds its sequence.
+    Reissued {
+        /// The id that now holds the sequence.
+        reservation_id: Uuid,
+    },
+    /// The id exists at another sequence.
+    Moved {
+        /// Its sequence on the new primary.
+        sequence: u64,
+    },
+}
+
+/// One acknowledged reservation (or batch) that a failover lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LostReservation {
+    /// The reservation id (the batch id for a batch).
+    pub reservation_id: Uuid,
+    /// The (first) sequence that was acknowledged.
+    pub acknowledged_sequence: u64,
+    /// How many sequences it covered (1, or `k` for a batch).
+    pub count: u32,
+    /// What the new primary holds instead.
+    pub evidence: LossEvidence,
+}
+
+/// What [`StoreError::ReservationsLostInFailover`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostReservations {
+    /// The shard.
+    pub shard: SchedulerShardId,
+    /// The timeline the reservations were acknowledged on.
+    pub from_timeline: u32,
+    /// The new primary's timeline.
+    pub to_timeline: u32,
+    /// How many acknowledged reservations were checked.
+    pub checked: usize,
+    /// The lost ones, in sequence order.
+    pub lost: Vec<LostReservation>,
+}
+
+impl fmt::Display for LostReservations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} recently acknowledged reservation(s) of shard {} were lost when the server \
+             moved from timeline {} to {} (a failover to a standby that did not have them):",
+            self.lost.len(),
+            self.checked,
+            self.shard,
+            self.from_timeline,
+            self.to_timeline
+        )?;
+        const SHOWN: usize = 10;
+        for lost in self.lost.iter().take(SHOWN) {
+            write!(
+                f,
+                " {} at sequence {}",
+                lost.reservation_id, lost.acknowledged_sequence
+            )?;
+            if lost.count > 1 {
+                write!(f, " (+{} more)", lost.count - 1)?;
+            }
+            match lost.evidence {
+                LossEvidence::Missing => f.write_str(" (missing)")?,
+                LossEvidence::Reissued { reservation_id } => {
+                    write!(f, " (now held by {reservation_id})")?;
+                }
+                LossEvidence::Moved { sequence } => write!(f, " (now at sequence {sequence})")?,
+            }
+            f.write_str(";")?;
+        }
+        if self.lost.len() > SHOWN {
+            write!(f, " and {} more", self.lost.len() - SHOWN)?;
+        }
+        Ok(())
+    }
+}
+
+/// One acknowledged reservation as the ring keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Acknowledged {
+    id: Uuid,
+    first: u64,
+    count: u32,
+    timeline: u32,
+}
+
+#[derive(Debug, Default)]
+struct ShardLog {
+    /// The timeline the ring was last verified on (or first filled on).
+    timeline: Option<u32>,
+    /// An acknowledgement arrived from another timeline than `timeline`:
+    /// verify before the next reservation.
+    dirty: bool,
+    ring: VecDeque<Acknowledged>,
+    halted: Option<Arc<LostReservations>>,
+}
+
+/// The per-store ring of recently acknowledged reservations, per shard.
+#[derive(Debug)]
+pub(crate) struct AcknowledgedLog {
+    capacity: usize,
+    shards: Mutex<HashMap<SchedulerShardId, ShardLog>>,
+    /// One verification at a time per store.
+    verifying: tokio::sync::Mutex<()>,
+}
+
+/// Where a reservation may go next.
+pub(crate) enum Guard {
+    /// Reserve, refusing any other timeline (`None`: no reservation
+    /// acknowledged yet, any timeline).
+    Reserve(Option<u32>),
+    /// Verify the ring first.
+    Verify,
+}
+
+/// The answer of a guarded reservation statement.
+pub(crate) enum Guarded<T> {
+    /// Reserved (or replayed) on `timeline`.
+    Done {
+        value: T,
+        timeline: u32,
+        id: Uuid,
+        first: u64,
+        count: u32,
+    },
+    /// Nothing tried: the server is on another timeline (`None`: in
+    /// recovery).
+    TimelineChanged(Option<u32>),
+}
+
+fn lock(
+    shards: &Mutex<HashMap<SchedulerShardId, ShardLog>>,
+) -> std::sync::MutexGuard<'_, HashMap<SchedulerShardId, ShardLog>> {
+    // A poisoned lock only means another thread panicked while holding
+    // it; the map itself is always consistent between statements.
+    shards
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl AcknowledgedLog {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            shards: Mutex::new(HashMap::new()),
+            verifying: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn guard(&self, shard: &SchedulerShardId) -> Result<Guard, StoreError> {
+        let shards = lock(&self.shards);
+        let Some(log) = shards.get(shard) else {
+            return Ok(Guard::Reserve(None));
+        };
+        if let Some(lost) = &log.halted {
+            return Err(StoreError::ReservationsLostInFailover(Box::new(
+                (**lost).clone(),
+            )));
+        }
+        if log.dirty {
+            return Ok(Guard::Verify);
+        }
+        Ok(Guard::Reserve(log.timeline))
+    }
+
+    fn acknowledge(&self, shard: &SchedulerShardId, entry: Acknowledged) {
+        let mut shards = lock(&self.shards);
+        let log = shards.entry(shard.clone()).or_default();
+        match log.timeline {
+            None => log.timeline = Some(entry.timeline),
+            Some(t) if t != entry.timeline => log.dirty = true,
+            Some(_) => {}
+        }
+        if log.ring.len() == self.capacity {
+            log.ring.pop_front();
+        }
+        log.ring.push_back(entry);
+    }
+}
+
+/// The ring's entries on the current server: the id's row, and the row
+/// holding the entry's sequence.
+const VERIFY: &str = "
+    SELECT a.ord, f.sequence AS found_sequence, o.reservation_id AS holder
+    FROM unnest($2::uuid[], $3::bigint[]) WITH ORDINALITY AS a(id, first, ord)
+    LEFT JOIN statek.scheduler_reservations AS f ON f.reservation_id = a.id
+    LEFT JOIN statek.scheduler_reservations AS o ON o.shard_id = $1 AND o.sequence = a.first
+    ORDER BY a.ord";
+
+const VERIFY_SERVER: &str = "
+    SELECT statek.server_timeline() AS timeline,
+           (SELECT next_sequence FROM statek.scheduler_shards WHERE shard_id = $1) AS cursor";
+
+impl PgStore {
+    /// Runs a reservation statement under the failover guard: verifies the
+    /// ring first when needed, sends the statement with the timeline it
+    /// must find, verifies and resends when the timeline changed, and
+    /// records what was acknowledged.
+    pub(crate) async fn guarded_reservation<T, F, Fut>(
+        &self,
+        shard: &SchedulerShardId,
+        attempt: F,
+    ) -> Result<T, StoreError>
+    where
+        F: Fn(Option<u32>) -> Fut,
+        Fut: std::future::Future<Output = Result<Guarded<T>, StoreError>>,
+    {
+        // Each pass either reserves, or verifies and adopts the server's
+        // timeline; a server whose timeline keeps moving is retried by the
+        // caller.
+        for _ in 0..3 {
+            match self.failover_log().guard(shard)? {
+                Guard::Verify => self.verify_acknowledged(shard).await?,
+                Guard::Reserve(expected) => match attempt(expected).await? {
+                    Guarded::Done {
+                        value,
+                        timeline,
+                        id,
+                        first,
+                        count,
+                    } => {
+                        self.failover_log().acknowledge(
+                            shard,
+                            Acknowledged {
+                                id,
+                                first,
+                                count,
+                                timeline,
+                            },
+                        );
+                        return Ok(value);
+                    }
+                    Guarded::TimelineChanged(None) => return Err(StoreError::InRecovery),
+                    Guarded::TimelineChanged(Some(_)) => self.verify_acknowledged(shard).await?,
+                },
+            }
+        }
+        Err(StoreError::InRecovery)
+    }
+
+    /// Re-reads the shard's recently acknowledged reservations on the
+    /// current server and adopts its timeline if none was lost (or the
+    /// store is configured to continue).
+    async fn verify_acknowledged(&self, shard: &SchedulerShardId) -> Result<(), StoreError> {
+        let log = self.failover_log();
+        let _one_at_a_time = log.verifying.lock().await;
+        let client = self.client().await?;
+        let server = client.query_one(VERIFY_SERVER, &[&shard.as_str()]).await?;
+        let Some(timeline) = server
+            .try_get::<_, Option<i32>>("timeline")?
+            .and_then(|t| u32::try_from(t).ok())
+        else {
+            return Err(StoreError::InRecovery);
+        };
+        let cursor = server
+            .try_get::<_, Option<i64>>("cursor")?
+            .and_then(|c| u64::try_from(c).ok())
+            .unwrap_or(0);
+        let (from_timeline, entries) = {
+            let shards = lock(&log.shards);
+            match shards.get(shard) {
+                Some(l) if l.timeline == Some(timeline) && !l.dirty => return Ok(()),
+                Some(l) => (l.timeline, l.ring.iter().copied().collect::<Vec<_>>()),
+                None => return Ok(()),
+            }
+        };
+        let ids: Vec<Uuid> = entries.iter().map(|e| e.id).collect();
+        let firsts: Vec<i64> = entries
+            .iter()
+            .map(|e| i64::try_from(e.first).unwrap_or(i64::MAX))
+            .collect();
+        let rows = client
+            .query(VERIFY, &[&shard.as_str(), &ids, &firsts])
+            .await?;
+        let mut lost = Vec::new();
+        let mut pruned = Vec::new();
+        for (entry, row) in entries.iter().zip(&rows) {
+            let found: Option<i64> = row.try_get("found_sequence")?;
+            let holder: Option<Uuid> = row.try_get("holder")?;
+            let evidence = match (found, holder) {
+                (Some(found), _) if u64::try_from(found).ok() == Some(entry.first) => None,
+                (Some(found), _) => Some(LossEvidence::Moved {
+                    sequence: u64::try_from(found).unwrap_or(0),
+                }),
+                (None, Some(other)) => Some(LossEvidence::Reissued {
+                    reservation_id: other,
+                }),
+                (None, None) if entry.first >= cursor => Some(LossEvidence::Missing),
+                (None, None) => {
+                    // Below the cursor and nobody holds it: pruned.
+                    pruned.push(entry.id);
+                    None
+                }
+            };
+            if let Some(evidence) = evidence {
+                lost.push(LostReservation {
+                    reservation_id: entry.id,
+                    acknowledged_sequence: entry.first,
+                    count: entry.count,
+                    evidence,
+                });
+            }
+        }
+        lost.sort_by_key(|l| l.acknowledged_sequence);
+        metrics::counter!(TIMELINE_CHANGES_TOTAL, "shard" => shard.to_string()).increment(1);
+        let from = from_timeline.unwrap_or(timeline);
+        let mut shards = lock(&log.shards);
+        let Some(state) = shards.get_mut(shard) else {
+            return Ok(());
+        };
+        state.ring.retain(|e| !pruned.contains(&e.id));
+        if lost.is_empty() {
+            tracing::info!(
+                shard = %shard, from_timeline = from, to_timeline = timeline,
+                checked = entries.len(),
+                "server timeline changed; every recently acknowledged reservation is on the new primary"
+            );
+            state.timeline = Some(timeline);
+            state.dirty = false;
+            return Ok(());
+        }
+        metrics::counter!(RESERVATIONS_LOST_TOTAL, "shard" => shard.to_string())
+            .increment(lost.len() as u64);
+        let report = LostReservations {
+            shard: shard.clone(),
+            from_timeline: from,
+            to_timeline: timeline,
+            checked: entries.len(),
+            lost,
+        };
+        tracing::error!(shard = %shard, lost = report.lost.len(), "{report}");
+        let lost_ids: Vec<Uuid> = report.lost.iter().map(|l| l.reservation_id).collect();
+        match self.config().lost_reservation_action() {
+            LostReservationAction::Halt => {
+                state.halted = Some(Arc::new(report.clone()));
+            }
+            LostReservationAction::Continue => {
+                state.timeline = Some(timeline);
+                state.dirty = false;
+                state.ring.retain(|e| !lost_ids.contains(&e.id));
+            }
+        }
+        Err(StoreError::ReservationsLostInFailover(Box::new(report)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard() -> SchedulerShardId {
+        SchedulerShardId::try_from("s").unwrap()
+    }
+
+    fn entry(first: u64, timeline: u32) -> Acknowledged {
+        Acknowledged {
+            id: Uuid::now_v7(),
+            first,
+            count: 1,
+            timeline,
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_and_asks_for_verification_on_a_timeline_change() {
+        let log = AcknowledgedLog::new(3);
+        assert!(matches!(log.guard(&shard()).unwrap(), Guard::Reserve(None)));
+        for first in 0..5 {
+            log.acknowledge(&shard(), entry(first, 1));
+        }
+        let firsts: Vec<u64> = lock(&log.shards)[&shard()]
+            .ring
+            .iter()
+            .map(|e| e.first)
+            .collect();
+        assert_eq!(firsts, [2, 3, 4]);
+        assert!(matches!(
+            log.guard(&shard()).unwrap(),
+            Guard::Reserve(Some(1))
+        ));
+        log.acknowledge(&shard(), entry(5, 2));
+        assert!(matches!(log.guard(&shard()).unwrap(), Guard::Verify));
+    }
+
+    #[test]
+    fn a_halted_shard_keeps_failing() {
+        let log = AcknowledgedLog::new(3);
+        let lost = LostReservations {
+            shard: shard(),
+            from_timeline: 1,
+            to_timeline: 2,
+            checked: 3,
+            lost: vec![LostReservation {
+                reservation_id: Uuid::nil(),
+                acknowledged_sequence: 7,
+                count: 1,
+                evidence: LossEvidence::Missing,
+            }],
+        };
+        lock(&log.shards).entry(shard()).or_default().halted = Some(Arc::new(lost));
+        let err = log.guard(&shard()).err().unwrap();
+        assert!(!err.is_retryable());
+        assert_eq!(
+            err.to_string(),
+            "1 of 3 recently acknowledged reservation(s) of shard s were lost when the server \
+             moved from timeline 1 to 2 (a failover to a standby that did not have them): \
+             00000000-0000-0000-0000-000000000000 at sequence 7 (missing);"
+        );
+    }
+}

@@ -1,0 +1,286 @@
+-- Why: two promises that until now rested on the Rust code alone.
+--
+-- 1. A runtime role could break a shard. It held INSERT on reservation
+--    rows and UPDATE on the cursor, so it could write a row at any
+--    sequence, slot or digest, or move a cursor forward by any amount; one
+--    row at cursor + 3 halted the shard for good. From here on reservations
+--    are written only by two SECURITY DEFINER functions owned by the owner
+--    role, `statek.reserve` and `statek.reserve_batch`: they write a row
+--    only at the locked cursor, with the shard's slot and digest, and move
+--    the cursor by exactly the rows written. The role profile grants the
+--    runtime role EXECUTE on them and no INSERT/UPDATE on the tables. New
+--    shard rows are checked by a trigger (cursor 0, digest of the bytes,
+--    cycle length = sum of the weights), and TRUNCATE of shards and
+--    reservations is refused like DELETE of a shard.
+--
+-- 2. An acknowledged reservation could be lost and its sequence handed out
+--    again: after a crash of a server whose commits did not wait for the
+--    WAL flush (`synchronous_commit = off`), or after a failover to an
+--    asynchronous standby. The functions set the caller's required
+--    `synchronous_commit` for their own transaction (`set_config(..., true)`,
+--    so it holds behind PgBouncer in transaction mode too), and refuse to
+--    reserve when the server's timeline is not the one the caller last
+--    reserved on: a promotion changes the timeline, and the caller then
+--    re-checks its recently acknowledged reservations before it reserves on
+--    the new primary (statek-store-pg `failover.rs`).
+--
+-- The statements inside the functions are the one-statement reservations
+-- of V1/V4 unchanged: lock the cursor row, insert unless the id exists
+-- (ON CONFLICT sees committed and in-flight rows), advance only if a row
+-- was inserted. Still one round trip per reservation: the caller sends one
+-- `SELECT * FROM statek.reserve(...)`.
+
+-- The server's current WAL timeline, or NULL on a standby (in recovery).
+-- The timeline is the first 8 hex digits of the current WAL file name; it
+-- changes at once on promotion (pg_control_checkpoint() shows the new one
+-- only after the next checkpoint).
+CREATE FUNCTION statek.server_timeline() RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN pg_is_in_recovery() THEN NULL
+                ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer
+           END
+$$;
+
+-- One reservation. Output columns (by name, read by reservation.rs):
+--   status              'timeline' (nothing tried: the server's timeline is
+--                       not p_expected_timeline), else 'attempted'
+--   timeline            the server's timeline
+--   synchronous_commit  in force for this transaction
+--   policy_digest, cycle_length, next_sequence, digest_ok
+--                       the locked shard row (NULL: no such shard)
+--   sequence, slot, reserved_at
+--                       the inserted row (NULL: nothing inserted)
+--   advanced            cursor rows advanced (0 or 1)
+CREATE FUNCTION statek.reserve(
+    p_reservation_id uuid,
+    p_shard_id text,
+    p_policy_digest bytea,
+    p_expected_timeline integer,
+    p_synchronous_commit text
+) RETURNS TABLE (
+    status text,
+    timeline integer,
+    synchronous_commit text,
+    policy_digest bytea,
+    cycle_length integer,
+    next_sequence bigint,
+    digest_ok boolean,
+    sequence bigint,
+    slot integer,
+    reserved_at timestamptz,
+    advanced bigint
+)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_timeline integer;
+BEGIN
+    IF p_synchronous_commit IS NOT NULL THEN
+        PERFORM set_config('synchronous_commit', p_synchronous_commit, true);
+    END IF;
+    v_timeline := statek.server_timeline();
+    IF p_expected_timeline IS NOT NULL AND v_timeline IS DISTINCT FROM p_expected_timeline THEN
+        RETURN QUERY SELECT 'timeline'::text, v_timeline, current_setting('synchronous_commit'),
+            NULL::bytea, NULL::integer, NULL::bigint, NULL::boolean,
+            NULL::bigint, NULL::integer, NULL::timestamptz, 0::bigint;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH locked AS MATERIALIZED (
+        SELECT s.policy_digest, s.cycle_length, s.next_sequence,
+               sha256('\x73746174656b2e706f6c6963792e763100'::bytea || s.policy_bytes)
+                   = s.policy_digest AS digest_ok
+        FROM statek.scheduler_shards AS s
+        WHERE s.shard_id = p_shard_id
+        FOR UPDATE
+    ),
+    inserted AS (
+        INSERT INTO statek.scheduler_reservations AS r
+            (reservation_id, shard_id, sequence, slot, policy_digest)
+        SELECT p_reservation_id, p_shard_id, l.next_sequence,
+               (l.next_sequence % l.cycle_length)::integer, p_policy_digest
+        FROM locked AS l
+        WHERE l.digest_ok AND l.policy_digest = p_policy_digest
+          AND l.cycle_length BETWEEN 1 AND 4096
+          AND l.next_sequence BETWEEN 0 AND 9223372036854775806
+        ON CONFLICT (reservation_id) DO NOTHING
+        RETURNING r.sequence, r.slot, r.reserved_at
+    ),
+    moved AS (
+        UPDATE statek.scheduler_shards AS s
+        SET next_sequence = i.sequence + 1
+        FROM inserted AS i
+        WHERE s.shard_id = p_shard_id
+        RETURNING s.next_sequence
+    )
+    SELECT 'attempted'::text, v_timeline, current_setting('synchronous_commit'),
+           l.policy_digest, l.cycle_length, l.next_sequence, l.digest_ok,
+           i.sequence, i.slot, i.reserved_at,
+           (SELECT count(*) FROM moved)
+    FROM locked AS l LEFT JOIN inserted AS i ON true;
+END;
+$$;
+
+-- k contiguous reservations (k = p_count): the head row's reservation id is
+-- the batch id, the k - 1 tail rows take p_tail_ids. Output as for
+-- statek.reserve, with `sequence`/`reserved_at` of the head row, `tail_rows`
+-- instead of `slot`.
+CREATE FUNCTION statek.reserve_batch(
+    p_batch_id uuid,
+    p_shard_id text,
+    p_policy_digest bytea,
+    p_count bigint,
+    p_tail_ids uuid[],
+    p_expected_timeline integer,
+    p_synchronous_commit text
+) RETURNS TABLE (
+    status text,
+    timeline integer,
+    synchronous_commit text,
+    policy_digest bytea,
+    cycle_length integer,
+    next_sequence bigint,
+    digest_ok boolean,
+    sequence bigint,
+    reserved_at timestamptz,
+    tail_rows bigint,
+    advanced bigint
+)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_timeline integer;
+BEGIN
+    IF p_synchronous_commit IS NOT NULL THEN
+        PERFORM set_config('synchronous_commit', p_synchronous_commit, true);
+    END IF;
+    v_timeline := statek.server_timeline();
+    IF p_expected_timeline IS NOT NULL AND v_timeline IS DISTINCT FROM p_expected_timeline THEN
+        RETURN QUERY SELECT 'timeline'::text, v_timeline, current_setting('synchronous_commit'),
+            NULL::bytea, NULL::integer, NULL::bigint, NULL::boolean,
+            NULL::bigint, NULL::timestamptz, 0::bigint, 0::bigint;
+        RETURN;
+    END IF;
+    -- The tail must hold exactly k - 1 ids: the cursor moves by k.
+    IF p_count < 1 OR coalesce(cardinality(p_tail_ids), 0) <> p_count - 1 THEN
+        RAISE EXCEPTION 'statek: a batch of % reservations needs % tail ids, got %',
+            p_count, p_count - 1, coalesce(cardinality(p_tail_ids), 0)
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH locked AS MATERIALIZED (
+        SELECT s.policy_digest, s.cycle_length, s.next_sequence,
+               sha256('\x73746174656b2e706f6c6963792e763100'::bytea || s.policy_bytes)
+                   = s.policy_digest AS digest_ok
+        FROM statek.scheduler_shards AS s
+        WHERE s.shard_id = p_shard_id
+        FOR UPDATE
+    ),
+    head AS (
+        INSERT INTO statek.scheduler_reservations AS r
+            (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
+        SELECT p_batch_id, p_shard_id, l.next_sequence,
+               (l.next_sequence % l.cycle_length)::integer, p_policy_digest, p_batch_id
+        FROM locked AS l
+        WHERE l.digest_ok AND l.policy_digest = p_policy_digest
+          AND l.cycle_length BETWEEN 1 AND 4096
+          AND l.next_sequence BETWEEN 0 AND 9223372036854775807 - p_count
+          -- Rows of this batch left after its head was pruned: never
+          -- reserve the batch a second time.
+          AND NOT EXISTS (SELECT 1 FROM statek.scheduler_reservations AS o
+                          WHERE o.batch_id = p_batch_id)
+        ON CONFLICT (reservation_id) DO NOTHING
+        RETURNING r.sequence, r.reserved_at
+    ),
+    tail AS (
+        INSERT INTO statek.scheduler_reservations AS r
+            (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
+        SELECT t.id, p_shard_id, h.sequence + t.ord,
+               ((h.sequence + t.ord) % l.cycle_length)::integer, p_policy_digest, p_batch_id
+        FROM head AS h CROSS JOIN locked AS l
+             CROSS JOIN unnest(p_tail_ids) WITH ORDINALITY AS t(id, ord)
+        RETURNING r.sequence
+    ),
+    moved AS (
+        UPDATE statek.scheduler_shards AS s
+        SET next_sequence = h.sequence + p_count
+        FROM head AS h
+        WHERE s.shard_id = p_shard_id
+        RETURNING s.next_sequence
+    )
+    SELECT 'attempted'::text, v_timeline, current_setting('synchronous_commit'),
+           l.policy_digest, l.cycle_length, l.next_sequence, l.digest_ok,
+           h.sequence, h.reserved_at,
+           (SELECT count(*) FROM tail), (SELECT count(*) FROM moved)
+    FROM locked AS l LEFT JOIN head AS h ON true;
+END;
+$$;
+
+-- Only the role profile decides who may reserve.
+REVOKE ALL ON FUNCTION statek.server_timeline() FROM PUBLIC;
+REVOKE ALL ON FUNCTION statek.reserve(uuid, text, bytea, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION statek.reserve_batch(uuid, text, bytea, bigint, uuid[], integer, text)
+    FROM PUBLIC;
+
+-- A new shard starts at sequence 0, its digest is the digest of its bytes,
+-- its cycle length is the sum of its weights, and its registration time is
+-- the database's. Anything else would bind a shard that every replica
+-- refuses (CorruptData) or that starts mid-sequence.
+CREATE FUNCTION statek.check_new_shard() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_weights bigint;
+BEGIN
+    IF NEW.next_sequence IS DISTINCT FROM 0 THEN
+        RAISE EXCEPTION 'statek: shard % must start at sequence 0, not %',
+            NEW.shard_id, NEW.next_sequence USING ERRCODE = 'SK001';
+    END IF;
+    IF sha256('\x73746174656b2e706f6c6963792e763100'::bytea || NEW.policy_bytes)
+           IS DISTINCT FROM NEW.policy_digest THEN
+        RAISE EXCEPTION 'statek: the digest of shard % is not the digest of its policy bytes',
+            NEW.shard_id USING ERRCODE = 'SK001';
+    END IF;
+    BEGIN
+        SELECT sum((t.value ->> 'weight')::bigint) INTO v_weights
+        FROM jsonb_array_elements(convert_from(NEW.policy_bytes, 'UTF8')::jsonb -> 'tenants')
+             AS t(value);
+    EXCEPTION WHEN others THEN
+        RAISE EXCEPTION 'statek: the policy bytes of shard % are not a policy', NEW.shard_id
+            USING ERRCODE = 'SK001';
+    END;
+    IF v_weights IS DISTINCT FROM NEW.cycle_length THEN
+        RAISE EXCEPTION 'statek: shard % has cycle length % but its weights sum to %',
+            NEW.shard_id, NEW.cycle_length, v_weights USING ERRCODE = 'SK001';
+    END IF;
+    NEW.registered_at := now();
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER scheduler_shards_checked_on_insert
+    BEFORE INSERT ON statek.scheduler_shards
+    FOR EACH ROW EXECUTE FUNCTION statek.check_new_shard();
+
+-- TRUNCATE skips row triggers: refuse it like DELETE of a shard. Retention
+-- deletes old reservation rows in batches.
+CREATE FUNCTION statek.refuse_truncate() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'statek: % holds evidence and cannot be truncated', TG_TABLE_NAME
+        USING ERRCODE = 'SK001';
+END;
+$$;
+
+CREATE TRIGGER scheduler_shards_no_truncate
+    BEFORE TRUNCATE ON statek.scheduler_shards
+    FOR EACH STATEMENT EXECUTE FUNCTION statek.refuse_truncate();
+
+CREATE TRIGGER scheduler_reservations_no_truncate
+    BEFORE TRUNCATE ON statek.scheduler_reservations
+    FOR EACH STATEMENT EXECUTE FUNCTION statek.refuse_truncate();
