@@ -147,6 +147,84 @@ async fn the_role_matrix_holds() {
             .await,
     );
 
+    // Runtime may not write reservation rows or move the cursor itself:
+    // only `statek.reserve`/`statek.reserve_batch` (SECURITY DEFINER) do,
+    // at the locked cursor with the shard's slot and digest.
+    sql_denied(
+        "runtime insert reservation at cursor + 3",
+        rt_sql
+            .execute(
+                "INSERT INTO statek.scheduler_reservations
+                     (reservation_id, shard_id, sequence, slot, policy_digest)
+                 SELECT $1, shard_id, next_sequence + 3, 0, policy_digest
+                 FROM statek.scheduler_shards",
+                &[&Uuid::now_v7()],
+            )
+            .await,
+    );
+    sql_denied(
+        "runtime advance cursor",
+        rt_sql
+            .execute(
+                "UPDATE statek.scheduler_shards SET next_sequence = next_sequence + 1000000",
+                &[],
+            )
+            .await,
+    );
+    sql_denied(
+        "runtime truncate reservations",
+        rt_sql
+            .execute("TRUNCATE statek.scheduler_reservations", &[])
+            .await,
+    );
+    sql_denied(
+        "runtime truncate shards",
+        rt_sql
+            .execute("TRUNCATE statek.scheduler_shards CASCADE", &[])
+            .await,
+    );
+    // A new shard row must start at 0 with the digest of its bytes and the
+    // sum of its weights as L, whoever inserts it.
+    for (what, sql) in [
+        (
+            "runtime insert shard mid-sequence",
+            "INSERT INTO statek.scheduler_shards
+                 (shard_id, policy_bytes, policy_digest, cycle_length, next_sequence)
+             SELECT 'forged-1', policy_bytes, policy_digest, cycle_length, 5
+             FROM statek.scheduler_shards",
+        ),
+        (
+            "runtime insert shard with another digest",
+            "INSERT INTO statek.scheduler_shards
+                 (shard_id, policy_bytes, policy_digest, cycle_length)
+             SELECT 'forged-2', policy_bytes, sha256(policy_bytes), cycle_length
+             FROM statek.scheduler_shards",
+        ),
+        (
+            "runtime insert shard with another cycle length",
+            "INSERT INTO statek.scheduler_shards
+                 (shard_id, policy_bytes, policy_digest, cycle_length)
+             SELECT 'forged-3', policy_bytes, policy_digest, cycle_length + 1
+             FROM statek.scheduler_shards",
+        ),
+    ] {
+        let err = rt_sql.execute(sql, &[]).await.expect_err(what);
+        assert_eq!(err.code().map(|c| c.code()), Some("SK001"), "{what}: {err}");
+    }
+
+    // The owner, who owns the tables, is still refused by the triggers it
+    // owns (it could disable them; only superusers and owners can).
+    let own_sql = client_as(&db, &owner).await;
+    for (what, sql) in [
+        ("owner truncate shards", "TRUNCATE statek.scheduler_shards CASCADE"),
+        ("owner truncate reservations", "TRUNCATE statek.scheduler_reservations"),
+        ("owner move cursor back", "UPDATE statek.scheduler_shards SET next_sequence = 0"),
+        ("owner delete shard", "DELETE FROM statek.scheduler_shards"),
+    ] {
+        let err = own_sql.execute(sql, &[]).await.expect_err(what);
+        assert_eq!(err.code().map(|c| c.code()), Some("SK001"), "{what}: {err}");
+    }
+
     // Retention: prune only.
     let report = rn
         .prune_scheduler_fairness_reservations(&retention_policy)
@@ -168,8 +246,32 @@ async fn the_role_matrix_holds() {
     );
     denied("retention load", rn.load_shard(p.shard_id()).await);
     denied("retention migrate", rn.migrate().await);
+    let rn_sql = client_as(&db, &retention).await;
+    sql_denied(
+        "retention calls statek.reserve",
+        rn_sql
+            .execute(
+                "SELECT * FROM statek.reserve($1, 'primary-v1', '\\x00'::bytea, NULL, 'on')",
+                &[&Uuid::now_v7()],
+            )
+            .await,
+    );
 
-    // Nothing a denied call tried was written.
+    // Nothing a denied call tried was written: one shard, one
+    // reservation, and the next one is sequence 1.
     assert_eq!(rt.next_sequence(p.shard_id()).await.unwrap(), 1);
+    let shards: i64 = admin
+        .query_one("SELECT count(*) FROM statek.scheduler_shards", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(shards, 1);
+    assert_eq!(
+        rt.reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+            .await
+            .unwrap()
+            .sequence(),
+        1
+    );
     assert_eq!(rt.count_live_runs().await.unwrap(), 0);
 }

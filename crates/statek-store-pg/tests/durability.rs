@@ -1,0 +1,348 @@
+//! Durable commits and failover detection against a real server.
+//!
+//! The test servers run with `fsync`, `synchronous_commit` and
+//! `full_page_writes` off (fast, not durable): the durability check must
+//! see exactly that, statek's own sessions must still commit with
+//! `synchronous_commit = on`, and the default policy must refuse. A
+//! failover is simulated by replacing `statek.server_timeline()` as the
+//! superuser (the real promotion is tested by `cargo xtask test`'s failover
+//! step): reservations acknowledged before it and then lost are reported
+//! with their ids and sequences.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::{
+    DurabilityPolicy, DurabilityRisk, LossEvidence, LostReservationAction, PgStore, StoreConfig,
+    StoreError, SynchronousCommit,
+};
+use uuid::Uuid;
+
+fn policy() -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [
+            TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 3).unwrap(),
+            TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), 1).unwrap(),
+        ],
+    )
+    .unwrap()
+}
+
+fn store(db: &TestDatabase, config: impl FnOnce(StoreConfig) -> StoreConfig) -> PgStore {
+    PgStore::new(config(StoreConfig::from_pg_config(db.pg_config().clone()))).unwrap()
+}
+
+async fn shard_rows(db: &TestDatabase) -> i64 {
+    db.client()
+        .await
+        .query_one("SELECT count(*) FROM statek.scheduler_shards", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn the_check_sees_the_test_servers_fast_settings_and_the_default_refuses_them() {
+    let db = TestDatabase::create().await;
+    // The server's own default (a plain session) is off ...
+    let plain: String = db
+        .client()
+        .await
+        .query_one("SHOW synchronous_commit", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(plain, "off");
+
+    // ... but statek's session commits with `on`.
+    let strict = store(&db, |c| c);
+    let report = strict.durability_report().await.unwrap();
+    assert!(!report.fsync);
+    assert!(!report.full_page_writes);
+    assert_eq!(report.synchronous_commit, SynchronousCommit::On);
+    assert_eq!(report.standbys, vec![]);
+    assert_eq!(report.hidden_walsenders, 0);
+    assert_eq!(report.timeline, Some(1));
+    assert_eq!(
+        report.risks(),
+        vec![DurabilityRisk::FsyncOff, DurabilityRisk::FullPageWritesOff]
+    );
+
+    // The default policy refuses registration, and writes nothing.
+    match strict.register(&policy()).await {
+        Err(e @ StoreError::DurabilityRefused { .. }) => {
+            assert!(!e.is_retryable());
+            assert_eq!(
+                e.to_string(),
+                "the server can lose acknowledged reservations: fsync is off: an \
+                 operating-system crash can lose acknowledged reservations; full_page_writes is \
+                 off: an operating-system crash can corrupt acknowledged reservations"
+            );
+        }
+        other => panic!("expected DurabilityRefused, got {other:?}"),
+    }
+    assert_eq!(shard_rows(&db).await, 0);
+    // Allowing asynchronous standbys does not allow fsync = off.
+    let standbys_ok = store(&db, |c| {
+        c.durability_policy(DurabilityPolicy::AllowAsynchronousStandbys)
+    });
+    assert!(matches!(
+        standbys_ok.register(&policy()).await,
+        Err(StoreError::DurabilityRefused { ref risks, .. }) if risks.len() == 2
+    ));
+    assert_eq!(shard_rows(&db).await, 0);
+
+    // The explicit opt-in registers and reports the same facts.
+    let fast = store(&db, |c| {
+        c.durability_policy(DurabilityPolicy::AllowNoDurability)
+    });
+    fast.register(&policy()).await.unwrap();
+    assert_eq!(shard_rows(&db).await, 1);
+    assert_eq!(fast.ensure_durable().await.unwrap(), report);
+}
+
+#[tokio::test]
+async fn a_session_without_flush_is_a_risk_and_reservations_set_their_own_level() {
+    let db = TestDatabase::create().await;
+    let off = store(&db, |c| {
+        c.synchronous_commit(SynchronousCommit::Off)
+            .durability_policy(DurabilityPolicy::AllowAsynchronousStandbys)
+    });
+    let report = off.durability_report().await.unwrap();
+    assert_eq!(report.synchronous_commit, SynchronousCommit::Off);
+    assert_eq!(
+        report.risks()[2],
+        DurabilityRisk::SynchronousCommitOff {
+            setting: "off".to_owned()
+        }
+    );
+    assert!(matches!(
+        off.register(&policy()).await,
+        Err(StoreError::DurabilityRefused { ref risks, .. }) if risks.len() == 3
+    ));
+
+    // The reservation function sets the level for its own transaction,
+    // whatever the session says (as behind PgBouncer in transaction mode,
+    // where session settings do not stick).
+    let fast = store(&db, |c| {
+        c.durability_policy(DurabilityPolicy::AllowNoDurability)
+    });
+    let p = policy();
+    fast.register(&p).await.unwrap();
+    let client = db.client().await;
+    client
+        .batch_execute("SET synchronous_commit = off")
+        .await
+        .unwrap();
+    let row = client
+        .query_one(
+            "SELECT synchronous_commit, sequence FROM statek.reserve($1, $2, $3, NULL, 'remote_apply')",
+            &[&Uuid::now_v7(), &p.shard_id().as_str(), &&p.digest().as_bytes()[..]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "remote_apply");
+    assert_eq!(row.get::<_, i64>(1), 0);
+    // The transaction's setting ended with it.
+    let after: String = client
+        .query_one("SHOW synchronous_commit", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(after, "off");
+    let r = fast
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    assert_eq!((r.sequence(), r.timeline()), (1, Some(1)));
+}
+
+/// Moves the server to `timeline` as far as statek can tell (what a
+/// promotion does to `pg_walfile_name(pg_current_wal_lsn())`).
+async fn fake_timeline(db: &TestDatabase, timeline: i32) {
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "CREATE OR REPLACE FUNCTION statek.server_timeline() RETURNS integer
+             LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+             AS $$ SELECT {timeline} $$"
+        ))
+        .await
+        .unwrap();
+}
+
+/// What an asynchronous standby promoted without the last commits holds:
+/// the rows from `from_sequence` on are gone and the cursor is back there.
+async fn lose_from(db: &TestDatabase, from_sequence: i64) {
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "SET session_replication_role = replica;
+             DELETE FROM statek.scheduler_reservations WHERE sequence >= {from_sequence};
+             UPDATE statek.scheduler_shards SET next_sequence = {from_sequence};
+             RESET session_replication_role;"
+        ))
+        .await
+        .unwrap();
+}
+
+fn fast_store(db: &TestDatabase, action: LostReservationAction) -> PgStore {
+    store(db, |c| {
+        c.durability_policy(DurabilityPolicy::AllowNoDurability)
+            .on_lost_reservations(action)
+    })
+}
+
+#[tokio::test]
+async fn acknowledged_reservations_lost_in_a_failover_are_reported_and_halt_the_shard() {
+    let db = TestDatabase::create().await;
+    let p = policy();
+    let replica = fast_store(&db, LostReservationAction::Halt);
+    replica.register(&p).await.unwrap();
+    let mut acknowledged = Vec::new();
+    for _ in 0..4 {
+        let r = replica
+            .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+            .await
+            .unwrap();
+        acknowledged.push((r.id(), r.sequence()));
+    }
+    let batch = replica
+        .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 3)
+        .await
+        .unwrap();
+    assert_eq!(batch.first_sequence(), 4);
+
+    // The failover loses sequences 2..7; another replica (with no ring)
+    // then gets sequence 2 again on the new primary.
+    lose_from(&db, 2).await;
+    fake_timeline(&db, 2).await;
+    let other = fast_store(&db, LostReservationAction::Halt);
+    let reissued = other
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    assert_eq!((reissued.sequence(), reissued.timeline()), (2, Some(2)));
+
+    // The first replica checks its ring before it reserves on timeline 2.
+    let err = replica
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable());
+    let StoreError::ReservationsLostInFailover(lost) = &err else {
+        panic!("expected ReservationsLostInFailover, got {err:?}");
+    };
+    assert_eq!((lost.from_timeline, lost.to_timeline), (1, 2));
+    assert_eq!(lost.checked, 5);
+    let found: Vec<(Uuid, u64, u32, LossEvidence)> = lost
+        .lost
+        .iter()
+        .map(|l| {
+            (
+                l.reservation_id,
+                l.acknowledged_sequence,
+                l.count,
+                l.evidence,
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (
+                acknowledged[2].0,
+                2,
+                1,
+                LossEvidence::Reissued {
+                    reservation_id: reissued.id()
+                }
+            ),
+            (acknowledged[3].0, 3, 1, LossEvidence::Missing),
+            (batch.batch_id(), 4, 3, LossEvidence::Missing),
+        ]
+    );
+    assert!(err.to_string().contains(&format!(
+        "{} at sequence 2 (now held by {})",
+        acknowledged[2].0,
+        reissued.id()
+    )));
+    // Halted: nothing more is reserved on the shard by this store.
+    assert!(matches!(
+        replica
+            .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+            .await,
+        Err(StoreError::ReservationsLostInFailover(_))
+    ));
+    assert!(matches!(
+        replica
+            .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 2)
+            .await,
+        Err(StoreError::ReservationsLostInFailover(_))
+    ));
+    assert_eq!(replica.next_sequence(p.shard_id()).await.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_failover_that_lost_nothing_goes_on_and_pruned_rows_are_not_losses() {
+    let db = TestDatabase::create().await;
+    let p = policy();
+    let replica = fast_store(&db, LostReservationAction::Halt);
+    replica.register(&p).await.unwrap();
+    for _ in 0..5 {
+        replica
+            .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+            .await
+            .unwrap();
+    }
+    // Retention pruned sequences 0 and 1 (below the cursor, nobody holds
+    // them); the promoted server has everything else.
+    db.client()
+        .await
+        .batch_execute("DELETE FROM statek.scheduler_reservations WHERE sequence < 2")
+        .await
+        .unwrap();
+    fake_timeline(&db, 7).await;
+    let next = replica
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    assert_eq!((next.sequence(), next.timeline()), (5, Some(7)));
+}
+
+#[tokio::test]
+async fn continue_reports_the_loss_once_and_reserves_on_the_new_timeline() {
+    let db = TestDatabase::create().await;
+    let p = policy();
+    let replica = fast_store(&db, LostReservationAction::Continue);
+    replica.register(&p).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            replica
+                .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+                .await
+                .unwrap()
+                .id(),
+        );
+    }
+    lose_from(&db, 1).await;
+    fake_timeline(&db, 3).await;
+    match replica
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+    {
+        Err(StoreError::ReservationsLostInFailover(lost)) => {
+            let lost_ids: Vec<Uuid> = lost.lost.iter().map(|l| l.reservation_id).collect();
+            assert_eq!(lost_ids, ids[1..].to_vec());
+        }
+        other => panic!("expected ReservationsLostInFailover, got {other:?}"),
+    }
+    let next = replica
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    assert_eq!((next.sequence(), next.timeline()), (1, Some(3)));
+}
