@@ -2,7 +2,7 @@
 //! with a password.
 
 use anyhow::{anyhow, Result};
-use statek_store_pg::{PgStore, StoreConfig};
+use statek_store_pg::{DurabilityPolicy, PgStore, StoreConfig};
 
 /// Connection options shared by every command that talks to PostgreSQL.
 #[derive(Debug, Clone, clap::Args)]
@@ -12,6 +12,33 @@ pub struct DbArgs {
     /// status and demo, the retention role for prune.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     pub database_url: Option<String>,
+    /// What the durability check (at register and Worker start) refuses:
+    /// `require` refuses fsync/full_page_writes off, a synchronous_commit
+    /// without flush and asynchronous standbys; `allow-async-standbys`
+    /// accepts asynchronous standbys; `none` only reports (tests, demos).
+    #[arg(long, env = "STATEK_DURABILITY", value_enum, default_value_t = Durability::Require)]
+    pub durability: Durability,
+}
+
+/// The `--durability` values (see [`DurabilityPolicy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Durability {
+    /// [`DurabilityPolicy::Require`].
+    Require,
+    /// [`DurabilityPolicy::AllowAsynchronousStandbys`].
+    AllowAsyncStandbys,
+    /// [`DurabilityPolicy::AllowNoDurability`].
+    None,
+}
+
+impl From<Durability> for DurabilityPolicy {
+    fn from(value: Durability) -> Self {
+        match value {
+            Durability::Require => DurabilityPolicy::Require,
+            Durability::AllowAsyncStandbys => DurabilityPolicy::AllowAsynchronousStandbys,
+            Durability::None => DurabilityPolicy::AllowNoDurability,
+        }
+    }
 }
 
 impl DbArgs {
@@ -19,7 +46,9 @@ impl DbArgs {
     pub fn store(&self, pool_size: usize) -> Result<PgStore> {
         let url = self.url()?;
         Ok(PgStore::new(
-            StoreConfig::from_url(url)?.pool_size(pool_size)?,
+            StoreConfig::from_url(url)?
+                .pool_size(pool_size)?
+                .durability_policy(self.durability.into()),
         )?)
     }
 

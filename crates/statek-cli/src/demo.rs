@@ -215,14 +215,34 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
         println!("metrics: http://{addr}/metrics");
     }
-    let admin = PgStore::new(StoreConfig::from_url(url)?.pool_size(4)?)?;
+    let admin = PgStore::new(demo_store_config(url)?)?;
     let migrated = admin.migrate().await.context("migration failed")?;
     println!("migrations: {} applied now", migrated.applied().len());
+    let durability = admin
+        .durability_report()
+        .await
+        .context("durability check failed")?;
+    let risks = durability.risks();
+    println!(
+        "durability: {durability}{}",
+        if risks.is_empty() {
+            String::from(" (no risk found)")
+        } else {
+            format!(
+                " - NOT durable ({}): fine for a demo, refused by default in production",
+                risks
+                    .iter()
+                    .map(statek_store_pg::DurabilityRisk::label)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
 
     // Every replica registers (the first binds the policy, the rest verify it).
     let mut replicas: Vec<Arc<Scheduler>> = Vec::new();
     for i in 0..args.replicas {
-        let store = PgStore::new(StoreConfig::from_url(url)?.pool_size(4)?)?;
+        let store = PgStore::new(demo_store_config(url)?)?;
         let executor = PgRunQueueExecutor::new(store.clone(), NoopHandler, ExecutorOptions::new());
         let scheduler = DurableFairScheduler::register(
             store,
@@ -733,6 +753,15 @@ fn verify(
         ),
     ));
     checks
+}
+
+/// A demo replica's store: 4 connections, and a durability check that
+/// reports without refusing (the demo's throw-away cluster is fast, not
+/// durable; production stores keep the default, which refuses).
+fn demo_store_config(url: &str) -> Result<StoreConfig> {
+    Ok(StoreConfig::from_url(url)?
+        .pool_size(4)?
+        .durability_policy(statek_store_pg::DurabilityPolicy::AllowNoDurability))
 }
 
 #[cfg(test)]

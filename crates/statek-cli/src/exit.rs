@@ -21,6 +21,10 @@ pub const UNAVAILABLE: u8 = 6;
 pub const PERMISSION_DENIED: u8 = 7;
 /// A demo check failed.
 pub const CHECK_FAILED: u8 = 8;
+/// The durability check refused the server: it can lose acknowledged
+/// reservations (`fsync`, `full_page_writes`, `synchronous_commit`,
+/// asynchronous standbys). Change the server, or pass `--durability`.
+pub const DURABILITY_REFUSED: u8 = 10;
 
 /// A failed demo check (exit code [`CHECK_FAILED`]).
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +68,8 @@ fn classify(store: &StoreError) -> u8 {
         StoreError::PolicyConflict { .. } | StoreError::PolicyDigestMismatch { .. } => {
             POLICY_CONFLICT
         }
-        StoreError::CorruptData { .. } => CORRUPT_DATA,
+        StoreError::CorruptData { .. } | StoreError::ReservationsLostInFailover(_) => CORRUPT_DATA,
+        StoreError::DurabilityRefused { .. } => DURABILITY_REFUSED,
         StoreError::PermissionDenied { .. } => PERMISSION_DENIED,
         StoreError::InvalidArgument(_) => INVALID_INPUT,
         e if e.is_retryable() => UNAVAILABLE,

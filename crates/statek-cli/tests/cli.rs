@@ -159,13 +159,40 @@ fn every_invalid_file_names_file_line_and_field() {
 async fn status_register_verify_and_prune_against_postgres() {
     let db = TestDatabase::create().await;
     let url = db.connection_string();
-    let out = statek(
+    // The test server runs with fsync and full_page_writes off: refused by
+    // default (exit 10), nothing registered.
+    let refused = statek(
         &["register", "deploy/policies/two-tenants.toml"],
+        Some(&url),
+    );
+    assert_eq!(refused.status.code(), Some(10), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("fsync is off"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(db
+        .store()
+        .load_shard(&SchedulerShardId::try_from("primary-v1").unwrap())
+        .await
+        .is_err());
+    let out = statek(
+        &[
+            "register",
+            "--durability",
+            "none",
+            "deploy/policies/two-tenants.toml",
+        ],
         Some(&url),
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let again = statek(
-        &["register", "deploy/policies/two-tenants.toml"],
+        &[
+            "register",
+            "--durability",
+            "none",
+            "deploy/policies/two-tenants.toml",
+        ],
         Some(&url),
     );
     assert!(stdout(&again).contains("already registered with identical bytes"));

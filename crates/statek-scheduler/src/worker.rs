@@ -256,11 +256,23 @@ impl<E: TenantExecutor + 'static> Worker<E> {
     /// Runs until `shutdown` fires (then drains as described on [`Worker`])
     /// or a non-retryable error occurs.
     ///
+    /// Before the first tick it runs the store's durability check
+    /// ([`statek_store_pg::PgStore::ensure_durable`]).
+    ///
     /// # Errors
-    /// The first non-retryable [`SchedulerError`] of any tick loop (e.g.
-    /// `CorruptData`, `PolicyDigestMismatch`); the other loops then stop as
-    /// at shutdown.
+    /// [`SchedulerError::Store`] with `DurabilityRefused` when the store's
+    /// durability policy refuses the server (nothing is reserved); the
+    /// first non-retryable [`SchedulerError`] of any tick loop (e.g.
+    /// `CorruptData`, `PolicyDigestMismatch`, `ReservationsLostInFailover`);
+    /// the other loops then stop as at shutdown.
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, SchedulerError> {
+        // The durability check of a Worker's start: refuse (by the store's
+        // policy) a server that can lose acknowledged reservations.
+        self.scheduler
+            .store()
+            .ensure_durable()
+            .await
+            .map_err(|source| SchedulerError::Store { source, retries: 0 })?;
         let threshold = self
             .options
             .idle_threshold

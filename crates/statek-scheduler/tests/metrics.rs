@@ -161,10 +161,25 @@ async fn eight_ticks_export_exact_counters() {
         .keys()
         .any(|(name, _)| name == "statek_reservation_retries_total"));
     assert!(!v.keys().any(|(name, _)| name == "statek_tick_errors_total"));
-    // Every exported name is one the crate documents.
+    // Registration ran the store's durability check on the fast test
+    // server: fsync and full_page_writes off, statek's session flushes.
+    let risk = |label| get(&v, statek_store_pg::DURABILITY_RISK, &[("risk", label)]);
+    assert_eq!(
+        [
+            "fsync",
+            "full_page_writes",
+            "synchronous_commit",
+            "asynchronous_standbys",
+            "standbys_not_visible"
+        ]
+        .map(risk),
+        [1.0, 1.0, 0.0, 0.0, 0.0]
+    );
+    // Every exported name is one the crates document.
     for (name, _) in v.keys() {
         assert!(
-            statek_scheduler::metrics::ALL.contains(&name.as_str()),
+            statek_scheduler::metrics::ALL.contains(&name.as_str())
+                || name == statek_store_pg::DURABILITY_RISK,
             "{name}"
         );
     }

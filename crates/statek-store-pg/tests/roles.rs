@@ -216,9 +216,18 @@ async fn the_role_matrix_holds() {
     // owns (it could disable them; only superusers and owners can).
     let own_sql = client_as(&db, &owner).await;
     for (what, sql) in [
-        ("owner truncate shards", "TRUNCATE statek.scheduler_shards CASCADE"),
-        ("owner truncate reservations", "TRUNCATE statek.scheduler_reservations"),
-        ("owner move cursor back", "UPDATE statek.scheduler_shards SET next_sequence = 0"),
+        (
+            "owner truncate shards",
+            "TRUNCATE statek.scheduler_shards CASCADE",
+        ),
+        (
+            "owner truncate reservations",
+            "TRUNCATE statek.scheduler_reservations",
+        ),
+        (
+            "owner move cursor back",
+            "UPDATE statek.scheduler_shards SET next_sequence = 0",
+        ),
         ("owner delete shard", "DELETE FROM statek.scheduler_shards"),
     ] {
         let err = own_sql.execute(sql, &[]).await.expect_err(what);

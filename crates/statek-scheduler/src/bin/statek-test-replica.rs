@@ -56,7 +56,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::args()
         .nth(1)
         .ok_or("usage: statek-test-replica <connection string>")?;
-    let store = PgStore::connect(&url)?;
+    // The test server is fast, not durable: report, do not refuse.
+    let store = PgStore::new(
+        statek_store_pg::StoreConfig::from_url(&url)?
+            .durability_policy(statek_store_pg::DurabilityPolicy::AllowNoDurability),
+    )?;
     let options = ExecutorOptions::new().lease(Duration::from_secs(1))?;
     let executor = PgRunQueueExecutor::new(store.clone(), Handler, options);
     let scheduler = Arc::new(
