@@ -102,6 +102,9 @@ pub const METRICS: &[Metric] = &[
         Gauge,
         &["shard"],
     ),
+    metric("statek_durability_risk", Gauge, &["risk"]),
+    metric("statek_reservations_lost_total", Counter, &["shard"]),
+    metric("statek_timeline_changes_total", Counter, &["shard"]),
 ];
 
 /// The marker every value of a Secret template under `deploy/` must contain.
@@ -300,6 +303,9 @@ impl Checker {
     fn document(&mut self, at: &str, document: &Value, anchors: &BTreeSet<String>) {
         if document.get("kind").and_then(Value::as_str) == Some("Secret") {
             self.secret(at, document);
+        }
+        for problem in crate::cnpg_check::check(at, document) {
+            self.violation(problem);
         }
         if let Some(templating) = document
             .pointer("/templating/list")

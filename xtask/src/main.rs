@@ -21,9 +21,11 @@
 mod arch_check;
 mod bench;
 mod bounds_report;
+mod cnpg_check;
 mod command;
 mod demo;
 mod deploy_check;
+mod failover;
 mod interrupt;
 mod migrate;
 mod pg;
@@ -69,6 +71,8 @@ enum Task {
     Demo(demo::XtaskDemoArgs),
     /// Measure reservations vs pgbench, the fairness tax, retention and compile time (target/bench).
     Bench(bench::BenchArgs),
+    /// A real failover under load: primary crashed, standby promoted (asynchronous with lag, then synchronous).
+    Failover(failover::FailoverArgs),
     /// Print bound / ceil(L/w) ratios of swrr-v1 and min-gap-v1 over generated weight families.
     BoundsReport(bounds_report::BoundsReportArgs),
 }
@@ -98,6 +102,15 @@ enum PgAction {
         /// PostgreSQL major version.
         #[arg(long, value_enum, default_value_t = PgMajor::V17)]
         version: PgMajor,
+    },
+    /// Run a durable primary and a streaming standby in the foreground until Ctrl-C, to try failover.
+    Pair {
+        /// PostgreSQL major version.
+        #[arg(long, value_enum, default_value_t = PgMajor::V17)]
+        version: PgMajor,
+        /// Replicate asynchronously (default: synchronous_standby_names lists the standby).
+        #[arg(long)]
+        asynchronous: bool,
     },
 }
 
@@ -131,6 +144,10 @@ fn run(cli: Cli) -> Result<()> {
             PgAction::Stop { version } => pg::stop(version),
             PgAction::Status { version } => pg::status(version),
             PgAction::Url { version } => pg::url(version),
+            PgAction::Pair {
+                version,
+                asynchronous,
+            } => pg::pair(version, asynchronous),
         },
         Task::Migrate => migrate::run(),
         Task::Test(args) => test_matrix::run(&args),
@@ -138,6 +155,7 @@ fn run(cli: Cli) -> Result<()> {
         Task::DeployCheck => deploy_check::run(),
         Task::BoundsReport(args) => bounds_report::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::Failover(args) => failover::run(&args),
         Task::Demo(args) => {
             // A bad policy file fails before any server starts.
             statek_cli::demo::load_policy(&args.demo)?;

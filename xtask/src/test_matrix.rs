@@ -8,15 +8,18 @@
 //! `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_PG_VERSION` and
 //! `STATEK_TEST_REQUIRE_DB=1`. The first version runs the whole workspace
 //! test suite (unit, property, doc and database tests); the second runs the
-//! database tests of statek-store-pg, statek-scheduler and statek-cli again. Every step
-//! runs even when an earlier one failed; any failure fails the command.
+//! database tests of statek-store-pg, statek-scheduler and statek-cli again.
+//! After the first version's suite, `cargo xtask failover` runs one
+//! asynchronous failover with forced lag and five synchronous ones on a
+//! durable primary/standby pair of that version. Every step runs even when
+//! an earlier one failed; any failure fails the command.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 
 use crate::pg::{self, PgMajor, Server};
-use crate::{arch_check, command, deploy_check, interrupt, workspace};
+use crate::{arch_check, command, deploy_check, failover, interrupt, workspace};
 
 /// Options of `cargo xtask test`.
 #[derive(Debug, Clone, clap::Args)]
@@ -207,6 +210,12 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 format!("{} ({})", server.version_string(), server.source()),
             ));
             let url = server.database_url();
+            println!(
+                "PostgreSQL {major} test server: fsync, synchronous_commit and full_page_writes \
+                 are OFF (fast, not durable). statek's sessions still commit with \
+                 synchronous_commit = on; tests opt in with DurabilityPolicy::AllowNoDurability, \
+                 so the durability check reports fsync and full_page_writes without refusing."
+            );
             let name = format!("{} [PostgreSQL {major}]", display(suite));
             report.step(&name, || {
                 cargo_test(suite, &url, Some(major)).map_err(|error| {
@@ -217,6 +226,22 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 })
             });
             report.step(&format!("PostgreSQL {major}: stop"), || server.stop());
+            if index == 0 {
+                // A real failover on the first (newest) version: a primary
+                // and a streaming standby from the same binaries.
+                let args = failover::FailoverArgs {
+                    synchronous: 5,
+                    asynchronous: 1,
+                    replicas: 4,
+                    pg: major,
+                };
+                report.step(
+                    &format!(
+                        "PostgreSQL {major}: failover (1 asynchronous with lag, 5 synchronous)"
+                    ),
+                    || failover::run(&args),
+                );
+            }
         }
     }
 

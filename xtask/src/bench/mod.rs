@@ -72,13 +72,18 @@ pub enum Section {
     Retention,
     /// Policy compile time (criterion).
     Compile,
+    /// Reservations with durable commits: a durable server alone and with
+    /// a synchronous standby (both provisioned by the bench; skipped with
+    /// DATABASE_URL).
+    Durable,
 }
 
 impl Section {
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 5] = [
         Self::Reservations,
         Self::Queue,
         Self::Retention,
+        Self::Durable,
         Self::Compile,
     ];
 }
@@ -179,7 +184,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let needs_database = args.only.iter().any(|s| {
         matches!(
             s,
-            Section::Reservations | Section::Queue | Section::Retention
+            Section::Reservations | Section::Queue | Section::Retention | Section::Durable
         )
     });
     if !needs_database {
@@ -212,6 +217,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         pgbench.as_ref().map(|(path, _)| path.as_path()),
     ))?;
     report.machine.pgbench = pgbench.map(|(_, version)| version).unwrap_or_default();
+    if args.only.contains(&Section::Durable) {
+        if pg::external_database_url().is_some() {
+            eprintln!("xtask: section durable skipped: it provisions its own servers (DATABASE_URL is set)");
+        } else {
+            report.durable = durable_section(&args, &runtime)?;
+        }
+    }
     report.compile = compile;
     report.total_seconds = started.elapsed().as_secs_f64();
     report.write(&out)?;
@@ -443,6 +455,72 @@ async fn reservations(
     }
 
     Ok(())
+}
+
+/// Reservations with durable commits: a durable server alone, then a
+/// durable primary with a synchronous standby (what an operator sizing a
+/// shard sees; the other sections run on the fast development settings).
+fn durable_section(
+    args: &BenchArgs,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Vec<report::DurableRow>> {
+    let server = pg::Server::provision(PgMajor::V17)?;
+    let window = Duration::from_secs(args.seconds);
+    let clients: Vec<usize> = args
+        .clients
+        .iter()
+        .map(|&c| usize::from(c))
+        .filter(|&c| c <= 16)
+        .collect();
+    let mut rows = Vec::new();
+    for replication in [None, Some(pg::Replication::Synchronous)] {
+        let (setup, url, _keep_single, _keep_pair) = match replication {
+            None => {
+                let single = server.start_durable()?;
+                let url = single.database_url();
+                ("durable".to_owned(), url, Some(single), None)
+            }
+            Some(replication) => {
+                let pair = server.start_pair(replication)?;
+                let url = pair.primary_url();
+                (
+                    "durable + synchronous standby".to_owned(),
+                    url,
+                    None,
+                    Some(pair),
+                )
+            }
+        };
+        let measured: Result<Vec<report::DurableRow>> = runtime.block_on(async {
+            let store = reserve::store(&url, 1)?;
+            store.migrate().await?;
+            let single_policy = policy("bench-durable-v1")?;
+            let batch_policy = policy("bench-durable-batch-v1")?;
+            store.register(&single_policy).await?;
+            store.register(&batch_policy).await?;
+            eprintln!("==> durable commits ({setup}): {}", store.durability_report().await?);
+            let mut rows = Vec::new();
+            for &clients in &clients {
+                eprintln!("==> durable commits ({setup}), {clients} client(s): reserve, reserve_batch k = {}", args.batch);
+                let single =
+                    reserve::statek_single(&url, &single_policy, clients, Until::Elapsed(window))
+                        .await?;
+                eprintln!("    {}", report::line(&single));
+                let batch =
+                    reserve::statek_batch(&url, &batch_policy, clients, args.batch, window).await?;
+                eprintln!("    {}", report::line(&batch));
+                rows.push(report::DurableRow {
+                    setup: setup.clone(),
+                    clients,
+                    single,
+                    batch,
+                });
+            }
+            Ok(rows)
+        });
+        rows.extend(measured?);
+    }
+    Ok(rows)
 }
 
 /// The fairness tax and empty slots.

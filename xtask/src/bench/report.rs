@@ -46,6 +46,20 @@ pub struct ReservationRow {
     pub batch: Measured,
 }
 
+/// Reservations on a durable server (`fsync`, `synchronous_commit`,
+/// `full_page_writes` on), alone or with a synchronous standby.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct DurableRow {
+    /// `durable` or `durable + synchronous standby`.
+    pub setup: String,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// statek `reserve`.
+    pub single: Measured,
+    /// statek `reserve_batch` (units: reservations).
+    pub batch: Measured,
+}
+
 /// Reservation latency at a retained row count.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RetainedRow {
@@ -107,6 +121,9 @@ pub struct Report {
     pub queue: Vec<QueuePhase>,
     /// Latency by retained rows.
     pub retained: Vec<RetainedRow>,
+    /// Reservations with durable commits (section `durable`).
+    #[serde(default)]
+    pub durable: Vec<DurableRow>,
     /// Prune.
     pub prune: Option<PruneRow>,
     /// Policy compile (criterion).
@@ -255,6 +272,7 @@ impl Report {
             reservations: Vec::new(),
             queue: Vec::new(),
             retained: Vec::new(),
+            durable: Vec::new(),
             prune: None,
             compile: None,
             targets: Vec::new(),
@@ -471,6 +489,27 @@ impl Report {
                 p.without.units_per_second,
                 p.during.units_per_second
             );
+        }
+        if !self.durable.is_empty() {
+            println!();
+            println!(
+                "{:<32} | {:>7} | {:>26} | {:>26}",
+                "durable commits",
+                "clients",
+                "reserve /s p99",
+                format!("reserve_batch k={} res/s p99", self.batch)
+            );
+            for d in &self.durable {
+                println!(
+                    "{:<32} | {:>7} | {:>12.0} {:>11.2}ms | {:>12.0} {:>11.2}ms",
+                    d.setup,
+                    d.clients,
+                    d.single.units_per_second,
+                    d.single.p99_ms,
+                    d.batch.units_per_second,
+                    d.batch.p99_ms
+                );
+            }
         }
         if let Some(compile) = &self.compile {
             println!();

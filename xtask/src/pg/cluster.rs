@@ -69,6 +69,28 @@ impl Cluster {
         command
     }
 
+    /// A command run as the server user (when there is one) in the cluster
+    /// directory.
+    pub fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.current_dir(&self.dir);
+        if let Some(user) = &self.server_user {
+            user.apply(&mut command);
+        }
+        command
+    }
+
+    /// `pg_ctl promote -w`: ends recovery of a standby (at most 60 s).
+    pub fn promote(&self) -> Result<()> {
+        let mut pg_ctl = self.tool("pg_ctl");
+        pg_ctl
+            .arg("promote")
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-w", "-t", "60"]);
+        command::run_captured(&mut pg_ctl).map(|_| ())
+    }
+
     /// Whether `data/` holds an initialised cluster.
     pub fn is_initialised(&self) -> bool {
         self.data_dir().join("PG_VERSION").is_file()
@@ -125,7 +147,17 @@ impl Cluster {
     /// Starts the server on a free 127.0.0.1 port and waits until it accepts
     /// connections (at most 60 s); returns the port. `before_start` runs
     /// with the chosen port before `pg_ctl start` (to record state).
-    pub fn start(&self, mut before_start: impl FnMut(u16) -> Result<()>) -> Result<u16> {
+    pub fn start(&self, before_start: impl FnMut(u16) -> Result<()>) -> Result<u16> {
+        self.start_with(&[], before_start)
+    }
+
+    /// As [`start`](Self::start), with `extra` settings (`name=value`)
+    /// after the development settings (a later `-c` wins).
+    pub fn start_with(
+        &self,
+        extra: &[String],
+        mut before_start: impl FnMut(u16) -> Result<()>,
+    ) -> Result<u16> {
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
@@ -139,7 +171,7 @@ impl Cluster {
                 .arg("-l")
                 .arg(self.log_file())
                 .args(["-w", "-t", "60", "-o"])
-                .arg(server_options(port));
+                .arg(server_options(port, extra));
             let output = pg_ctl
                 .stdin(Stdio::null())
                 .output()
@@ -238,14 +270,22 @@ impl Cluster {
 }
 
 /// The `-o` argument of `pg_ctl start` (pg_ctl passes it through `sh`).
-fn server_options(port: u16) -> String {
+fn server_options(port: u16, extra: &[String]) -> String {
     let mut options = format!("-p {port}");
-    for setting in SERVER_SETTINGS {
+    for setting in SERVER_SETTINGS
+        .iter()
+        .copied()
+        .chain(extra.iter().map(String::as_str))
+    {
         options.push_str(" -c ");
         options.push_str(setting);
     }
     options
 }
+
+/// The settings that make a cluster durable: what `SERVER_SETTINGS` turns
+/// off, back on (for the failover test and `pg start --standby`).
+pub const DURABLE_SETTINGS: &[&str] = &["fsync=on", "synchronous_commit=on", "full_page_writes=on"];
 
 /// A port on 127.0.0.1 that was free a moment ago (bound to port 0, then
 /// released).
@@ -280,7 +320,7 @@ mod tests {
     #[test]
     fn server_options_for_pg_ctl() {
         assert_eq!(
-            server_options(5555),
+            server_options(5555, &[]),
             "-p 5555 -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off \
              -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         );

@@ -16,6 +16,7 @@ mod cluster;
 mod commands;
 mod distribution;
 mod layout;
+mod replication;
 mod server_user;
 mod started;
 mod state;
@@ -28,6 +29,7 @@ use anyhow::{Context, Result};
 
 pub use binaries::BinarySource;
 pub use commands::{start, status, stop, url};
+pub use replication::{pair, ReplicaPair, Replication, STANDBY_NAME};
 pub use started::destroy_all as stop_all_started;
 
 use binaries::Binaries;
@@ -117,6 +119,20 @@ impl Server {
     /// Starts a new throw-away cluster (fresh `initdb`) that is stopped and
     /// deleted when the returned handle is dropped.
     pub fn start(&self) -> Result<RunningServer> {
+        self.start_with(&[])
+    }
+
+    /// As [`start`](Self::start), with `fsync`, `synchronous_commit` and
+    /// `full_page_writes` on (for the bench's durable section).
+    pub fn start_durable(&self) -> Result<RunningServer> {
+        let settings: Vec<String> = cluster::DURABLE_SETTINGS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        self.start_with(&settings)
+    }
+
+    fn start_with(&self, settings: &[String]) -> Result<RunningServer> {
         let parent = self.layout.ephemeral_parent(self.major);
         distribution::create_dir_all_0755(&self.layout.runtime_dir(self.major))?;
         distribution::create_dir_all_0755(&parent)?;
@@ -135,7 +151,7 @@ impl Server {
         let started_at = Instant::now();
         let result = cluster
             .initialise()
-            .and_then(|()| cluster.start(|_| Ok(())));
+            .and_then(|()| cluster.start_with(settings, |_| Ok(())));
         let port = match result {
             Ok(port) => port,
             Err(error) => {
@@ -167,7 +183,7 @@ impl Server {
 
     /// Stops and deletes throw-away clusters whose xtask process is gone
     /// (e.g. it was killed with SIGKILL).
-    fn sweep_abandoned(&self, parent: &std::path::Path) {
+    pub(crate) fn sweep_abandoned(&self, parent: &std::path::Path) {
         let Ok(entries) = fs::read_dir(parent) else {
             return;
         };
@@ -176,15 +192,23 @@ impl Server {
             if !cluster::owner_process_gone(&dir) {
                 continue;
             }
-            let server_user = ServerUser::owner_of(&dir).ok().flatten();
-            let cluster = Cluster {
-                dir: dir.clone(),
-                bin_dir: self.binaries.bin_dir.clone(),
-                server_user,
+            // A replication pair holds two clusters.
+            let clusters = if dir.join("primary").is_dir() {
+                vec![dir.join("primary"), dir.join("standby")]
+            } else {
+                vec![dir.clone()]
             };
             eprintln!("xtask: removing abandoned cluster {}", dir.display());
-            if let Err(error) = cluster.stop("immediate") {
-                eprintln!("xtask: {error:#}");
+            for cluster_dir in clusters {
+                let server_user = ServerUser::owner_of(&cluster_dir).ok().flatten();
+                let cluster = Cluster {
+                    dir: cluster_dir,
+                    bin_dir: self.binaries.bin_dir.clone(),
+                    server_user,
+                };
+                if let Err(error) = cluster.stop("immediate") {
+                    eprintln!("xtask: {error:#}");
+                }
             }
             let _ = fs::remove_dir_all(&dir);
         }

@@ -1,0 +1,308 @@
+//! A primary and a streaming standby from the same binaries, on loopback:
+//! for the failover test and `cargo xtask pg start --standby`.
+//!
+//! The npm package ships only `initdb`, `pg_ctl` and `postgres` (no
+//! `pg_basebackup`), so the standby is seeded from a copy of the primary's
+//! data directory taken after `initdb`, before the primary first starts: the
+//! two then share a system identifier and timeline 1, and the standby
+//! streams from the primary's first WAL record.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use super::cluster::{self, Cluster, DURABLE_SETTINGS};
+use super::{distribution, started, PgMajor, Server};
+use crate::command;
+
+/// The standby's `application_name` (what `synchronous_standby_names`
+/// lists).
+pub const STANDBY_NAME: &str = "standby1";
+
+/// How the pair replicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// `synchronous_standby_names = 'standby1'`: commits wait for the
+    /// standby's flush (with `synchronous_commit = on`).
+    Synchronous,
+    /// `synchronous_standby_names` empty: commits do not wait.
+    Asynchronous,
+}
+
+/// A running primary and standby, stopped and deleted on drop.
+#[derive(Debug)]
+pub struct ReplicaPair {
+    /// The primary cluster.
+    pub primary: Cluster,
+    /// The standby cluster.
+    pub standby: Cluster,
+    /// The primary's port.
+    pub primary_port: u16,
+    /// The standby's port.
+    pub standby_port: u16,
+    registrations: [u64; 2],
+}
+
+impl Server {
+    /// Starts a durable primary (`fsync`, `synchronous_commit`,
+    /// `full_page_writes` on) and a streaming standby of it, and waits until
+    /// the standby streams.
+    pub fn start_pair(&self, replication: Replication) -> Result<ReplicaPair> {
+        let parent = self.layout.ephemeral_parent(self.major);
+        distribution::create_dir_all_0755(&self.layout.runtime_dir(self.major))?;
+        distribution::create_dir_all_0755(&parent)?;
+        self.sweep_abandoned(&parent);
+        let dir = parent.join(format!(
+            "{}-pair{}",
+            std::process::id(),
+            super::NEXT_EPHEMERAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        distribution::create_dir_all_0755(&dir)?;
+        let cluster = |name: &str| Cluster {
+            dir: dir.join(name),
+            bin_dir: self.binaries.bin_dir.clone(),
+            server_user: self.layout.server_user.clone(),
+        };
+        let (primary, standby) = (cluster("primary"), cluster("standby"));
+        let registrations = [
+            started::register(primary.clone()),
+            started::register(standby.clone()),
+        ];
+        let result = start_pair(&primary, &standby, replication);
+        match result {
+            Ok((primary_port, standby_port)) => {
+                eprintln!(
+                    "xtask: PostgreSQL {} primary on port {primary_port}, {} standby `{STANDBY_NAME}` \
+                     on port {standby_port} (durable settings)",
+                    self.major,
+                    match replication {
+                        Replication::Synchronous => "synchronous",
+                        Replication::Asynchronous => "asynchronous",
+                    }
+                );
+                Ok(ReplicaPair {
+                    primary,
+                    standby,
+                    primary_port,
+                    standby_port,
+                    registrations,
+                })
+            }
+            Err(error) => {
+                for id in registrations {
+                    let _ = started::destroy(id);
+                }
+                let _ = fs::remove_dir_all(&dir);
+                Err(error.context(format!("starting a PostgreSQL {} pair", self.major)))
+            }
+        }
+    }
+}
+
+fn start_pair(
+    primary: &Cluster,
+    standby: &Cluster,
+    replication: Replication,
+) -> Result<(u16, u16)> {
+    primary.initialise()?;
+    // The standby's directory: a copy of the never-started primary.
+    fs::create_dir_all(&standby.dir)
+        .with_context(|| format!("creating {}", standby.dir.display()))?;
+    fs::set_permissions(
+        &standby.dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )?;
+    if let Some(user) = &standby.server_user {
+        user.chown(&standby.dir)?;
+    }
+    let mut copy = primary.command("cp");
+    copy.arg("-a")
+        .arg(primary.data_dir())
+        .arg(standby.data_dir());
+    command::run_captured(&mut copy)?;
+
+    let settings: Vec<String> = DURABLE_SETTINGS.iter().map(|s| (*s).to_owned()).collect();
+    // Only the primary names its synchronous standby: a promoted standby
+    // has none to wait for (a command-line setting could not be changed
+    // after the failover).
+    let mut primary_settings = settings.clone();
+    if replication == Replication::Synchronous {
+        primary_settings.push(format!("synchronous_standby_names={STANDBY_NAME}"));
+    }
+    let primary_port = primary.start_with(&primary_settings, |_| Ok(()))?;
+
+    write_as(
+        standby,
+        standby.data_dir().join("standby.signal"),
+        String::new(),
+    )?;
+    let auto_conf = standby.data_dir().join("postgresql.auto.conf");
+    let mut conf = fs::read_to_string(&auto_conf).unwrap_or_default();
+    conf.push_str(&format!(
+        "primary_conninfo = 'host=127.0.0.1 port={primary_port} user=postgres application_name={STANDBY_NAME}'\n"
+    ));
+    write_as(standby, auto_conf, conf)?;
+    let standby_port = standby.start_with(&settings, |_| Ok(()))?;
+    wait_streaming(primary_port)?;
+    Ok((primary_port, standby_port))
+}
+
+/// Writes `text` to `path` and gives it to the server user.
+fn write_as(cluster: &Cluster, path: PathBuf, text: String) -> Result<()> {
+    let mut file =
+        fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(text.as_bytes())?;
+    if let Some(user) = &cluster.server_user {
+        user.chown(&path)?;
+    }
+    Ok(())
+}
+
+/// Waits (at most 30 s) until the primary's `pg_stat_replication` shows the
+/// standby streaming.
+fn wait_streaming(primary_port: u16) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let url = cluster::database_url(primary_port);
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        let driver = tokio::spawn(connection);
+        let started = Instant::now();
+        loop {
+            let streaming: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_replication
+                     WHERE application_name = $1 AND state = 'streaming' AND replay_lsn IS NOT NULL",
+                    &[&STANDBY_NAME],
+                )
+                .await?
+                .get(0);
+            if streaming == 1 {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("the standby did not stream within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        drop(client);
+        let _ = driver.await;
+        Ok(())
+    })
+}
+
+impl ReplicaPair {
+    /// `host=127.0.0.1,127.0.0.1 port=P,S ... target_session_attrs=read-write`:
+    /// connects to whichever of the two accepts writes.
+    pub fn failover_url(&self) -> String {
+        format!(
+            "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres \
+             target_session_attrs=read-write",
+            self.primary_port, self.standby_port
+        )
+    }
+
+    /// The primary's URL.
+    pub fn primary_url(&self) -> String {
+        cluster::database_url(self.primary_port)
+    }
+
+    /// Kills every process of the primary with SIGKILL (no shutdown, no
+    /// last WAL sent): a crash of its machine, as far as the standby sees.
+    pub fn crash_primary(&self) -> Result<()> {
+        let Some(postmaster) = self.primary.pid() else {
+            bail!("the primary has no postmaster.pid");
+        };
+        let mut children = std::process::Command::new("pgrep");
+        children.arg("-P").arg(postmaster.to_string());
+        let output = children.output().context("running pgrep")?;
+        let mut pids = vec![postmaster.to_string()];
+        pids.extend(
+            String::from_utf8_lossy(&output.stdout)
+                .split_whitespace()
+                .map(str::to_owned),
+        );
+        let mut kill = std::process::Command::new("kill");
+        kill.arg("-KILL").args(&pids);
+        // Some children may already be gone; the postmaster is what counts.
+        let _ = kill.output();
+        let started = Instant::now();
+        while std::path::Path::new(&format!("/proc/{postmaster}")).exists() {
+            if started.elapsed() > Duration::from_secs(10) {
+                bail!("the primary's postmaster {postmaster} survived SIGKILL");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Stops (SIGSTOP) or resumes (SIGCONT) the primary's walsender, to
+    /// hold replication back.
+    pub fn signal_walsender(&self, pid: i32, signal: &str) -> Result<()> {
+        let mut kill = std::process::Command::new("kill");
+        kill.arg(format!("-{signal}")).arg(pid.to_string());
+        command::run_captured(&mut kill).map(|_| ())
+    }
+
+    /// Promotes the standby.
+    pub fn promote_standby(&self) -> Result<()> {
+        self.standby.promote()
+    }
+
+    /// Stops both servers and deletes the pair.
+    pub fn stop(self) -> Result<()> {
+        let dir = self.primary.dir.parent().map(PathBuf::from);
+        for id in self.registrations {
+            started::destroy(id)?;
+        }
+        if let Some(dir) = dir {
+            let _ = fs::remove_dir_all(dir);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ReplicaPair {
+    fn drop(&mut self) {
+        for id in self.registrations {
+            if let Err(error) = started::destroy(id) {
+                eprintln!("xtask: could not stop a replication pair: {error:#}");
+            }
+        }
+        if let Some(dir) = self.primary.dir.parent() {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// `cargo xtask pg pair`: a pair in the foreground until Ctrl-C.
+pub fn pair(major: PgMajor, asynchronous: bool) -> Result<()> {
+    let server = Server::provision(major)?;
+    let replication = if asynchronous {
+        Replication::Asynchronous
+    } else {
+        Replication::Synchronous
+    };
+    let pair = server.start_pair(replication)?;
+    println!(
+        "primary:  {}  (data {})\nstandby:  postgres://postgres@127.0.0.1:{}/postgres  (data {})\n\
+         failover URL (follows the writable one):\n  DATABASE_URL='{}'\n\n\
+         To fail over: kill -9 {} (the primary's postmaster), then\n  {} promote -D {}\n\
+         (as the server's user). Ctrl-C stops both servers and deletes them.",
+        pair.primary_url(),
+        pair.primary.data_dir().display(),
+        pair.standby_port,
+        pair.standby.data_dir().display(),
+        pair.failover_url(),
+        pair.primary.pid().unwrap_or(0),
+        pair.standby.bin_dir.join("pg_ctl").display(),
+        pair.standby.data_dir().display(),
+    );
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
