@@ -228,7 +228,11 @@ impl AcknowledgedLog {
 
     fn acknowledge(&self, shard: &SchedulerShardId, entry: Acknowledged) {
         let mut shards = lock(&self.shards);
-        let log = shards.entry(shard.clone()).or_default();
+        // The hot path: the shard is known after its first reservation.
+        let log = match shards.get_mut(shard) {
+            Some(log) => log,
+            None => shards.entry(shard.clone()).or_default(),
+        };
         match log.timeline {
             None => log.timeline = Some(entry.timeline),
             Some(t) if t != entry.timeline => log.dirty = true,
