@@ -131,13 +131,42 @@ pub enum StoreError {
     /// A migration failed to apply.
     #[error("migration failed: {0}")]
     Migration(Box<refinery::Error>),
-    /// The server did not answer a reservation within the response
-    /// timeout; the connection was discarded. The reservation may have
-    /// committed (retry with the same id to find out).
+    /// The server did not answer a store call within its response timeout
+    /// (or maintenance timeout); the connection was discarded. A write may
+    /// have committed (retry a reservation with the same id to find out).
     #[error("no answer from PostgreSQL within {after:?}; the connection was discarded")]
     ResponseTimeout {
         /// The response timeout that passed.
         after: std::time::Duration,
+    },
+    /// Under transaction pooling statek cannot set a session setting at
+    /// connect time, and the server's value (from the role or database)
+    /// differs from the configured one: set it for the role. Not retryable.
+    #[error(
+        "transaction pooling: the server's {setting} is {found:?}, statek is configured for \
+         {expected}ms; set it for the role (ALTER ROLE {role} SET {setting} = '{expected}ms') \
+         or turn transaction pooling off"
+    )]
+    SessionSettingMismatch {
+        /// The setting (`lock_timeout`, `statement_timeout`, ...).
+        setting: &'static str,
+        /// The configured value, in milliseconds.
+        expected: String,
+        /// The server's value as `SHOW` prints it.
+        found: String,
+        /// The connected role.
+        role: String,
+    },
+    /// A call that needs a session of its own (`LISTEN`, migrations) was
+    /// made under transaction pooling without a direct connection. Not
+    /// retryable.
+    #[error(
+        "{what} needs a direct connection, not a transaction-mode pool: give one with \
+         StoreConfig::direct_url"
+    )]
+    DirectConnectionRequired {
+        /// What needed it (`LISTEN`, `migrations`).
+        what: &'static str,
     },
     /// No connection became available from the pool in time.
     #[error("connection pool timed out ({0})")]

@@ -82,11 +82,13 @@ mod config;
 mod error;
 mod migration;
 mod notifications;
+mod pooling;
 mod reservation;
 mod retention;
 mod roles;
 mod run_queue;
 mod shard;
+mod statement;
 mod store;
 #[cfg(feature = "test-support")]
 pub mod testing;

@@ -4,10 +4,12 @@
 use std::time::SystemTime;
 
 use statek_policy::{PolicyDigest, SchedulerShardId};
+use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::shard::{decode_digest, slot_of};
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// Finds an existing reservation by id, with its shard's cycle length so the
@@ -311,8 +313,8 @@ impl PgStore {
         reservation_id: Uuid,
     ) -> Result<Reservation, StoreError> {
         check_uuid_v7(reservation_id, "reservation id")?;
-        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
-            reserve_on(client, shard, digest, reservation_id).await
+        self.with_response_timeout(async |db: &Db<'_>| {
+            reserve_on(db, shard, digest, reservation_id).await
         })
         .await
     }
@@ -331,12 +333,20 @@ impl PgStore {
     ) -> Result<Vec<Reservation>, StoreError> {
         let from = i64::try_from(from_sequence)
             .map_err(|_| StoreError::InvalidArgument("from_sequence exceeds i64::MAX".into()))?;
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                SELECT_RESERVATIONS,
-                &[&shard.as_str(), &from, &i64::from(limit)],
-            )
+        let limit = i64::from(limit);
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query(
+                        SELECT_RESERVATIONS,
+                        &[
+                            (&shard.as_str(), Type::TEXT),
+                            (&from, Type::INT8),
+                            (&limit, Type::INT8),
+                        ],
+                    )
+                    .await?)
+            })
             .await?;
         rows.iter()
             .map(|row| reservation_from_row(row.try_get("reservation_id")?, row, false))
@@ -346,15 +356,19 @@ impl PgStore {
 
 /// The reservation statement on `client` (see [`PgStore::reserve`]).
 async fn reserve_on(
-    client: &deadpool_postgres::Object,
+    db: &Db<'_>,
     shard: &SchedulerShardId,
     digest: &PolicyDigest,
     reservation_id: Uuid,
 ) -> Result<Reservation, StoreError> {
-    let row = client
+    let row = db
         .query_opt(
-            &client.prepare_cached(RESERVE).await?,
-            &[&reservation_id, &shard.as_str(), &&digest.as_bytes()[..]],
+            RESERVE,
+            &[
+                (&reservation_id, Type::UUID),
+                (&shard.as_str(), Type::TEXT),
+                (&&digest.as_bytes()[..], Type::BYTEA),
+            ],
         )
         .await
         .map_err(|e| reservation_write_error(e, shard))?
@@ -368,11 +382,8 @@ async fn reserve_on(
         // a check on the locked row failed. The id first, as before the
         // single-statement form: an existing reservation is returned
         // even if the shard has since become unusable.
-        if let Some(found) = client
-            .query_opt(
-                &client.prepare_cached(SELECT_RESERVATION).await?,
-                &[&reservation_id],
-            )
+        if let Some(found) = db
+            .query_opt(SELECT_RESERVATION, &[(&reservation_id, Type::UUID)])
             .await?
         {
             return existing(reservation_id, shard, digest, &found);
