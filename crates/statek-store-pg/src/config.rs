@@ -364,4 +364,63 @@ mod tests {
             Some("-c search_path=x -c lock_timeout=5000 -c statement_timeout=10000")
         );
     }
+
+    #[test]
+    fn maintenance_and_probe_limits() {
+        let cfg = StoreConfig::from_url("postgres://u@localhost/db").unwrap();
+        assert_eq!(
+            cfg.effective_maintenance_timeout(),
+            Duration::from_secs(600)
+        );
+        assert!(cfg.clone().maintenance_timeout(Duration::ZERO).is_err());
+        assert!(cfg
+            .clone()
+            .maintenance_timeout(Duration::from_secs(3601))
+            .is_err());
+        assert_eq!(
+            cfg.clone()
+                .maintenance_timeout(Duration::from_secs(3600))
+                .unwrap()
+                .effective_maintenance_timeout(),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            cfg.effective_listen_probe_interval(),
+            Duration::from_secs(30)
+        );
+        assert!(cfg.clone().listen_probe_interval(Duration::ZERO).is_err());
+        assert!(cfg
+            .clone()
+            .listen_probe_interval(Duration::from_secs(601))
+            .is_err());
+    }
+
+    #[test]
+    fn transaction_pooling_sends_no_options_and_needs_a_direct_connection() {
+        let cfg = StoreConfig::from_url("postgres://u@localhost/db").unwrap();
+        assert!(!cfg.uses_transaction_pooling());
+        assert!(cfg.session_pg_config("LISTEN").is_ok());
+        let pooled = cfg.clone().transaction_pooling(true);
+        assert!(pooled.uses_transaction_pooling());
+        assert_eq!(pooled.pooled_pg_config().get_options(), None);
+        assert_eq!(
+            pooled.session_settings(),
+            vec![
+                ("lock_timeout", "5000".to_owned()),
+                ("statement_timeout", "10000".to_owned())
+            ]
+        );
+        assert!(matches!(
+            pooled.session_pg_config("LISTEN"),
+            Err(StoreError::DirectConnectionRequired { what: "LISTEN" })
+        ));
+        let direct = pooled
+            .direct_url("postgres://u@direct-host:5433/db")
+            .unwrap();
+        let session = direct.session_pg_config("migrations").unwrap();
+        assert_eq!(session.get_ports(), &[5433]);
+        assert!(cfg
+            .direct_url("postgres://u:sekret@h:notaport/db")
+            .is_err_and(|e| !e.to_string().contains("sekret")));
+    }
 }
