@@ -271,13 +271,19 @@ impl StoreConfig {
     /// The settings every pooled session of statek runs with, as
     /// (name, value) pairs: one list, sent as startup options normally and
     /// expected from the role or database under transaction pooling
-    /// ([`transaction_pooling`](Self::transaction_pooling)).
+    /// ([`transaction_pooling`](Self::transaction_pooling)). A value is
+    /// written in the setting's base unit (`5000ms`) or without one (`on`),
+    /// as `pg_settings.setting || unit` shows it, so the pooling check can
+    /// compare it exactly.
     pub(crate) fn session_settings(&self) -> Vec<(&'static str, String)> {
         vec![
-            ("lock_timeout", format!("{}", self.lock_timeout.as_millis())),
+            (
+                "lock_timeout",
+                format!("{}ms", self.lock_timeout.as_millis()),
+            ),
             (
                 "statement_timeout",
-                format!("{}", self.statement_timeout.as_millis()),
+                format!("{}ms", self.statement_timeout.as_millis()),
             ),
         ]
     }
@@ -353,7 +359,7 @@ mod tests {
                 .unwrap()
                 .pooled_pg_config()
                 .get_options(),
-            Some("-c lock_timeout=250 -c statement_timeout=10000")
+            Some("-c lock_timeout=250ms -c statement_timeout=10000ms")
         );
         let with_options =
             StoreConfig::from_url("postgres://u@localhost/db?options=-c%20search_path%3Dx")
@@ -361,7 +367,7 @@ mod tests {
                 .pooled_pg_config();
         assert_eq!(
             with_options.get_options(),
-            Some("-c search_path=x -c lock_timeout=5000 -c statement_timeout=10000")
+            Some("-c search_path=x -c lock_timeout=5000ms -c statement_timeout=10000ms")
         );
     }
 
@@ -406,8 +412,8 @@ mod tests {
         assert_eq!(
             pooled.session_settings(),
             vec![
-                ("lock_timeout", "5000".to_owned()),
-                ("statement_timeout", "10000".to_owned())
+                ("lock_timeout", "5000ms".to_owned()),
+                ("statement_timeout", "10000ms".to_owned())
             ]
         );
         assert!(matches!(

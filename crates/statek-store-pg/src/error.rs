@@ -144,15 +144,15 @@ pub enum StoreError {
     /// differs from the configured one: set it for the role. Not retryable.
     #[error(
         "transaction pooling: the server's {setting} is {found:?}, statek is configured for \
-         {expected}ms; set it for the role (ALTER ROLE {role} SET {setting} = '{expected}ms') \
+         {expected:?}; set it for the role (ALTER ROLE \"{role}\" SET {setting} = '{expected}') \
          or turn transaction pooling off"
     )]
     SessionSettingMismatch {
         /// The setting (`lock_timeout`, `statement_timeout`, ...).
         setting: &'static str,
-        /// The configured value, in milliseconds.
+        /// The configured value, in the setting's base unit (`5000ms`).
         expected: String,
-        /// The server's value as `SHOW` prints it.
+        /// The server's value, the same way (`0ms`).
         found: String,
         /// The connected role.
         role: String,

@@ -14,16 +14,17 @@ use tokio_postgres::types::Type;
 use crate::statement::Db;
 use crate::StoreError;
 
-/// The server's values of the named settings, in their base unit
-/// (`pg_settings.setting`: milliseconds for the timeouts), and the role.
+/// The server's values of the named settings, in their base unit with the
+/// unit appended (`5000ms`; `on` for a setting without unit), and the role.
 const SELECT_SETTINGS: &str = "
-    SELECT current_user::text AS role, name, setting
+    SELECT current_user::text AS role, name, setting || coalesce(unit, '') AS setting
     FROM pg_settings
     WHERE name = ANY ($1)
     ORDER BY name";
 
 /// Compares the server's values of `settings` (name, expected value in the
-/// setting's base unit) with the expected ones, in the list's order.
+/// setting's base unit, as `crate::StoreConfig::session_settings` writes
+/// them) with the expected ones, in the list's order.
 ///
 /// # Errors
 /// [`StoreError::SessionSettingMismatch`] for the first that differs.

@@ -252,8 +252,18 @@ async fn the_expiry_pass_on_a_silent_connection_times_out() {
         statek_store_pg::ClaimOutcome::Claimed(claimed) => claimed,
         other => panic!("expected the run, got {other:?}"),
     };
-    // The 1 ms lease has expired by the time the next statement runs.
-    let expired = store.find_expired_runs(10).await.unwrap();
+    // Wait (database clock) until the 1 ms lease has expired.
+    let expired = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let expired = store.find_expired_runs(10).await.unwrap();
+            if !expired.is_empty() {
+                return expired;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a 1 ms lease expires");
     assert_eq!(
         expired.iter().map(|e| e.lease).collect::<Vec<_>>(),
         vec![claimed.lease]
