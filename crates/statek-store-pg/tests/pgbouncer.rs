@@ -184,7 +184,13 @@ async fn the_run_queue_through_pgbouncer() {
         .await
         .unwrap();
     assert!(store.any_claimable_runs().await.unwrap());
-    assert_eq!(store.count_live_runs_of(&[a.clone()]).await.unwrap(), 2);
+    assert_eq!(
+        store
+            .count_live_runs_of(std::slice::from_ref(&a))
+            .await
+            .unwrap(),
+        2
+    );
 
     let claimed = match store.claim_run(&a, Duration::from_secs(30)).await.unwrap() {
         ClaimOutcome::Claimed(run) => run,
