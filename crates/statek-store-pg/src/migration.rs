@@ -46,12 +46,17 @@ impl PgStore {
     /// Runs on a dedicated connection (not the pool) holding a session-level
     /// advisory lock, so concurrent callers wait for each other and each
     /// migration is applied once. Dropping the future closes that connection,
-    /// which releases the lock. Needs the owner role (DDL privileges).
+    /// which releases the lock. Needs the owner role (DDL privileges). The
+    /// connection is the direct one ([`crate::StoreConfig::direct_url`])
+    /// when given; the whole call runs under the maintenance timeout
+    /// ([`crate::StoreConfig::maintenance_timeout`]).
     ///
     /// # Errors
     /// [`StoreError::Migration`] when refinery finds the database diverged
     /// from, or missing, migrations this crate knows, or a migration fails;
-    /// connection and server errors as usual.
+    /// [`StoreError::ResponseTimeout`] after the maintenance timeout;
+    /// [`StoreError::DirectConnectionRequired`] under transaction pooling
+    /// without a direct connection; connection and server errors as usual.
     pub async fn migrate(&self) -> Result<MigrationReport, StoreError> {
         self.migrate_to(refinery::Target::Latest).await
     }

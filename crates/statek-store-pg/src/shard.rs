@@ -162,9 +162,15 @@ impl PgStore {
     /// algorithm) is [`StoreError::PolicyConflict`] and the stored row stays
     /// as it was. Roll a changed policy out under a new shard id.
     ///
+    /// Under [`crate::StoreConfig::transaction_pooling`] the same
+    /// transaction first checks that the server's `lock_timeout` and
+    /// `statement_timeout` (set for the role or database) equal the
+    /// configured ones.
+    ///
     /// # Errors
     /// [`StoreError::PolicyConflict`]; [`StoreError::CorruptData`] if the
-    /// stored row fails its checks; connection and server errors.
+    /// stored row fails its checks; [`StoreError::SessionSettingMismatch`]
+    /// under transaction pooling; connection and server errors.
     pub async fn register(
         &self,
         policy: &WeightedFairnessPolicy,
