@@ -162,7 +162,7 @@ pub enum StoreError {
     /// retryable.
     #[error(
         "{what} needs a direct connection, not a transaction-mode pool: give one with \
-         StoreConfig::direct_url"
+         StoreConfig::direct_url (statek: --direct-database-url or STATEK_DIRECT_DATABASE_URL)"
     )]
     DirectConnectionRequired {
         /// What needed it (`LISTEN`, `migrations`).
