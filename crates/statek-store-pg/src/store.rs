@@ -83,7 +83,7 @@ impl PgStore {
         &self.config
     }
 
-    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         Ok(self.pool.get().await?)
     }
 
@@ -98,15 +98,7 @@ impl PgStore {
         &self,
         call: impl AsyncFnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.on_client(self.config.effective_response_timeout(), call)
-            .await
-    }
-
-    async fn on_client<T>(
-        &self,
-        after: Duration,
-        call: impl AsyncFnOnce(&Db<'_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+        let after = self.config.effective_response_timeout();
         let client = self.client().await?;
         let unnamed = self.config.uses_transaction_pooling();
         let answered = tokio::time::timeout(after, async {
@@ -153,8 +145,8 @@ impl PgStore {
         }
     }
 
-    /// Opens a pooled connection and starts a READ COMMITTED transaction.
-    pub(crate) async fn begin<'c>(
+    /// Starts a READ COMMITTED transaction on a pooled connection.
+    async fn begin<'c>(
         client: &'c mut deadpool_postgres::Object,
     ) -> Result<deadpool_postgres::Transaction<'c>, StoreError> {
         Ok(client
