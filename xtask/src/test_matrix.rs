@@ -6,7 +6,10 @@
 //! arch-check; deploy-check (the YAML and JSON under `deploy/`); then for
 //! PostgreSQL 17 and 16 a fresh server and the tests with
 //! `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_PG_VERSION` and
-//! `STATEK_TEST_REQUIRE_DB=1`. The first version runs the whole workspace
+//! `STATEK_TEST_REQUIRE_DB=1`, with PgBouncer in transaction pooling mode in
+//! front of the server (`STATEK_TEST_PGBOUNCER_URL`; Debian's package
+//! `pgbouncer`, installed when missing and running as root, or
+//! `STATEK_PGBOUNCER=/path`; see `pg/pgbouncer.rs`). The first version runs the whole workspace
 //! test suite (unit, property, doc and database tests); the second runs the
 //! database tests of statek-store-pg, statek-scheduler and statek-cli again.
 //! After the first version's suite, `cargo xtask failover` runs one
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 
-use crate::pg::{self, PgMajor, Server};
+use crate::pg::{self, PgMajor, RunningPgBouncer, Server};
 use crate::{arch_check, command, deploy_check, failover, interrupt, workspace};
 
 /// Options of `cargo xtask test`.
@@ -29,6 +32,9 @@ pub struct TestArgs {
     #[arg(long, value_enum)]
     pub pg: Option<PgMajor>,
 }
+
+/// The PgBouncer URL the tests through a transaction-mode pool read.
+const PGBOUNCER_URL_ENV: &str = "STATEK_TEST_PGBOUNCER_URL";
 
 const FULL_SUITE: &[&str] = &["test", "--workspace", "--all-features"];
 const DATABASE_SUITE: &[&str] = &[
@@ -125,14 +131,24 @@ fn cargo_step<'a>(args: &'a [&'a str]) -> impl FnOnce() -> Result<()> + 'a {
     move || command::run_inherited(workspace::cargo().args(args))
 }
 
-/// Runs a test suite against a server.
-fn cargo_test(args: &[&str], url: &str, major: Option<PgMajor>) -> Result<()> {
+/// Runs a test suite against a server (and the PgBouncer in front of it,
+/// when xtask started one; otherwise an inherited
+/// `STATEK_TEST_PGBOUNCER_URL` passes through).
+fn cargo_test(
+    args: &[&str],
+    url: &str,
+    pgbouncer: Option<&str>,
+    major: Option<PgMajor>,
+) -> Result<()> {
     let mut cargo = workspace::cargo();
     cargo
         .args(args)
         .env("STATEK_TEST_DATABASE_URL", url)
         .env("STATEK_TEST_REQUIRE_DB", "1")
         .env_remove("STATEK_TEST_SKIP_DB");
+    if let Some(pgbouncer) = pgbouncer {
+        cargo.env(PGBOUNCER_URL_ENV, pgbouncer);
+    }
     match major {
         Some(major) => cargo.env("STATEK_TEST_PG_VERSION", major.to_string()),
         None => cargo.env_remove("STATEK_TEST_PG_VERSION"),
@@ -182,7 +198,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
             pg::redact(&url)
         );
         let name = format!("{} [DATABASE_URL]", display(FULL_SUITE));
-        report.step(&name, || cargo_test(FULL_SUITE, &url, None));
+        report.step(&name, || cargo_test(FULL_SUITE, &url, None, None));
         report.servers.push((
             "DATABASE_URL".to_owned(),
             "external server, version not probed".to_owned(),
@@ -209,22 +225,37 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 format!("PostgreSQL {major}"),
                 format!("{} ({})", server.version_string(), server.source()),
             ));
-            let url = server.database_url();
             println!(
                 "PostgreSQL {major} test server: fsync, synchronous_commit and full_page_writes \
                  are OFF (fast, not durable). statek's sessions still commit with \
                  synchronous_commit = on; tests opt in with DurabilityPolicy::AllowNoDurability, \
                  so the durability check reports fsync and full_page_writes without refusing."
             );
+            let url = server.database_url();
+            let bouncer = report.step(
+                &format!("PgBouncer (transaction pooling) in front of PostgreSQL {major}"),
+                || server.start_pgbouncer(),
+            );
+            if let Some(bouncer) = &bouncer {
+                report.servers.push((
+                    format!("PgBouncer for PostgreSQL {major}"),
+                    bouncer.version().to_owned(),
+                ));
+            }
+            let bouncer_url = bouncer.as_ref().map(RunningPgBouncer::url);
             let name = format!("{} [PostgreSQL {major}]", display(suite));
             report.step(&name, || {
-                cargo_test(suite, &url, Some(major)).map_err(|error| {
+                cargo_test(suite, &url, bouncer_url.as_deref(), Some(major)).map_err(|error| {
+                    let bouncer_log = bouncer.as_ref().map_or_else(String::new, |b| {
+                        format!("\n--- last lines of the PgBouncer log ---\n{}", b.log_tail())
+                    });
                     anyhow!(
-                        "{error:#}\n--- last lines of the PostgreSQL {major} server log ---\n{}",
+                        "{error:#}\n--- last lines of the PostgreSQL {major} server log ---\n{}{bouncer_log}",
                         server.log_tail()
                     )
                 })
             });
+            drop(bouncer);
             report.step(&format!("PostgreSQL {major}: stop"), || server.stop());
             if index == 0 {
                 // A real failover on the first (newest) version: a primary

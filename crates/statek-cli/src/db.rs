@@ -12,6 +12,22 @@ pub struct DbArgs {
     /// status and demo, the retention role for prune.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     pub database_url: Option<String>,
+    /// The URL points at a pooler in transaction mode (PgBouncer
+    /// `pool_mode = transaction`): send unnamed statements and no startup
+    /// options; lock_timeout and statement_timeout must then be set for the
+    /// role (docs/operations.md). Default: $STATEK_TRANSACTION_POOLING (1, true, yes).
+    #[arg(long, env = "STATEK_TRANSACTION_POOLING", value_parser = clap::builder::FalseyValueParser::new())]
+    pub transaction_pooling: bool,
+    /// A direct connection (PostgreSQL itself, not a transaction-mode pool)
+    /// for LISTEN and migrations under --transaction-pooling. Default:
+    /// $STATEK_DIRECT_DATABASE_URL.
+    #[arg(
+        long,
+        env = "STATEK_DIRECT_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub direct_database_url: Option<String>,
     /// What the durability check (at register and Worker start) refuses:
     /// `require` refuses fsync/full_page_writes off, a synchronous_commit
     /// without flush and asynchronous standbys; `allow-async-standbys`
@@ -45,11 +61,14 @@ impl DbArgs {
     /// A store with its own pool of `pool_size` connections.
     pub fn store(&self, pool_size: usize) -> Result<PgStore> {
         let url = self.url()?;
-        Ok(PgStore::new(
-            StoreConfig::from_url(url)?
-                .pool_size(pool_size)?
-                .durability_policy(self.durability.into()),
-        )?)
+        let mut config = StoreConfig::from_url(url)?
+            .pool_size(pool_size)?
+            .transaction_pooling(self.transaction_pooling)
+            .durability_policy(self.durability.into());
+        if let Some(direct) = &self.direct_database_url {
+            config = config.direct_url(direct)?;
+        }
+        Ok(PgStore::new(config)?)
     }
 
     /// The URL, or an error saying how to give one.

@@ -12,6 +12,10 @@ use tokio_util::sync::CancellationToken;
 use crate::executor::{TenantExecutor, TenantTickOutcome};
 use crate::{DurableFairScheduler, SchedulerError, TickOutcome};
 
+/// Pause before listening again after the notification connection failed,
+/// doubling from the first to the second value between attempts.
+const RELISTEN_PAUSE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+
 /// Options of a [`Worker`].
 ///
 /// Defaults: 4 ticks in flight; back off after one full cycle of idle
@@ -158,6 +162,9 @@ pub struct WorkerReport {
     pub backoffs: u64,
     /// Wake-ups by notification.
     pub wakeups: u64,
+    /// Times the notification connection failed (or stopped answering its
+    /// probe) and was opened again.
+    pub listen_reconnects: u64,
     /// Transient tick errors survived.
     pub transient_errors: u64,
 }
@@ -172,6 +179,7 @@ struct Counters {
     cancelled: AtomicU64,
     backoffs: AtomicU64,
     wakeups: AtomicU64,
+    listen_reconnects: AtomicU64,
     transient_errors: AtomicU64,
 }
 
@@ -187,6 +195,7 @@ impl Counters {
             cancelled: get(&self.cancelled),
             backoffs: get(&self.backoffs),
             wakeups: get(&self.wakeups),
+            listen_reconnects: get(&self.listen_reconnects),
             transient_errors: get(&self.transient_errors),
         }
     }
@@ -240,7 +249,11 @@ impl<E: TenantExecutor + 'static> Worker<E> {
 
     /// Wakes idle tick loops on these notifications (see
     /// [`statek_store_pg::PgStore::listen_for_runs`]). Without them the
-    /// worker relies on its backoff timer and probe.
+    /// worker relies on its backoff timer and probe. When the notification
+    /// connection fails or stops answering its probe, the worker listens
+    /// again through its scheduler's store (pausing 1 s doubling to 30 s
+    /// between attempts; [`WorkerReport::listen_reconnects`]) and relies on
+    /// the probe meanwhile.
     pub fn with_notifications(mut self, notifications: RunNotifications) -> Self {
         self.notifications = Some(notifications);
         self
@@ -302,22 +315,44 @@ impl<E: TenantExecutor + 'static> Worker<E> {
             let stop = stop.clone();
             tokio::spawn(async move {
                 loop {
-                    tokio::select! {
+                    let message = tokio::select! {
                         _ = stop.cancelled() => return,
-                        message = n.recv() => match message {
-                            Some(Ok(_tenant)) => {
-                                shared.counters.wakeups.fetch_add(1, Ordering::Relaxed);
-                                shared.idle_streak.store(0, Ordering::Relaxed);
-                                shared.backoff_micros.store(0, Ordering::Relaxed);
-                                shared.wake.notify_waiters();
-                            }
-                            Some(Err(e)) => {
-                                tracing::warn!(error = %e, "run notifications ended; relying on the backoff probe");
-                                return;
-                            }
-                            None => return,
+                        message = n.recv() => message,
+                    };
+                    match message {
+                        Some(Ok(_tenant)) => {
+                            shared.counters.wakeups.fetch_add(1, Ordering::Relaxed);
+                            shared.idle_streak.store(0, Ordering::Relaxed);
+                            shared.backoff_micros.store(0, Ordering::Relaxed);
+                            shared.wake.notify_waiters();
+                            continue;
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %crate::error::chain(&e), "run notifications failed; listening again, meanwhile relying on the backoff probe");
+                        }
+                        None => {
+                            tracing::warn!("run notifications ended; listening again, meanwhile relying on the backoff probe");
                         }
                     }
+                    // Listen again, pausing 1 s doubling to 30 s between
+                    // attempts. Work notified meanwhile is found by the
+                    // backoff probe.
+                    let mut pause = RELISTEN_PAUSE.0;
+                    n = loop {
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(pause) => {}
+                        }
+                        match shared.scheduler.store().listen_for_runs().await {
+                            Ok(fresh) => break fresh,
+                            Err(e) => {
+                                tracing::warn!(error = %crate::error::chain(&e), "cannot listen for runs yet");
+                                pause = (pause * 2).min(RELISTEN_PAUSE.1);
+                            }
+                        }
+                    };
+                    shared.counters.listen_reconnects.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!("listening for runs again");
                 }
             })
         });

@@ -11,6 +11,7 @@
 use std::time::SystemTime;
 
 use statek_policy::{PolicyDigest, SchedulerShardId};
+use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::durability::SynchronousCommit;
@@ -20,6 +21,7 @@ use crate::reservation::{
     reservation_write_error, Reservation,
 };
 use crate::shard::slot_of;
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// The largest batch, in reservations. A batch holds the cursor lock for
@@ -190,8 +192,8 @@ impl PgStore {
         }
         let level = self.config().synchronous_commit_level();
         self.guarded_reservation(shard, |expected| {
-            self.with_response_timeout(async move |client: &deadpool_postgres::Object| {
-                reserve_batch_on(client, shard, digest, batch_id, k, expected, level).await
+            self.with_response_timeout(async move |db: &Db<'_>| {
+                reserve_batch_on(db, shard, digest, batch_id, k, expected, level).await
             })
         })
         .await
@@ -200,7 +202,7 @@ impl PgStore {
 
 /// The batch statement on `client` (see [`PgStore::reserve_batch`]).
 async fn reserve_batch_on(
-    client: &deadpool_postgres::Object,
+    db: &Db<'_>,
     shard: &SchedulerShardId,
     digest: &PolicyDigest,
     batch_id: Uuid,
@@ -211,17 +213,17 @@ async fn reserve_batch_on(
     let tail_ids: Vec<Uuid> = (1..k).map(|_| Uuid::now_v7()).collect();
     let count = i64::from(k);
     let expected = expected_timeline.and_then(|t| i32::try_from(t).ok());
-    let row = client
+    let row = db
         .query_opt(
-            &client.prepare_cached(RESERVE_BATCH).await?,
+            RESERVE_BATCH,
             &[
-                &batch_id,
-                &shard.as_str(),
-                &&digest.as_bytes()[..],
-                &count,
-                &tail_ids,
-                &expected,
-                &level.as_str(),
+                (&batch_id, Type::UUID),
+                (&shard.as_str(), Type::TEXT),
+                (&&digest.as_bytes()[..], Type::BYTEA),
+                (&count, Type::INT8),
+                (&tail_ids, Type::UUID_ARRAY),
+                (&expected, Type::INT4),
+                (&level.as_str(), Type::TEXT),
             ],
         )
         .await
@@ -258,9 +260,7 @@ async fn reserve_batch_on(
     let Some(head) = head else {
         // Nothing inserted: the batch id exists (a replay or a
         // conflict), or a check on the locked row failed.
-        let rows = client
-            .query(&client.prepare_cached(SELECT_BATCH).await?, &[&batch_id])
-            .await?;
+        let rows = db.query(SELECT_BATCH, &[(&batch_id, Type::UUID)]).await?;
         if !rows.is_empty() {
             let mut found = existing_batch(batch_id, shard, digest, k, &rows)?;
             for reservation in &mut found.reservations {
@@ -268,10 +268,10 @@ async fn reserve_batch_on(
             }
             return Ok(done(found));
         }
-        let owner = client
+        let owner = db
             .query_opt(
                 "SELECT batch_id FROM statek.scheduler_reservations WHERE reservation_id = $1",
-                &[&batch_id],
+                &[(&batch_id, Type::UUID)],
             )
             .await?;
         if let Some(owner) = owner {

@@ -34,6 +34,10 @@ pub struct StoreConfig {
     statement_timeout: Duration,
     verify_on_checkout: bool,
     response_timeout: Option<Duration>,
+    maintenance_timeout: Duration,
+    transaction_pooling: bool,
+    direct: Option<tokio_postgres::Config>,
+    listen_probe_interval: Duration,
     synchronous_commit: SynchronousCommit,
     durability_policy: DurabilityPolicy,
     failover_ring: usize,
@@ -46,6 +50,8 @@ pub const DEFAULT_FAILOVER_RING: usize = 10_000;
 
 const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// The longest maintenance timeout: 1 hour.
+const MAX_MAINTENANCE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 impl StoreConfig {
     /// Settings for a libpq-style connection string or URL
@@ -76,6 +82,10 @@ impl StoreConfig {
             statement_timeout: Duration::from_secs(10),
             verify_on_checkout: false,
             response_timeout: None,
+            maintenance_timeout: Duration::from_secs(600),
+            transaction_pooling: false,
+            direct: None,
+            listen_probe_interval: Duration::from_secs(30),
             synchronous_commit: SynchronousCommit::On,
             durability_policy: DurabilityPolicy::Require,
             failover_ring: DEFAULT_FAILOVER_RING,
@@ -147,6 +157,105 @@ impl StoreConfig {
         self.on_lost_reservations
     }
 
+    /// Transaction pooling mode (default: off): set it when the URL points
+    /// at a pooler in transaction mode (PgBouncer `pool_mode = transaction`),
+    /// which may hand consecutive statements of one connection to different
+    /// server connections. Then:
+    ///
+    /// - every statement is sent unnamed (parse, bind, execute in one
+    ///   exchange) instead of as a cached prepared statement, which works
+    ///   with PgBouncer versions without `max_prepared_statements` (before
+    ///   1.21);
+    /// - no `options` startup parameter is sent (PgBouncer before 1.20
+    ///   refuses it unless `ignore_startup_parameters` lists it), so
+    ///   `lock_timeout` and `statement_timeout` must come from the role or
+    ///   database (`ALTER ROLE ... SET lock_timeout = '5000ms'`);
+    ///   [`crate::PgStore::register`] checks that the server's values equal
+    ///   this configuration's and refuses with
+    ///   [`StoreError::SessionSettingMismatch`] otherwise, naming the
+    ///   statement to run;
+    /// - `LISTEN` ([`crate::PgStore::listen_for_runs`]) and migrations need
+    ///   a session of their own: they use the [`direct_url`](Self::direct_url)
+    ///   and fail with [`StoreError::DirectConnectionRequired`] without one
+    ///   (a worker then relies on its idle probe instead of notifications).
+    pub fn transaction_pooling(mut self, on: bool) -> Self {
+        self.transaction_pooling = on;
+        self
+    }
+
+    /// Whether [`transaction_pooling`](Self::transaction_pooling) is on.
+    pub fn uses_transaction_pooling(&self) -> bool {
+        self.transaction_pooling
+    }
+
+    /// A direct connection (to PostgreSQL itself, or through a pool in
+    /// session mode) to the same database, for what needs a session of its
+    /// own: the `LISTEN` connection and migrations. Without it they use the
+    /// main URL (which must then not be a transaction-mode pool). The
+    /// string is never logged.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] if the string does not parse.
+    pub fn direct_url(self, url: &str) -> Result<Self, StoreError> {
+        let mut pg = tokio_postgres::Config::from_str(url).map_err(|e| {
+            StoreError::InvalidArgument(format!("direct connection string does not parse: {e}"))
+        })?;
+        if pg.get_application_name().is_none() {
+            pg.application_name("statek");
+        }
+        Ok(self.direct_pg_config(pg))
+    }
+
+    /// As [`direct_url`](Self::direct_url), from a built config.
+    pub fn direct_pg_config(mut self, pg: tokio_postgres::Config) -> Self {
+        self.direct = Some(pg);
+        self
+    }
+
+    /// The direct connection's settings, if one was given.
+    pub fn direct_connection(&self) -> Option<&tokio_postgres::Config> {
+        self.direct.as_ref()
+    }
+
+    /// How long migrations ([`crate::PgStore::migrate`]), one prune batch
+    /// and applying the role profile may wait for the server before they
+    /// give up with the retryable [`StoreError::ResponseTimeout`] (the
+    /// connection is closed; a migration's advisory lock is released with
+    /// it). Default 600 s; 1 ms..=3600 s. Migrations run without
+    /// `lock_timeout` and `statement_timeout`, so this is their only bound.
+    pub fn maintenance_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
+        if timeout < MIN_TIMEOUT || timeout > MAX_MAINTENANCE_TIMEOUT {
+            return Err(StoreError::InvalidArgument(format!(
+                "maintenance timeout must be 1 ms..=3600 s, got {timeout:?}"
+            )));
+        }
+        self.maintenance_timeout = timeout;
+        Ok(self)
+    }
+
+    /// The maintenance timeout (see
+    /// [`maintenance_timeout`](Self::maintenance_timeout)).
+    pub fn effective_maintenance_timeout(&self) -> Duration {
+        self.maintenance_timeout
+    }
+
+    /// How often the `LISTEN` connection ([`crate::PgStore::listen_for_runs`])
+    /// sends an empty query to prove the link alive (default 30 s; 1 ms..=600 s).
+    /// A probe unanswered within the [`response_timeout`](Self::response_timeout)
+    /// ends the connection and reports [`StoreError::ResponseTimeout`] on the
+    /// notification stream. The connection also uses TCP keepalives (idle
+    /// 30 s, then every 10 s, 3 probes).
+    pub fn listen_probe_interval(mut self, every: Duration) -> Result<Self, StoreError> {
+        self.listen_probe_interval = check_timeout("listen probe interval", every)?;
+        Ok(self)
+    }
+
+    /// The `LISTEN` probe interval (see
+    /// [`listen_probe_interval`](Self::listen_probe_interval)).
+    pub fn effective_listen_probe_interval(&self) -> Duration {
+        self.listen_probe_interval
+    }
+
     /// Whether a pooled connection is checked with an empty query before
     /// each use (default: no). Off, a connection whose socket is closed is
     /// discarded at checkout, and one that is open but dead (a peer that
@@ -207,11 +316,14 @@ impl StoreConfig {
         Ok(self)
     }
 
-    /// How long the calls on a scheduler's hot path (`reserve`,
-    /// `reserve_batch`, `claim_run`, `heartbeat_run`, `complete_run`,
-    /// `fail_run`) wait for the server's answer before they give up on the
+    /// How long every store call on the hot and housekeeping paths
+    /// (reservations, registration, shard reads and status, the whole run
+    /// queue including the idle probe `any_claimable_runs` and the lease
+    /// expiry pass) waits for the server's answer before it gives up on the
     /// connection: it is discarded (never returned to the pool) and the call
-    /// fails with the retryable [`StoreError::ResponseTimeout`]. The
+    /// fails with the retryable [`StoreError::ResponseTimeout`]. Migrations,
+    /// pruning and the role profile have their own, longer
+    /// [`maintenance_timeout`](Self::maintenance_timeout). The
     /// statement may still commit on the server, exactly as after a lost
     /// acknowledgement: retry a reservation with the same id; a claim whose
     /// answer was lost expires with its lease. Default: `statement_timeout` + 5 s (the server gives up
@@ -242,23 +354,67 @@ impl StoreConfig {
         (self.wait_timeout, self.create_timeout, self.recycle_timeout)
     }
 
+    /// The settings every pooled session of statek runs with, as
+    /// (name, value) pairs: one list, sent as startup options normally and
+    /// expected from the role or database under transaction pooling
+    /// ([`transaction_pooling`](Self::transaction_pooling)). A value is
+    /// written in the setting's base unit (`5000ms`) or without one (`on`),
+    /// as `pg_settings.setting || unit` shows it, so the pooling check can
+    /// compare it exactly.
+    pub(crate) fn session_settings(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "lock_timeout",
+                format!("{}ms", self.lock_timeout.as_millis()),
+            ),
+            (
+                "statement_timeout",
+                format!("{}ms", self.statement_timeout.as_millis()),
+            ),
+            (
+                "synchronous_commit",
+                self.synchronous_commit.as_str().to_owned(),
+            ),
+        ]
+    }
+
     /// The connection settings for pooled connections: the configured ones
-    /// plus `lock_timeout` and `statement_timeout`, sent as startup options so
-    /// that they hold for every transaction without an extra round trip.
+    /// plus [`session_settings`](Self::session_settings), sent as startup
+    /// options so that they hold for every transaction without an extra
+    /// round trip. Under transaction pooling nothing is added (the pooler
+    /// may refuse the `options` parameter).
     pub(crate) fn pooled_pg_config(&self) -> tokio_postgres::Config {
         let mut pg = self.pg.clone();
-        let mut options = pg.get_options().unwrap_or_default().to_owned();
-        if !options.is_empty() {
-            options.push(' ');
+        if self.transaction_pooling {
+            return pg;
         }
-        options.push_str(&format!(
-            "-c lock_timeout={} -c statement_timeout={} -c synchronous_commit={}",
-            self.lock_timeout.as_millis(),
-            self.statement_timeout.as_millis(),
-            self.synchronous_commit.as_str()
-        ));
+        let mut options = pg.get_options().unwrap_or_default().to_owned();
+        for (name, value) in self.session_settings() {
+            if !options.is_empty() {
+                options.push(' ');
+            }
+            options.push_str(&format!("-c {name}={value}"));
+        }
         pg.options(&options);
         pg
+    }
+
+    /// The settings of a connection that needs a session of its own
+    /// (`LISTEN`, migrations): the direct connection if given, else the
+    /// main one.
+    ///
+    /// # Errors
+    /// [`StoreError::DirectConnectionRequired`] under transaction pooling
+    /// without a direct connection.
+    pub(crate) fn session_pg_config(
+        &self,
+        what: &'static str,
+    ) -> Result<tokio_postgres::Config, StoreError> {
+        match (&self.direct, self.transaction_pooling) {
+            (Some(direct), _) => Ok(direct.clone()),
+            (None, false) => Ok(self.pg.clone()),
+            (None, true) => Err(StoreError::DirectConnectionRequired { what }),
+        }
     }
 }
 
@@ -300,7 +456,7 @@ mod tests {
                 .unwrap()
                 .pooled_pg_config()
                 .get_options(),
-            Some("-c lock_timeout=250 -c statement_timeout=10000 -c synchronous_commit=on")
+            Some("-c lock_timeout=250ms -c statement_timeout=10000ms -c synchronous_commit=on")
         );
         let with_options =
             StoreConfig::from_url("postgres://u@localhost/db?options=-c%20search_path%3Dx")
@@ -309,7 +465,7 @@ mod tests {
         assert_eq!(
             with_options.get_options(),
             Some(
-                "-c search_path=x -c lock_timeout=5000 -c statement_timeout=10000 \
+                "-c search_path=x -c lock_timeout=5000ms -c statement_timeout=10000ms \
                  -c synchronous_commit=on"
             )
         );
@@ -319,10 +475,73 @@ mod tests {
                 .synchronous_commit(SynchronousCommit::RemoteApply)
                 .pooled_pg_config()
                 .get_options(),
-            Some("-c lock_timeout=5000 -c statement_timeout=10000 -c synchronous_commit=remote_apply")
+            Some(
+                "-c lock_timeout=5000ms -c statement_timeout=10000ms \
+                 -c synchronous_commit=remote_apply"
+            )
         );
         assert!(cfg_ring_rejects(0));
         assert!(cfg_ring_rejects(1_000_001));
         assert!(!cfg_ring_rejects(1));
+    }
+
+    #[test]
+    fn maintenance_and_probe_limits() {
+        let cfg = StoreConfig::from_url("postgres://u@localhost/db").unwrap();
+        assert_eq!(
+            cfg.effective_maintenance_timeout(),
+            Duration::from_secs(600)
+        );
+        assert!(cfg.clone().maintenance_timeout(Duration::ZERO).is_err());
+        assert!(cfg
+            .clone()
+            .maintenance_timeout(Duration::from_secs(3601))
+            .is_err());
+        assert_eq!(
+            cfg.clone()
+                .maintenance_timeout(Duration::from_secs(3600))
+                .unwrap()
+                .effective_maintenance_timeout(),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            cfg.effective_listen_probe_interval(),
+            Duration::from_secs(30)
+        );
+        assert!(cfg.clone().listen_probe_interval(Duration::ZERO).is_err());
+        assert!(cfg
+            .clone()
+            .listen_probe_interval(Duration::from_secs(601))
+            .is_err());
+    }
+
+    #[test]
+    fn transaction_pooling_sends_no_options_and_needs_a_direct_connection() {
+        let cfg = StoreConfig::from_url("postgres://u@localhost/db").unwrap();
+        assert!(!cfg.uses_transaction_pooling());
+        assert!(cfg.session_pg_config("LISTEN").is_ok());
+        let pooled = cfg.clone().transaction_pooling(true);
+        assert!(pooled.uses_transaction_pooling());
+        assert_eq!(pooled.pooled_pg_config().get_options(), None);
+        assert_eq!(
+            pooled.session_settings(),
+            vec![
+                ("lock_timeout", "5000ms".to_owned()),
+                ("statement_timeout", "10000ms".to_owned()),
+                ("synchronous_commit", "on".to_owned())
+            ]
+        );
+        assert!(matches!(
+            pooled.session_pg_config("LISTEN"),
+            Err(StoreError::DirectConnectionRequired { what: "LISTEN" })
+        ));
+        let direct = pooled
+            .direct_url("postgres://u@direct-host:5433/db")
+            .unwrap();
+        let session = direct.session_pg_config("migrations").unwrap();
+        assert_eq!(session.get_ports(), &[5433]);
+        assert!(cfg
+            .direct_url("postgres://u:sekret@h:notaport/db")
+            .is_err_and(|e| !e.to_string().contains("sekret")));
     }
 }

@@ -21,6 +21,7 @@ use std::str::FromStr;
 
 use tokio_postgres::Row;
 
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// Gauge `{risk}`: 1 when the last durability check found the risk
@@ -375,9 +376,13 @@ impl PgStore {
     /// # Errors
     /// Connection and server errors.
     pub async fn durability_report(&self) -> Result<DurabilityReport, StoreError> {
-        let client = self.client().await?;
-        let settings = client.query_one(SETTINGS, &[]).await?;
-        let walsenders = client.query(WALSENDERS, &[]).await?;
+        let (settings, walsenders) = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                let settings = db.query_one(SETTINGS, &[]).await?;
+                let walsenders = db.query(WALSENDERS, &[]).await?;
+                Ok((settings, walsenders))
+            })
+            .await?;
         let mut standbys = Vec::new();
         let mut hidden_walsenders = 0_u32;
         for row in &walsenders {

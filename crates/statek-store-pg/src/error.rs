@@ -134,13 +134,42 @@ pub enum StoreError {
     /// A migration failed to apply.
     #[error("migration failed: {0}")]
     Migration(Box<refinery::Error>),
-    /// The server did not answer a reservation within the response
-    /// timeout; the connection was discarded. The reservation may have
-    /// committed (retry with the same id to find out).
+    /// The server did not answer a store call within its response timeout
+    /// (or maintenance timeout); the connection was discarded. A write may
+    /// have committed (retry a reservation with the same id to find out).
     #[error("no answer from PostgreSQL within {after:?}; the connection was discarded")]
     ResponseTimeout {
         /// The response timeout that passed.
         after: std::time::Duration,
+    },
+    /// Under transaction pooling statek cannot set a session setting at
+    /// connect time, and the server's value (from the role or database)
+    /// differs from the configured one: set it for the role. Not retryable.
+    #[error(
+        "transaction pooling: the server's {setting} is {found:?}, statek is configured for \
+         {expected:?}; set it for the role (ALTER ROLE \"{role}\" SET {setting} = '{expected}') \
+         or turn transaction pooling off"
+    )]
+    SessionSettingMismatch {
+        /// The setting (`lock_timeout`, `statement_timeout`, ...).
+        setting: &'static str,
+        /// The configured value, in the setting's base unit (`5000ms`).
+        expected: String,
+        /// The server's value, the same way (`0ms`).
+        found: String,
+        /// The connected role.
+        role: String,
+    },
+    /// A call that needs a session of its own (`LISTEN`, migrations) was
+    /// made under transaction pooling without a direct connection. Not
+    /// retryable.
+    #[error(
+        "{what} needs a direct connection, not a transaction-mode pool: give one with \
+         StoreConfig::direct_url (statek: --direct-database-url or STATEK_DIRECT_DATABASE_URL)"
+    )]
+    DirectConnectionRequired {
+        /// What needed it (`LISTEN`, `migrations`).
+        what: &'static str,
     },
     /// The durability check found risks the store's
     /// [`DurabilityPolicy`](crate::DurabilityPolicy) refuses. Not retryable:

@@ -28,6 +28,9 @@ use std::sync::{Arc, Mutex};
 use statek_policy::SchedulerShardId;
 use uuid::Uuid;
 
+use tokio_postgres::types::Type;
+
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// Counter `{shard}`: acknowledged reservations found lost after a change
@@ -311,8 +314,13 @@ impl PgStore {
     async fn verify_acknowledged(&self, shard: &SchedulerShardId) -> Result<(), StoreError> {
         let log = self.failover_log();
         let _one_at_a_time = log.verifying.lock().await;
-        let client = self.client().await?;
-        let server = client.query_one(VERIFY_SERVER, &[&shard.as_str()]).await?;
+        let server = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query_one(VERIFY_SERVER, &[(&shard.as_str(), Type::TEXT)])
+                    .await?)
+            })
+            .await?;
         let Some(timeline) = server
             .try_get::<_, Option<i32>>("timeline")?
             .and_then(|t| u32::try_from(t).ok())
@@ -336,8 +344,19 @@ impl PgStore {
             .iter()
             .map(|e| i64::try_from(e.first).unwrap_or(i64::MAX))
             .collect();
-        let rows = client
-            .query(VERIFY, &[&shard.as_str(), &ids, &firsts])
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query(
+                        VERIFY,
+                        &[
+                            (&shard.as_str(), Type::TEXT),
+                            (&ids, Type::UUID_ARRAY),
+                            (&firsts, Type::INT8_ARRAY),
+                        ],
+                    )
+                    .await?)
+            })
             .await?;
         let mut lost = Vec::new();
         let mut pruned = Vec::new();

@@ -27,6 +27,16 @@
 //!   reserve, run queue; no deletes, no policy changes) and a retention role
 //!   for pruning only.
 //!
+//! **Connections.** Every call runs on the pool under a response timeout
+//! ([`StoreConfig::response_timeout`]; migrations, pruning and the role
+//! profile under [`StoreConfig::maintenance_timeout`]): a silent connection
+//! fails the call with the retryable [`StoreError::ResponseTimeout`] and is
+//! discarded. Behind PgBouncer in transaction mode set
+//! [`StoreConfig::transaction_pooling`]: statements are then sent unnamed,
+//! no startup options are sent (the role carries `lock_timeout` and
+//! `statement_timeout`, checked at [`PgStore::register`]), and `LISTEN` and
+//! migrations use [`StoreConfig::direct_url`].
+//!
 //! Every read decodes fail-closed: stored policy bytes must decode strictly
 //! and hash to the stored digest, cycle length, cursor and slots must agree,
 //! else [`StoreError::CorruptData`]. Errors are one enum; ask
@@ -65,11 +75,13 @@ mod error;
 mod failover;
 mod migration;
 mod notifications;
+mod pooling;
 mod reservation;
 mod retention;
 mod roles;
 mod run_queue;
 mod shard;
+mod statement;
 mod store;
 #[cfg(feature = "test-support")]
 pub mod testing;

@@ -46,12 +46,17 @@ impl PgStore {
     /// Runs on a dedicated connection (not the pool) holding a session-level
     /// advisory lock, so concurrent callers wait for each other and each
     /// migration is applied once. Dropping the future closes that connection,
-    /// which releases the lock. Needs the owner role (DDL privileges).
+    /// which releases the lock. Needs the owner role (DDL privileges). The
+    /// connection is the direct one ([`crate::StoreConfig::direct_url`])
+    /// when given; the whole call runs under the maintenance timeout
+    /// ([`crate::StoreConfig::maintenance_timeout`]).
     ///
     /// # Errors
     /// [`StoreError::Migration`] when refinery finds the database diverged
     /// from, or missing, migrations this crate knows, or a migration fails;
-    /// connection and server errors as usual.
+    /// [`StoreError::ResponseTimeout`] after the maintenance timeout;
+    /// [`StoreError::DirectConnectionRequired`] under transaction pooling
+    /// without a direct connection; connection and server errors as usual.
     pub async fn migrate(&self) -> Result<MigrationReport, StoreError> {
         self.migrate_to(refinery::Target::Latest).await
     }
@@ -61,54 +66,68 @@ impl PgStore {
         &self,
         target: refinery::Target,
     ) -> Result<MigrationReport, StoreError> {
-        let mut pg = self.config().pg_config().clone();
-        // DDL may legitimately wait or run long; no pooled timeouts here.
+        let mut pg = self.config().session_pg_config("migrations")?;
+        // DDL may legitimately wait or run long; no pooled timeouts here,
+        // only the maintenance timeout around the whole call.
         let mut options = pg.get_options().unwrap_or_default().to_owned();
         options.push_str(" -c lock_timeout=0 -c statement_timeout=0");
         pg.options(options.trim_start());
-        let (mut client, connection) = pg.connect(NoTls).await?;
-        let driver = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "migration connection ended with an error");
-            }
-        });
-        let result = async {
-            client
-                .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
-                .await?;
-            // Only create the schema when it is missing: CREATE SCHEMA IF NOT
-            // EXISTS needs the CREATE privilege on the database even when
-            // the schema exists, which an owner role need not have.
-            let missing: bool = client
-                .query_one("SELECT to_regnamespace('statek') IS NULL", &[])
-                .await?
-                .try_get(0)?;
-            if missing {
-                client.batch_execute("CREATE SCHEMA statek").await?;
-            }
-            let mut runner = embedded::migrations::runner()
-                .set_abort_divergent(true)
-                .set_abort_missing(true)
-                .set_target(target);
-            runner.set_migration_table_name(HISTORY_TABLE);
-            let report = runner.run_async(&mut client).await?;
-            client
-                .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
-                .await?;
-            Ok::<_, StoreError>(report)
-        }
-        .await;
-        drop(client);
-        let _ = driver.await;
-        let report = result?;
-        let applied = report
-            .applied_migrations()
-            .iter()
-            .map(|m| (m.version(), m.name().to_owned()))
-            .collect::<Vec<_>>();
-        for (version, name) in &applied {
-            tracing::info!(version, name = %name, "applied migration");
-        }
-        Ok(MigrationReport { applied })
+        let after = self.config().effective_maintenance_timeout();
+        // Dropping the unfinished future closes the connection, which
+        // releases the advisory lock and rolls back a half-applied migration.
+        tokio::time::timeout(after, migrate_on(pg, target))
+            .await
+            .map_err(|_| StoreError::ResponseTimeout { after })?
     }
+}
+
+/// Migrates on a dedicated connection opened with `pg`.
+async fn migrate_on(
+    pg: tokio_postgres::Config,
+    target: refinery::Target,
+) -> Result<MigrationReport, StoreError> {
+    let (mut client, connection) = pg.connect(NoTls).await?;
+    let driver = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "migration connection ended with an error");
+        }
+    });
+    let result = async {
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
+            .await?;
+        // Only create the schema when it is missing: CREATE SCHEMA IF NOT
+        // EXISTS needs the CREATE privilege on the database even when
+        // the schema exists, which an owner role need not have.
+        let missing: bool = client
+            .query_one("SELECT to_regnamespace('statek') IS NULL", &[])
+            .await?
+            .try_get(0)?;
+        if missing {
+            client.batch_execute("CREATE SCHEMA statek").await?;
+        }
+        let mut runner = embedded::migrations::runner()
+            .set_abort_divergent(true)
+            .set_abort_missing(true)
+            .set_target(target);
+        runner.set_migration_table_name(HISTORY_TABLE);
+        let report = runner.run_async(&mut client).await?;
+        client
+            .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
+            .await?;
+        Ok::<_, StoreError>(report)
+    }
+    .await;
+    drop(client);
+    let _ = driver.await;
+    let report = result?;
+    let applied = report
+        .applied_migrations()
+        .iter()
+        .map(|m| (m.version(), m.name().to_owned()))
+        .collect::<Vec<_>>();
+    for (version, name) in &applied {
+        tracing::info!(version, name = %name, "applied migration");
+    }
+    Ok(MigrationReport { applied })
 }

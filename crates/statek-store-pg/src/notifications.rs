@@ -1,9 +1,13 @@
 //! Wake-ups: `LISTEN statek_runs`, fed by the trigger that notifies when a
 //! run becomes claimable.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
 use futures_util::StreamExt;
 use statek_policy::TenantId;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::{PgStore, StoreError};
@@ -21,15 +25,33 @@ const BUFFERED_WAKEUPS: usize = 256;
 #[derive(Debug)]
 pub struct RunNotifications {
     rx: mpsc::Receiver<Result<TenantId, StoreError>>,
-    // Keeps the connection open: it closes when the client is dropped.
-    _client: tokio_postgres::Client,
+    // Dropped with `self`: tells the probe task to close the connection.
+    _close: oneshot::Sender<()>,
 }
 
 impl RunNotifications {
     /// The next wake-up: `Some(Ok(tenant))`; `Some(Err(_))` once if the
-    /// connection failed; `None` after that (listen again to resume).
+    /// connection failed or stopped answering its probe
+    /// ([`StoreError::ResponseTimeout`], see
+    /// [`crate::StoreConfig::listen_probe_interval`]); `None` after that
+    /// (listen again to resume).
     pub async fn recv(&mut self) -> Option<Result<TenantId, StoreError>> {
         self.rx.recv().await
+    }
+}
+
+/// Sends the connection's one error, whichever task sees it first.
+#[derive(Clone)]
+struct Report {
+    tx: mpsc::Sender<Result<TenantId, StoreError>>,
+    sent: Arc<AtomicBool>,
+}
+
+impl Report {
+    async fn failed(&self, error: StoreError) {
+        if !self.sent.swap(true, Ordering::SeqCst) {
+            let _ = self.tx.send(Err(error)).await;
+        }
     }
 }
 
@@ -37,12 +59,37 @@ impl PgStore {
     /// Opens a dedicated (unpooled) connection and listens for runs that
     /// become claimable. Cheap to keep open for the lifetime of a worker.
     ///
+    /// The connection is the direct one when
+    /// [`crate::StoreConfig::direct_url`] is set. It uses TCP keepalives
+    /// (idle 30 s, every 10 s, 3 probes) and sends an empty query every
+    /// [`crate::StoreConfig::listen_probe_interval`]; a probe without an
+    /// answer within the response timeout ends it with
+    /// [`StoreError::ResponseTimeout`] on the stream, so a silent link is
+    /// reported instead of waiting forever.
+    ///
     /// # Errors
-    /// Connection and server errors.
+    /// [`StoreError::DirectConnectionRequired`] under transaction pooling
+    /// without a direct connection; connection and server errors.
     pub async fn listen_for_runs(&self) -> Result<RunNotifications, StoreError> {
-        let (client, mut connection) = self.config().pooled_pg_config().connect(NoTls).await?;
+        let mut pg = self.config().session_pg_config("LISTEN")?;
+        pg.keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(3);
+        let probe_every = self.config().effective_listen_probe_interval();
+        let answer_within = self.config().effective_response_timeout();
+        let (client, mut connection) = tokio::time::timeout(answer_within, pg.connect(NoTls))
+            .await
+            .map_err(|_| StoreError::ResponseTimeout {
+                after: answer_within,
+            })??;
         let (tx, rx) = mpsc::channel(BUFFERED_WAKEUPS);
-        tokio::spawn(async move {
+        let report = Report {
+            tx: tx.clone(),
+            sent: Arc::new(AtomicBool::new(false)),
+        };
+        let driver_report = report.clone();
+        let driver = tokio::spawn(async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 match message {
@@ -55,18 +102,55 @@ impl PgStore {
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        let _ = tx.send(Err(StoreError::from(e))).await;
+                        driver_report.failed(StoreError::from(e)).await;
                         return;
                     }
                 }
             }
         });
-        client
-            .batch_execute(&format!("LISTEN {RUNS_CHANNEL}"))
-            .await?;
-        Ok(RunNotifications {
-            rx,
-            _client: client,
-        })
+        let listened = tokio::time::timeout(
+            answer_within,
+            client.batch_execute(&format!("LISTEN {RUNS_CHANNEL}")),
+        )
+        .await;
+        match listened {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                driver.abort();
+                return Err(e.into());
+            }
+            Err(_) => {
+                driver.abort();
+                return Err(StoreError::ResponseTimeout {
+                    after: answer_within,
+                });
+            }
+        }
+        let (close, mut closed) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let outcome = loop {
+                tokio::select! {
+                    _ = &mut closed => break None,
+                    _ = tokio::time::sleep(probe_every) => {}
+                }
+                match tokio::time::timeout(answer_within, client.simple_query("")).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => break Some(StoreError::from(e)),
+                    Err(_) => {
+                        break Some(StoreError::ResponseTimeout {
+                            after: answer_within,
+                        })
+                    }
+                }
+            };
+            // Stop reading a link that may never answer, then report.
+            driver.abort();
+            if let Some(error) = outcome {
+                tracing::warn!(error = %error, "the LISTEN connection stopped answering");
+                report.failed(error).await;
+            }
+            drop(client);
+        });
+        Ok(RunNotifications { rx, _close: close })
     }
 }

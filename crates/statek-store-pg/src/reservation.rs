@@ -4,12 +4,14 @@
 use std::time::SystemTime;
 
 use statek_policy::{PolicyDigest, SchedulerShardId};
+use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::durability::SynchronousCommit;
 use crate::failover::Guarded;
 use crate::shard::{decode_digest, slot_of};
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// Finds an existing reservation by id, with its shard's cycle length so the
@@ -305,8 +307,8 @@ impl PgStore {
         check_uuid_v7(reservation_id, "reservation id")?;
         let level = self.config().synchronous_commit_level();
         self.guarded_reservation(shard, |expected| {
-            self.with_response_timeout(async move |client: &deadpool_postgres::Object| {
-                reserve_on(client, shard, digest, reservation_id, expected, level).await
+            self.with_response_timeout(async move |db: &Db<'_>| {
+                reserve_on(db, shard, digest, reservation_id, expected, level).await
             })
         })
         .await
@@ -326,12 +328,20 @@ impl PgStore {
     ) -> Result<Vec<Reservation>, StoreError> {
         let from = i64::try_from(from_sequence)
             .map_err(|_| StoreError::InvalidArgument("from_sequence exceeds i64::MAX".into()))?;
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                SELECT_RESERVATIONS,
-                &[&shard.as_str(), &from, &i64::from(limit)],
-            )
+        let limit = i64::from(limit);
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query(
+                        SELECT_RESERVATIONS,
+                        &[
+                            (&shard.as_str(), Type::TEXT),
+                            (&from, Type::INT8),
+                            (&limit, Type::INT8),
+                        ],
+                    )
+                    .await?)
+            })
             .await?;
         rows.iter()
             .map(|row| reservation_from_row(row.try_get("reservation_id")?, row, false))
@@ -364,9 +374,9 @@ pub(crate) fn guard_columns(
     timeline.map(Ok).ok_or(StoreError::InRecovery)
 }
 
-/// The reservation statement on `client` (see [`PgStore::reserve`]).
+/// The reservation statement on `db` (see [`PgStore::reserve`]).
 async fn reserve_on(
-    client: &deadpool_postgres::Object,
+    db: &Db<'_>,
     shard: &SchedulerShardId,
     digest: &PolicyDigest,
     reservation_id: Uuid,
@@ -374,15 +384,15 @@ async fn reserve_on(
     level: SynchronousCommit,
 ) -> Result<Guarded<Reservation>, StoreError> {
     let expected = expected_timeline.and_then(|t| i32::try_from(t).ok());
-    let row = client
+    let row = db
         .query_opt(
-            &client.prepare_cached(RESERVE).await?,
+            RESERVE,
             &[
-                &reservation_id,
-                &shard.as_str(),
-                &&digest.as_bytes()[..],
-                &expected,
-                &level.as_str(),
+                (&reservation_id, Type::UUID),
+                (&shard.as_str(), Type::TEXT),
+                (&&digest.as_bytes()[..], Type::BYTEA),
+                (&expected, Type::INT4),
+                (&level.as_str(), Type::TEXT),
             ],
         )
         .await
@@ -401,11 +411,8 @@ async fn reserve_on(
         // a check on the locked row failed. The id first, as before the
         // single-statement form: an existing reservation is returned
         // even if the shard has since become unusable.
-        if let Some(found) = client
-            .query_opt(
-                &client.prepare_cached(SELECT_RESERVATION).await?,
-                &[&reservation_id],
-            )
+        if let Some(found) = db
+            .query_opt(SELECT_RESERVATION, &[(&reservation_id, Type::UUID)])
             .await?
         {
             let mut found = existing(reservation_id, shard, digest, &found)?;

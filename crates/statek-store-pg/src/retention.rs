@@ -2,6 +2,9 @@
 
 use std::time::{Duration, SystemTime};
 
+use tokio_postgres::types::Type;
+
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// Shortest retention: 1 hour.
@@ -116,24 +119,27 @@ impl PgStore {
         policy: &SchedulerFairnessRetentionPolicy,
     ) -> Result<PruneReport, StoreError> {
         let started = std::time::Instant::now();
-        let mut client = self.client().await?;
-        let tx = PgStore::begin(&mut client).await?;
-        let row = tx
-            .query_one(
-                PRUNE_BATCH,
-                &[
-                    &policy.retain_for.as_secs_f64(),
-                    &i64::from(policy.batch_size),
-                ],
+        let retain_secs = policy.retain_for.as_secs_f64();
+        let batch = i64::from(policy.batch_size);
+        let report = self
+            .in_transaction(
+                self.config().effective_maintenance_timeout(),
+                async |db: &Db<'_>| {
+                    let row = db
+                        .query_one(
+                            PRUNE_BATCH,
+                            &[(&retain_secs, Type::FLOAT8), (&batch, Type::INT8)],
+                        )
+                        .await?;
+                    let deleted: i64 = row.try_get(2)?;
+                    Ok(PruneReport {
+                        observed_at: row.try_get(0)?,
+                        cutoff: row.try_get(1)?,
+                        deleted: u64::try_from(deleted).unwrap_or(0),
+                    })
+                },
             )
             .await?;
-        let deleted: i64 = row.try_get(2)?;
-        let report = PruneReport {
-            observed_at: row.try_get(0)?,
-            cutoff: row.try_get(1)?,
-            deleted: u64::try_from(deleted).unwrap_or(0),
-        };
-        tx.commit().await?;
         metrics::counter!(PRUNE_DELETED_TOTAL).increment(report.deleted);
         if let Ok(cutoff) = report.cutoff.duration_since(SystemTime::UNIX_EPOCH) {
             metrics::gauge!(PRUNE_CUTOFF_TIMESTAMP_SECONDS).set(cutoff.as_secs_f64());

@@ -13,6 +13,7 @@
 //! the retention role on `reserved_at` only, and the immutability triggers
 //! refuse every actual update of a reservation row, whoever asks.
 
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// The statements of the profile, with `{owner}`, `{runtime}` and
@@ -111,10 +112,12 @@ impl PgStore {
     /// [`StoreError::PermissionDenied`] when the connected role may not
     /// grant; server errors (e.g. a role that does not exist).
     pub async fn apply_role_profile(&self, profile: &RoleProfile) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let tx = PgStore::begin(&mut client).await?;
-        tx.batch_execute(&profile.sql()).await?;
-        tx.commit().await?;
+        let sql = profile.sql();
+        self.in_transaction(
+            self.config().effective_maintenance_timeout(),
+            async |db: &Db<'_>| Ok(db.batch_execute(&sql).await?),
+        )
+        .await?;
         tracing::info!(
             owner = profile.owner(),
             runtime = profile.runtime(),

@@ -10,8 +10,10 @@
 use std::time::{Duration, SystemTime};
 
 use statek_policy::TenantId;
+use tokio_postgres::types::Type;
 use uuid::Uuid;
 
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// Largest accepted payload: 1 MiB.
@@ -352,47 +354,53 @@ impl PgStore {
         }
         let run_id = Uuid::now_v7();
         let max_attempts = i32::try_from(run.max_attempts).unwrap_or(i32::MAX);
-        let client = self.client().await?;
-        let inserted = client
-            .query_opt(
-                &client.prepare_cached(INSERT_RUN).await?,
-                &[
-                    &run_id,
-                    &run.tenant.as_str(),
-                    &run.payload,
-                    &max_attempts,
-                    &run.delay.as_secs_f64(),
-                    &run.idempotency_key,
-                ],
-            )
-            .await?;
-        if let Some(row) = inserted {
-            return Ok(EnqueuedRun {
-                run_id,
-                enqueued_at: row.try_get(0)?,
-                available_at: row.try_get(1)?,
-                deduplicated: false,
-            });
-        }
-        // The key is taken (ON CONFLICT waited for a concurrent inserter).
-        let row = client
-            .query_opt(
-                &client.prepare_cached(SELECT_BY_KEY).await?,
-                &[&run.tenant.as_str(), &run.idempotency_key],
-            )
-            .await?
-            .ok_or_else(|| StoreError::corrupt("run", "idempotency key vanished"))?;
-        let payload: Vec<u8> = row.try_get("payload")?;
-        let existing: Uuid = row.try_get("run_id")?;
-        if payload != run.payload {
-            return Err(StoreError::IdempotencyConflict { run_id: existing });
-        }
-        Ok(EnqueuedRun {
-            run_id: existing,
-            enqueued_at: row.try_get("enqueued_at")?,
-            available_at: row.try_get("available_at")?,
-            deduplicated: true,
+        let delay_secs = run.delay.as_secs_f64();
+        self.with_response_timeout(async |db: &Db<'_>| {
+            let inserted = db
+                .query_opt(
+                    INSERT_RUN,
+                    &[
+                        (&run_id, Type::UUID),
+                        (&run.tenant.as_str(), Type::TEXT),
+                        (&run.payload, Type::BYTEA),
+                        (&max_attempts, Type::INT4),
+                        (&delay_secs, Type::FLOAT8),
+                        (&run.idempotency_key, Type::TEXT),
+                    ],
+                )
+                .await?;
+            if let Some(row) = inserted {
+                return Ok(EnqueuedRun {
+                    run_id,
+                    enqueued_at: row.try_get(0)?,
+                    available_at: row.try_get(1)?,
+                    deduplicated: false,
+                });
+            }
+            // The key is taken (ON CONFLICT waited for a concurrent inserter).
+            let row = db
+                .query_opt(
+                    SELECT_BY_KEY,
+                    &[
+                        (&run.tenant.as_str(), Type::TEXT),
+                        (&run.idempotency_key, Type::TEXT),
+                    ],
+                )
+                .await?
+                .ok_or_else(|| StoreError::corrupt("run", "idempotency key vanished"))?;
+            let payload: Vec<u8> = row.try_get("payload")?;
+            let existing: Uuid = row.try_get("run_id")?;
+            if payload != run.payload {
+                return Err(StoreError::IdempotencyConflict { run_id: existing });
+            }
+            Ok(EnqueuedRun {
+                run_id: existing,
+                enqueued_at: row.try_get("enqueued_at")?,
+                available_at: row.try_get("available_at")?,
+                deduplicated: true,
+            })
         })
+        .await
     }
 
     /// Cancels a run that is `available` or `running`. A running run's
@@ -403,11 +411,10 @@ impl PgStore {
     /// # Errors
     /// Connection and server errors.
     pub async fn cancel_run(&self, run_id: Uuid) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        Ok(client
-            .execute(&client.prepare_cached(CANCEL_RUN).await?, &[&run_id])
-            .await?
-            == 1)
+        self.with_response_timeout(async |db: &Db<'_>| {
+            Ok(db.execute(CANCEL_RUN, &[(&run_id, Type::UUID)]).await? == 1)
+        })
+        .await
     }
 
     /// Phase one of the expiry pass: up to `limit` (1..=10,000) runs whose
@@ -424,8 +431,12 @@ impl PgStore {
                 "limit must be 1..=10000, got {limit}"
             )));
         }
-        let client = self.client().await?;
-        let rows = client.query(SELECT_EXPIRED, &[&i64::from(limit)]).await?;
+        let limit = i64::from(limit);
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db.query(SELECT_EXPIRED, &[(&limit, Type::INT8)]).await?)
+            })
+            .await?;
         rows.iter()
             .map(|row| {
                 Ok(ExpiredRun {
@@ -446,12 +457,18 @@ impl PgStore {
     /// # Errors
     /// Connection and server errors.
     pub async fn rescue_expired_run(&self, run: &ExpiredRun) -> Result<RescueOutcome, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &client.prepare_cached(RESCUE_EXPIRED).await?,
-                &[&run.lease.run_id, &run.lease.token],
-            )
+        let row = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query_opt(
+                        RESCUE_EXPIRED,
+                        &[
+                            (&run.lease.run_id, Type::UUID),
+                            (&run.lease.token, Type::UUID),
+                        ],
+                    )
+                    .await?)
+            })
             .await?;
         Ok(match row {
             None => RescueOutcome::Unchanged,
@@ -474,20 +491,27 @@ impl PgStore {
     ) -> Result<ClaimOutcome, StoreError> {
         let lease_secs = lease_secs(lease)?;
         let token = Uuid::now_v7();
-        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
-            let row = client
+        self.with_response_timeout(async |db: &Db<'_>| {
+            let row = db
                 .query_one(
-                    &client.prepare_cached(CLAIM_RUN).await?,
-                    &[&tenant.as_str(), &token, &lease_secs],
+                    CLAIM_RUN,
+                    &[
+                        (&tenant.as_str(), Type::TEXT),
+                        (&token, Type::UUID),
+                        (&lease_secs, Type::FLOAT8),
+                    ],
                 )
                 .await?;
             let run_id: Option<Uuid> = row.try_get("run_id")?;
             let Some(run_id) = run_id else {
                 let judged_at: SystemTime = row.try_get("judged_at")?;
-                let exists: bool = client
+                let exists: bool = db
                     .query_one(
-                        &client.prepare_cached(PROBE_CLAIMABLE).await?,
-                        &[&tenant.as_str(), &judged_at],
+                        PROBE_CLAIMABLE,
+                        &[
+                            (&tenant.as_str(), Type::TEXT),
+                            (&judged_at, Type::TIMESTAMPTZ),
+                        ],
                     )
                     .await?
                     .try_get(0)?;
@@ -524,11 +548,15 @@ impl PgStore {
         lease: Duration,
     ) -> Result<SystemTime, StoreError> {
         let lease_secs = lease_secs(lease)?;
-        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
-            let row = client
+        self.with_response_timeout(async |db: &Db<'_>| {
+            let row = db
                 .query_opt(
-                    &client.prepare_cached(HEARTBEAT_RUN).await?,
-                    &[&held.run_id, &held.token, &lease_secs],
+                    HEARTBEAT_RUN,
+                    &[
+                        (&held.run_id, Type::UUID),
+                        (&held.token, Type::UUID),
+                        (&lease_secs, Type::FLOAT8),
+                    ],
                 )
                 .await?
                 .ok_or(StoreError::LeaseLost {
@@ -546,11 +574,11 @@ impl PgStore {
     /// worker owns the run now, or it already finished); connection and
     /// server errors.
     pub async fn complete_run(&self, held: &RunLease) -> Result<(), StoreError> {
-        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
-            let changed = client
+        self.with_response_timeout(async |db: &Db<'_>| {
+            let changed = db
                 .execute(
-                    &client.prepare_cached(COMPLETE_RUN).await?,
-                    &[&held.run_id, &held.token],
+                    COMPLETE_RUN,
+                    &[(&held.run_id, Type::UUID), (&held.token, Type::UUID)],
                 )
                 .await?;
             if changed == 0 {
@@ -589,15 +617,16 @@ impl PgStore {
             }
             error.truncate(end);
         }
-        self.with_response_timeout(async |client: &deadpool_postgres::Object| {
-            let row = client
+        let retry_secs = retry_after.as_secs_f64();
+        self.with_response_timeout(async |db: &Db<'_>| {
+            let row = db
                 .query_opt(
-                    &client.prepare_cached(FAIL_RUN).await?,
+                    FAIL_RUN,
                     &[
-                        &held.run_id,
-                        &held.token,
-                        &retry_after.as_secs_f64(),
-                        &error.as_str(),
+                        (&held.run_id, Type::UUID),
+                        (&held.token, Type::UUID),
+                        (&retry_secs, Type::FLOAT8),
+                        (&error.as_str(), Type::TEXT),
                     ],
                 )
                 .await?
@@ -621,11 +650,10 @@ impl PgStore {
     /// # Errors
     /// Connection and server errors.
     pub async fn any_claimable_runs(&self) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        Ok(client
-            .query_one(&client.prepare_cached(ANY_CLAIMABLE).await?, &[])
-            .await?
-            .try_get(0)?)
+        self.with_response_timeout(async |db: &Db<'_>| {
+            Ok(db.query_one(ANY_CLAIMABLE, &[]).await?.try_get(0)?)
+        })
+        .await
     }
 
     /// Number of runs still `available` or `running` of the given tenants.
@@ -634,11 +662,14 @@ impl PgStore {
     /// Connection and server errors.
     pub async fn count_live_runs_of(&self, tenants: &[TenantId]) -> Result<u64, StoreError> {
         let ids: Vec<&str> = tenants.iter().map(TenantId::as_str).collect();
-        let client = self.client().await?;
-        let count: i64 = client
-            .query_one(COUNT_LIVE_RUNS_OF, &[&ids])
-            .await?
-            .try_get(0)?;
+        let count: i64 = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query_one(COUNT_LIVE_RUNS_OF, &[(&ids, Type::TEXT_ARRAY)])
+                    .await?
+                    .try_get(0)?)
+            })
+            .await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
@@ -647,8 +678,11 @@ impl PgStore {
     /// # Errors
     /// Connection and server errors.
     pub async fn count_live_runs(&self) -> Result<u64, StoreError> {
-        let client = self.client().await?;
-        let count: i64 = client.query_one(COUNT_LIVE_RUNS, &[]).await?.try_get(0)?;
+        let count: i64 = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db.query_one(COUNT_LIVE_RUNS, &[]).await?.try_get(0)?)
+            })
+            .await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 }

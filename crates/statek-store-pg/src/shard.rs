@@ -3,8 +3,11 @@
 use std::time::SystemTime;
 
 use statek_policy::{PolicyDigest, SchedulerShardId, WeightedFairnessPolicy};
+use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
+use crate::pooling::check_session_settings;
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// Inserts the shard row unless the shard exists; returns the time it was
@@ -39,6 +42,13 @@ const SELECT_SHARD: &str = "
     SELECT policy_bytes, policy_digest, cycle_length, next_sequence, registered_at
     FROM statek.scheduler_shards
     WHERE shard_id = $1";
+
+/// What the registration transaction found: its own insert, or the row
+/// already there.
+enum Bound {
+    Inserted(SystemTime),
+    Existing(Row),
+}
 
 /// The result of [`PgStore::register`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +166,11 @@ impl PgStore {
     /// algorithm) is [`StoreError::PolicyConflict`] and the stored row stays
     /// as it was. Roll a changed policy out under a new shard id.
     ///
+    /// Under [`crate::StoreConfig::transaction_pooling`] the same
+    /// transaction first checks that the server's `lock_timeout` and
+    /// `statement_timeout` (set for the role or database) equal the
+    /// configured ones.
+    ///
     /// Runs the durability check first ([`PgStore::ensure_durable`]) and
     /// commits with the store's `synchronous_commit`.
     ///
@@ -164,6 +179,7 @@ impl PgStore {
     /// acknowledged reservations and the store's policy refuses it (nothing
     /// is written); [`StoreError::PolicyConflict`];
     /// [`StoreError::CorruptData`] if the stored row fails its checks;
+    /// [`StoreError::SessionSettingMismatch`] under transaction pooling;
     /// connection and server errors.
     pub async fn register(
         &self,
@@ -173,40 +189,54 @@ impl PgStore {
         let cycle_length = i32::try_from(policy.cycle_length())
             .map_err(|_| StoreError::InvalidArgument("cycle length exceeds i32".into()))?;
         let digest = policy.digest();
+        let bytes = policy.canonical_bytes();
+        let digest_bytes = &digest.as_bytes()[..];
+        let checks_settings = self.config().uses_transaction_pooling();
+        let settings = self.config().session_settings();
+        let level = self.config().synchronous_commit_level().as_str();
         self.ensure_durable().await?;
-        let mut client = self.client().await?;
-        let tx = PgStore::begin(&mut client).await?;
-        tx.execute(
-            SET_SYNCHRONOUS_COMMIT,
-            &[&self.config().synchronous_commit_level().as_str()],
-        )
-        .await?;
-        let inserted = tx
-            .query_opt(
-                INSERT_SHARD,
-                &[
-                    &shard.as_str(),
-                    &policy.canonical_bytes(),
-                    &&digest.as_bytes()[..],
-                    &cycle_length,
-                ],
+        let found = self
+            .in_transaction(
+                self.config().effective_response_timeout(),
+                async |db: &Db<'_>| {
+                    if checks_settings {
+                        check_session_settings(db, &settings).await?;
+                    }
+                    db.execute(SET_SYNCHRONOUS_COMMIT, &[(&level, Type::TEXT)])
+                        .await?;
+                    let inserted = db
+                        .query_opt(
+                            INSERT_SHARD,
+                            &[
+                                (&shard.as_str(), Type::TEXT),
+                                (&bytes, Type::BYTEA),
+                                (&digest_bytes, Type::BYTEA),
+                                (&cycle_length, Type::INT4),
+                            ],
+                        )
+                        .await?;
+                    if let Some(row) = inserted {
+                        return Ok(Bound::Inserted(row.try_get(0)?));
+                    }
+                    // The shard exists (possibly inserted by a concurrent
+                    // caller that has committed by now: ON CONFLICT waited
+                    // for it).
+                    db.query_opt(SELECT_SHARD, &[(&shard.as_str(), Type::TEXT)])
+                        .await?
+                        .ok_or_else(|| {
+                            StoreError::corrupt("shard policy", format!("shard {shard} vanished"))
+                        })
+                        .map(Bound::Existing)
+                },
             )
             .await?;
-        if let Some(row) = inserted {
-            let registered_at: SystemTime = row.try_get(0)?;
-            tx.commit().await?;
-            tracing::info!(shard = %shard, digest = %digest, "registered shard policy");
-            return Ok(Registration::Registered { registered_at });
-        }
-        // The shard exists (possibly inserted by a concurrent caller that
-        // has committed by now: ON CONFLICT waited for it).
-        let row = tx
-            .query_opt(SELECT_SHARD, &[&shard.as_str()])
-            .await?
-            .ok_or_else(|| {
-                StoreError::corrupt("shard policy", format!("shard {shard} vanished"))
-            })?;
-        tx.commit().await?;
+        let row = match found {
+            Bound::Inserted(registered_at) => {
+                tracing::info!(shard = %shard, digest = %digest, "registered shard policy");
+                return Ok(Registration::Registered { registered_at });
+            }
+            Bound::Existing(row) => row,
+        };
         let bytes: Vec<u8> = row.try_get("policy_bytes")?;
         if bytes != policy.canonical_bytes() {
             let stored_digest: Vec<u8> = row.try_get("policy_digest")?;
@@ -230,9 +260,12 @@ impl PgStore {
     /// [`StoreError::UnknownShard`]; [`StoreError::CorruptData`];
     /// connection and server errors.
     pub async fn load_shard(&self, shard: &SchedulerShardId) -> Result<StoredShard, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(SELECT_SHARD, &[&shard.as_str()])
+        let row = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query_opt(SELECT_SHARD, &[(&shard.as_str(), Type::TEXT)])
+                    .await?)
+            })
             .await?
             .ok_or_else(|| StoreError::UnknownShard {
                 shard: shard.clone(),
@@ -248,9 +281,12 @@ impl PgStore {
     /// [`StoreError::UnknownShard`]; [`StoreError::CorruptData`] for a
     /// negative cursor; connection and server errors.
     pub async fn next_sequence(&self, shard: &SchedulerShardId) -> Result<u64, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(SELECT_CURSOR, &[&shard.as_str()])
+        let row = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query_opt(SELECT_CURSOR, &[(&shard.as_str(), Type::TEXT)])
+                    .await?)
+            })
             .await?
             .ok_or_else(|| StoreError::UnknownShard {
                 shard: shard.clone(),
@@ -272,14 +308,13 @@ impl PgStore {
         &self,
         shard: &SchedulerShardId,
     ) -> Result<Option<SystemTime>, StoreError> {
-        let client = self.client().await?;
-        Ok(client
-            .query_one(
-                &client.prepare_cached(SELECT_OLDEST).await?,
-                &[&shard.as_str()],
-            )
-            .await?
-            .try_get(0)?)
+        self.with_response_timeout(async |db: &Db<'_>| {
+            Ok(db
+                .query_one(SELECT_OLDEST, &[(&shard.as_str(), Type::TEXT)])
+                .await?
+                .try_get(0)?)
+        })
+        .await
     }
 
     /// Operator figures for a shard: its verified policy and cursor, the
@@ -295,9 +330,16 @@ impl PgStore {
         retain_for: std::time::Duration,
     ) -> Result<ShardStatus, StoreError> {
         let stored = self.load_shard(shard).await?;
-        let client = self.client().await?;
-        let row = client
-            .query_one(SHARD_STATUS, &[&shard.as_str(), &retain_for.as_secs_f64()])
+        let retain_secs = retain_for.as_secs_f64();
+        let row = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query_one(
+                        SHARD_STATUS,
+                        &[(&shard.as_str(), Type::TEXT), (&retain_secs, Type::FLOAT8)],
+                    )
+                    .await?)
+            })
             .await?;
         let count = |name: &str| -> Result<u64, StoreError> {
             Ok(u64::try_from(row.try_get::<_, i64>(name)?).unwrap_or(0))

@@ -1,9 +1,12 @@
 //! [`PgStore`]: the connection pool every store operation runs on.
 
+use std::time::Duration;
+
+use crate::failover::AcknowledgedLog;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{IsolationLevel, NoTls};
 
-use crate::failover::AcknowledgedLog;
+use crate::statement::Db;
 use crate::{StoreConfig, StoreError};
 
 /// A handle to statek's tables in one PostgreSQL database, with its own
@@ -14,8 +17,9 @@ use crate::{StoreConfig, StoreError};
 /// queues a `ROLLBACK` on that connection before the connection can be
 /// handed out again; a reservation is one autocommit statement, so it
 /// leaves no transaction behind. Closed connections are discarded at
-/// checkout; a reservation that gets no answer within the response timeout
-/// discards its connection ([`StoreConfig::response_timeout`]).
+/// checkout; a call that gets no answer within the response timeout
+/// discards its connection ([`StoreConfig::response_timeout`]; migrations,
+/// pruning and the role profile use [`StoreConfig::maintenance_timeout`]).
 #[derive(Clone)]
 pub struct PgStore {
     pool: Pool,
@@ -91,21 +95,29 @@ impl PgStore {
         &self.config
     }
 
-    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         Ok(self.pool.get().await?)
     }
 
-    /// Runs `call` on a pooled connection with the response timeout: if the
-    /// server does not answer in time, the connection is taken out of the
-    /// pool and closed (a dead link must not serve the next caller), and the
-    /// call fails with the retryable [`StoreError::ResponseTimeout`].
+    /// Runs `call` on a pooled connection (autocommit) with the response
+    /// timeout: if the server does not answer in time, the connection is
+    /// taken out of the pool and closed (a dead link must not serve the
+    /// next caller), and the call fails with the retryable
+    /// [`StoreError::ResponseTimeout`]. Every store call goes through this
+    /// or [`in_transaction`](Self::in_transaction), which also pick the
+    /// statement mode ([`StoreConfig::transaction_pooling`]).
     pub(crate) async fn with_response_timeout<T>(
         &self,
-        call: impl AsyncFnOnce(&deadpool_postgres::Object) -> Result<T, StoreError>,
+        call: impl AsyncFnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let client = self.client().await?;
         let after = self.config.effective_response_timeout();
-        let answered = tokio::time::timeout(after, call(&client)).await;
+        let client = self.client().await?;
+        let unnamed = self.config.uses_transaction_pooling();
+        let answered = tokio::time::timeout(after, async {
+            let db = Db::client(&client, unnamed);
+            call(&db).await
+        })
+        .await;
         match answered {
             Ok(result) => result,
             Err(_) => {
@@ -115,8 +127,38 @@ impl PgStore {
         }
     }
 
-    /// Opens a pooled connection and starts a READ COMMITTED transaction.
-    pub(crate) async fn begin<'c>(
+    /// Runs `call` in one READ COMMITTED transaction on a pooled
+    /// connection, committing when it returns `Ok`; the whole transaction
+    /// (begin, statements, commit) runs under `after`, as
+    /// [`with_response_timeout`](Self::with_response_timeout) describes.
+    pub(crate) async fn in_transaction<T>(
+        &self,
+        after: Duration,
+        call: impl AsyncFnOnce(&Db<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.client().await?;
+        let unnamed = self.config.uses_transaction_pooling();
+        let answered = tokio::time::timeout(after, async {
+            let tx = PgStore::begin(&mut client).await?;
+            let out = {
+                let db = Db::transaction(&tx, unnamed);
+                call(&db).await?
+            };
+            tx.commit().await?;
+            Ok(out)
+        })
+        .await;
+        match answered {
+            Ok(result) => result,
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(client));
+                Err(StoreError::ResponseTimeout { after })
+            }
+        }
+    }
+
+    /// Starts a READ COMMITTED transaction on a pooled connection.
+    async fn begin<'c>(
         client: &'c mut deadpool_postgres::Object,
     ) -> Result<deadpool_postgres::Transaction<'c>, StoreError> {
         Ok(client

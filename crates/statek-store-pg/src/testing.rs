@@ -18,6 +18,12 @@ use crate::{DurabilityPolicy, PgStore, StoreConfig};
 /// Environment variable naming the server used by database tests.
 pub const TEST_DATABASE_URL_ENV: &str = "STATEK_TEST_DATABASE_URL";
 
+/// Environment variable naming a PgBouncer in transaction pooling mode in
+/// front of the server of [`TEST_DATABASE_URL_ENV`], with a wildcard
+/// database entry (`* = host=... port=...`), for the tests that run through
+/// it. `cargo xtask test` starts one and sets it.
+pub const TEST_PGBOUNCER_URL_ENV: &str = "STATEK_TEST_PGBOUNCER_URL";
+
 /// A database created for one test.
 #[derive(Debug, Clone)]
 pub struct TestDatabase {
@@ -117,6 +123,62 @@ impl TestDatabase {
         }
         parts.push(format!("dbname={}", self.name));
         parts.join(" ")
+    }
+
+    /// Store settings that reach this database through the PgBouncer named
+    /// by `STATEK_TEST_PGBOUNCER_URL`, in transaction pooling mode, with
+    /// this database's direct connection for `LISTEN` and migrations.
+    ///
+    /// # Panics
+    /// When `STATEK_TEST_PGBOUNCER_URL` is unset or does not parse: the
+    /// tests through PgBouncer fail loudly, they never skip.
+    pub fn pgbouncer_store_config(&self) -> StoreConfig {
+        let url = std::env::var(TEST_PGBOUNCER_URL_ENV).unwrap_or_else(|_| {
+            panic!(
+                "{TEST_PGBOUNCER_URL_ENV} is not set: this test runs through PgBouncer in \
+                 transaction pooling mode. Run `cargo xtask test` (it starts one; install \
+                 Debian's package `pgbouncer` or set STATEK_PGBOUNCER), or start one with a \
+                 wildcard database entry in front of {TEST_DATABASE_URL_ENV} and export its URL"
+            )
+        });
+        let bouncer = tokio_postgres::Config::from_str(&url)
+            .unwrap_or_else(|e| panic!("{TEST_PGBOUNCER_URL_ENV} does not parse: {e}"));
+        let mut pg = tokio_postgres::Config::new();
+        for host in bouncer.get_hosts() {
+            if let tokio_postgres::config::Host::Tcp(host) = host {
+                pg.host(host);
+            }
+        }
+        for port in bouncer.get_ports() {
+            pg.port(*port);
+        }
+        if let Some(user) = bouncer.get_user().or(self.config.get_user()) {
+            pg.user(user);
+        }
+        if let Some(password) = bouncer.get_password().or(self.config.get_password()) {
+            pg.password(password);
+        }
+        pg.dbname(&self.name).application_name("statek-test");
+        test_store_config(pg)
+            .transaction_pooling(true)
+            .direct_pg_config(self.config.clone())
+    }
+
+    /// Sets `config`'s session settings (`lock_timeout`,
+    /// `statement_timeout`, `synchronous_commit`) on this database (`ALTER DATABASE ... SET`), as
+    /// an operator does for the runtime role under transaction pooling.
+    /// Server connections opened afterwards use them.
+    pub async fn set_session_settings(&self, config: &StoreConfig) {
+        let client = self.client().await;
+        for (name, value) in config.session_settings() {
+            client
+                .batch_execute(&format!(
+                    "ALTER DATABASE {} SET {name} = '{value}'",
+                    self.name
+                ))
+                .await
+                .unwrap_or_else(|e| panic!("ALTER DATABASE ... SET {name} failed: {e}"));
+        }
     }
 
     /// A plain client for assertions and tampering, outside any pool.

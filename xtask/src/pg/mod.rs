@@ -16,6 +16,7 @@ mod cluster;
 mod commands;
 mod distribution;
 mod layout;
+mod pgbouncer;
 mod replication;
 mod server_user;
 mod started;
@@ -29,8 +30,16 @@ use anyhow::{Context, Result};
 
 pub use binaries::BinarySource;
 pub use commands::{start, status, stop, url};
+pub use pgbouncer::RunningPgBouncer;
 pub use replication::{pair, ReplicaPair, Replication, STANDBY_NAME};
-pub use started::destroy_all as stop_all_started;
+pub use started::destroy_all as stop_all_started_servers;
+
+/// Stops every PgBouncer and PostgreSQL server this process started (the
+/// Ctrl-C handler), poolers first.
+pub fn stop_all_started() {
+    pgbouncer::stop_all_started();
+    stop_all_started_servers();
+}
 
 use binaries::Binaries;
 use cluster::Cluster;
@@ -261,6 +270,17 @@ impl RunningServer {
     pub fn log_tail(&self) -> String {
         let log = fs::read(self.cluster.log_file()).unwrap_or_default();
         crate::command::tail(&String::from_utf8_lossy(&log), crate::command::TAIL_LINES)
+    }
+
+    /// Starts PgBouncer in transaction pooling mode in front of this server
+    /// (files in the cluster directory, run as the server's user); see
+    /// [`RunningPgBouncer`]. Stop it (drop it) before the server.
+    pub fn start_pgbouncer(&self) -> Result<RunningPgBouncer> {
+        RunningPgBouncer::start(
+            &self.cluster.dir.join("pgbouncer"),
+            self.port,
+            self.cluster.server_user.as_ref(),
+        )
     }
 
     /// Stops the server and deletes the cluster, reporting failure.

@@ -1,0 +1,48 @@
+//! Every store call goes through `PgStore::with_response_timeout` or
+//! `PgStore::in_transaction` (ARCHITECTURE.md): outside `store.rs` and
+//! `statement.rs` (and the fixtures of `testing.rs`), no source file checks out a pooled connection, starts a
+//! transaction or prepares a statement itself.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::path::Path;
+
+/// What only the wrappers may do.
+const RESERVED: &[&str] = &[
+    "self.client()",
+    ".client().await",
+    "PgStore::begin(",
+    "prepare_cached(",
+    "prepare_typed_cached(",
+    ".build_transaction()",
+];
+
+#[test]
+fn store_calls_go_through_the_wrappers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offenders = Vec::new();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        // testing.rs: fixtures with their own unpooled clients.
+        if !name.ends_with(".rs")
+            || ["store.rs", "statement.rs", "testing.rs"].contains(&name.as_str())
+        {
+            continue;
+        }
+        checked += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            if RESERVED.iter().any(|reserved| line.contains(reserved)) {
+                offenders.push(format!("src/{name}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} files checked under {src:?}");
+    assert!(
+        offenders.is_empty(),
+        "store calls outside the wrappers:\n{}",
+        offenders.join("\n")
+    );
+}
