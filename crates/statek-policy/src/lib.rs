@@ -14,15 +14,27 @@
 //!
 //! # Example
 //!
+//! Compile a policy and read a tenant's bound (the same code builds as
+//! `crates/statek-examples/examples/starvation_bound.rs`):
+//!
 //! ```rust
 //! use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
-//! # fn main() -> Result<(), statek_policy::PolicyError> {
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let tenant_a = TenantId::try_from("tenant-a")?;
+//! let tenant_b = TenantId::try_from("tenant-b")?;
+//!
 //! let policy = WeightedFairnessPolicy::new(
 //!     SchedulerShardId::try_from("primary-v1")?,
-//!     [TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 3)?,
-//!      TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?],
+//!     [
+//!         TenantFairnessWeight::new(tenant_a, 3)?,
+//!         TenantFairnessWeight::new(tenant_b.clone(), 1)?,
+//!     ],
 //! )?;
-//! let bound = policy.starvation_bound(&TenantId::try_from("tenant-b")?).expect("registered");
+//!
+//! let bound = policy
+//!     .starvation_bound(&tenant_b)
+//!     .expect("tenant-b was registered in this policy");
+//!
 //! assert!(bound.maximum_reservations_until_selection() <= 4);
 //! # Ok(()) }
 //! ```

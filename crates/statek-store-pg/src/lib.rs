@@ -52,6 +52,28 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Retention: build a retention policy and prune one batch (the same code
+//! builds as `crates/statek-examples/examples/prune.rs`):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use statek_store_pg::{PgStore, SchedulerFairnessRetentionPolicy};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! # let store = PgStore::connect("postgres://statek_retention@127.0.0.1/statek")?;
+//! let policy = SchedulerFairnessRetentionPolicy::new(
+//!     Duration::from_secs(24 * 60 * 60),
+//!     1_000,
+//! )?;
+//!
+//! let report = store
+//!     .prune_scheduler_fairness_reservations(policy)
+//!     .await?;
+//! # let _ = report;
+//! # Ok(()) }
+//! ```
+//!
 //! Features: `test-support` adds [`testing`], fixtures that create a fresh
 //! migrated database per test on the server named by
 //! `STATEK_TEST_DATABASE_URL`.

@@ -1,5 +1,6 @@
 //! Retention: pruning old reservation rows in small batches by database time.
 
+use std::borrow::Borrow;
 use std::time::{Duration, SystemTime};
 
 use crate::{PgStore, StoreError};
@@ -108,13 +109,18 @@ impl PgStore {
     /// cursors: the next reservation continues the sequence. Call it in a
     /// loop until `deleted == 0` to prune everything due.
     ///
+    /// Takes the retention policy by value or by reference (it is `Copy`):
+    /// both `prune_scheduler_fairness_reservations(policy)` and
+    /// `prune_scheduler_fairness_reservations(&policy)` compile.
+    ///
     /// # Errors
     /// [`StoreError::PermissionDenied`] for a role without DELETE on
     /// reservations; connection and server errors.
     pub async fn prune_scheduler_fairness_reservations(
         &self,
-        policy: &SchedulerFairnessRetentionPolicy,
+        policy: impl Borrow<SchedulerFairnessRetentionPolicy>,
     ) -> Result<PruneReport, StoreError> {
+        let policy = *policy.borrow();
         let started = std::time::Instant::now();
         let mut client = self.client().await?;
         let tx = PgStore::begin(&mut client).await?;
