@@ -4,9 +4,9 @@
 //! (all targets, all features) and on statek-policy without default
 //! features, all with `-D warnings`; a `no_std` build of statek-policy;
 //! arch-check; deploy-check (the YAML and JSON under `deploy/`); then for
-//! PostgreSQL 17 and 16 a fresh server and the tests with
-//! `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_PG_VERSION` and
-//! `STATEK_TEST_REQUIRE_DB=1`. The first version runs the whole workspace
+//! PostgreSQL 17 and 16 a fresh server (with `ssl=on`, see `pg/tls.rs`) and
+//! the tests with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_TLS_CA`,
+//! `STATEK_TEST_PG_VERSION` and `STATEK_TEST_REQUIRE_DB=1`. The first version runs the whole workspace
 //! test suite (unit, property, doc and database tests); the second runs the
 //! database tests of statek-store-pg, statek-scheduler and statek-cli again. Every step
 //! runs even when an earlier one failed; any failure fails the command.
@@ -122,9 +122,20 @@ fn cargo_step<'a>(args: &'a [&'a str]) -> impl FnOnce() -> Result<()> + 'a {
     move || command::run_inherited(workspace::cargo().args(args))
 }
 
-/// Runs a test suite against a server.
-fn cargo_test(args: &[&str], url: &str, major: Option<PgMajor>) -> Result<()> {
+/// Runs a test suite against a server; `tls_ca` is its CA certificate
+/// for the TLS tests (`None` for `DATABASE_URL`: then the caller's
+/// `STATEK_TEST_TLS_CA`, if any, is passed on, and without it the TLS
+/// tests fail).
+fn cargo_test(
+    args: &[&str],
+    url: &str,
+    major: Option<PgMajor>,
+    tls_ca: Option<&std::path::Path>,
+) -> Result<()> {
     let mut cargo = workspace::cargo();
+    if let Some(ca) = tls_ca {
+        cargo.env(pg::TLS_CA_ENV, ca);
+    }
     cargo
         .args(args)
         .env("STATEK_TEST_DATABASE_URL", url)
@@ -179,7 +190,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
             pg::redact(&url)
         );
         let name = format!("{} [DATABASE_URL]", display(FULL_SUITE));
-        report.step(&name, || cargo_test(FULL_SUITE, &url, None));
+        report.step(&name, || cargo_test(FULL_SUITE, &url, None, None));
         report.servers.push((
             "DATABASE_URL".to_owned(),
             "external server, version not probed".to_owned(),
@@ -207,9 +218,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 format!("{} ({})", server.version_string(), server.source()),
             ));
             let url = server.database_url();
+            let tls_ca = server.tls_ca_file();
             let name = format!("{} [PostgreSQL {major}]", display(suite));
             report.step(&name, || {
-                cargo_test(suite, &url, Some(major)).map_err(|error| {
+                cargo_test(suite, &url, Some(major), Some(&tls_ca)).map_err(|error| {
                     anyhow!(
                         "{error:#}\n--- last lines of the PostgreSQL {major} server log ---\n{}",
                         server.log_tail()

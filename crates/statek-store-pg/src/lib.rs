@@ -101,6 +101,7 @@ macro_rules! locked_shard_cte {
 
 mod batch;
 mod config;
+mod conninfo;
 mod error;
 mod migration;
 mod notifications;
@@ -110,12 +111,14 @@ mod roles;
 mod run_queue;
 mod shard;
 mod store;
+mod tls;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
 pub use batch::{ReservationBatch, MAX_RESERVATION_BATCH};
 pub use config::StoreConfig;
-pub use error::StoreError;
+pub use conninfo::SslMode;
+pub use error::{StoreError, TlsFailure};
 pub use migration::{embedded_migrations, MigrationReport};
 pub use notifications::{RunNotifications, RUNS_CHANNEL};
 pub use reservation::Reservation;

@@ -1,7 +1,5 @@
 //! Schema migrations, embedded from the workspace's `/migrations` folder.
 
-use tokio_postgres::NoTls;
-
 use crate::{PgStore, StoreError};
 
 mod embedded {
@@ -66,7 +64,10 @@ impl PgStore {
         let mut options = pg.get_options().unwrap_or_default().to_owned();
         options.push_str(" -c lock_timeout=0 -c statement_timeout=0");
         pg.options(options.trim_start());
-        let (mut client, connection) = pg.connect(NoTls).await?;
+        let (mut client, connection) = pg
+            .connect(self.config().tls_connector()?)
+            .await
+            .map_err(StoreError::from_connect)?;
         let driver = tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "migration connection ended with an error");

@@ -4,7 +4,7 @@
 use futures_util::StreamExt;
 use statek_policy::TenantId;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use crate::{PgStore, StoreError};
 
@@ -40,7 +40,12 @@ impl PgStore {
     /// # Errors
     /// Connection and server errors.
     pub async fn listen_for_runs(&self) -> Result<RunNotifications, StoreError> {
-        let (client, mut connection) = self.config().pooled_pg_config().connect(NoTls).await?;
+        let (client, mut connection) = self
+            .config()
+            .pooled_pg_config()
+            .connect(self.config().tls_connector()?)
+            .await
+            .map_err(StoreError::from_connect)?;
         let (tx, rx) = mpsc::channel(BUFFERED_WAKEUPS);
         tokio::spawn(async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));

@@ -11,6 +11,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::server_user::ServerUser;
+use super::tls::{self, TlsFiles};
 use crate::command::{self, TAIL_LINES};
 
 /// Server settings passed with `pg_ctl start -o`.
@@ -48,6 +49,11 @@ impl Cluster {
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// The cluster's TLS files (CA, server certificate and key).
+    pub fn tls_files(&self) -> TlsFiles {
+        TlsFiles::of(&self.dir)
     }
 
     /// The server log (stderr of the postmaster).
@@ -125,7 +131,14 @@ impl Cluster {
     /// Starts the server on a free 127.0.0.1 port and waits until it accepts
     /// connections (at most 60 s); returns the port. `before_start` runs
     /// with the chosen port before `pg_ctl start` (to record state).
+    ///
+    /// The server runs with `ssl=on` and the cluster's own CA and server
+    /// certificate (made on first start), and pg_hba.conf admits the role
+    /// `statek_tls_only` over TLS only (see [`tls`]).
     pub fn start(&self, mut before_start: impl FnMut(u16) -> Result<()>) -> Result<u16> {
+        let tls_files = self.tls_files();
+        tls_files.ensure(self.server_user.as_ref())?;
+        tls::ensure_hba(&self.data_dir())?;
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
@@ -139,7 +152,7 @@ impl Cluster {
                 .arg("-l")
                 .arg(self.log_file())
                 .args(["-w", "-t", "60", "-o"])
-                .arg(server_options(port));
+                .arg(server_options(port, &tls_files));
             let output = pg_ctl
                 .stdin(Stdio::null())
                 .output()
@@ -238,9 +251,14 @@ impl Cluster {
 }
 
 /// The `-o` argument of `pg_ctl start` (pg_ctl passes it through `sh`).
-fn server_options(port: u16) -> String {
+fn server_options(port: u16, tls_files: &TlsFiles) -> String {
     let mut options = format!("-p {port}");
-    for setting in SERVER_SETTINGS {
+    let tls_settings = tls::server_settings(tls_files);
+    for setting in SERVER_SETTINGS
+        .iter()
+        .copied()
+        .chain(tls_settings.iter().map(String::as_str))
+    {
         options.push_str(" -c ");
         options.push_str(setting);
     }
@@ -280,9 +298,10 @@ mod tests {
     #[test]
     fn server_options_for_pg_ctl() {
         assert_eq!(
-            server_options(5555),
+            server_options(5555, &TlsFiles::of(Path::new("/c"))),
             "-p 5555 -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off \
-             -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+             -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
+             -c ssl=on -c ssl_cert_file='/c/tls/server.crt' -c ssl_key_file='/c/tls/server.key'"
         );
     }
 

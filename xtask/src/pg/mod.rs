@@ -19,6 +19,7 @@ mod layout;
 mod server_user;
 mod started;
 mod state;
+mod tls;
 
 use std::fmt;
 use std::fs;
@@ -29,6 +30,7 @@ use anyhow::{Context, Result};
 pub use binaries::BinarySource;
 pub use commands::{start, status, stop, url};
 pub use started::destroy_all as stop_all_started;
+pub use tls::TLS_CA_ENV;
 
 use binaries::Binaries;
 use cluster::Cluster;
@@ -231,6 +233,12 @@ impl RunningServer {
     /// Where the binaries came from.
     pub fn source(&self) -> &BinarySource {
         &self.source
+    }
+
+    /// The server's CA certificate (PEM), for `sslrootcert` and
+    /// [`TLS_CA_ENV`].
+    pub fn tls_ca_file(&self) -> std::path::PathBuf {
+        self.cluster.tls_files().ca_certificate()
     }
 
     /// The last lines of the server log (deleted with the cluster).
