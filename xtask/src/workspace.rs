@@ -38,8 +38,7 @@ pub fn find_root(start: &Path) -> Option<PathBuf> {
     start.ancestors().find_map(|dir| {
         let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
         let is_workspace = manifest.lines().any(|line| line.trim() == "[workspace]");
-        (is_workspace && dir.join("xtask").join("Cargo.toml").is_file())
-            .then(|| dir.to_path_buf())
+        (is_workspace && dir.join("xtask").join("Cargo.toml").is_file()).then(|| dir.to_path_buf())
     })
 }
 
@@ -114,7 +113,10 @@ mod tests {
         tree.write("copy/xtask/Cargo.toml", "[package]\nname = \"xtask\"\n");
         let nested = tree.0.join("copy/crates/statek-cli/src");
         std::fs::create_dir_all(&nested).unwrap();
-        tree.write("copy/crates/statek-cli/Cargo.toml", "[package]\nname = \"statek-cli\"\n");
+        tree.write(
+            "copy/crates/statek-cli/Cargo.toml",
+            "[package]\nname = \"statek-cli\"\n",
+        );
         let copy = tree.0.join("copy");
         assert_eq!(find_root(&copy), Some(copy.clone()));
         assert_eq!(find_root(&nested), Some(copy.clone()));

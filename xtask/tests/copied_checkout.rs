@@ -35,10 +35,12 @@ fn pg_status_in_a_copy_uses_the_copys_target_dir() {
     let store_created = copy.join("target/statek-pg").is_dir();
     let _ = fs::remove_dir_all(&copy);
 
-    assert!(output.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     assert_eq!(
-        stdout,
-        "PostgreSQL 17: not started (run `cargo xtask pg start --version 17`)\n",
+        stdout, "PostgreSQL 17: not started (run `cargo xtask pg start --version 17`)\n",
         "stderr:\n{stderr}"
     );
     assert!(store_created, "the copy's target/statek-pg was not used");

@@ -1,6 +1,6 @@
 //! Command-line definitions and dispatch.
 
-use crate::out::{outln, out};
+use crate::out::{out, outln};
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -160,7 +160,10 @@ mod tests {
         );
         check(anyhow::anyhow!("something else"), FAILURE);
         check(InvalidInput("bad".into()).into(), INVALID_INPUT);
-        check(StoreError::InvalidArgument("bad".into()).into(), INVALID_INPUT);
+        check(
+            StoreError::InvalidArgument("bad".into()).into(),
+            INVALID_INPUT,
+        );
         check(
             StoreError::CorruptData {
                 what: "shard",

@@ -29,8 +29,8 @@ mod cli;
 pub mod db;
 pub mod demo;
 pub mod exit;
-pub mod policy_cmd;
 mod out;
+pub mod policy_cmd;
 mod store_cmd;
 
 pub use cli::{run, Cli};

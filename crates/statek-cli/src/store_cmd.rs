@@ -1,7 +1,7 @@
 //! Commands that talk to PostgreSQL: verify, migrate, register, roles,
 //! status, prune.
 
-use crate::out::{outln, out};
+use crate::out::{out, outln};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -59,11 +59,15 @@ pub async fn verify(file: &Path, shard: Option<&str>, format: Format, db: &DbArg
         Format::Json => outln!("{}", serde_json::to_string_pretty(&report)?)?,
         Format::Text if report.matches => outln!(
             "ok: shard {} holds exactly {} (digest {})",
-            report.shard, report.file, report.file_digest
+            report.shard,
+            report.file,
+            report.file_digest
         )?,
         Format::Text => outln!(
             "MISMATCH: shard {} holds policy {}, the file is {}",
-            report.shard, report.stored_digest, report.file_digest
+            report.shard,
+            report.stored_digest,
+            report.file_digest
         )?,
     }
     if !report.matches {
@@ -183,16 +187,21 @@ pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) 
             outln!("shard              {}", report.shard)?;
             outln!(
                 "policy             {} ({}, L = {}, {} tenants)",
-                report.digest, report.algorithm, report.cycle_length, report.tenants
+                report.digest,
+                report.algorithm,
+                report.cycle_length,
+                report.tenants
             )?;
             outln!("registered at      {}", report.registered_at)?;
             outln!(
                 "cursor             sequence {} (next slot {})",
-                report.next_sequence, report.next_slot
+                report.next_sequence,
+                report.next_slot
             )?;
             outln!(
                 "last minute        {} reservations ({:.2}/s)",
-                report.reservations_last_minute, report.reservations_per_second
+                report.reservations_last_minute,
+                report.reservations_per_second
             )?;
             outln!(
                 "retained           {} reservation rows",

@@ -46,7 +46,9 @@ fn big_policy() -> PathBuf {
     let path = std::env::temp_dir().join(format!("statek-big-{}.toml", Uuid::now_v7().simple()));
     let mut text = String::from("shard = \"primary-v1\"\n");
     for i in 0..1024 {
-        text.push_str(&format!("\n[[tenants]]\nid = \"tenant-{i:04}\"\nweight = 4\n"));
+        text.push_str(&format!(
+            "\n[[tenants]]\nid = \"tenant-{i:04}\"\nweight = 4\n"
+        ));
     }
     std::fs::write(&path, text).unwrap();
     path
@@ -73,7 +75,14 @@ fn ok_0_when_the_reader_closes_stdout_early() {
     let file_arg = file.to_str().unwrap();
     for format in ["json", "text"] {
         let (head, out) = read_then_close(
-            &["policy", "compile", file_arg, "--show-cycle", "--format", format],
+            &[
+                "policy",
+                "compile",
+                file_arg,
+                "--show-cycle",
+                "--format",
+                format,
+            ],
             None,
             10,
         );

@@ -29,7 +29,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?,
         ],
     )?;
-    store.enqueue(&NewRun::new(TenantId::try_from("tenant-b")?, b"hello".to_vec())).await?;
+    store
+        .enqueue(&NewRun::new(
+            TenantId::try_from("tenant-b")?,
+            b"hello".to_vec(),
+        ))
+        .await?;
 
     let executor = PgRunQueueExecutor::new(store.clone(), MyHandler, ExecutorOptions::new());
     let scheduler =

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use statek_store_pg::{PgStore, SchedulerFairnessRetentionPolicy};
 
+// Kept as the seed wrote it (the doctest in statek-store-pg's crate docs
+// shows the same lines).
+#[rustfmt::skip]
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = PgStore::connect(&std::env::var("DATABASE_URL")?)?;

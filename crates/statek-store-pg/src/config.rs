@@ -320,7 +320,10 @@ mod tests {
 
     #[test]
     fn unusable_strings_are_configuration_errors() {
-        refused("", "invalid connection string: the connection string is empty");
+        refused(
+            "",
+            "invalid connection string: the connection string is empty",
+        );
         refused(
             "postgres://",
             "invalid connection string: it names no host (postgres://HOST/DB or host=HOST)",
@@ -345,7 +348,10 @@ mod tests {
         assert_eq!(mode("postgres://u@h/db?sslmode=disable"), SslMode::Disable);
         assert_eq!(mode("host=h user=u sslmode=require"), SslMode::Require);
         // Over a Unix socket libpq never uses TLS.
-        assert_eq!(mode("host=/run/postgresql user=u sslmode=require"), SslMode::Disable);
+        assert_eq!(
+            mode("host=/run/postgresql user=u sslmode=require"),
+            SslMode::Disable
+        );
         let pg = StoreConfig::from_url("postgres://u@h/db?sslmode=require").unwrap();
         assert_eq!(
             pg.pg_config().get_ssl_mode(),

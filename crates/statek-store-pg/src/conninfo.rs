@@ -195,7 +195,11 @@ fn take(tls: &mut TlsParams, key: &str, value: &str) -> Result<bool, StoreError>
                         .to_owned(),
                 ))
             }
-            _ => return Err(invalid("gssencmode must be disable, prefer or require".to_owned())),
+            _ => {
+                return Err(invalid(
+                    "gssencmode must be disable, prefer or require".to_owned(),
+                ))
+            }
         },
         key if TOKIO_POSTGRES_KEYS.contains(&key) => return Ok(false),
         key if UNSUPPORTED_KEYS.contains(&key) => {
@@ -318,7 +322,10 @@ fn split_key_value(text: &str) -> Result<Split, StoreError> {
             }
         }
         if !take(&mut tls, &key, &value)? {
-            kept.push(format!("{key}='{}'", value.replace('\\', "\\\\").replace('\'', "\\'")));
+            kept.push(format!(
+                "{key}='{}'",
+                value.replace('\\', "\\\\").replace('\'', "\\'")
+            ));
         }
     }
     Ok(Split {
@@ -338,7 +345,11 @@ mod tests {
 
     fn fails(input: &str, message: &str) {
         let err = split(input).unwrap_err();
-        assert_eq!(err.to_string(), format!("invalid connection string: {message}"), "{input}");
+        assert_eq!(
+            err.to_string(),
+            format!("invalid connection string: {message}"),
+            "{input}"
+        );
     }
 
     fn full(root: &str) -> TlsParams {
@@ -351,7 +362,11 @@ mod tests {
 
     #[test]
     fn urls() {
-        check("postgres://u@h/db", "postgres://u@h/db", TlsParams::default());
+        check(
+            "postgres://u@h/db",
+            "postgres://u@h/db",
+            TlsParams::default(),
+        );
         check(
             "postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Ftmp%2Fca%20x.crt",
             "postgres://u@h/db",
@@ -363,7 +378,11 @@ mod tests {
             full("r"),
         );
         // A `?` inside the password (before the `@`) is not the query.
-        check("postgres://u:a?b@h/db", "postgres://u:a?b@h/db", TlsParams::default());
+        check(
+            "postgres://u:a?b@h/db",
+            "postgres://u:a?b@h/db",
+            TlsParams::default(),
+        );
         check(
             "postgres://h/db?sslmode=require&sslcert=c.pem&sslkey=k.pem&sslsni=0",
             "postgres://h/db",
@@ -393,10 +412,14 @@ mod tests {
             "password='a\\'b c' host='h'",
             TlsParams::default(),
         );
-        check("sslrootcert=system", "", TlsParams {
-            sslrootcert: Some("system".into()),
-            ..TlsParams::default()
-        });
+        check(
+            "sslrootcert=system",
+            "",
+            TlsParams {
+                sslrootcert: Some("system".into()),
+                ..TlsParams::default()
+            },
+        );
     }
 
     #[test]
@@ -411,19 +434,36 @@ mod tests {
             "host=h sslmode=allow",
             "sslmode must be disable, prefer, require, verify-ca or verify-full, got \"allow\"",
         );
-        fails("postgres://h/db?sslcrl=x", "connection parameter `sslcrl` is not supported by statek");
-        fails("postgres://h/db?nonsense=1", "unknown connection parameter `nonsense`");
+        fails(
+            "postgres://h/db?sslcrl=x",
+            "connection parameter `sslcrl` is not supported by statek",
+        );
+        fails(
+            "postgres://h/db?nonsense=1",
+            "unknown connection parameter `nonsense`",
+        );
         // `password=a b=c`: `b` is part of a password typed without quotes.
-        fails("host=h password=se cret=x", "unknown connection parameter `cret`");
+        fails(
+            "host=h password=se cret=x",
+            "unknown connection parameter `cret`",
+        );
         fails(
             "host=h password=a SeCrEt=x",
             "unknown connection parameter a parameter whose name is not a libpq keyword (6 bytes)",
         );
-        fails("host=h password='sekret", "the quoted value of `password` is not closed");
-        fails("postgres://h/db?sslmode", "a URL parameter has no `=` (write key=value)");
+        fails(
+            "host=h password='sekret",
+            "the quoted value of `password` is not closed",
+        );
+        fails(
+            "postgres://h/db?sslmode",
+            "a URL parameter has no `=` (write key=value)",
+        );
         fails("postgres://h/db?gssencmode=require", "gssencmode=require is not supported (statek has no GSSAPI encryption); use TLS with sslmode");
         let long = "x".repeat(100_000);
-        let err = split(&format!("host=h sslmode={long}")).unwrap_err().to_string();
+        let err = split(&format!("host=h sslmode={long}"))
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             format!(

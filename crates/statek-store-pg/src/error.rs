@@ -264,7 +264,10 @@ impl TlsFailure {
                 C::NotValidForName | C::NotValidForNameContext { .. },
             ) => TlsFailure::HostNameMismatch,
             rustls::Error::InvalidCertificate(
-                C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. },
+                C::Expired
+                | C::ExpiredContext { .. }
+                | C::NotValidYet
+                | C::NotValidYetContext { .. },
             ) => TlsFailure::CertificateNotValidNow,
             rustls::Error::InvalidCertificate(_) => TlsFailure::InvalidCertificate,
             _ => TlsFailure::Handshake,

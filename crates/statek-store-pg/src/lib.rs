@@ -111,9 +111,9 @@ mod roles;
 mod run_queue;
 mod shard;
 mod store;
-mod tls;
 #[cfg(feature = "test-support")]
 pub mod testing;
+mod tls;
 
 pub use batch::{ReservationBatch, MAX_RESERVATION_BATCH};
 pub use config::StoreConfig;

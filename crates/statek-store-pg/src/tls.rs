@@ -25,7 +25,9 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
 use statek_policy::EchoedValue;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -100,7 +102,10 @@ impl TlsSettings {
     ///
     /// `only_unix_sockets`: every host is a Unix socket, where libpq never
     /// uses TLS (the mode becomes `disable`).
-    pub(crate) fn from_params(params: &TlsParams, only_unix_sockets: bool) -> Result<Self, StoreError> {
+    pub(crate) fn from_params(
+        params: &TlsParams,
+        only_unix_sockets: bool,
+    ) -> Result<Self, StoreError> {
         let system = params.sslrootcert.as_deref() == Some("system");
         let mode = match (params.sslmode, system) {
             (None, true) => SslMode::VerifyFull,
@@ -132,8 +137,10 @@ impl TlsSettings {
             (SslMode::Require | SslMode::VerifyCa, Some(roots)) => Verification::Chain(roots),
             (SslMode::VerifyFull, Some(roots)) => Verification::Full(roots),
             (SslMode::VerifyCa | SslMode::VerifyFull, None) => {
-                let default = default_file("root.crt")
-                    .map_or_else(|| "~/.postgresql/root.crt".to_owned(), |f| shown(&f).to_string());
+                let default = default_file("root.crt").map_or_else(
+                    || "~/.postgresql/root.crt".to_owned(),
+                    |f| shown(&f).to_string(),
+                );
                 return Err(config_error(format!(
                     "sslmode={mode} needs root certificates, and the default file {default} does \
                      not exist: give sslrootcert=FILE, sslrootcert=system for the system's roots, \
@@ -184,11 +191,13 @@ impl TlsSettings {
             Verification::None => builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate { provider })),
-            Verification::Chain(roots) => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(ChainOnly {
-                    inner: webpki_verifier(roots.clone(), provider)?,
-                })),
+            Verification::Chain(roots) => {
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(ChainOnly {
+                        inner: webpki_verifier(roots.clone(), provider)?,
+                    }))
+            }
             Verification::Full(roots) => {
                 builder.with_webpki_verifier(webpki_verifier(roots.clone(), provider)?)
             }
@@ -224,7 +233,8 @@ fn system_roots() -> Result<Arc<RootCertStore>, StoreError> {
     let mut roots = RootCertStore::empty();
     let (added, _ignored) = roots.add_parsable_certificates(loaded.certs);
     if added == 0 {
-        let detail = "sslrootcert=system found no usable certificate in the system's store".to_owned();
+        let detail =
+            "sslrootcert=system found no usable certificate in the system's store".to_owned();
         return Err(match loaded.errors.into_iter().next() {
             Some(first) => config_error_with(detail, first),
             None => config_error(detail),
@@ -240,7 +250,10 @@ fn read_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'stat
     let certificates = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
-            config_error_with(format!("the {what} file {} is not valid PEM", shown(path)), e)
+            config_error_with(
+                format!("the {what} file {} is not valid PEM", shown(path)),
+                e,
+            )
         })?;
     if certificates.is_empty() {
         return Err(config_error(format!(
@@ -256,7 +269,10 @@ fn read_roots(path: &Path) -> Result<RootCertStore, StoreError> {
     for certificate in read_certificates(path, "root certificate (sslrootcert)")? {
         roots.add(certificate).map_err(|e| {
             config_error_with(
-                format!("the root certificate file {} holds an unusable certificate", shown(path)),
+                format!(
+                    "the root certificate file {} holds an unusable certificate",
+                    shown(path)
+                ),
                 e,
             )
         })?;
@@ -285,7 +301,10 @@ fn client_certificate(
     let chain = read_certificates(&certificate, "client certificate (sslcert)")?;
     let key = PrivateKeyDer::from_pem_file(&key).map_err(|e| {
         config_error_with(
-            format!("cannot read a PEM private key from the sslkey file {}", shown(&key)),
+            format!(
+                "cannot read a PEM private key from the sslkey file {}",
+                shown(&key)
+            ),
             e,
         )
     })?;
@@ -363,10 +382,13 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .inner
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        match self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),

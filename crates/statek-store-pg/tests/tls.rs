@@ -1,8 +1,11 @@
 //! TLS against a real PostgreSQL with `ssl=on`: the servers `cargo xtask
-//! test` and `cargo xtask pg start` run have a CA and server certificate
-//! made at start (rcgen), for `localhost` and `127.0.0.1`, and admit the
-//! role `statek_tls_only` over TLS only. The CA's path comes in
-//! `STATEK_TEST_TLS_CA`; without it these tests fail, they never skip.
+//! test` and `cargo xtask pg start` run have a CA, a server certificate
+//! for `localhost` and `127.0.0.1` and a client certificate for
+//! `statek_tls_cert`, made at start (rcgen, `xtask/src/pg/tls.rs`), and
+//! admit the role `statek_tls_only` over TLS only, `statek_tls_cert` with
+//! its client certificate only and `statek_password` with a password only.
+//! The CA's path comes in `STATEK_TEST_TLS_CA` (the client files lie next
+//! to it); without it these tests fail, they never skip.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -14,6 +17,8 @@ use statek_store_pg::{PgStore, SslMode, StoreConfig, StoreError, TlsFailure};
 
 const TLS_CA_ENV: &str = "STATEK_TEST_TLS_CA";
 const TLS_ONLY_ROLE: &str = "statek_tls_only";
+const CLIENT_CERT_ROLE: &str = "statek_tls_cert";
+const PASSWORD_ROLE: &str = "statek_password";
 /// Resolves nowhere; `hostaddr` says where to connect, `host` is what the
 /// certificate is checked against.
 const WRONG_HOST: &str = "statek-wrong-host.test";
@@ -179,7 +184,11 @@ async fn verify_ca_and_verify_full_refuse_an_untrusted_ca() {
         ))
         .unwrap();
         let err = encrypted(&config).await.unwrap_err();
-        assert_eq!(tls_failure(&err), TlsFailure::UntrustedCertificate, "{mode}");
+        assert_eq!(
+            tls_failure(&err),
+            TlsFailure::UntrustedCertificate,
+            "{mode}"
+        );
         assert_eq!(
             err.to_string(),
             "tls connection to PostgreSQL failed: the server's certificate is not signed by a \
@@ -219,25 +228,33 @@ async fn require_encrypts_without_checking_the_certificate() {
     assert!(!encrypted(&disable).await.unwrap());
 }
 
-#[tokio::test]
-async fn a_tls_only_role_is_refused_without_tls() {
-    let ca = ca_file();
-    let db = TestDatabase::create_empty().await;
+/// Creates a login role (cluster-wide, so other tests may have made it).
+async fn create_role(db: &TestDatabase, role: &str, password: Option<&str>) {
+    let password = password.map_or_else(String::new, |p| format!(" PASSWORD '{p}'"));
     db.client()
         .await
         .batch_execute(&format!(
-            "DO $$ BEGIN CREATE ROLE {TLS_ONLY_ROLE} LOGIN; \
+            "DO $$ BEGIN CREATE ROLE {role} LOGIN{password}; \
              EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
         ))
         .await
         .unwrap();
-    let as_role = |extra: &str| {
-        let text = conninfo(&db, None, extra).replace(
-            &format!("user={}", db.pg_config().get_user().unwrap()),
-            &format!("user={TLS_ONLY_ROLE}"),
-        );
-        StoreConfig::from_url(&text).unwrap()
-    };
+}
+
+/// The test database's connection string as `role`, plus `extra`.
+fn as_role(db: &TestDatabase, role: &str, extra: &str) -> String {
+    conninfo(db, None, extra).replace(
+        &format!("user={}", db.pg_config().get_user().unwrap()),
+        &format!("user={role}"),
+    )
+}
+
+#[tokio::test]
+async fn a_tls_only_role_is_refused_without_tls() {
+    let ca = ca_file();
+    let db = TestDatabase::create_empty().await;
+    create_role(&db, TLS_ONLY_ROLE, None).await;
+    let as_role = |extra: &str| StoreConfig::from_url(&as_role(&db, TLS_ONLY_ROLE, extra)).unwrap();
     let err = encrypted(&as_role("sslmode=disable")).await.unwrap_err();
     assert!(!err.is_retryable() && err.is_configuration(), "{err}");
     assert_eq!(err.sqlstate(), Some("28000"));
@@ -260,12 +277,10 @@ async fn a_tls_only_role_is_refused_without_tls() {
 #[tokio::test]
 async fn a_missing_database_and_a_refused_role_are_not_retryable() {
     let db = TestDatabase::create_empty().await;
-    let missing = StoreConfig::from_url(
-        &conninfo(&db, None, "sslmode=disable").replace(
-            &format!("dbname={}", db.name()),
-            "dbname=statek_no_such_database",
-        ),
-    )
+    let missing = StoreConfig::from_url(&conninfo(&db, None, "sslmode=disable").replace(
+        &format!("dbname={}", db.name()),
+        "dbname=statek_no_such_database",
+    ))
     .unwrap();
     let err = PgStore::new(missing)
         .unwrap()
@@ -310,5 +325,114 @@ async fn a_refused_port_is_retryable_and_says_why() {
         chain(&err),
         "connection to PostgreSQL failed: error connecting to server: Connection refused (os \
          error 111)"
+    );
+}
+
+#[tokio::test]
+async fn a_client_certificate_logs_in_where_the_server_demands_one() {
+    let ca = ca_file();
+    let dir = PathBuf::from(&ca).parent().unwrap().to_path_buf();
+    let (cert, key) = (dir.join("client.crt"), dir.join("client.key"));
+    let db = TestDatabase::create_empty().await;
+    create_role(&db, CLIENT_CERT_ROLE, None).await;
+    let with_cert = as_role(
+        &db,
+        CLIENT_CERT_ROLE,
+        &format!(
+            "sslmode=verify-full sslrootcert={ca} sslcert={} sslkey={}",
+            cert.display(),
+            key.display()
+        ),
+    );
+    assert!(encrypted(&StoreConfig::from_url(&with_cert).unwrap())
+        .await
+        .unwrap());
+    // Without it the server refuses (the check can fail). HOME must not
+    // hold libpq's default client certificate for this to hold.
+    if let Some(home) = std::env::var_os("HOME") {
+        assert!(!PathBuf::from(home)
+            .join(".postgresql/postgresql.crt")
+            .exists());
+    }
+    let without = as_role(
+        &db,
+        CLIENT_CERT_ROLE,
+        &format!("sslmode=verify-full sslrootcert={ca}"),
+    );
+    let err = encrypted(&StoreConfig::from_url(&without).unwrap())
+        .await
+        .unwrap_err();
+    assert!(err.is_configuration() && !err.is_retryable(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "PostgreSQL refused the connection (28000): connection requires a valid client certificate"
+    );
+    // A key that does not belong to the certificate fails before connecting.
+    let other_key = std::env::temp_dir().join(format!("statek-other-key-{}.pem", db.name()));
+    std::fs::write(
+        &other_key,
+        rcgen::KeyPair::generate().unwrap().serialize_pem(),
+    )
+    .unwrap();
+    let mismatched = StoreConfig::from_url(&as_role(
+        &db,
+        CLIENT_CERT_ROLE,
+        &format!(
+            "sslmode=verify-full sslrootcert={ca} sslcert={} sslkey={}",
+            cert.display(),
+            other_key.display()
+        ),
+    ))
+    .unwrap_err();
+    let _ = std::fs::remove_file(&other_key);
+    assert!(
+        matches!(mismatched, StoreError::TlsConfiguration { .. }),
+        "{mismatched:?}"
+    );
+    assert_eq!(
+        mismatched.to_string(),
+        "tls configuration: the client certificate (sslcert) and key (sslkey) cannot be used together"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_an_authentication_failure_not_a_retry() {
+    let db = TestDatabase::create_empty().await;
+    create_role(&db, PASSWORD_ROLE, Some("right-password")).await;
+    let good = as_role(&db, PASSWORD_ROLE, "password=right-password");
+    assert!(StoreConfig::from_url(&good)
+        .unwrap()
+        .connect_client()
+        .await
+        .is_ok());
+    let bad = as_role(&db, PASSWORD_ROLE, "password=wrong-password");
+    let err = StoreConfig::from_url(&bad)
+        .unwrap()
+        .connect_client()
+        .await
+        .unwrap_err();
+    assert!(err.is_configuration() && !err.is_retryable(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "PostgreSQL refused the connection (28P01): password authentication failed for user \"{PASSWORD_ROLE}\""
+        )
+    );
+    assert!(!chain(&err).contains("wrong-password"), "{}", chain(&err));
+    // No password at all: the driver refuses before the server answers.
+    let none = as_role(&db, PASSWORD_ROLE, "");
+    let err = StoreConfig::from_url(&none)
+        .unwrap()
+        .connect_client()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::ConnectionSettings { .. }),
+        "{err:?}"
+    );
+    assert!(err.is_configuration() && !err.is_retryable(), "{err}");
+    assert_eq!(
+        chain(&err),
+        "cannot connect to PostgreSQL with these settings: invalid configuration: password missing"
     );
 }

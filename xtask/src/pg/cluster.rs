@@ -133,8 +133,8 @@ impl Cluster {
     /// with the chosen port before `pg_ctl start` (to record state).
     ///
     /// The server runs with `ssl=on` and the cluster's own CA and server
-    /// certificate (made on first start), and pg_hba.conf admits the role
-    /// `statek_tls_only` over TLS only (see [`tls`]).
+    /// certificate (made on first start), and pg_hba.conf admits its test
+    /// roles as [`tls`] describes.
     pub fn start(&self, mut before_start: impl FnMut(u16) -> Result<()>) -> Result<u16> {
         let tls_files = self.tls_files();
         tls_files.ensure(self.server_user.as_ref())?;
@@ -301,7 +301,7 @@ mod tests {
             server_options(5555, &TlsFiles::of(Path::new("/c"))),
             "-p 5555 -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off \
              -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
-             -c ssl=on -c ssl_cert_file='/c/tls/server.crt' -c ssl_key_file='/c/tls/server.key'"
+             -c ssl=on -c ssl_ca_file='/c/tls/ca.crt' -c ssl_cert_file='/c/tls/server.crt' -c ssl_key_file='/c/tls/server.key'"
         );
     }
 

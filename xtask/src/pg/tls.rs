@@ -1,16 +1,18 @@
-//! TLS for the development and test clusters: a CA and a server
-//! certificate made with rcgen into `<cluster>/tls/`, `ssl=on`, and
-//! pg_hba.conf lines that let the role [`TLS_ONLY_ROLE`] connect over TLS
-//! only. Tests read the CA's path from [`TLS_CA_ENV`].
+//! TLS for the development and test clusters: a CA, a server certificate
+//! and a client certificate made with rcgen into `<cluster>/tls/`,
+//! `ssl=on`, and pg_hba.conf lines for three test roles (tests create the
+//! roles): [`TLS_ONLY_ROLE`] may connect over TLS only,
+//! [`CLIENT_CERT_ROLE`] only over TLS with the client certificate
+//! (`cert` authentication), and [`PASSWORD_ROLE`] only with a password
+//! (`scram-sha-256`). Tests read the CA's path from [`TLS_CA_ENV`]; the
+//! client certificate and key lie next to it (`client.crt`, `client.key`).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
 use super::server_user::ServerUser;
 
@@ -21,8 +23,15 @@ pub const TLS_CA_ENV: &str = "STATEK_TEST_TLS_CA";
 /// A role that pg_hba.conf admits over TLS only (tests create it).
 pub const TLS_ONLY_ROLE: &str = "statek_tls_only";
 
+/// A role that pg_hba.conf admits with the client certificate only; the
+/// certificate's common name.
+pub const CLIENT_CERT_ROLE: &str = "statek_tls_cert";
+
+/// A role that pg_hba.conf admits with a password only.
+pub const PASSWORD_ROLE: &str = "statek_password";
+
 /// The first line of the pg_hba.conf block this module adds.
-const HBA_MARKER: &str = "# statek: the role statek_tls_only may connect over TLS only";
+const HBA_MARKER: &str = "# statek test roles: TLS only, client certificate only, password only";
 
 /// The certificate files of one cluster.
 #[derive(Clone, Debug)]
@@ -54,21 +63,41 @@ impl TlsFiles {
         self.dir.join("server.key")
     }
 
-    /// Writes a new CA and a server certificate for `localhost` and
-    /// `127.0.0.1` unless all three files exist; the server user owns them.
+    /// The client certificate (PEM) for [`CLIENT_CERT_ROLE`].
+    pub fn client_certificate(&self) -> PathBuf {
+        self.dir.join("client.crt")
+    }
+
+    /// The client key (PEM, mode 0600).
+    pub fn client_key(&self) -> PathBuf {
+        self.dir.join("client.key")
+    }
+
+    fn all(&self) -> [PathBuf; 5] {
+        [
+            self.ca_certificate(),
+            self.server_certificate(),
+            self.server_key(),
+            self.client_certificate(),
+            self.client_key(),
+        ]
+    }
+
+    /// Writes a new CA, a server certificate for `localhost` and
+    /// `127.0.0.1` and a client certificate for [`CLIENT_CERT_ROLE`] unless
+    /// all the files exist; the server user owns them.
     pub fn ensure(&self, server_user: Option<&ServerUser>) -> Result<()> {
-        if self.ca_certificate().is_file()
-            && self.server_certificate().is_file()
-            && self.server_key().is_file()
-        {
+        if self.all().iter().all(|file| file.is_file()) {
             return Ok(());
         }
         fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
-        let (ca, server, key) = generate().context("generating TLS certificates")?;
-        write(&self.ca_certificate(), &ca, 0o644, server_user)?;
-        write(&self.server_certificate(), &server, 0o644, server_user)?;
-        write(&self.server_key(), &key, 0o600, server_user)?;
+        let made = generate().context("generating TLS certificates")?;
+        write(&self.ca_certificate(), &made.ca, 0o644, server_user)?;
+        write(&self.server_certificate(), &made.server, 0o644, server_user)?;
+        write(&self.server_key(), &made.server_key, 0o600, server_user)?;
+        write(&self.client_certificate(), &made.client, 0o644, server_user)?;
+        write(&self.client_key(), &made.client_key, 0o600, server_user)?;
         if let Some(user) = server_user {
             user.chown(&self.dir)?;
         }
@@ -86,8 +115,16 @@ fn write(path: &Path, text: &str, mode: u32, server_user: Option<&ServerUser>) -
     Ok(())
 }
 
-/// (CA certificate, server certificate, server key), PEM.
-fn generate() -> Result<(String, String, String)> {
+/// The certificates and keys of one cluster, PEM.
+struct Made {
+    ca: String,
+    server: String,
+    server_key: String,
+    client: String,
+    client_key: String,
+}
+
+fn generate() -> Result<Made> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -109,7 +146,20 @@ fn generate() -> Result<(String, String, String)> {
         .distinguished_name
         .push(DnType::CommonName, "localhost");
     let server_cert = server_params.signed_by(&server_key, &issuer)?;
-    Ok((ca_cert.pem(), server_cert.pem(), server_key.serialize_pem()))
+
+    let client_key = KeyPair::generate()?;
+    let mut client_params = CertificateParams::new(Vec::<String>::new())?;
+    client_params
+        .distinguished_name
+        .push(DnType::CommonName, CLIENT_CERT_ROLE);
+    let client_cert = client_params.signed_by(&client_key, &issuer)?;
+    Ok(Made {
+        ca: ca_cert.pem(),
+        server: server_cert.pem(),
+        server_key: server_key.serialize_pem(),
+        client: client_cert.pem(),
+        client_key: client_key.serialize_pem(),
+    })
 }
 
 /// Puts the TLS-only lines at the top of `pg_hba.conf` (first match wins)
@@ -120,10 +170,18 @@ pub fn ensure_hba(data_dir: &Path) -> Result<()> {
     if text.contains(HBA_MARKER) {
         return Ok(());
     }
-    let block = format!(
-        "{HBA_MARKER}\nhostnossl all {TLS_ONLY_ROLE} 0.0.0.0/0 reject\n\
-         hostnossl all {TLS_ONLY_ROLE} ::/0 reject\n\n"
-    );
+    let mut block = format!("{HBA_MARKER}\n");
+    for (kind, role, method) in [
+        ("hostnossl", TLS_ONLY_ROLE, "reject"),
+        ("hostnossl", CLIENT_CERT_ROLE, "reject"),
+        ("hostssl", CLIENT_CERT_ROLE, "cert"),
+        ("host", PASSWORD_ROLE, "scram-sha-256"),
+    ] {
+        for address in ["0.0.0.0/0", "::/0"] {
+            block.push_str(&format!("{kind} all {role} {address} {method}\n"));
+        }
+    }
+    block.push('\n');
     // Writing in place keeps the file's owner (the server user).
     fs::write(&path, format!("{block}{text}"))
         .with_context(|| format!("writing {}", path.display()))
@@ -133,6 +191,7 @@ pub fn ensure_hba(data_dir: &Path) -> Result<()> {
 pub fn server_settings(files: &TlsFiles) -> Vec<String> {
     vec![
         "ssl=on".to_owned(),
+        format!("ssl_ca_file='{}'", files.ca_certificate().display()),
         format!("ssl_cert_file='{}'", files.server_certificate().display()),
         format!("ssl_key_file='{}'", files.server_key().display()),
     ]
@@ -144,11 +203,14 @@ mod tests {
 
     #[test]
     fn certificates_parse_and_chain() {
-        let (ca, server, key) = generate().unwrap();
-        assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
-        assert!(server.starts_with("-----BEGIN CERTIFICATE-----"));
-        assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"));
-        assert_ne!(ca, server);
+        let made = generate().unwrap();
+        for certificate in [&made.ca, &made.server, &made.client] {
+            assert!(certificate.starts_with("-----BEGIN CERTIFICATE-----"));
+        }
+        for key in [&made.server_key, &made.client_key] {
+            assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"));
+        }
+        assert_ne!(made.ca, made.server);
     }
 
     #[test]
@@ -162,9 +224,15 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         assert_eq!(
             text,
-            "# statek: the role statek_tls_only may connect over TLS only\n\
+            "# statek test roles: TLS only, client certificate only, password only\n\
              hostnossl all statek_tls_only 0.0.0.0/0 reject\n\
-             hostnossl all statek_tls_only ::/0 reject\n\n\
+             hostnossl all statek_tls_only ::/0 reject\n\
+             hostnossl all statek_tls_cert 0.0.0.0/0 reject\n\
+             hostnossl all statek_tls_cert ::/0 reject\n\
+             hostssl all statek_tls_cert 0.0.0.0/0 cert\n\
+             hostssl all statek_tls_cert ::/0 cert\n\
+             host all statek_password 0.0.0.0/0 scram-sha-256\n\
+             host all statek_password ::/0 scram-sha-256\n\n\
              host all all 127.0.0.1/32 trust\n"
         );
     }
