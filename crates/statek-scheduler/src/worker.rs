@@ -300,7 +300,7 @@ impl<E: TenantExecutor + 'static> Worker<E> {
                                 shared.wake.notify_waiters();
                             }
                             Some(Err(e)) => {
-                                tracing::warn!(error = %e, "run notifications ended; relying on the backoff probe");
+                                tracing::warn!(error = %crate::error::chain(&e), "run notifications ended; relying on the backoff probe");
                                 return;
                             }
                             None => return,
@@ -463,7 +463,10 @@ async fn publish_oldest<E: TenantExecutor>(scheduler: &DurableFairScheduler<E>) 
             }
         }
         Ok(None) => {}
-        Err(e) => tracing::warn!(error = %e, "cannot read the oldest retained reservation"),
+        Err(e) => tracing::warn!(
+            error = %crate::error::chain(&e),
+            "cannot read the oldest retained reservation"
+        ),
     }
 }
 

@@ -27,6 +27,15 @@
 //!   reserve, run queue; no deletes, no policy changes) and a retention role
 //!   for pruning only.
 //!
+//! - **connections**: [`StoreConfig::from_url`] reads libpq URLs and
+//!   `key=value` strings, TLS included (rustls): `sslmode` disable, prefer,
+//!   require, verify-ca, verify-full ([`SslMode`]), `sslrootcert` (a file
+//!   or `system`), `sslcert`/`sslkey`. Wrong settings, an untrusted or
+//!   mismatched certificate ([`StoreError::Tls`] with a [`TlsFailure`]) and
+//!   a server's refusal of the role, password or database
+//!   ([`StoreError::ConnectionRejected`]) are
+//!   [`StoreError::is_configuration`] and never retryable.
+//!
 //! Every read decodes fail-closed: stored policy bytes must decode strictly
 //! and hash to the stored digest, cycle length, cursor and slots must agree,
 //! else [`StoreError::CorruptData`]. Errors are one enum; ask

@@ -436,3 +436,36 @@ async fn a_wrong_password_is_an_authentication_failure_not_a_retry() {
         "cannot connect to PostgreSQL with these settings: invalid configuration: password missing"
     );
 }
+
+#[tokio::test]
+async fn require_against_a_server_without_tls_is_a_settings_error() {
+    // A stand-in server that answers the SSLRequest with "N" (no TLS), as
+    // PostgreSQL with ssl=off does.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = [0; 8];
+        socket.read_exact(&mut request).await.unwrap();
+        assert_eq!(request, [0, 0, 0, 8, 4, 210, 22, 47], "an SSLRequest");
+        socket.write_all(b"N").await.unwrap();
+        socket
+    });
+    let config = StoreConfig::from_url(&format!(
+        "host=127.0.0.1 port={port} user=statek sslmode=require"
+    ))
+    .unwrap();
+    let err = config.connect_client().await.unwrap_err();
+    drop(server.await.unwrap());
+    assert!(
+        matches!(err, StoreError::ConnectionSettings { .. }),
+        "{err:?}"
+    );
+    assert!(err.is_configuration() && !err.is_retryable(), "{err}");
+    assert_eq!(
+        chain(&err),
+        "cannot connect to PostgreSQL with these settings: error performing TLS handshake: \
+         server does not support TLS"
+    );
+}
