@@ -245,7 +245,8 @@ fn split_url(text: &str, prefix_len: usize, after_prefix: &str) -> Result<Split,
     let (base, query) = (&text[..query_start], &text[query_start + 1..]);
     let mut tls = TlsParams::default();
     let mut kept = Vec::new();
-    for pair in query.split('&') {
+    // Empty pairs (`?`, `&&`, a trailing `&`) are skipped.
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let Some((raw_key, raw_value)) = pair.split_once('=') else {
             return Err(invalid(
                 "a URL parameter has no `=` (write key=value)".to_owned(),
@@ -376,6 +377,15 @@ mod tests {
             "postgresql://u:p%3Fw@h:5/db?application_name=a&sslmode=verify-full&sslrootcert=r&connect_timeout=3",
             "postgresql://u:p%3Fw@h:5/db?application_name=a&connect_timeout=3",
             full("r"),
+        );
+        check("postgres://u@h/db?", "postgres://u@h/db", TlsParams::default());
+        check(
+            "postgres://u@h/db?&sslmode=disable&&connect_timeout=2&",
+            "postgres://u@h/db?connect_timeout=2",
+            TlsParams {
+                sslmode: Some(SslMode::Disable),
+                ..TlsParams::default()
+            },
         );
         // A `?` inside the password (before the `@`) is not the query.
         check(
