@@ -378,7 +378,11 @@ mod tests {
             "postgresql://u:p%3Fw@h:5/db?application_name=a&connect_timeout=3",
             full("r"),
         );
-        check("postgres://u@h/db?", "postgres://u@h/db", TlsParams::default());
+        check(
+            "postgres://u@h/db?",
+            "postgres://u@h/db",
+            TlsParams::default(),
+        );
         check(
             "postgres://u@h/db?&sslmode=disable&&connect_timeout=2&",
             "postgres://u@h/db?connect_timeout=2",

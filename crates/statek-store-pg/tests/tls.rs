@@ -469,3 +469,13 @@ async fn require_against_a_server_without_tls_is_a_settings_error() {
          server does not support TLS"
     );
 }
+
+#[tokio::test]
+async fn sslrootcert_system_means_verify_full_against_the_system_roots() {
+    let db = TestDatabase::create_empty().await;
+    // The test CA is in no system store: the system's roots refuse it.
+    let config = StoreConfig::from_url(&conninfo(&db, None, "sslrootcert=system")).unwrap();
+    assert_eq!(config.ssl_mode(), SslMode::VerifyFull);
+    let err = encrypted(&config).await.unwrap_err();
+    assert_eq!(tls_failure(&err), TlsFailure::UntrustedCertificate);
+}
