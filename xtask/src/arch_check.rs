@@ -4,6 +4,7 @@
 //! - statek-store-pg -> statek-policy
 //! - statek-scheduler -> statek-policy, statek-store-pg
 //! - statek-cli -> all three
+//! - statek-examples (users' examples) -> policy, store, scheduler
 //! - nothing depends on xtask
 //! - statek-policy depends on no workspace crate, and its normal dependency
 //!   closure holds no async runtime or database crate.
@@ -29,6 +30,10 @@ const ARROWS: &[(&str, &[&str])] = &[
     ("statek-scheduler", &["statek-policy", "statek-store-pg"]),
     (
         "statek-cli",
+        &["statek-policy", "statek-store-pg", "statek-scheduler"],
+    ),
+    (
+        "statek-examples",
         &["statek-policy", "statek-store-pg", "statek-scheduler"],
     ),
     (

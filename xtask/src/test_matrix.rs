@@ -4,12 +4,13 @@
 //! (all targets, all features) and on statek-policy without default
 //! features, all with `-D warnings`; a `no_std` build of statek-policy;
 //! arch-check; deploy-check (the YAML and JSON under `deploy/`); then for
-//! PostgreSQL 17 and 16 a fresh server and the tests with
-//! `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_PG_VERSION` and
-//! `STATEK_TEST_REQUIRE_DB=1`, with PgBouncer in transaction pooling mode in
-//! front of the server (`STATEK_TEST_PGBOUNCER_URL`; Debian's package
-//! `pgbouncer`, installed when missing and running as root, or
-//! `STATEK_PGBOUNCER=/path`; see `pg/pgbouncer.rs`). The first version runs the whole workspace
+//! PostgreSQL 17 and 16 a fresh server (with `ssl=on`, see `pg/tls.rs`) and
+//! the tests with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_TLS_CA`,
+//! `STATEK_TEST_PG_VERSION` and `STATEK_TEST_REQUIRE_DB=1`, with PgBouncer
+//! in transaction pooling mode in front of the server
+//! (`STATEK_TEST_PGBOUNCER_URL`; Debian's package `pgbouncer`, installed
+//! when missing and running as root, or `STATEK_PGBOUNCER=/path`; see
+//! `pg/pgbouncer.rs`). The first version runs the whole workspace
 //! test suite (unit, property, doc and database tests); the second runs the
 //! database tests of statek-store-pg, statek-scheduler and statek-cli again.
 //! After the first version's suite, `cargo xtask failover` runs one
@@ -133,14 +134,21 @@ fn cargo_step<'a>(args: &'a [&'a str]) -> impl FnOnce() -> Result<()> + 'a {
 
 /// Runs a test suite against a server (and the PgBouncer in front of it,
 /// when xtask started one; otherwise an inherited
-/// `STATEK_TEST_PGBOUNCER_URL` passes through).
+/// `STATEK_TEST_PGBOUNCER_URL` passes through); `tls_ca` is the server's CA
+/// certificate for the TLS tests (`None` for `DATABASE_URL`: then the
+/// caller's `STATEK_TEST_TLS_CA`, if any, is passed on, and without it the
+/// TLS tests fail).
 fn cargo_test(
     args: &[&str],
     url: &str,
     pgbouncer: Option<&str>,
     major: Option<PgMajor>,
+    tls_ca: Option<&std::path::Path>,
 ) -> Result<()> {
     let mut cargo = workspace::cargo();
+    if let Some(ca) = tls_ca {
+        cargo.env(pg::TLS_CA_ENV, ca);
+    }
     cargo
         .args(args)
         .env("STATEK_TEST_DATABASE_URL", url)
@@ -198,7 +206,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
             pg::redact(&url)
         );
         let name = format!("{} [DATABASE_URL]", display(FULL_SUITE));
-        report.step(&name, || cargo_test(FULL_SUITE, &url, None, None));
+        report.step(&name, || cargo_test(FULL_SUITE, &url, None, None, None));
         report.servers.push((
             "DATABASE_URL".to_owned(),
             "external server, version not probed".to_owned(),
@@ -243,9 +251,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 ));
             }
             let bouncer_url = bouncer.as_ref().map(RunningPgBouncer::url);
+            let tls_ca = server.tls_ca_file();
             let name = format!("{} [PostgreSQL {major}]", display(suite));
             report.step(&name, || {
-                cargo_test(suite, &url, bouncer_url.as_deref(), Some(major)).map_err(|error| {
+                cargo_test(suite, &url, bouncer_url.as_deref(), Some(major), Some(&tls_ca)).map_err(|error| {
                     let bouncer_log = bouncer.as_ref().map_or_else(String::new, |b| {
                         format!("\n--- last lines of the PgBouncer log ---\n{}", b.log_tail())
                     });

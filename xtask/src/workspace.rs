@@ -6,10 +6,40 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The workspace root: the parent of this crate's manifest directory.
+/// The workspace root, resolved once per process: the statek workspace
+/// that holds the current directory (see [`find_root`]), else the one this
+/// binary was compiled in (`CARGO_MANIFEST_DIR`'s parent).
+///
+/// The current directory wins so that a copy of the checkout (whose
+/// `target/` may hold an xtask binary built in the original) works on its
+/// own files and its own `target/`, never on the original's.
 pub fn root() -> PathBuf {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        env::current_dir()
+            .ok()
+            .and_then(|cwd| find_root(&cwd))
+            .unwrap_or_else(compiled_root)
+    })
+    .clone()
+}
+
+/// The parent of this crate's manifest directory at compile time.
+fn compiled_root() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
+/// The nearest directory at or above `start` that is a statek workspace
+/// root: its `Cargo.toml` has a `[workspace]` table and it holds
+/// `xtask/Cargo.toml`. A `[workspace]` of some other project (e.g. a
+/// checkout nested in a larger workspace) is passed over.
+pub fn find_root(start: &Path) -> Option<PathBuf> {
+    start.ancestors().find_map(|dir| {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+        let is_workspace = manifest.lines().any(|line| line.trim() == "[workspace]");
+        (is_workspace && dir.join("xtask").join("Cargo.toml").is_file()).then(|| dir.to_path_buf())
+    })
 }
 
 /// The cargo target directory: `CARGO_TARGET_DIR` when set (relative to the
@@ -45,4 +75,74 @@ pub fn cargo() -> Command {
         command.env("CARGO_TARGET_DIR", target_dir());
     }
     command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A throw-away directory under the system temp dir, removed on drop.
+    struct TempTree(PathBuf);
+
+    impl TempTree {
+        fn new(name: &str) -> Self {
+            let dir = env::temp_dir().join(format!("statek-xtask-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+
+        fn write(&self, relative: &str, text: &str) -> PathBuf {
+            let path = self.0.join(relative);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+            path
+        }
+    }
+
+    impl Drop for TempTree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_copy_of_the_checkout_is_its_own_root() {
+        let tree = TempTree::new("copy");
+        tree.write("copy/Cargo.toml", "[workspace]\nmembers = [\"xtask\"]\n");
+        tree.write("copy/xtask/Cargo.toml", "[package]\nname = \"xtask\"\n");
+        let nested = tree.0.join("copy/crates/statek-cli/src");
+        std::fs::create_dir_all(&nested).unwrap();
+        tree.write(
+            "copy/crates/statek-cli/Cargo.toml",
+            "[package]\nname = \"statek-cli\"\n",
+        );
+        let copy = tree.0.join("copy");
+        assert_eq!(find_root(&copy), Some(copy.clone()));
+        assert_eq!(find_root(&nested), Some(copy.clone()));
+        assert_eq!(find_root(&copy.join("xtask")), Some(copy));
+    }
+
+    #[test]
+    fn another_projects_workspace_is_passed_over() {
+        let tree = TempTree::new("other");
+        tree.write("Cargo.toml", "[workspace]\nmembers = [\"a\"]\n");
+        tree.write("a/Cargo.toml", "[package]\nname = \"a\"\n");
+        assert_eq!(find_root(&tree.0.join("a")), None);
+        // A statek checkout nested inside it is found.
+        tree.write("a/statek/Cargo.toml", "[workspace]\n");
+        tree.write("a/statek/xtask/Cargo.toml", "[package]\n");
+        assert_eq!(
+            find_root(&tree.0.join("a/statek/xtask")),
+            Some(tree.0.join("a/statek"))
+        );
+    }
+
+    #[test]
+    fn this_checkout_is_found_from_its_manifest_dir() {
+        assert_eq!(
+            find_root(Path::new(env!("CARGO_MANIFEST_DIR"))),
+            Some(compiled_root())
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! Command-line definitions and dispatch.
 
+use crate::out::{out, outln};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -158,7 +159,7 @@ enum RolesCommand {
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?)?;
     Ok(())
 }
 
@@ -185,7 +186,7 @@ pub fn run(cli: Cli) -> Result<()> {
             match format {
                 Format::Json => print_json(&compiled),
                 Format::Text => {
-                    print!("{}", policy_cmd::compile_text(&compiled));
+                    out!("{}", policy_cmd::compile_text(&compiled))?;
                     Ok(())
                 }
             }
@@ -195,7 +196,7 @@ pub fn run(cli: Cli) -> Result<()> {
             match format {
                 Format::Json => print_json(&diff),
                 Format::Text => {
-                    print!("{}", policy_cmd::diff_text(&diff));
+                    out!("{}", policy_cmd::diff_text(&diff))?;
                     Ok(())
                 }
             }

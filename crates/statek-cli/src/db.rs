@@ -71,13 +71,18 @@ impl DbArgs {
         Ok(PgStore::new(config)?)
     }
 
-    /// The URL, or an error saying how to give one.
+    /// The URL, or an error saying how to give one (exit code
+    /// [`CONFIGURATION`](crate::exit::CONFIGURATION), also for an empty one).
     pub fn url(&self) -> Result<&str> {
-        self.database_url.as_deref().ok_or_else(|| {
-            anyhow!(crate::exit::InvalidInput(
+        match self.database_url.as_deref() {
+            Some(url) if !url.trim().is_empty() => Ok(url),
+            Some(_) => Err(anyhow!(crate::exit::Configuration(
+                "the database URL is empty: pass --database-url or set DATABASE_URL".into()
+            ))),
+            None => Err(anyhow!(crate::exit::Configuration(
                 "no database: pass --database-url or set DATABASE_URL".into()
-            ))
-        })
+            ))),
+        }
     }
 
     /// The URL without its password, for messages.

@@ -10,6 +10,7 @@
 //! `--max-reservations` is reached. Then the demo reads the reservations
 //! back from PostgreSQL and checks the guarantee.
 
+use crate::out::outln;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -179,13 +180,13 @@ pub fn run(args: DemoArgs, database_url: &str) -> Result<()> {
 async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> Result<()> {
     let shard = policy.shard_id().clone();
     let workload = Workload::for_policy(&policy);
-    println!(
+    outln!(
         "policy: shard {shard}, {} tenants, cycle length L = {}, digest {}",
         policy.tenants().len(),
         policy.cycle_length(),
         policy.digest()
-    );
-    println!(
+    )?;
+    outln!(
         "workload: {} has a backlog of {} runs; {}; {}",
         workload.backlog_tenant,
         args.backlog,
@@ -200,7 +201,7 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
             Some(t) => format!("{t} never has a run"),
             None => "no tenant is left without runs".into(),
         }
-    );
+    )?;
 
     if let Some(addr) = args.metrics_addr {
         metrics_exporter_prometheus::PrometheusBuilder::new()
@@ -213,17 +214,17 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
             .context("histogram buckets")?
             .install()
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
-        println!("metrics: http://{addr}/metrics");
+        outln!("metrics: http://{addr}/metrics")?;
     }
     let admin = PgStore::new(demo_store_config(url)?)?;
     let migrated = admin.migrate().await.context("migration failed")?;
-    println!("migrations: {} applied now", migrated.applied().len());
+    outln!("migrations: {} applied now", migrated.applied().len())?;
     let durability = admin
         .durability_report()
         .await
         .context("durability check failed")?;
     let risks = durability.risks();
-    println!(
+    outln!(
         "durability: {durability}{}",
         if risks.is_empty() {
             String::from(" (no risk found)")
@@ -237,7 +238,7 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
                     .join(", ")
             )
         }
-    );
+    )?;
 
     // Every replica registers (the first binds the policy, the rest verify it).
     let mut replicas: Vec<Arc<Scheduler>> = Vec::new();
@@ -256,7 +257,7 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
             statek_store_pg::Registration::Registered { .. } => "registered the policy",
             _ => "verified the stored policy (idempotent)",
         };
-        println!("replica {i}: {how}");
+        outln!("replica {i}: {how}")?;
         replicas.push(Arc::new(scheduler));
     }
 
@@ -267,7 +268,7 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         .collect();
     let leftover = admin.count_live_runs_of(&policy_tenants).await?;
     if leftover > 0 {
-        println!("note: {leftover} runs of these tenants are already queued (an earlier demo?); they run too");
+        outln!("note: {leftover} runs of these tenants are already queued (an earlier demo?); they run too")?;
     }
 
     let start_sequence = admin.next_sequence(&shard).await?;
@@ -288,13 +289,13 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
             },
         );
     }
-    println!(
+    outln!(
         "queued {} backlog runs for {} in {:.1} s; starting {} replicas at sequence {start_sequence}",
         args.backlog,
         workload.backlog_tenant,
         backlog_started.elapsed().as_secs_f64(),
         args.replicas
-    );
+    )?;
 
     let stop = CancellationToken::new();
     let started = Instant::now();
@@ -402,10 +403,10 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
         let total = lock(&enqueued).len();
         let reservations = reserved.load(std::sync::atomic::Ordering::Relaxed);
         if last_report.elapsed() >= Duration::from_secs(2) {
-            println!(
+            outln!(
                 "  {:>5.1} s: {reservations} reservations, {done}/{total} runs executed",
                 started.elapsed().as_secs_f64()
-            );
+            )?;
             last_report = Instant::now();
         }
         if tasks.is_empty() || stop.is_cancelled() {
@@ -431,22 +432,22 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
     let end_sequence = admin.next_sequence(&shard).await?;
     let ticks = std::mem::take(&mut *lock(&ticks));
     for (i, r) in worker_reports.iter().enumerate() {
-        println!(
+        outln!(
             "worker {i}: {} ticks, {} executed, {} idle, {} contended, {} idle backoffs, {} wake-ups, {} transient errors",
             r.ticks, r.executed, r.idle, r.contended, r.backoffs, r.wakeups, r.transient_errors
-        );
+        )?;
     }
-    println!(
+    outln!(
         "stopped: {stop_reason}; {} ticks by {} replicas in {:.1} s ({:.0} reservations/s)",
         ticks.len(),
         args.replicas,
         elapsed.as_secs_f64(),
         ticks.len() as f64 / elapsed.as_secs_f64().max(1e-9)
-    );
+    )?;
 
     let rows = read_reservations(&admin, &policy, start_sequence, end_sequence).await?;
     let report = Report::build(&policy, &ticks, &rows, &lock(&enqueued), &lock(&executed));
-    report.print(&policy, &workload);
+    report.print(&policy, &workload)?;
     let checks = verify(
         &policy,
         &ticks,
@@ -467,21 +468,21 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
     match crate::charts::write(&charts_dir, &policy, &selections) {
         Ok(paths) => {
             for path in paths {
-                println!("chart: {}", path.display());
+                outln!("chart: {}", path.display())?;
             }
         }
-        Err(e) => println!("charts not written: {e:#}"),
+        Err(e) => outln!("charts not written: {e:#}")?,
     }
     let mut failed = 0;
-    println!();
+    outln!()?;
     for (ok, text) in &checks {
-        println!("check {}: {text}", if *ok { "ok  " } else { "FAIL" });
+        outln!("check {}: {text}", if *ok { "ok  " } else { "FAIL" })?;
         failed += usize::from(!ok);
     }
     if failed > 0 {
         return Err(crate::exit::CheckFailed(format!("{failed} demo checks failed")).into());
     }
-    println!("demo: all {} checks passed", checks.len());
+    outln!("demo: all {} checks passed", checks.len())?;
     Ok(())
 }
 
@@ -580,9 +581,9 @@ impl Report {
         }
     }
 
-    fn print(&self, policy: &WeightedFairnessPolicy, workload: &Workload) {
-        println!();
-        println!(
+    fn print(&self, policy: &WeightedFairnessPolicy, workload: &Workload) -> Result<()> {
+        outln!()?;
+        outln!(
             "{:<12} {:>6} {:<8} {:>8} {:>8} {:>7} {:>6} {:>15} {:>7} {:>7} {:>15} {:>15}",
             "tenant",
             "weight",
@@ -596,7 +597,7 @@ impl Report {
             "bound",
             "lag p50/p99 res",
             "lag p50/p99 ms"
-        );
+        )?;
         let l = f64::from(policy.cycle_length());
         for t in policy.tenants() {
             let Some(r) = self.tenants.get(t.tenant()) else {
@@ -606,7 +607,7 @@ impl Report {
                 .starvation_bound(t.tenant())
                 .map(|b| b.maximum_reservations_until_selection())
                 .unwrap_or(0);
-            println!(
+            outln!(
                 "{:<12} {:>6} {:<8} {:>7.2}% {:>7.2}% {:>7} {:>6} {:>15} {:>7} {:>7} {:>15} {:>15}",
                 t.tenant().as_str(),
                 t.weight(),
@@ -620,13 +621,14 @@ impl Report {
                 bound,
                 percentiles(&r.lag_reservations),
                 percentiles(&r.lag_millis),
-            );
+            )?;
         }
-        println!(
+        outln!(
             "(entitled = weight / L; received = slots / all slots; other = failed, cancelled at shutdown or \
              lost to an error after reserving; max gap and bound in reservations; lag = from runnable to \
              claim, in reservations and in database milliseconds)"
-        );
+        )?;
+        Ok(())
     }
 }
 

@@ -3,7 +3,8 @@
 use statek_policy::policy_file::PolicyFileError;
 use statek_store_pg::StoreError;
 
-/// Everything went well.
+/// Everything went well. Also when standard output was closed early
+/// (`statek status | head -1`): the command stops quietly.
 pub const OK: u8 = 0;
 /// An error not classified below.
 pub const FAILURE: u8 = 1;
@@ -25,6 +26,41 @@ pub const CHECK_FAILED: u8 = 8;
 /// reservations (`fsync`, `full_page_writes`, `synchronous_commit`,
 /// asynchronous standbys). Change the server, or pass `--durability`.
 pub const DURABILITY_REFUSED: u8 = 10;
+/// The connection settings are wrong and retrying will not help: no or an
+/// empty database URL, a URL that does not parse or names no host or user,
+/// an unknown `sslmode`, unusable TLS files, an untrusted or mismatched
+/// server certificate, or the server refused the role, password or
+/// database (SQLSTATE 28000, 28P01, 3D000). Fix the settings.
+pub const CONFIGURATION: u8 = 9;
+
+/// Every exit code with its name, for docs and tests.
+pub const ALL: &[(u8, &str)] = &[
+    (OK, "OK"),
+    (FAILURE, "FAILURE"),
+    (USAGE, "USAGE"),
+    (INVALID_INPUT, "INVALID_INPUT"),
+    (POLICY_CONFLICT, "POLICY_CONFLICT"),
+    (CORRUPT_DATA, "CORRUPT_DATA"),
+    (UNAVAILABLE, "UNAVAILABLE"),
+    (PERMISSION_DENIED, "PERMISSION_DENIED"),
+    (CHECK_FAILED, "CHECK_FAILED"),
+    (CONFIGURATION, "CONFIGURATION"),
+    (DURABILITY_REFUSED, "DURABILITY_REFUSED"),
+];
+
+/// A connection setting given to the CLI is missing or unusable (exit
+/// code [`CONFIGURATION`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Configuration(pub String);
+
+/// Whether the error is only that standard output was closed: the binary
+/// then exits [`OK`] without a message.
+pub fn is_stdout_closed(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| cause.downcast_ref::<crate::out::StdoutClosed>().is_some())
+}
 
 /// A failed demo check (exit code [`CHECK_FAILED`]).
 #[derive(Debug, thiserror::Error)]
@@ -36,10 +72,45 @@ pub struct CheckFailed(pub String);
 #[error("{0}")]
 pub struct InvalidInput(pub String);
 
+/// The error line the binary prints (after `statek: error: `): every cause
+/// of the chain, joined by `: `, so that the real cause shows
+/// ("Connection refused", "invalid peer certificate: UnknownIssuer").
+/// A server error is shown once: its `StoreError` already quotes the
+/// server's message, so the driver's copy below it is left out, except
+/// for the server's DETAIL and HINT.
+pub fn render(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        if let Some(db) = cause
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::as_db_error)
+        {
+            if let Some(detail) = db.detail() {
+                text.push_str(&format!(" (detail: {detail})"));
+            }
+            if let Some(hint) = db.hint() {
+                text.push_str(&format!(" (hint: {hint})"));
+            }
+            break;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause.to_string());
+    }
+    text
+}
+
 /// The exit code for an error chain: the first classified cause wins.
 pub fn code_for(error: &anyhow::Error) -> u8 {
     use statek_scheduler::SchedulerError;
+    if is_stdout_closed(error) {
+        return OK;
+    }
     for cause in error.chain() {
+        if cause.downcast_ref::<Configuration>().is_some() {
+            return CONFIGURATION;
+        }
         if cause.downcast_ref::<PolicyFileError>().is_some()
             || cause.downcast_ref::<statek_policy::PolicyError>().is_some()
             || cause.downcast_ref::<InvalidInput>().is_some()
@@ -72,7 +143,87 @@ fn classify(store: &StoreError) -> u8 {
         StoreError::DurabilityRefused { .. } => DURABILITY_REFUSED,
         StoreError::PermissionDenied { .. } => PERMISSION_DENIED,
         StoreError::InvalidArgument(_) => INVALID_INPUT,
+        e if e.is_configuration() => CONFIGURATION,
         e if e.is_retryable() => UNAVAILABLE,
         _ => FAILURE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(error: anyhow::Error, code: u8) {
+        assert_eq!(code_for(&error), code, "{error:#}");
+    }
+
+    #[test]
+    fn one_code_per_class() {
+        check(anyhow::Error::new(crate::out::StdoutClosed), OK);
+        check(
+            anyhow::Error::new(crate::out::StdoutClosed).context("printing the status"),
+            OK,
+        );
+        check(anyhow::anyhow!("something else"), FAILURE);
+        check(InvalidInput("bad".into()).into(), INVALID_INPUT);
+        check(
+            StoreError::InvalidArgument("bad".into()).into(),
+            INVALID_INPUT,
+        );
+        check(
+            StoreError::CorruptData {
+                what: "shard",
+                detail: "x".into(),
+            }
+            .into(),
+            CORRUPT_DATA,
+        );
+        check(StoreError::PoolTimeout("wait").into(), UNAVAILABLE);
+        check(
+            StoreError::PermissionDenied {
+                message: "x".into(),
+            }
+            .into(),
+            PERMISSION_DENIED,
+        );
+        check(CheckFailed("gap".into()).into(), CHECK_FAILED);
+        check(Configuration("no database".into()).into(), CONFIGURATION);
+        check(
+            StoreError::InvalidConnectionString("x".into()).into(),
+            CONFIGURATION,
+        );
+        check(
+            StoreError::TlsConfiguration {
+                detail: "x".into(),
+                source: None,
+            }
+            .into(),
+            CONFIGURATION,
+        );
+    }
+
+    #[test]
+    fn codes_are_distinct_and_documented() {
+        let mut codes: Vec<u8> = ALL.iter().map(|(code, _)| *code).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes, (0..=9).collect::<Vec<u8>>());
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/operations.md"
+        ))
+        .unwrap();
+        let table = docs
+            .split("## CLI exit codes")
+            .nth(1)
+            .unwrap()
+            .split("\n\n")
+            .nth(1)
+            .unwrap();
+        let documented: Vec<u8> = table
+            .lines()
+            .filter_map(|line| line.strip_prefix("| ")?.split(' ').next()?.parse().ok())
+            .collect();
+        assert_eq!(documented, (0..=9).collect::<Vec<u8>>(), "{table}");
     }
 }

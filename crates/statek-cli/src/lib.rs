@@ -6,7 +6,12 @@
 //! `DATABASE_URL` and are never printed with their password. Exit codes
 //! (see [`exit`]): 0 ok, 1 other failure, 2 usage, 3 invalid input, 4 policy
 //! conflict, 5 corrupt data, 6 database unavailable, 7 permission denied,
-//! 8 a demo check failed.
+//! 8 a demo check failed, 9 configuration (connection settings: no or a bad
+//! URL, TLS, the server refused the role, password or database; retrying
+//! does not help). A closed standard output (`statek status | head -1`)
+//! ends the command quietly with 0. Database URLs accept libpq's TLS
+//! parameters (`sslmode=verify-full&sslrootcert=...`, see
+//! `statek_store_pg::StoreConfig::from_url`).
 //!
 //! ```no_run
 //! # fn main() -> anyhow::Result<()> {
@@ -24,6 +29,7 @@ mod cli;
 pub mod db;
 pub mod demo;
 pub mod exit;
+mod out;
 pub mod policy_cmd;
 mod store_cmd;
 

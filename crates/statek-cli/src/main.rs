@@ -8,10 +8,14 @@ fn main() -> ExitCode {
     let cli = statek_cli::Cli::parse();
     match statek_cli::run(cli) {
         Ok(()) => ExitCode::from(statek_cli::exit::OK),
+        // A closed stdout (`statek status | head -1`) is not a failure.
+        Err(error) if statek_cli::exit::is_stdout_closed(&error) => {
+            ExitCode::from(statek_cli::exit::OK)
+        }
         Err(error) => {
             #[allow(clippy::print_stderr)]
             {
-                eprintln!("statek: error: {error:#}");
+                eprintln!("statek: error: {}", statek_cli::exit::render(&error));
             }
             ExitCode::from(statek_cli::exit::code_for(&error))
         }

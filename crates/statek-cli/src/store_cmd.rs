@@ -1,12 +1,13 @@
 //! Commands that talk to PostgreSQL: verify, migrate, register, roles,
 //! status, prune.
 
+use crate::out::{out, outln};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Result};
 use serde::Serialize;
-use statek_policy::SchedulerShardId;
+use statek_policy::{EchoedValue, SchedulerShardId};
 use statek_store_pg::{Registration, RoleProfile, SchedulerFairnessRetentionPolicy, StoreError};
 
 use crate::cli::Format;
@@ -16,7 +17,7 @@ use crate::policy_cmd;
 
 fn shard_id(text: &str) -> Result<SchedulerShardId> {
     SchedulerShardId::try_from(text)
-        .map_err(|e| anyhow!(InvalidInput(format!("--shard {text:?}: {e}"))))
+        .map_err(|e| anyhow!(InvalidInput(format!("--shard {}: {e}", EchoedValue(text)))))
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {
@@ -55,15 +56,19 @@ pub async fn verify(file: &Path, shard: Option<&str>, format: Format, db: &DbArg
         stored_digest: stored.policy().digest().to_string(),
     };
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Text if report.matches => println!(
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&report)?)?,
+        Format::Text if report.matches => outln!(
             "ok: shard {} holds exactly {} (digest {})",
-            report.shard, report.file, report.file_digest
-        ),
-        Format::Text => println!(
+            report.shard,
+            report.file,
+            report.file_digest
+        )?,
+        Format::Text => outln!(
             "MISMATCH: shard {} holds policy {}, the file is {}",
-            report.shard, report.stored_digest, report.file_digest
-        ),
+            report.shard,
+            report.stored_digest,
+            report.file_digest
+        )?,
     }
     if !report.matches {
         return Err(StoreError::PolicyConflict {
@@ -81,14 +86,14 @@ pub async fn migrate(db: &DbArgs) -> Result<()> {
     let store = db.store(1)?;
     let report = store.migrate().await?;
     for (version, name) in report.applied() {
-        println!("applied V{version}__{name}");
+        outln!("applied V{version}__{name}")?;
     }
-    println!(
+    outln!(
         "schema statek is current on {} ({} migrations known, {} applied now)",
         db.redacted(),
         statek_store_pg::embedded_migrations().len(),
         report.applied().len()
-    );
+    )?;
     Ok(())
 }
 
@@ -101,12 +106,12 @@ pub async fn register(file: &Path, db: &DbArgs) -> Result<()> {
         Registration::Idempotent { .. } => "already registered with identical bytes",
         _ => "registered",
     };
-    println!(
+    outln!(
         "shard {}: {how} (policy {}, L = {})",
         policy.shard_id(),
         policy.digest(),
         policy.cycle_length()
-    );
+    )?;
     Ok(())
 }
 
@@ -120,11 +125,11 @@ pub async fn roles_apply(
 ) -> Result<()> {
     let profile = RoleProfile::new(owner, runtime, retention)?;
     if print {
-        print!("{}", profile.sql());
+        out!("{}", profile.sql())?;
         return Ok(());
     }
     db.store(1)?.apply_role_profile(&profile).await?;
-    println!("applied role profile: owner {owner}, runtime {runtime}, retention {retention}");
+    outln!("applied role profile: owner {owner}, runtime {runtime}, retention {retention}")?;
     Ok(())
 }
 
@@ -151,6 +156,8 @@ struct StatusReport {
 /// `statek status --shard S`.
 pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) -> Result<()> {
     let shard = shard_id(shard)?;
+    // The same limits as `prune --retain` (1 hour..=366 days).
+    let retain = SchedulerFairnessRetentionPolicy::new(retain, 1)?.retain_for();
     let store = db.store(1)?;
     let s = store.shard_status(&shard, retain).await?;
     let policy = s.stored.policy();
@@ -175,35 +182,40 @@ pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) 
         rows_past_retention: s.past_retention,
     };
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&report)?)?,
         Format::Text => {
-            println!("shard              {}", report.shard);
-            println!(
+            outln!("shard              {}", report.shard)?;
+            outln!(
                 "policy             {} ({}, L = {}, {} tenants)",
-                report.digest, report.algorithm, report.cycle_length, report.tenants
-            );
-            println!("registered at      {}", report.registered_at);
-            println!(
+                report.digest,
+                report.algorithm,
+                report.cycle_length,
+                report.tenants
+            )?;
+            outln!("registered at      {}", report.registered_at)?;
+            outln!(
                 "cursor             sequence {} (next slot {})",
-                report.next_sequence, report.next_slot
-            );
-            println!(
+                report.next_sequence,
+                report.next_slot
+            )?;
+            outln!(
                 "last minute        {} reservations ({:.2}/s)",
-                report.reservations_last_minute, report.reservations_per_second
-            );
-            println!(
+                report.reservations_last_minute,
+                report.reservations_per_second
+            )?;
+            outln!(
                 "retained           {} reservation rows",
                 report.retained_reservations
-            );
+            )?;
             match (&report.oldest_retained, report.oldest_retained_age_seconds) {
-                (Some(at), Some(age)) => println!("oldest retained    {at} ({age:.0} s ago)"),
-                _ => println!("oldest retained    none"),
+                (Some(at), Some(age)) => outln!("oldest retained    {at} ({age:.0} s ago)")?,
+                _ => outln!("oldest retained    none")?,
             }
-            println!(
+            outln!(
                 "past retention     {} rows older than {}",
                 report.rows_past_retention,
                 humantime::format_duration(retain)
-            );
+            )?;
         }
     }
     Ok(())
@@ -255,16 +267,16 @@ pub async fn prune(
     }
     totals.seconds = started.elapsed().as_secs_f64();
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&totals)?),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&totals)?)?,
         Format::Text => {
             eprintln!();
-            println!(
+            outln!(
                 "pruned {} reservation rows in {} batches ({:.1} s); cutoff {}",
                 totals.deleted,
                 totals.batches,
                 totals.seconds,
                 totals.last_cutoff.as_deref().unwrap_or("-")
-            );
+            )?;
         }
     }
     Ok(())

@@ -151,7 +151,7 @@ fn every_invalid_file_names_file_line_and_field() {
     assert_eq!(missing.status.code(), Some(3));
     assert!(stderr(&missing).contains("no/such/file.toml: cannot read"));
     let no_db = statek(&["status", "--shard", "primary-v1"], None);
-    assert_eq!(no_db.status.code(), Some(3));
+    assert_eq!(no_db.status.code(), Some(9));
     assert!(stderr(&no_db).contains("DATABASE_URL"));
 }
 

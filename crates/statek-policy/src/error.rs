@@ -98,8 +98,9 @@ pub enum PolicyError {
         /// The sum of the given weights.
         actual: u32,
     },
-    /// An algorithm name is not one this crate knows.
-    #[error("unknown policy algorithm {name:?}")]
+    /// An algorithm name is not one this crate knows. The message quotes
+    /// at most 64 characters of it ([`EchoedValue`](crate::EchoedValue)).
+    #[error("unknown policy algorithm {}", crate::EchoedValue(name))]
     UnknownAlgorithm {
         /// The rejected name.
         name: String,

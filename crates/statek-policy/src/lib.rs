@@ -14,15 +14,27 @@
 //!
 //! # Example
 //!
+//! Compile a policy and read a tenant's bound (the same code builds as
+//! `crates/statek-examples/examples/starvation_bound.rs`):
+//!
 //! ```rust
 //! use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
-//! # fn main() -> Result<(), statek_policy::PolicyError> {
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let tenant_a = TenantId::try_from("tenant-a")?;
+//! let tenant_b = TenantId::try_from("tenant-b")?;
+//!
 //! let policy = WeightedFairnessPolicy::new(
 //!     SchedulerShardId::try_from("primary-v1")?,
-//!     [TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 3)?,
-//!      TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?],
+//!     [
+//!         TenantFairnessWeight::new(tenant_a, 3)?,
+//!         TenantFairnessWeight::new(tenant_b.clone(), 1)?,
+//!     ],
 //! )?;
-//! let bound = policy.starvation_bound(&TenantId::try_from("tenant-b")?).expect("registered");
+//!
+//! let bound = policy
+//!     .starvation_bound(&tenant_b)
+//!     .expect("tenant-b was registered in this policy");
+//!
 //! assert!(bound.maximum_reservations_until_selection() <= 4);
 //! # Ok(()) }
 //! ```
@@ -105,6 +117,7 @@ mod bound;
 mod canonical;
 mod cycle;
 mod digest;
+mod echo;
 mod error;
 mod id;
 mod min_gap;
@@ -118,6 +131,7 @@ pub use algorithm::PolicyAlgorithm;
 pub use bound::TenantStarvationBound;
 pub use cycle::{CycleTenants, CycleView, MAX_CYCLE_LENGTH};
 pub use digest::{PolicyDigest, POLICY_DIGEST_DOMAIN};
+pub use echo::{EchoedValue, MAX_ECHOED_CHARS};
 pub use error::{IdError, PolicyError};
 pub use id::{SchedulerShardId, TenantId, MAX_ID_LENGTH};
 pub use policy::{WeightedFairnessPolicy, MAX_TENANTS};

@@ -188,7 +188,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
                     Ok(_) => Heartbeat::Extended,
                     Err(StoreError::LeaseLost { .. }) => Heartbeat::Lost,
                     Err(e) => {
-                        tracing::warn!(run_id = %held.run_id(), error = %e, "heartbeat failed");
+                        tracing::warn!(run_id = %held.run_id(), error = %crate::error::chain(&e), "heartbeat failed");
                         Heartbeat::Failed
                     }
                 }
@@ -297,7 +297,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         let expired = match self.store.find_expired_runs(EXPIRY_PASS_LIMIT).await {
             Ok(expired) => expired,
             Err(e) => {
-                tracing::warn!(error = %e, "expiry pass: cannot list expired runs");
+                tracing::warn!(error = %crate::error::chain(&e), "expiry pass: cannot list expired runs");
                 return;
             }
         };
@@ -308,7 +308,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(run_id = %run.lease.run_id(), error = %e, "expiry pass failed")
+                    tracing::warn!(run_id = %run.lease.run_id(), error = %crate::error::chain(&e), "expiry pass failed")
                 }
             }
         }
@@ -318,7 +318,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         match self.store.any_claimable_runs().await {
             Ok(any) => Some(any),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot probe the run queue");
+                tracing::warn!(error = %crate::error::chain(&e), "cannot probe the run queue");
                 None
             }
         }

@@ -455,7 +455,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                     let backoff = self.options.backoff(retries);
                     tracing::warn!(
                         shard = %shard, reservation_id = %id, retry = retries + 1,
-                        backoff_ms = backoff.as_millis() as u64, error = %e,
+                        backoff_ms = backoff.as_millis() as u64, error = %crate::error::chain(&e),
                         "reservation failed transiently; retrying with the same id"
                     );
                     metrics::counter!(

@@ -510,7 +510,10 @@ async fn publish_oldest<E: TenantExecutor>(scheduler: &DurableFairScheduler<E>) 
             }
         }
         Ok(None) => {}
-        Err(e) => tracing::warn!(error = %e, "cannot read the oldest retained reservation"),
+        Err(e) => tracing::warn!(
+            error = %crate::error::chain(&e),
+            "cannot read the oldest retained reservation"
+        ),
     }
 }
 

@@ -30,7 +30,15 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            // The whole cause chain ("... failed: ...: Connection refused").
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                text.push_str(": ");
+                text.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            eprintln!("error: {text}");
             std::process::ExitCode::FAILURE
         }
     }

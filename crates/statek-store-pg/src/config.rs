@@ -3,8 +3,10 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::conninfo::{self, SslMode};
 use crate::durability::{DurabilityPolicy, SynchronousCommit};
 use crate::failover::LostReservationAction;
+use crate::tls::TlsSettings;
 use crate::StoreError;
 
 /// How a [`crate::PgStore`] connects and how long it waits.
@@ -26,6 +28,7 @@ use crate::StoreError;
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     pg: tokio_postgres::Config,
+    tls: TlsSettings,
     pool_size: usize,
     wait_timeout: Duration,
     create_timeout: Duration,
@@ -55,25 +58,74 @@ const MAX_MAINTENANCE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 impl StoreConfig {
     /// Settings for a libpq-style connection string or URL
-    /// (`postgres://user@host:port/db`). The string is never logged.
+    /// (`postgres://user@host:port/db?sslmode=verify-full&sslrootcert=ca.crt`,
+    /// or `host=... user=... sslmode=...`). The string is never logged.
+    ///
+    /// TLS follows libpq: `sslmode` disable, prefer (the default), require,
+    /// verify-ca or verify-full; `sslrootcert` (a PEM file, or `system` for
+    /// the operating system's roots; default `~/.postgresql/root.crt` when
+    /// it exists), `sslcert` and `sslkey` (a client certificate; default
+    /// `~/.postgresql/postgresql.crt`/`.key` when the certificate exists),
+    /// `sslsni`. `require` encrypts without checking the certificate
+    /// (unless a root file exists, then like verify-ca, as libpq);
+    /// verify-ca checks the chain, verify-full also the host name. Over
+    /// Unix sockets TLS is never used. Certificate files are read here.
     ///
     /// # Errors
-    /// [`StoreError::InvalidArgument`] if the string does not parse; the message
-    /// does not repeat the string (it may hold a password).
+    /// [`StoreError::InvalidConnectionString`] if the string does not
+    /// parse, has an unknown parameter or value, or names no host or no
+    /// user; [`StoreError::TlsConfiguration`] if a TLS file cannot be read
+    /// or used. Neither repeats the string (it may hold a password).
     pub fn from_url(url: &str) -> Result<Self, StoreError> {
-        let mut pg = tokio_postgres::Config::from_str(url).map_err(|e| {
-            StoreError::InvalidArgument(format!("database connection string does not parse: {e}"))
+        let split = conninfo::split(url)?;
+        let mut pg = tokio_postgres::Config::from_str(&split.rest).map_err(|e| {
+            // tokio-postgres names the parameter, never its value.
+            let cause = std::error::Error::source(&e)
+                .map(|cause| format!(": {cause}"))
+                .unwrap_or_default();
+            StoreError::InvalidConnectionString(format!("it does not parse: {e}{cause}"))
         })?;
+        if pg.get_hosts().is_empty() && pg.get_hostaddrs().is_empty() {
+            return Err(StoreError::InvalidConnectionString(
+                "it names no host (postgres://HOST/DB or host=HOST)".to_owned(),
+            ));
+        }
+        if pg.get_user().is_none_or(str::is_empty) {
+            return Err(StoreError::InvalidConnectionString(
+                "it names no user (postgres://USER@HOST/DB or user=USER)".to_owned(),
+            ));
+        }
+        let only_unix_sockets = !pg.get_hosts().is_empty()
+            && pg.get_hostaddrs().is_empty()
+            && pg
+                .get_hosts()
+                .iter()
+                .all(|host| !matches!(host, tokio_postgres::config::Host::Tcp(_)));
+        let tls = TlsSettings::from_params(&split.tls, only_unix_sockets)?;
+        pg.ssl_mode(tls.mode().for_tokio_postgres());
         if pg.get_application_name().is_none() {
             pg.application_name("statek");
         }
-        Ok(Self::from_pg_config(pg))
+        Ok(Self::with_tls(pg, tls))
     }
 
-    /// Settings for an already built `tokio_postgres::Config`.
+    /// Settings for an already built `tokio_postgres::Config`. TLS follows
+    /// its `ssl_mode` (disable, prefer, require) without checking the
+    /// server's certificate; use [`from_url`](Self::from_url) with
+    /// `sslmode=verify-full` to check it.
     pub fn from_pg_config(pg: tokio_postgres::Config) -> Self {
+        let mode = match pg.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Disable => SslMode::Disable,
+            tokio_postgres::config::SslMode::Require => SslMode::Require,
+            _ => SslMode::Prefer,
+        };
+        Self::with_tls(pg, TlsSettings::unverified(mode))
+    }
+
+    fn with_tls(pg: tokio_postgres::Config, tls: TlsSettings) -> Self {
         Self {
             pg,
+            tls,
             pool_size: 8,
             wait_timeout: Duration::from_secs(5),
             create_timeout: Duration::from_secs(5),
@@ -194,12 +246,24 @@ impl StoreConfig {
     /// main URL (which must then not be a transaction-mode pool). The
     /// string is never logged.
     ///
+    /// It uses the TLS settings of the main connection string.
+    ///
     /// # Errors
-    /// [`StoreError::InvalidArgument`] if the string does not parse.
+    /// [`StoreError::InvalidConnectionString`] if the string does not parse
+    /// or carries TLS parameters of its own.
     pub fn direct_url(self, url: &str) -> Result<Self, StoreError> {
-        let mut pg = tokio_postgres::Config::from_str(url).map_err(|e| {
-            StoreError::InvalidArgument(format!("direct connection string does not parse: {e}"))
+        let split = conninfo::split(url)?;
+        if split.tls != conninfo::TlsParams::default() {
+            return Err(StoreError::InvalidConnectionString(
+                "the direct connection uses the main connection string's TLS settings: \
+                 give sslmode, sslrootcert, sslcert and sslkey there only"
+                    .to_owned(),
+            ));
+        }
+        let mut pg = tokio_postgres::Config::from_str(&split.rest).map_err(|e| {
+            StoreError::InvalidConnectionString(format!("the direct one does not parse: {e}"))
         })?;
+        pg.ssl_mode(self.tls.mode().for_tokio_postgres());
         if pg.get_application_name().is_none() {
             pg.application_name("statek");
         }
@@ -254,6 +318,43 @@ impl StoreConfig {
     /// [`listen_probe_interval`](Self::listen_probe_interval)).
     pub fn effective_listen_probe_interval(&self) -> Duration {
         self.listen_probe_interval
+    }
+
+    /// The effective `sslmode` (`disable` over Unix sockets; `verify-full`
+    /// with `sslrootcert=system` and no explicit mode).
+    pub fn ssl_mode(&self) -> SslMode {
+        self.tls.mode()
+    }
+
+    /// Opens one plain connection outside any pool, with these settings
+    /// (TLS included) but without the pool's `lock_timeout` and
+    /// `statement_timeout`. The connection is driven by a spawned task and
+    /// closes when the client is dropped. For tools that run their own SQL
+    /// (benchmarks, test fixtures).
+    ///
+    /// # Errors
+    /// As opening a pooled connection: [`StoreError::Connection`]
+    /// (retryable), or a configuration error
+    /// ([`StoreError::is_configuration`]).
+    pub async fn connect_client(&self) -> Result<tokio_postgres::Client, StoreError> {
+        let (client, connection) = self
+            .pg
+            .connect(self.tls_connector()?)
+            .await
+            .map_err(StoreError::from_connect)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "unpooled connection ended with an error");
+            }
+        });
+        Ok(client)
+    }
+
+    /// The TLS connector for every connection of this configuration.
+    pub(crate) fn tls_connector(
+        &self,
+    ) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
+        self.tls.connector()
     }
 
     /// Whether a pooled connection is checked with an empty query before
@@ -442,6 +543,11 @@ mod tests {
     fn rejects_bad_values_without_echoing_the_url() {
         let err = StoreConfig::from_url("postgres://u:sekret@host:notaport/db").unwrap_err();
         assert!(!err.to_string().contains("sekret"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "invalid connection string: it does not parse: invalid connection string: invalid value for option `port`"
+        );
+        assert!(err.is_configuration() && !err.is_retryable());
         let cfg = StoreConfig::from_url("postgres://u@localhost/db").unwrap();
         assert!(cfg.clone().pool_size(0).is_err());
         assert!(cfg.clone().pool_size(1025).is_err());
@@ -543,5 +649,52 @@ mod tests {
         assert!(cfg
             .direct_url("postgres://u:sekret@h:notaport/db")
             .is_err_and(|e| !e.to_string().contains("sekret")));
+    }
+
+    fn refused(url: &str, message: &str) {
+        let err = StoreConfig::from_url(url).unwrap_err();
+        assert_eq!(err.to_string(), message, "{url}");
+        assert!(err.is_configuration() && !err.is_retryable(), "{url}");
+    }
+
+    #[test]
+    fn unusable_strings_are_configuration_errors() {
+        refused(
+            "",
+            "invalid connection string: the connection string is empty",
+        );
+        refused(
+            "postgres://",
+            "invalid connection string: it names no host (postgres://HOST/DB or host=HOST)",
+        );
+        refused(
+            "postgres://h/db",
+            "invalid connection string: it names no user (postgres://USER@HOST/DB or user=USER)",
+        );
+        refused(
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent/statek-ca.crt",
+            "tls configuration: cannot read the root certificate (sslrootcert) file \"/nonexistent/statek-ca.crt\"",
+        );
+        refused(
+            "postgres://u@h/db?sslmode=require&sslrootcert=system",
+            "tls configuration: weak sslmode require may not be used with sslrootcert=system (use verify-full)",
+        );
+    }
+
+    #[test]
+    fn ssl_modes_as_libpq() {
+        let mode = |url: &str| StoreConfig::from_url(url).unwrap().ssl_mode();
+        assert_eq!(mode("postgres://u@h/db?sslmode=disable"), SslMode::Disable);
+        assert_eq!(mode("host=h user=u sslmode=require"), SslMode::Require);
+        // Over a Unix socket libpq never uses TLS.
+        assert_eq!(
+            mode("host=/run/postgresql user=u sslmode=require"),
+            SslMode::Disable
+        );
+        let pg = StoreConfig::from_url("postgres://u@h/db?sslmode=require").unwrap();
+        assert_eq!(
+            pg.pg_config().get_ssl_mode(),
+            tokio_postgres::config::SslMode::Require
+        );
     }
 }

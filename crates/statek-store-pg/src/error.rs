@@ -110,6 +110,60 @@ pub enum StoreError {
     /// was sent to the database.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The connection string does not parse, names no host or user, has an
+    /// unknown parameter or an invalid value. The message never repeats
+    /// the string (it may hold a password). Not retryable.
+    #[error("invalid connection string: {0}")]
+    InvalidConnectionString(String),
+    /// A TLS setting of the connection string cannot be used: an unreadable
+    /// or empty certificate file, a key that does not match, `sslmode`
+    /// `verify-ca`/`verify-full` without root certificates, a weak
+    /// `sslmode` with `sslrootcert=system`. Not retryable.
+    #[error("tls configuration: {detail}")]
+    TlsConfiguration {
+        /// What is wrong, naming the parameter and file.
+        detail: String,
+        /// The underlying I/O, PEM or rustls error, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The TLS handshake failed for a reason no retry changes: the
+    /// server's certificate is not trusted, names another host, is out of
+    /// its validity period, or the handshake itself was refused. Not
+    /// retryable.
+    #[error("tls connection to PostgreSQL failed: {failure}")]
+    Tls {
+        /// Why, as a type.
+        failure: TlsFailure,
+        /// The driver's error (its chain names rustls' reason).
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The server refused the connection for good: authentication failed
+    /// (28P01), the role may not connect or does not exist, pg_hba.conf
+    /// has no entry or rejects it, e.g. "no encryption" on a TLS-only
+    /// server (28000), or the database does not exist (3D000). Not
+    /// retryable.
+    #[error("PostgreSQL refused the connection ({code}): {message}")]
+    ConnectionRejected {
+        /// SQLSTATE: 28000, 28P01 or 3D000.
+        code: String,
+        /// The server's message.
+        message: String,
+        /// The driver's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The driver refused to connect with these settings before the server
+    /// could answer: e.g. `sslmode=require` against a server without TLS,
+    /// a password the server asks for but the string lacks, an
+    /// authentication method the driver does not support. Not retryable.
+    #[error("cannot connect to PostgreSQL with these settings")]
+    ConnectionSettings {
+        /// The driver's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
     /// The database records an applied migration whose name or checksum
     /// differs from the one compiled into this crate (a landed migration was
     /// edited, or another build migrated the database).
@@ -132,8 +186,8 @@ pub enum StoreError {
         name: String,
     },
     /// A migration failed to apply.
-    #[error("migration failed: {0}")]
-    Migration(Box<refinery::Error>),
+    #[error("migration failed")]
+    Migration(#[source] Box<refinery::Error>),
     /// The server did not answer a store call within its response timeout
     /// (or maintenance timeout); the connection was discarded. A write may
     /// have committed (retry a reservation with the same id to find out).
@@ -206,9 +260,11 @@ pub enum StoreError {
     /// No connection became available from the pool in time.
     #[error("connection pool timed out ({0})")]
     PoolTimeout(&'static str),
-    /// The connection to the server was lost or could not be opened.
-    #[error("connection to PostgreSQL failed: {0}")]
-    Connection(tokio_postgres::Error),
+    /// The connection to the server was lost or could not be opened
+    /// (refused, reset, unreachable, closed). Retryable. The cause (e.g.
+    /// "Connection refused") is the error's source.
+    #[error("connection to PostgreSQL failed")]
+    Connection(#[source] tokio_postgres::Error),
     /// Any other server-side error, with its SQLSTATE.
     #[error("database error {code}: {message}")]
     Database {
@@ -217,6 +273,7 @@ pub enum StoreError {
         /// The server's message.
         message: String,
         /// The underlying error.
+        #[source]
         error: tokio_postgres::Error,
     },
     /// An error of the pool itself (closed pool, hook failure).
@@ -224,7 +281,142 @@ pub enum StoreError {
     Pool(String),
 }
 
+/// Why a TLS connection failed ([`StoreError::Tls`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The server's certificate chain leads to no root certificate given
+    /// with `sslrootcert` (or the default root file).
+    UntrustedCertificate,
+    /// The certificate is trusted but does not name the host connected to
+    /// (`sslmode=verify-full` checks it; `verify-ca` does not).
+    HostNameMismatch,
+    /// The certificate is expired or not yet valid.
+    CertificateNotValidNow,
+    /// The certificate is malformed, revoked or unusable otherwise.
+    InvalidCertificate,
+    /// The handshake failed otherwise: no common protocol version or
+    /// cipher suite, or the server sent an alert (e.g. it rejected the
+    /// client certificate).
+    Handshake,
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsFailure::UntrustedCertificate => {
+                "the server's certificate is not signed by a trusted root certificate (sslrootcert)"
+            }
+            TlsFailure::HostNameMismatch => {
+                "the server's certificate does not name the host connected to (sslmode=verify-full)"
+            }
+            TlsFailure::CertificateNotValidNow => {
+                "the server's certificate is expired or not yet valid"
+            }
+            TlsFailure::InvalidCertificate => "the server's certificate is invalid",
+            TlsFailure::Handshake => "the tls handshake failed",
+        })
+    }
+}
+
+impl TlsFailure {
+    fn of(error: &rustls::Error) -> Self {
+        use rustls::CertificateError as C;
+        match error {
+            rustls::Error::InvalidCertificate(C::UnknownIssuer) => TlsFailure::UntrustedCertificate,
+            rustls::Error::InvalidCertificate(
+                C::NotValidForName | C::NotValidForNameContext { .. },
+            ) => TlsFailure::HostNameMismatch,
+            rustls::Error::InvalidCertificate(
+                C::Expired
+                | C::ExpiredContext { .. }
+                | C::NotValidYet
+                | C::NotValidYetContext { .. },
+            ) => TlsFailure::CertificateNotValidNow,
+            rustls::Error::InvalidCertificate(_) => TlsFailure::InvalidCertificate,
+            _ => TlsFailure::Handshake,
+        }
+    }
+}
+
+/// What a driver error's cause chain holds, for classification.
+enum Cause<'a> {
+    Tls(&'a rustls::Error),
+    /// A host name rustls cannot use (not a DNS name or IP address).
+    BadServerName,
+    Io,
+    Other,
+    Nothing,
+}
+
+/// The first telling cause below `err`: a rustls error or an unusable
+/// server name anywhere in the chain, else whether an I/O error is in it.
+/// An `io::Error` hides what it wraps from `source()` (it returns the
+/// wrapped error's own source), so it is also looked into with `get_ref`.
+fn cause_of(err: &tokio_postgres::Error) -> Cause<'_> {
+    let mut next = std::error::Error::source(err);
+    let mut found = Cause::Nothing;
+    while let Some(current) = next {
+        let io = current.downcast_ref::<std::io::Error>();
+        let wrapped = io
+            .and_then(std::io::Error::get_ref)
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        for candidate in [Some(current), wrapped].into_iter().flatten() {
+            if let Some(tls) = candidate.downcast_ref::<rustls::Error>() {
+                return Cause::Tls(tls);
+            }
+            if candidate
+                .downcast_ref::<rustls::pki_types::InvalidDnsNameError>()
+                .is_some()
+            {
+                return Cause::BadServerName;
+            }
+        }
+        if io.is_some() {
+            found = Cause::Io;
+        } else if matches!(found, Cause::Nothing) {
+            found = Cause::Other;
+        }
+        next = current.source();
+    }
+    found
+}
+
+/// SQLSTATEs with which a server refuses a connection for good.
+fn is_rejection_sqlstate(code: &str) -> bool {
+    matches!(code, "28000" | "28P01" | "3D000")
+}
+
 impl StoreError {
+    /// True for permanent configuration errors: the connection string, its
+    /// TLS settings and files, the server's certificate, or the server's
+    /// refusal of the role, password or database. Retrying never helps;
+    /// the settings must change. Never retryable.
+    pub fn is_configuration(&self) -> bool {
+        matches!(
+            self,
+            StoreError::InvalidConnectionString(_)
+                | StoreError::TlsConfiguration { .. }
+                | StoreError::Tls { .. }
+                | StoreError::ConnectionRejected { .. }
+                | StoreError::ConnectionSettings { .. }
+        )
+    }
+
+    /// Classifies an error of opening a connection: as [`From`], except
+    /// that a driver error with neither an I/O cause nor a closed
+    /// connection (the driver refused these settings) is
+    /// [`StoreError::ConnectionSettings`].
+    pub(crate) fn from_connect(err: tokio_postgres::Error) -> Self {
+        if err.as_db_error().is_some() || err.is_closed() {
+            return StoreError::from(err);
+        }
+        match cause_of(&err) {
+            Cause::Other | Cause::BadServerName => StoreError::ConnectionSettings { source: err },
+            _ => StoreError::from(err),
+        }
+    }
+
     /// True for transient conditions where retrying the same call (with the
     /// same reservation id) is safe and may succeed: connection loss, pool
     /// timeout, serialization failure (40001), deadlock (40P01), lock not
@@ -244,7 +436,9 @@ impl StoreError {
     /// The SQLSTATE of a server error, if this is one.
     pub fn sqlstate(&self) -> Option<&str> {
         match self {
-            StoreError::Database { code, .. } => Some(code),
+            StoreError::Database { code, .. } | StoreError::ConnectionRejected { code, .. } => {
+                Some(code)
+            }
             StoreError::PermissionDenied { .. } => Some(SqlState::INSUFFICIENT_PRIVILEGE.code()),
             StoreError::ImmutableRow { .. } => Some(IMMUTABLE_ROW_SQLSTATE),
             _ => None,
@@ -291,11 +485,25 @@ pub(crate) fn truncated(value: &str) -> String {
 impl From<tokio_postgres::Error> for StoreError {
     fn from(err: tokio_postgres::Error) -> Self {
         let Some(db) = err.as_db_error() else {
-            // No server answer: closed connection, I/O error, protocol error.
-            return StoreError::Connection(err);
+            // A TLS failure is permanent; anything else without a server
+            // answer (closed connection, I/O error, protocol error) is not.
+            return match cause_of(&err) {
+                Cause::Tls(tls) => StoreError::Tls {
+                    failure: TlsFailure::of(tls),
+                    source: err,
+                },
+                _ => StoreError::Connection(err),
+            };
         };
         let code = db.code().code().to_owned();
         let message = db.message().to_owned();
+        if is_rejection_sqlstate(&code) {
+            return StoreError::ConnectionRejected {
+                code,
+                message,
+                source: err,
+            };
+        }
         if db.code() == &SqlState::INSUFFICIENT_PRIVILEGE {
             return StoreError::PermissionDenied { message };
         }
@@ -317,7 +525,7 @@ impl From<deadpool_postgres::PoolError> for StoreError {
             PoolError::Timeout(TimeoutType::Wait) => StoreError::PoolTimeout("wait"),
             PoolError::Timeout(TimeoutType::Create) => StoreError::PoolTimeout("create"),
             PoolError::Timeout(TimeoutType::Recycle) => StoreError::PoolTimeout("recycle"),
-            PoolError::Backend(e) => StoreError::from(e),
+            PoolError::Backend(e) => StoreError::from_connect(e),
             other => StoreError::Pool(other.to_string()),
         }
     }

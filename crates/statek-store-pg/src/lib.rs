@@ -36,6 +36,14 @@
 //! no startup options are sent (the role carries `lock_timeout` and
 //! `statement_timeout`, checked at [`PgStore::register`]), and `LISTEN` and
 //! migrations use [`StoreConfig::direct_url`].
+//! - **connections**: [`StoreConfig::from_url`] reads libpq URLs and
+//!   `key=value` strings, TLS included (rustls): `sslmode` disable, prefer,
+//!   require, verify-ca, verify-full ([`SslMode`]), `sslrootcert` (a file
+//!   or `system`), `sslcert`/`sslkey`. Wrong settings, an untrusted or
+//!   mismatched certificate ([`StoreError::Tls`] with a [`TlsFailure`]) and
+//!   a server's refusal of the role, password or database
+//!   ([`StoreError::ConnectionRejected`]) are
+//!   [`StoreError::is_configuration`] and never retryable.
 //!
 //! Every read decodes fail-closed: stored policy bytes must decode strictly
 //! and hash to the stored digest, cycle length, cursor and slots must agree,
@@ -62,6 +70,28 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Retention: build a retention policy and prune one batch (the same code
+//! builds as `crates/statek-examples/examples/prune.rs`):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use statek_store_pg::{PgStore, SchedulerFairnessRetentionPolicy};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! # let store = PgStore::connect("postgres://statek_retention@127.0.0.1/statek")?;
+//! let policy = SchedulerFairnessRetentionPolicy::new(
+//!     Duration::from_secs(24 * 60 * 60),
+//!     1_000,
+//! )?;
+//!
+//! let report = store
+//!     .prune_scheduler_fairness_reservations(policy)
+//!     .await?;
+//! # let _ = report;
+//! # Ok(()) }
+//! ```
+//!
 //! Features: `test-support` adds [`testing`], fixtures that create a fresh
 //! migrated database per test on the server named by
 //! `STATEK_TEST_DATABASE_URL`.
@@ -70,6 +100,7 @@
 
 mod batch;
 mod config;
+mod conninfo;
 mod durability;
 mod error;
 mod failover;
@@ -85,13 +116,15 @@ mod statement;
 mod store;
 #[cfg(feature = "test-support")]
 pub mod testing;
+mod tls;
 
 pub use batch::{ReservationBatch, MAX_RESERVATION_BATCH};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
+pub use conninfo::SslMode;
 pub use durability::{
     DurabilityPolicy, DurabilityReport, DurabilityRisk, Standby, SynchronousCommit, DURABILITY_RISK,
 };
-pub use error::StoreError;
+pub use error::{StoreError, TlsFailure};
 pub use failover::{
     LossEvidence, LostReservation, LostReservationAction, LostReservations,
     RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL,

@@ -1,7 +1,5 @@
 //! Schema migrations, embedded from the workspace's `/migrations` folder.
 
-use tokio_postgres::NoTls;
-
 use crate::{PgStore, StoreError};
 
 mod embedded {
@@ -75,7 +73,8 @@ impl PgStore {
         let after = self.config().effective_maintenance_timeout();
         // Dropping the unfinished future closes the connection, which
         // releases the advisory lock and rolls back a half-applied migration.
-        tokio::time::timeout(after, migrate_on(pg, target))
+        let connector = self.config().tls_connector()?;
+        tokio::time::timeout(after, migrate_on(pg, connector, target))
             .await
             .map_err(|_| StoreError::ResponseTimeout { after })?
     }
@@ -84,9 +83,13 @@ impl PgStore {
 /// Migrates on a dedicated connection opened with `pg`.
 async fn migrate_on(
     pg: tokio_postgres::Config,
+    connector: tokio_postgres_rustls::MakeRustlsConnect,
     target: refinery::Target,
 ) -> Result<MigrationReport, StoreError> {
-    let (mut client, connection) = pg.connect(NoTls).await?;
+    let (mut client, connection) = pg
+        .connect(connector)
+        .await
+        .map_err(StoreError::from_connect)?;
     let driver = tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(error = %e, "migration connection ended with an error");

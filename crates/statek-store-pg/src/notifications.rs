@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use statek_policy::TenantId;
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use crate::{PgStore, StoreError};
 
@@ -78,11 +78,13 @@ impl PgStore {
             .keepalives_retries(3);
         let probe_every = self.config().effective_listen_probe_interval();
         let answer_within = self.config().effective_response_timeout();
-        let (client, mut connection) = tokio::time::timeout(answer_within, pg.connect(NoTls))
-            .await
-            .map_err(|_| StoreError::ResponseTimeout {
-                after: answer_within,
-            })??;
+        let (client, mut connection) =
+            tokio::time::timeout(answer_within, pg.connect(self.config().tls_connector()?))
+                .await
+                .map_err(|_| StoreError::ResponseTimeout {
+                    after: answer_within,
+                })?
+                .map_err(StoreError::from_connect)?;
         let (tx, rx) = mpsc::channel(BUFFERED_WAKEUPS);
         let report = Report {
             tx: tx.clone(),

@@ -1,5 +1,6 @@
 //! Retention: pruning old reservation rows in small batches by database time.
 
+use std::borrow::Borrow;
 use std::time::{Duration, SystemTime};
 
 use tokio_postgres::types::Type;
@@ -111,13 +112,18 @@ impl PgStore {
     /// cursors: the next reservation continues the sequence. Call it in a
     /// loop until `deleted == 0` to prune everything due.
     ///
+    /// Takes the retention policy by value or by reference (it is `Copy`):
+    /// both `prune_scheduler_fairness_reservations(policy)` and
+    /// `prune_scheduler_fairness_reservations(&policy)` compile.
+    ///
     /// # Errors
     /// [`StoreError::PermissionDenied`] for a role without DELETE on
     /// reservations; connection and server errors.
     pub async fn prune_scheduler_fairness_reservations(
         &self,
-        policy: &SchedulerFairnessRetentionPolicy,
+        policy: impl Borrow<SchedulerFairnessRetentionPolicy>,
     ) -> Result<PruneReport, StoreError> {
+        let policy = *policy.borrow();
         let started = std::time::Instant::now();
         let retain_secs = policy.retain_for.as_secs_f64();
         let batch = i64::from(policy.batch_size);

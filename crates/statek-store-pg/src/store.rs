@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::failover::AcknowledgedLog;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{IsolationLevel, NoTls};
+use tokio_postgres::IsolationLevel;
 
 use crate::statement::Db;
 use crate::{StoreConfig, StoreError};
@@ -42,11 +42,12 @@ impl PgStore {
     /// Builds the pool. No connection is opened until first use.
     ///
     /// # Errors
-    /// [`StoreError::Pool`] if the pool cannot be built.
+    /// [`StoreError::Pool`] if the pool cannot be built;
+    /// [`StoreError::TlsConfiguration`] if rustls refuses the TLS settings.
     pub fn new(config: StoreConfig) -> Result<Self, StoreError> {
         let manager = Manager::from_config(
             config.pooled_pg_config(),
-            NoTls,
+            config.tls_connector()?,
             ManagerConfig {
                 recycling_method: if config.verifies_on_checkout() {
                     // An empty query on every checkout (one round trip).

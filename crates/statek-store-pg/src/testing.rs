@@ -10,7 +10,6 @@
 
 use std::str::FromStr;
 
-use tokio_postgres::NoTls;
 use uuid::Uuid;
 
 use crate::{DurabilityPolicy, PgStore, StoreConfig};
@@ -46,20 +45,21 @@ impl TestDatabase {
                  {TEST_DATABASE_URL_ENV}"
             )
         });
-        let admin = tokio_postgres::Config::from_str(&url)
+        let admin = StoreConfig::from_url(&url)
             .unwrap_or_else(|e| panic!("{TEST_DATABASE_URL_ENV} does not parse: {e}"));
-        let (client, connection) = admin.connect(NoTls).await.unwrap_or_else(|e| {
-            panic!("cannot connect to the test server named by {TEST_DATABASE_URL_ENV}: {e}")
+        let client = admin.connect_client().await.unwrap_or_else(|e| {
+            panic!(
+                "cannot connect to the test server named by {TEST_DATABASE_URL_ENV}: {}",
+                chain(&e)
+            )
         });
-        let driver = tokio::spawn(connection);
         let name = format!("statek_test_{}", Uuid::now_v7().simple());
         client
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .unwrap_or_else(|e| panic!("CREATE DATABASE {name} failed: {e}"));
         drop(client);
-        let _ = driver.await;
-        let mut config = admin;
+        let mut config = admin.pg_config().clone();
         config.dbname(&name);
         Self { name, config }
     }
@@ -183,9 +183,10 @@ impl TestDatabase {
 
     /// A plain client for assertions and tampering, outside any pool.
     pub async fn client(&self) -> tokio_postgres::Client {
-        let (client, connection) = self.config.connect(NoTls).await.expect("connect");
-        tokio::spawn(connection);
-        client
+        self.store_config()
+            .connect_client()
+            .await
+            .unwrap_or_else(|e| panic!("connect: {}", chain(&e)))
     }
 }
 
@@ -194,6 +195,17 @@ impl TestDatabase {
 /// durable by design).
 pub fn test_store_config(pg: tokio_postgres::Config) -> StoreConfig {
     StoreConfig::from_pg_config(pg).durability_policy(DurabilityPolicy::AllowNoDurability)
+}
+
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// The prune batch statement (parameters: `$1` retention in seconds as

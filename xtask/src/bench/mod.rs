@@ -302,11 +302,13 @@ fn bench_url(url: &str, database: &str) -> String {
     }
 }
 
-async fn connect(url: &str) -> Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+/// A plain client for `url`, with statek's reading of the URL (TLS
+/// settings included).
+pub(crate) async fn connect(url: &str) -> Result<tokio_postgres::Client> {
+    let client = statek_store_pg::StoreConfig::from_url(url)?
+        .connect_client()
         .await
         .with_context(|| format!("connecting to {}", pg::redact(url)))?;
-    tokio::spawn(connection);
     Ok(client)
 }
 

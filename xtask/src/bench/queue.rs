@@ -195,9 +195,7 @@ pub async fn plain(url: &str, claimers: usize, duration: Duration) -> Result<Que
     let runs = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::new();
     for _ in 0..claimers {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        clients.push(client);
+        clients.push(super::connect(url).await?);
     }
     let started = Instant::now();
     let deadline = started + duration;

@@ -11,6 +11,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::server_user::ServerUser;
+use super::tls::{self, TlsFiles};
 use crate::command::{self, TAIL_LINES};
 
 /// Server settings passed with `pg_ctl start -o`.
@@ -48,6 +49,11 @@ impl Cluster {
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// The cluster's TLS files (CA, server certificate and key).
+    pub fn tls_files(&self) -> TlsFiles {
+        TlsFiles::of(&self.dir)
     }
 
     /// The server log (stderr of the postmaster).
@@ -147,17 +153,24 @@ impl Cluster {
     /// Starts the server on a free 127.0.0.1 port and waits until it accepts
     /// connections (at most 60 s); returns the port. `before_start` runs
     /// with the chosen port before `pg_ctl start` (to record state).
+    ///
+    /// The server runs with `ssl=on` and the cluster's own CA and server
+    /// certificate (made on first start), and pg_hba.conf admits its test
+    /// roles as [`tls`] describes.
     pub fn start(&self, before_start: impl FnMut(u16) -> Result<()>) -> Result<u16> {
         self.start_with(&[], before_start)
     }
 
     /// As [`start`](Self::start), with `extra` settings (`name=value`)
-    /// after the development settings (a later `-c` wins).
+    /// after the development and TLS settings (a later `-c` wins).
     pub fn start_with(
         &self,
         extra: &[String],
         mut before_start: impl FnMut(u16) -> Result<()>,
     ) -> Result<u16> {
+        let tls_files = self.tls_files();
+        tls_files.ensure(self.server_user.as_ref())?;
+        tls::ensure_hba(&self.data_dir())?;
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
@@ -171,7 +184,7 @@ impl Cluster {
                 .arg("-l")
                 .arg(self.log_file())
                 .args(["-w", "-t", "60", "-o"])
-                .arg(server_options(port, extra));
+                .arg(server_options(port, &tls_files, extra));
             let output = pg_ctl
                 .stdin(Stdio::null())
                 .output()
@@ -270,11 +283,13 @@ impl Cluster {
 }
 
 /// The `-o` argument of `pg_ctl start` (pg_ctl passes it through `sh`).
-fn server_options(port: u16, extra: &[String]) -> String {
+fn server_options(port: u16, tls_files: &TlsFiles, extra: &[String]) -> String {
     let mut options = format!("-p {port}");
+    let tls_settings = tls::server_settings(tls_files);
     for setting in SERVER_SETTINGS
         .iter()
         .copied()
+        .chain(tls_settings.iter().map(String::as_str))
         .chain(extra.iter().map(String::as_str))
     {
         options.push_str(" -c ");
@@ -284,7 +299,7 @@ fn server_options(port: u16, extra: &[String]) -> String {
 }
 
 /// The settings that make a cluster durable: what `SERVER_SETTINGS` turns
-/// off, back on (for the failover test and `pg start --standby`).
+/// off, back on (for the failover test, `pg pair` and the bench).
 pub const DURABLE_SETTINGS: &[&str] = &["fsync=on", "synchronous_commit=on", "full_page_writes=on"];
 
 /// A port on 127.0.0.1 that was free a moment ago (bound to port 0, then
@@ -320,9 +335,10 @@ mod tests {
     #[test]
     fn server_options_for_pg_ctl() {
         assert_eq!(
-            server_options(5555, &[]),
+            server_options(5555, &TlsFiles::of(Path::new("/c")), &[]),
             "-p 5555 -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off \
-             -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+             -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
+             -c ssl=on -c ssl_ca_file='/c/tls/ca.crt' -c ssl_cert_file='/c/tls/server.crt' -c ssl_key_file='/c/tls/server.key'"
         );
     }
 

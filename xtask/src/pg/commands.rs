@@ -196,5 +196,10 @@ fn print_status(major: PgMajor, state: &ClusterState, cluster: &Cluster, running
     println!("  runs as:      {}", state.server_user);
     if running {
         println!("  DATABASE_URL={}", cluster::database_url(port));
+        println!(
+            "  {}={}",
+            super::TLS_CA_ENV,
+            cluster.tls_files().ca_certificate().display()
+        );
     }
 }

@@ -21,6 +21,7 @@ mod replication;
 mod server_user;
 mod started;
 mod state;
+mod tls;
 
 use std::fmt;
 use std::fs;
@@ -40,6 +41,7 @@ pub fn stop_all_started() {
     pgbouncer::stop_all_started();
     stop_all_started_servers();
 }
+pub use tls::TLS_CA_ENV;
 
 use binaries::Binaries;
 use cluster::Cluster;
@@ -264,6 +266,12 @@ impl RunningServer {
     /// Where the binaries came from.
     pub fn source(&self) -> &BinarySource {
         &self.source
+    }
+
+    /// The server's CA certificate (PEM), for `sslrootcert` and
+    /// [`TLS_CA_ENV`].
+    pub fn tls_ca_file(&self) -> std::path::PathBuf {
+        self.cluster.tls_files().ca_certificate()
     }
 
     /// The last lines of the server log (deleted with the cluster).

@@ -1,0 +1,290 @@
+//! One test per exit code of the `statek` binary (see `exit.rs`), and a
+//! closed standard output: a reader that stops early ends the command
+//! quietly with 0, never a panic.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use statek_store_pg::testing::TestDatabase;
+use uuid::Uuid;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn command(args: &[&str], database_url: Option<&str>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_statek"));
+    cmd.args(args)
+        .current_dir(workspace())
+        .env_remove("DATABASE_URL")
+        .env("RUST_BACKTRACE", "1");
+    if let Some(url) = database_url {
+        cmd.env("DATABASE_URL", url);
+    }
+    cmd
+}
+
+fn statek(args: &[&str], database_url: Option<&str>) -> Output {
+    command(args, database_url).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+/// Exit code and the whole of stderr.
+fn outcome(o: &Output) -> (Option<i32>, String) {
+    (o.status.code(), stderr(o))
+}
+
+/// A policy file whose cycle is the longest allowed (4096 slots), so that
+/// `--show-cycle` prints far more than a pipe buffers.
+fn big_policy() -> PathBuf {
+    let path = std::env::temp_dir().join(format!("statek-big-{}.toml", Uuid::now_v7().simple()));
+    let mut text = String::from("shard = \"primary-v1\"\n");
+    for i in 0..1024 {
+        text.push_str(&format!(
+            "\n[[tenants]]\nid = \"tenant-{i:04}\"\nweight = 4\n"
+        ));
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs `statek args`, reads `keep` bytes of its stdout and closes the
+/// pipe, like `| head -c keep`.
+fn read_then_close(args: &[&str], database_url: Option<&str>, keep: usize) -> (Vec<u8>, Output) {
+    let mut child = command(args, database_url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut head = vec![0; keep];
+    stdout.read_exact(&mut head).unwrap();
+    drop(stdout);
+    (head, child.wait_with_output().unwrap())
+}
+
+#[test]
+fn ok_0_when_the_reader_closes_stdout_early() {
+    let file = big_policy();
+    let file_arg = file.to_str().unwrap();
+    for format in ["json", "text"] {
+        let (head, out) = read_then_close(
+            &[
+                "policy",
+                "compile",
+                file_arg,
+                "--show-cycle",
+                "--format",
+                format,
+            ],
+            None,
+            10,
+        );
+        assert_eq!(head.len(), 10);
+        assert_eq!(outcome(&out), (Some(0), String::new()), "--format {format}");
+    }
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn failure_1_when_stdout_fails_otherwise() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = command(
+        &["policy", "compile", "deploy/policies/two-tenants.toml"],
+        None,
+    )
+    .stdout(full)
+    .output()
+    .unwrap();
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(1),
+            "statek: error: cannot write to standard output: No space left on device (os error 28)\n"
+                .to_owned()
+        )
+    );
+}
+
+#[test]
+fn usage_2() {
+    let out = statek(&["no-such-command"], None);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn invalid_input_3_for_status_retain_like_prune() {
+    for command in ["status", "prune"] {
+        let mut args = vec![command, "--retain", "10000y"];
+        if command == "status" {
+            args.extend(["--shard", "primary-v1"]);
+        }
+        // Validated before any connection: no database is needed.
+        let out = statek(&args, None);
+        assert_eq!(
+            outcome(&out),
+            (
+                Some(3),
+                "statek: error: invalid argument: retention must be 1 hour..=366 days, got \
+                 315576000000 s\n"
+                    .to_owned()
+            ),
+            "{command}"
+        );
+    }
+}
+
+#[test]
+fn invalid_input_3_echoes_at_most_64_characters() {
+    let file = std::env::temp_dir().join(format!("statek-algo-{}.toml", Uuid::now_v7().simple()));
+    let name = "x".repeat(100_000);
+    std::fs::write(
+        &file,
+        format!(
+            "shard = \"primary-v1\"\nalgorithm = \"{name}\"\n\n[[tenants]]\nid = \"a\"\nweight = 1\n"
+        ),
+    )
+    .unwrap();
+    let out = statek(&["policy", "compile", file.to_str().unwrap()], None);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(3),
+            format!(
+                "statek: error: {}:2:13: algorithm: unknown policy algorithm \"{}\"…(100000 bytes)\n",
+                file.display(),
+                "x".repeat(64)
+            )
+        )
+    );
+}
+
+#[test]
+fn configuration_9_for_unusable_connection_settings() {
+    let check = |url: Option<&str>, message: &str| {
+        let out = statek(&["migrate"], url);
+        assert_eq!(
+            outcome(&out),
+            (Some(9), format!("statek: error: {message}\n")),
+            "{url:?}"
+        );
+    };
+    check(None, "no database: pass --database-url or set DATABASE_URL");
+    check(
+        Some(""),
+        "the database URL is empty: pass --database-url or set DATABASE_URL",
+    );
+    check(
+        Some("postgres://"),
+        "invalid connection string: it names no host (postgres://HOST/DB or host=HOST)",
+    );
+    check(
+        Some("postgres://u:hunter2@h/db?sslmode=bogus"),
+        "invalid connection string: sslmode must be disable, prefer, require, verify-ca or \
+         verify-full, got \"bogus\"",
+    );
+    check(
+        Some("postgres://u:hunter2@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt"),
+        "tls configuration: cannot read the root certificate (sslrootcert) file \
+         \"/nonexistent/ca.crt\": No such file or directory (os error 2)",
+    );
+}
+
+#[test]
+fn unavailable_6_names_the_cause() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://statek@127.0.0.1:{port}/statek?connect_timeout=5");
+    let out = statek(&["migrate"], Some(&url));
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(6),
+            "statek: error: connection to PostgreSQL failed: error connecting to server: \
+             Connection refused (os error 111)\n"
+                .to_owned()
+        )
+    );
+}
+
+#[tokio::test]
+async fn configuration_9_for_a_missing_database_or_role() {
+    let db = TestDatabase::create_empty().await;
+    let url = db.connection_string();
+    let missing = url.replace(&format!("dbname={}", db.name()), "dbname=statek_missing_db");
+    let out = statek(&["migrate"], Some(&missing));
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(9),
+            "statek: error: PostgreSQL refused the connection (3D000): database \
+             \"statek_missing_db\" does not exist\n"
+                .to_owned()
+        )
+    );
+    let user = db.pg_config().get_user().unwrap();
+    let no_role = url.replace(&format!("user={user}"), "user=statek_missing_role");
+    let out = statek(&["migrate"], Some(&no_role));
+    assert_eq!(out.status.code(), Some(9), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn corrupt_5_permission_denied_7_and_a_closed_stdout_of_status() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let out = statek(
+        &["register", "deploy/policies/two-tenants.toml"],
+        Some(&url),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // `statek status ... | head -1`.
+    let (head, out) = read_then_close(&["status", "--shard", "primary-v1"], Some(&url), 5);
+    assert_eq!(head, b"shard");
+    assert_eq!(outcome(&out), (Some(0), String::new()));
+
+    // 7: a role without any privilege on the schema.
+    let role = format!("statek_nobody_{}", Uuid::now_v7().simple());
+    let admin = db.client().await;
+    admin
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+        .await
+        .unwrap();
+    let user = db.pg_config().get_user().unwrap();
+    let as_role = url.replace(&format!("user={user}"), &format!("user={role}"));
+    let out = statek(&["prune", "--retain", "24h"], Some(&as_role));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+
+    // 5: the stored cycle length no longer matches the policy bytes
+    // (written as the superuser with triggers off).
+    admin
+        .batch_execute(
+            "SET session_replication_role = replica;
+             UPDATE statek.scheduler_shards SET cycle_length = cycle_length + 1;
+             RESET session_replication_role;",
+        )
+        .await
+        .unwrap();
+    let out = statek(
+        &["policy", "verify", "deploy/policies/two-tenants.toml"],
+        Some(&url),
+    );
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    admin
+        .batch_execute(&format!("DROP ROLE {role}"))
+        .await
+        .unwrap();
+}

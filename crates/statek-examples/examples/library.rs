@@ -1,0 +1,54 @@
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::{
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    SchedulerOptions,
+};
+use statek_store_pg::{ClaimedRun, NewRun, PgStore};
+use tokio_util::sync::CancellationToken;
+
+struct MyHandler;
+
+impl RunHandler for MyHandler {
+    async fn handle(&self, run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+        // Do the tenant's work; `_cancel` fires if the lease is lost or on shutdown.
+        println!("running {} for {}", run.lease.run_id(), run.tenant);
+        Ok(())
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // e.g. DATABASE_URL=postgres://statek@127.0.0.1/statek?sslmode=verify-full
+    let store = PgStore::connect(&std::env::var("DATABASE_URL")?)?;
+    store.migrate().await?;
+    // Cycle [a, a, b, a]: tenant-a waits at most 2 reservations, tenant-b at most 4.
+    let policy = WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1")?,
+        [
+            TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 3)?,
+            TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?,
+        ],
+    )?;
+    store
+        .enqueue(&NewRun::new(
+            TenantId::try_from("tenant-b")?,
+            b"hello".to_vec(),
+        ))
+        .await?;
+
+    let executor = PgRunQueueExecutor::new(store.clone(), MyHandler, ExecutorOptions::new());
+    let scheduler =
+        DurableFairScheduler::register(store, policy, executor, SchedulerOptions::new()).await?;
+    let shutdown = CancellationToken::new();
+    for _ in 0..8 {
+        let outcome = scheduler.tick(&shutdown).await?;
+        println!(
+            "sequence {} slot {} -> {}: {}",
+            outcome.reservation().sequence(),
+            outcome.reservation().slot(),
+            outcome.tenant(),
+            outcome.tenant_outcome().label()
+        );
+    }
+    Ok(())
+}
