@@ -101,22 +101,36 @@
 extern crate alloc;
 
 mod algorithm;
+pub mod analysis;
 mod bound;
 mod canonical;
+mod class;
 mod cycle;
+mod cycle_digest;
 mod digest;
 mod error;
+mod hex;
 mod id;
+mod measure;
 mod min_gap;
+mod min_gap_v2;
+mod optimum;
+mod paced_edf;
 mod policy;
 #[cfg(feature = "toml")]
 pub mod policy_file;
+mod ratio;
+mod swrr;
+mod swrr_properties;
+#[cfg(test)]
+mod test_support;
 mod weight;
 mod window;
 
 pub use algorithm::PolicyAlgorithm;
 pub use bound::TenantStarvationBound;
 pub use cycle::{CycleTenants, CycleView, MAX_CYCLE_LENGTH};
+pub use cycle_digest::{CycleDigest, CYCLE_DIGEST_DOMAIN};
 pub use digest::{PolicyDigest, POLICY_DIGEST_DOMAIN};
 pub use error::{IdError, PolicyError};
 pub use id::{SchedulerShardId, TenantId, MAX_ID_LENGTH};
@@ -134,19 +148,19 @@ pub mod bench_kernels {
     /// The SWRR cycle over `weights` (summing to `length`) by the plain loop.
     #[must_use]
     pub fn swrr_reference(weights: &[u32], length: u32) -> Vec<u16> {
-        crate::cycle::swrr_reference(weights, length)
+        crate::swrr::swrr_reference(weights, length)
     }
 
     /// The same cycle by the loop grouped by weight.
     #[must_use]
     pub fn swrr_grouped(weights: &[u32], length: u32) -> Vec<u16> {
-        crate::cycle::swrr_grouped(weights, length)
+        crate::swrr::swrr_grouped(weights, length)
     }
 
     /// The same cycle by whichever of the two is cheaper for `weights`
     /// (what policy compilation uses).
     #[must_use]
     pub fn swrr(weights: &[u32], length: u32) -> Vec<u16> {
-        crate::cycle::swrr(weights, length)
+        crate::swrr::swrr(weights, length)
     }
 }
