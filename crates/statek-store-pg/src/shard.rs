@@ -2,16 +2,18 @@
 
 use std::time::SystemTime;
 
-use statek_policy::{PolicyDigest, SchedulerShardId, WeightedFairnessPolicy};
+use statek_policy::{CycleDigest, PolicyDigest, SchedulerShardId, WeightedFairnessPolicy};
 use tokio_postgres::Row;
 
 use crate::{PgStore, StoreError};
 
-/// Inserts the shard row unless the shard exists; returns the time it was
-/// registered when this call inserted it.
+/// Inserts the shard row (with the digest of the compiled cycle, V6) unless
+/// the shard exists; returns the time it was registered when this call
+/// inserted it.
 const INSERT_SHARD: &str = "
-    INSERT INTO statek.scheduler_shards (shard_id, policy_bytes, policy_digest, cycle_length)
-    VALUES ($1, $2, $3, $4)
+    INSERT INTO statek.scheduler_shards
+        (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest)
+    VALUES ($1, $2, $3, $4, $5)
     ON CONFLICT (shard_id) DO NOTHING
     RETURNING registered_at";
 
@@ -32,7 +34,7 @@ const SELECT_OLDEST: &str = "
     SELECT min(reserved_at) FROM statek.scheduler_reservations WHERE shard_id = $1";
 
 const SELECT_SHARD: &str = "
-    SELECT policy_bytes, policy_digest, cycle_length, next_sequence, registered_at
+    SELECT policy_bytes, policy_digest, cycle_length, cycle_digest, next_sequence, registered_at
     FROM statek.scheduler_shards
     WHERE shard_id = $1";
 
@@ -66,6 +68,7 @@ impl Registration {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredShard {
     policy: WeightedFairnessPolicy,
+    cycle_digest: Option<CycleDigest>,
     next_sequence: u64,
     registered_at: SystemTime,
 }
@@ -74,6 +77,19 @@ impl StoredShard {
     /// The policy bound to the shard, decoded from its canonical bytes.
     pub fn policy(&self) -> &WeightedFairnessPolicy {
         &self.policy
+    }
+
+    /// The digest of the cycle compiled by the replica that registered the
+    /// shard, as stored; `None` only for shards registered before the
+    /// column existed (migration V6).
+    ///
+    /// The store reads it fail-closed (32 bytes or `NULL`) but does not
+    /// compare it: the policy returned by [`policy`](Self::policy) was
+    /// compiled by this process, and comparing the two is the caller's check
+    /// that this replica compiles the same cycle
+    /// (`DurableFairScheduler::register` refuses on a mismatch).
+    pub fn cycle_digest(&self) -> Option<CycleDigest> {
+        self.cycle_digest
     }
 
     /// The next sequence the shard will hand out (= reservations so far).
@@ -96,6 +112,7 @@ impl StoredShard {
         let bytes: Vec<u8> = row.try_get("policy_bytes")?;
         let digest: Vec<u8> = row.try_get("policy_digest")?;
         let cycle_length: i32 = row.try_get("cycle_length")?;
+        let cycle_digest: Option<Vec<u8>> = row.try_get("cycle_digest")?;
         let next_sequence: i64 = row.try_get("next_sequence")?;
         let registered_at: SystemTime = row.try_get("registered_at")?;
         let policy = WeightedFairnessPolicy::decode(shard.clone(), &bytes).map_err(|e| {
@@ -120,6 +137,16 @@ impl StoredShard {
                 ),
             ));
         }
+        let cycle_digest = cycle_digest
+            .map(|bytes| {
+                CycleDigest::try_from(bytes.as_slice()).map_err(|e| {
+                    StoreError::corrupt(
+                        "shard cycle digest",
+                        format!("shard {shard}: stored cycle digest: {e}"),
+                    )
+                })
+            })
+            .transpose()?;
         let next_sequence = u64::try_from(next_sequence).map_err(|_| {
             StoreError::corrupt(
                 "shard cursor",
@@ -128,6 +155,7 @@ impl StoredShard {
         })?;
         Ok(Self {
             policy,
+            cycle_digest,
             next_sequence,
             registered_at,
         })
@@ -163,6 +191,7 @@ impl PgStore {
         let cycle_length = i32::try_from(policy.cycle_length())
             .map_err(|_| StoreError::InvalidArgument("cycle length exceeds i32".into()))?;
         let digest = policy.digest();
+        let cycle_digest = policy.cycle_digest();
         let mut client = self.client().await?;
         let tx = PgStore::begin(&mut client).await?;
         let inserted = tx
@@ -173,6 +202,7 @@ impl PgStore {
                     &policy.canonical_bytes(),
                     &&digest.as_bytes()[..],
                     &cycle_length,
+                    &&cycle_digest.as_bytes()[..],
                 ],
             )
             .await?;
