@@ -81,8 +81,7 @@ pub enum PolicyAlgorithm {
 
 impl PolicyAlgorithm {
     /// Every algorithm this crate knows, oldest first.
-    pub const ALL: &'static [PolicyAlgorithm] =
-        &[
+    pub const ALL: &'static [PolicyAlgorithm] = &[
         PolicyAlgorithm::SwrrV1,
         PolicyAlgorithm::MinGapV1,
         PolicyAlgorithm::MinGapV2,

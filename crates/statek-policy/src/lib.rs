@@ -1,6 +1,7 @@
 //! Weighted fairness policies for statek: tenant and shard ids, weights, the
-//! compiled cycle (`swrr-v1` by default, `min-gap-v1` on request), measured
-//! starvation bounds, canonical bytes and the policy digest.
+//! compiled cycle (`swrr-v1` by default, `min-gap-v1` or `min-gap-v2` on
+//! request), measured starvation bounds, canonical bytes, the policy digest
+//! and the cycle digest, and the [`analysis`] behind the bounds report.
 //!
 //! statek schedules tenants in one durable, global, weighted order: every
 //! scheduling opportunity is a reservation with a gapless sequence number
@@ -59,6 +60,14 @@
 //!   class SWRR and a window schedule by the largest ratio of bound to
 //!   `ceil(L / w)`; never worse than `swrr-v1` by that measure, 512 in the
 //!   example above.
+//! - `min-gap-v2` (opt-in, likewise): `min-gap-v1`, replaced only by a
+//!   verified cycle with a strictly smaller largest ratio: the exact optimum
+//!   for `L <= 16` (a search limited in steps, never in time) or paced
+//!   earliest-deadline-first; never worse than `min-gap-v1` by that measure.
+//!
+//! Each policy also has a [`CycleDigest`] of its compiled cycle: a shard
+//! stores it at registration, and every replica checks its own compilation
+//! against it before it ticks.
 //!
 //! ```rust
 //! use statek_policy::{PolicyAlgorithm, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};

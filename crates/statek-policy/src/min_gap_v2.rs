@@ -42,7 +42,8 @@ pub(crate) fn min_gap_v2(tenants: &[TenantFairnessWeight], length: u32) -> Vec<u
         let weights: Vec<u32> = tenants.iter().map(TenantFairnessWeight::weight).collect();
         match optimum(&weights, Some(best_ratio), EXACT_MAX_STEPS) {
             Optimum::Found { slots, ratio, .. } => {
-                if largest_ratio(tenants, &slots, length).is_some_and(|m| m.cmp_value(&ratio).is_eq())
+                if largest_ratio(tenants, &slots, length)
+                    .is_some_and(|m| m.cmp_value(&ratio).is_eq())
                 {
                     return slots;
                 }
@@ -94,7 +95,10 @@ pub(crate) fn min_gap_v2(tenants: &[TenantFairnessWeight], length: u32) -> Vec<u
             // Look below what was reached.
             let reached = u64::from(best_ratio.bound()) * u64::from(TARGET_SCALE)
                 / u64::from(best_ratio.ideal());
-            high = u32::try_from(reached).unwrap_or(0).min(middle).saturating_sub(1);
+            high = u32::try_from(reached)
+                .unwrap_or(0)
+                .min(middle)
+                .saturating_sub(1);
         } else {
             low = middle + 1;
         }

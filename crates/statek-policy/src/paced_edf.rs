@@ -116,11 +116,21 @@ mod tests {
         let length = length(weights);
         let gaps: Vec<u32> = weights
             .iter()
-            .map(|&w| gap_for(BoundRatio::new(target.0, target.1), ideal_bound(length, w), length))
+            .map(|&w| {
+                gap_for(
+                    BoundRatio::new(target.0, target.1),
+                    ideal_bound(length, w),
+                    length,
+                )
+            })
             .collect();
         let (slots, _) = paced_edf(&tenants, length, &gaps, lead).unwrap();
         assert_eq!(letters(&slots), cycle, "{weights:?}");
-        assert_eq!(measure_bounds(tenants.len(), &slots, length), bounds, "{weights:?}");
+        assert_eq!(
+            measure_bounds(tenants.len(), &slots, length),
+            bounds,
+            "{weights:?}"
+        );
     }
 
     #[test]

@@ -98,7 +98,11 @@ pub(crate) fn largest_ratio(
 ) -> Option<BoundRatio> {
     check_counts(tenants, slots).ok()?;
     let bounds = measure_bounds(tenants.len(), slots, length);
-    largest_of(tenants.iter().map(TenantFairnessWeight::weight), &bounds, length)
+    largest_of(
+        tenants.iter().map(TenantFairnessWeight::weight),
+        &bounds,
+        length,
+    )
 }
 
 /// The largest ratio of `bounds` (by tenant index) against the ideals of
@@ -155,10 +159,7 @@ mod tests {
             Some(BoundRatio::new(5, 4))
         );
         // A tie by value keeps the first tenant.
-        assert_eq!(
-            largest_of([2, 2], &[3, 3], 4),
-            Some(BoundRatio::new(3, 2))
-        );
+        assert_eq!(largest_of([2, 2], &[3, 3], 4), Some(BoundRatio::new(3, 2)));
         assert_eq!(largest_of([], &[], 1), None);
     }
 }

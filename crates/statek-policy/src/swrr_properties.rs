@@ -131,7 +131,8 @@ impl SwrrProperties {
     #[must_use]
     pub fn over_service_within_bound(&self) -> bool {
         let k = i64::try_from(self.tenants).unwrap_or(i64::MAX);
-        k.saturating_mul(self.largest_over_service) <= (k - 1).saturating_mul(i64::from(self.length))
+        k.saturating_mul(self.largest_over_service)
+            <= (k - 1).saturating_mul(i64::from(self.length))
     }
 
     /// Whether some tenant fell a whole slot or more behind its share.
@@ -154,7 +155,11 @@ mod tests {
         let got = facts.largest_lag;
         assert_eq!((got.tenant, got.slot, got.picks_before), lag, "{weights:?}");
         assert_eq!(facts.lag_of_a_slot(), whole_slot, "{weights:?}");
-        assert_eq!(facts.largest_ratio, BoundRatio::new(ratio.0, ratio.1), "{weights:?}");
+        assert_eq!(
+            facts.largest_ratio,
+            BoundRatio::new(ratio.0, ratio.1),
+            "{weights:?}"
+        );
     }
 
     #[test]
