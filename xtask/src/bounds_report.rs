@@ -12,24 +12,23 @@
 //! arguments; a tidy test regenerates the small run there and fails when
 //! the file is stale.
 
+mod evaluate;
 mod families;
 mod format;
+mod short_cycles;
 mod swrr_facts;
 
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
-use statek_policy::analysis::{
-    compositions, optimum, partitions, BoundRatio, Optimum, SetMeasure, Tally,
-};
-use statek_policy::{
-    PolicyAlgorithm, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy,
-    MAX_CYCLE_LENGTH, MAX_TENANTS, MAX_WEIGHT,
-};
+use anyhow::{bail, Result};
+use statek_policy::analysis::{compositions, optimum, Optimum};
+use statek_policy::{MAX_CYCLE_LENGTH, MAX_TENANTS, MAX_WEIGHT};
 
+use evaluate::{evaluate, Row, Timing, ALGORITHMS, TARGET};
 use families::{SplitMix64, FAMILIES};
 use format::{describe, percent, ratio};
+use short_cycles::exhaustive;
 use swrr_facts::SwrrFacts;
 
 /// Options of `cargo xtask bounds-report`.
@@ -72,135 +71,12 @@ impl BoundsReportArgs {
     }
 }
 
-/// The algorithms compared, oldest first.
-const ALGORITHMS: [PolicyAlgorithm; 3] = [
-    PolicyAlgorithm::SwrrV1,
-    PolicyAlgorithm::MinGapV1,
-    PolicyAlgorithm::MinGapV2,
-];
-
-/// The worst ratio `min-gap-v2` is meant to stay at or below.
-const TARGET: BoundRatio = BoundRatio::new(3, 2);
-
 /// Search steps for the best possible cycle of one weight set.
-const OPTIMUM_STEPS: u64 = 200_000_000;
+pub const OPTIMUM_STEPS: u64 = 200_000_000;
 
 /// Counterexamples above the target are searched for a better cycle up to
 /// this cycle length.
 const COUNTEREXAMPLE_SEARCH_MAX_LENGTH: u32 = 40;
-
-fn build(algorithm: PolicyAlgorithm, weights: &[u32]) -> Result<WeightedFairnessPolicy> {
-    let tenants = weights
-        .iter()
-        .enumerate()
-        .map(|(index, &weight)| {
-            let tenant = TenantId::try_from(format!("t{index:04}"))?;
-            TenantFairnessWeight::new(tenant, weight)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let shard = SchedulerShardId::try_from("bounds-report")?;
-    WeightedFairnessPolicy::with_algorithm(shard, algorithm, tenants)
-        .with_context(|| format!("building {algorithm} for {}", describe(weights)))
-}
-
-/// The slowest compile of each algorithm, for stderr.
-#[derive(Default)]
-struct Timing {
-    slowest: [(Duration, String); 3],
-    compiles: usize,
-}
-
-impl Timing {
-    fn compile(&mut self, index: usize, weights: &[u32]) -> Result<WeightedFairnessPolicy> {
-        let started = Instant::now();
-        let policy = build(ALGORITHMS[index], weights)?;
-        let elapsed = started.elapsed();
-        self.compiles += 1;
-        if elapsed > self.slowest[index].0 {
-            self.slowest[index] = (elapsed, describe(weights));
-        }
-        Ok(policy)
-    }
-}
-
-/// The three algorithms' tallies over a group of sets.
-#[derive(Default)]
-struct Row {
-    tallies: [Tally; 3],
-    /// Sets where `min-gap-v1` is strictly better than `swrr-v1`, and
-    /// `min-gap-v2` strictly better than `min-gap-v1`.
-    improved: [usize; 2],
-    /// Sets where `min-gap-v2`'s largest ratio is above the target.
-    above_target: usize,
-    /// The smallest such set (by L, then tenants) and its ratio.
-    smallest_above_target: Option<(Vec<u32>, BoundRatio)>,
-}
-
-impl Row {
-    fn merge(&mut self, other: &Row) {
-        for (mine, theirs) in self.tallies.iter_mut().zip(&other.tallies) {
-            mine.merge(theirs);
-        }
-        self.improved[0] += other.improved[0];
-        self.improved[1] += other.improved[1];
-        self.above_target += other.above_target;
-        if let Some((weights, ratio)) = &other.smallest_above_target {
-            offer_smallest(&mut self.smallest_above_target, weights, *ratio);
-        }
-    }
-}
-
-fn offer_smallest(kept: &mut Option<(Vec<u32>, BoundRatio)>, weights: &[u32], ratio: BoundRatio) {
-    let size = |weights: &[u32]| (weights.iter().sum::<u32>(), weights.len());
-    if kept
-        .as_ref()
-        .is_none_or(|(kept, _)| size(weights) < size(kept))
-    {
-        *kept = Some((weights.to_vec(), ratio));
-    }
-}
-
-/// Evaluates one weight set under the three algorithms, checks that each
-/// is never worse than the one before it, and returns their measures.
-fn evaluate(
-    weights: &[u32],
-    label: &dyn Fn() -> String,
-    row: &mut Row,
-    facts: &mut SwrrFacts,
-    timing: &mut Timing,
-) -> Result<[SetMeasure; 3]> {
-    let mut measures = Vec::with_capacity(3);
-    for (index, tally) in row.tallies.iter_mut().enumerate() {
-        let policy = timing.compile(index, weights)?;
-        if index == 0 {
-            facts.check(weights, policy.cycle_tenant_indexes());
-        }
-        let measure = SetMeasure::of(&policy);
-        tally.add(&measure, label, weights);
-        measures.push(measure);
-    }
-    let [swrr, v1, v2] = [measures[0], measures[1], measures[2]];
-    for (earlier, later, names) in [
-        (swrr, v1, "min-gap-v1 is worse than swrr-v1"),
-        (v1, v2, "min-gap-v2 is worse than min-gap-v1"),
-    ] {
-        if earlier.largest_ratio().is_below(later.largest_ratio()) {
-            bail!(
-                "{names} on {}: {} > {}",
-                describe(weights),
-                ratio(later.largest_ratio()),
-                ratio(earlier.largest_ratio())
-            );
-        }
-    }
-    row.improved[0] += usize::from(v1.largest_ratio().is_below(swrr.largest_ratio()));
-    row.improved[1] += usize::from(v2.largest_ratio().is_below(v1.largest_ratio()));
-    if TARGET.is_below(v2.largest_ratio()) {
-        row.above_target += 1;
-        offer_smallest(&mut row.smallest_above_target, weights, v2.largest_ratio());
-    }
-    Ok([swrr, v1, v2])
-}
 
 /// Runs the report, prints it and, with `--write-docs`, writes it into
 /// docs/guarantees.md.
@@ -257,12 +133,13 @@ fn report(args: &BoundsReportArgs, started: Instant) -> Result<String> {
         "\nWorst set per family and algorithm (`#n`: the family's n-th set for this seed; \
          listed weights are in id order):\n"
     )?;
-    for (name, row) in &rows {
+    for (_, row) in &rows {
         for (algorithm, tally) in ALGORITHMS.iter().zip(&row.tallies) {
             if let Some(worst) = tally.worst() {
                 writeln!(
                     out,
-                    "- {name}, {algorithm} {}: {}",
+                    "- {}, {algorithm} {}: {}",
+                    worst.label,
                     ratio(worst.ratio),
                     describe(&worst.weights)
                 )?;
@@ -424,141 +301,6 @@ fn check_limits(family: &str, weights: &[u32]) -> Result<()> {
     Ok(())
 }
 
-/// The best possible ratio against the algorithms' for one group.
-#[derive(Default)]
-struct OptimumComparison {
-    sets: usize,
-    best: Tally,
-    pairs: usize,
-    out_of_steps: usize,
-    reached: [usize; 3],
-    /// The largest shortfall per algorithm: factor, weights, ratio, best.
-    shortfall: [Option<(f64, Vec<u32>, BoundRatio, BoundRatio)>; 3],
-}
-
-/// Every weight set with `L <= exhaustive_max_length` in both id orders;
-/// up to `optimum_max_length`, against the best cycle by exhaustive search.
-fn exhaustive(
-    out: &mut String,
-    args: &BoundsReportArgs,
-    facts: &mut SwrrFacts,
-    timing: &mut Timing,
-) -> Result<Row> {
-    let mut row = Row::default();
-    let mut comparison = OptimumComparison::default();
-    for length in 1..=args.exhaustive_max_length {
-        for descending in partitions(length) {
-            let mut ascending = descending.clone();
-            ascending.reverse();
-            let orders = if ascending == descending {
-                vec![descending.clone()]
-            } else {
-                vec![descending.clone(), ascending]
-            };
-            let best = if length <= args.optimum_max_length {
-                comparison.sets += 1;
-                match optimum(&descending, None, OPTIMUM_STEPS) {
-                    Optimum::Found { ratio, .. } => {
-                        comparison.best.add_ratio(
-                            ratio,
-                            ratio.excess(),
-                            || describe(&descending),
-                            &descending,
-                        );
-                        Some(ratio)
-                    }
-                    _ => {
-                        comparison.out_of_steps += 1;
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            for weights in orders {
-                let label = || describe(&weights);
-                let measures = evaluate(&weights, &label, &mut row, facts, timing)?;
-                let Some(best) = best else { continue };
-                comparison.pairs += 1;
-                for (index, measure) in measures.iter().enumerate() {
-                    let got = measure.largest_ratio();
-                    if best.is_below(got) {
-                        let factor = got.to_f64() / best.to_f64();
-                        let kept = &mut comparison.shortfall[index];
-                        if kept.as_ref().is_none_or(|(f, ..)| factor > *f) {
-                            *kept = Some((factor, weights.clone(), got, best));
-                        }
-                    } else {
-                        comparison.reached[index] += 1;
-                    }
-                }
-            }
-        }
-        eprintln!("bounds-report: all sets with L = {length} done");
-    }
-    writeln!(
-        out,
-        "\nEvery weight set with L <= {}, ids in descending and in ascending weight order:\n\n\
-         | pairs | swrr-v1 worst | swrr-v1 mean | min-gap-v1 worst | min-gap-v1 mean | min-gap-v2 worst | \
-         min-gap-v2 mean | v2 worst excess | v2 within 1 |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        args.exhaustive_max_length
-    )?;
-    let [swrr, v1, v2] = &row.tallies;
-    writeln!(
-        out,
-        "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} |",
-        swrr.sets(),
-        swrr.worst_ratio(),
-        swrr.mean_ratio(),
-        v1.worst_ratio(),
-        v1.mean_ratio(),
-        v2.worst_ratio(),
-        v2.mean_ratio(),
-        v2.worst_excess(),
-        percent(v2.within_one_slot(), v2.sets()),
-    )?;
-    if let Some(worst) = v2.worst() {
-        writeln!(
-            out,
-            "\nmin-gap-v2's worst there: {}, {}.",
-            describe(&worst.weights),
-            ratio(worst.ratio)
-        )?;
-    }
-    let worst = comparison.best.worst().map_or_else(String::new, |w| {
-        format!(" (worst {}, {})", ratio(w.ratio), describe(&w.weights))
-    });
-    writeln!(
-        out,
-        "\nBest possible, by exhaustive search over all cycles, for the {} weight sets with L <= {}: \
-         mean {:.3}{worst}; {} searches ran out of steps. Of the {} (set, id order) pairs, the best \
-         possible is reached by swrr-v1 in {}, min-gap-v1 in {}, min-gap-v2 in {}.",
-        comparison.sets,
-        args.optimum_max_length,
-        comparison.best.mean_ratio(),
-        comparison.out_of_steps,
-        comparison.pairs,
-        comparison.reached[0],
-        comparison.reached[1],
-        comparison.reached[2],
-    )?;
-    for (algorithm, shortfall) in ALGORITHMS.iter().zip(&comparison.shortfall).skip(1) {
-        match shortfall {
-            Some((factor, weights, got, best)) => writeln!(
-                out,
-                "Largest shortfall of {algorithm}: {} in {} id order, {} against {} possible ({factor:.3}×).",
-                describe(weights),
-                if weights.windows(2).all(|pair| pair[0] >= pair[1]) { "descending" } else { "ascending" },
-                ratio(*got),
-                ratio(*best),
-            )?,
-            None => writeln!(out, "{algorithm} reaches the best possible in every pair.")?,
-        }
-    }
-    Ok(row)
-}
-
 mod docs {
     //! The generated sections of docs/guarantees.md.
 
@@ -684,6 +426,8 @@ mod tests {
 
     #[test]
     fn smallest_counterexamples_go_by_length_then_tenants() {
+        use evaluate::offer_smallest;
+        use statek_policy::analysis::BoundRatio;
         let mut kept = None;
         offer_smallest(&mut kept, &[5, 5], BoundRatio::new(2, 1));
         offer_smallest(&mut kept, &[4, 4, 1], BoundRatio::new(2, 1));

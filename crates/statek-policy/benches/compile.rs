@@ -69,6 +69,16 @@ fn shapes() -> Vec<(String, Vec<u32>)> {
             random_partition(&mut rng, 4096, 1024),
         ));
     }
+    // Fewer, heavier tenants at L = 4096: the slowest min-gap-v1 and
+    // min-gap-v2 compiles of the bounds report have 80-500 tenants.
+    for parts in [96, 256, 480] {
+        for i in 0..2 {
+            shapes.push((
+                format!("partition-4096-into-{parts}-#{i}"),
+                random_partition(&mut rng, 4096, parts),
+            ));
+        }
+    }
     shapes
 }
 

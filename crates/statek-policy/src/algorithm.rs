@@ -71,7 +71,9 @@ pub enum PolicyAlgorithm {
     ///    after its last, and may not run more than one pick ahead of its
     ///    proportional share; each slot goes to the released tenant due
     ///    first (on a tie, by id). A binary search over targets (steps of
-    ///    1/1024) keeps the best verified cycle.
+    ///    1/1024) keeps the best verified cycle: the smallest largest
+    ///    ratio, and among equal ratios the smallest largest excess
+    ///    `bound − ceil(L / weight)`.
     ///
     /// Deterministic integer arithmetic on the tenants sorted by id; no
     /// clock, no randomness. A search that runs out of steps is skipped,

@@ -17,8 +17,8 @@
 //! Deadlines adapt to where the picks really fell, unlike the fixed windows
 //! of `min-gap-v1`: two heavy tenants of nearly equal weight, whose ideal
 //! positions drift over each other, take turns by urgency. The laps carry
-//! the last picks over; the best of [`LAPS`] laps (by largest ratio,
-//! measured on the lap as a cycle) is returned, and the caller verifies it
+//! the last picks over; the best of [`LAPS`] laps (by largest ratio, then
+//! largest excess, measured on the lap as a cycle) is returned, and the caller verifies it
 //! like any other candidate. `O(L · log tenants)` per lap, integer only.
 
 use alloc::collections::BinaryHeap;
@@ -26,7 +26,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::cmp::Reverse;
 
-use crate::ratio::{largest_ratio, BoundRatio};
+use crate::ratio::{cycle_score, CycleScore};
 use crate::weight::TenantFairnessWeight;
 
 /// Laps run; the first starts without history.
@@ -40,20 +40,20 @@ fn release(pick: u32, lead: u32, weight: u32, length: u32) -> u32 {
 
 /// The best lap of the paced EDF schedule of `tenants` (sorted by id,
 /// summing to `length`) with allowed gaps `gaps` and `lead` picks of
-/// pacing slack, with its largest ratio; `None` only if a lap could not be
+/// pacing slack, with its score (largest ratio, then largest excess); `None` only if a lap could not be
 /// filled (never expected).
 pub(crate) fn paced_edf(
     tenants: &[TenantFairnessWeight],
     length: u32,
     gaps: &[u32],
     lead: u32,
-) -> Option<(Vec<u16>, BoundRatio)> {
+) -> Option<(Vec<u16>, CycleScore)> {
     let count = tenants.len();
     let weights: Vec<u32> = tenants.iter().map(TenantFairnessWeight::weight).collect();
     let cycle = i64::from(length);
     // Absolute slot of each tenant's last pick, if any.
     let mut last: Vec<Option<i64>> = vec![None; count];
-    let mut best: Option<(Vec<u16>, BoundRatio)> = None;
+    let mut best: Option<(Vec<u16>, CycleScore)> = None;
     for lap in 0..i64::from(LAPS) {
         let start = lap * cycle;
         let mut picks = vec![0_u32; count];
@@ -92,9 +92,12 @@ pub(crate) fn paced_edf(
             }
             slots.push(tenant);
         }
-        if let Some(ratio) = largest_ratio(tenants, &slots, length) {
-            if best.as_ref().is_none_or(|(_, kept)| ratio.is_below(*kept)) {
-                best = Some((slots, ratio));
+        if let Some(score) = cycle_score(tenants, &slots, length) {
+            if best
+                .as_ref()
+                .is_none_or(|(_, kept)| score.is_better_than(*kept))
+            {
+                best = Some((slots, score));
             }
         }
     }
@@ -108,7 +111,7 @@ mod tests {
     use super::*;
     use crate::measure::measure_bounds;
     use crate::optimum::gap_for;
-    use crate::ratio::ideal_bound;
+    use crate::ratio::{ideal_bound, BoundRatio};
     use crate::test_support::{length, letters, tenants};
 
     fn check(weights: &[u32], target: (u32, u32), lead: u32, cycle: &str, bounds: &[u32]) {

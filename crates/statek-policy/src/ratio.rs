@@ -122,6 +122,44 @@ pub(crate) fn largest_of(
     largest
 }
 
+/// How `min-gap-v2` ranks candidate cycles: by largest ratio, then by the
+/// largest additive excess `bound − ceil(L / w)` (slots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CycleScore {
+    pub(crate) ratio: BoundRatio,
+    pub(crate) excess: u32,
+}
+
+impl CycleScore {
+    /// Whether `self` is strictly better: a smaller largest ratio, or an
+    /// equal one (by value) with a smaller largest excess.
+    pub(crate) fn is_better_than(self, other: CycleScore) -> bool {
+        match self.ratio.cmp_value(&other.ratio) {
+            Ordering::Less => true,
+            Ordering::Equal => self.excess < other.excess,
+            Ordering::Greater => false,
+        }
+    }
+}
+
+/// The [`CycleScore`] of `slots`, or `None` if it does not pick every tenant
+/// exactly `weight` times.
+pub(crate) fn cycle_score(
+    tenants: &[TenantFairnessWeight],
+    slots: &[u16],
+    length: u32,
+) -> Option<CycleScore> {
+    check_counts(tenants, slots).ok()?;
+    let bounds = measure_bounds(tenants.len(), slots, length);
+    let weights = tenants.iter().map(TenantFairnessWeight::weight);
+    let ratio = largest_of(weights.clone(), &bounds, length)?;
+    let excess = weights
+        .zip(&bounds)
+        .map(|(weight, &bound)| bound.saturating_sub(ideal_bound(length, weight)))
+        .max()?;
+    Some(CycleScore { ratio, excess })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +199,24 @@ mod tests {
         // A tie by value keeps the first tenant.
         assert_eq!(largest_of([2, 2], &[3, 3], 4), Some(BoundRatio::new(3, 2)));
         assert_eq!(largest_of([], &[], 1), None);
+    }
+
+    #[test]
+    fn scores() {
+        let score = |bound, ideal, excess| CycleScore {
+            ratio: BoundRatio::new(bound, ideal),
+            excess,
+        };
+        assert!(score(4, 3, 9).is_better_than(score(3, 2, 1)));
+        assert!(score(6, 4, 1).is_better_than(score(3, 2, 2)));
+        assert!(!score(6, 4, 2).is_better_than(score(3, 2, 2)));
+        assert!(!score(3, 2, 0).is_better_than(score(4, 3, 0)));
+        // L = 8, weights 5, 2, 1 in swrr-v1's a b a a c a b a.
+        let tenants = crate::test_support::tenants(&[5, 2, 1]);
+        assert_eq!(
+            cycle_score(&tenants, &[0, 1, 0, 0, 2, 0, 1, 0], 8),
+            Some(score(5, 4, 1))
+        );
+        assert_eq!(cycle_score(&tenants, &[0, 0, 0, 0, 0, 0, 1, 2], 8), None);
     }
 }

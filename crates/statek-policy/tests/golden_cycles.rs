@@ -95,7 +95,7 @@ const GOLDEN: &[(&str, &str, &str)] = &[
     (
         "two near-equal heavy",
         "min-gap-v2",
-        "184ac23d5ae331b14c0c95aef41ff2652c718a0f18e655cf04e24be7805fda46",
+        "adc925f30aab1757201114fd4c91d6e3e0739ec6e188322df08386b7c29c4e01",
     ),
     (
         "lockstep 2 + 1022 x 1",
