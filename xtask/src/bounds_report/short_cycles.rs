@@ -11,6 +11,10 @@ use super::format::{describe, percent, ratio};
 use super::swrr_facts::SwrrFacts;
 use super::{BoundsReportArgs, OPTIMUM_STEPS};
 
+/// How far an algorithm missed the best possible ratio on one (set, id
+/// order) pair: factor, weights, its ratio, the best possible.
+type Shortfall = (f64, Vec<u32>, BoundRatio, BoundRatio);
+
 /// The best possible ratio against the algorithms' for one group.
 #[derive(Default)]
 struct OptimumComparison {
@@ -20,7 +24,7 @@ struct OptimumComparison {
     out_of_steps: usize,
     reached: [usize; 3],
     /// The largest shortfall per algorithm: factor, weights, ratio, best.
-    shortfall: [Option<(f64, Vec<u32>, BoundRatio, BoundRatio)>; 3],
+    shortfall: [Option<Shortfall>; 3],
 }
 
 /// Every weight set with `L <= exhaustive_max_length` in both id orders;
