@@ -322,6 +322,35 @@ async fn status_register_verify_and_prune_against_postgres() {
         Some(&url),
     );
     assert_eq!(bad.status.code(), Some(4));
+    // A stored cycle digest that this build does not compile: exit 4.
+    db.client()
+        .await
+        .batch_execute(
+            "SET session_replication_role = replica;
+             UPDATE statek.scheduler_shards SET cycle_digest = sha256('another build')
+             WHERE shard_id = 'primary-v1'",
+        )
+        .await
+        .unwrap();
+    let other_cycle = statek(
+        &["policy", "verify", "deploy/policies/two-tenants.toml"],
+        Some(&url),
+    );
+    assert_eq!(
+        other_cycle.status.code(),
+        Some(4),
+        "{}",
+        stderr(&other_cycle)
+    );
+    assert!(
+        stdout(&other_cycle).starts_with(
+            "MISMATCH: shard primary-v1 holds deploy/policies/two-tenants.toml, but its cycle digest \
+             db45811d226b12d0521bc4af42bb9b0167446da3f240e3c704475ba1cecb3288 is not this build's \
+             a5a5191ce4f82986fe7436c460c864b50e409714c9ad442ee03a7a80d900b440"
+        ),
+        "{}",
+        stdout(&other_cycle)
+    );
     // Passwords are never printed.
     let secret = format!("{url} password=hunter2");
     let out = statek(&["migrate"], Some(&secret));
