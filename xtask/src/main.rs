@@ -11,9 +11,10 @@
 //! - `cargo xtask demo`: the noisy-neighbour demonstration.
 //! - `cargo xtask bench [--quick]`: performance figures against pgbench and
 //!   a plain `SKIP LOCKED` queue (see `docs/benchmarks.md`).
-//! - `cargo xtask bounds-report [--seed N] [--sets-per-family N]`: starvation
-//!   bound ratios of `swrr-v1` and `min-gap-v1` over generated weight
-//!   families (the figures in `docs/guarantees.md`).
+//! - `cargo xtask bounds-report [--seed N] [--sets-per-family N] [--write-docs]`:
+//!   starvation bound ratios of `swrr-v1`, `min-gap-v1` and `min-gap-v2` over
+//!   generated weight families, every short cycle and the exhaustive optimum
+//!   (the figures in `docs/guarantees.md`).
 //!
 //! Relative paths given to xtask are relative to the workspace root.
 #![allow(clippy::print_stdout, clippy::print_stderr)]

@@ -19,6 +19,7 @@ use crate::{policy_cmd, store_cmd};
     after_help = "Examples:
   statek policy compile deploy/policies/two-tenants.toml --show-cycle
   statek policy diff old.toml new.toml
+  statek policy diff policy.toml --algorithm min-gap-v1 --against min-gap-v2
   DATABASE_URL=postgres://owner@db/statek statek migrate
   statek register deploy/policies/two-tenants.toml --database-url postgres://runtime@db/statek
   statek status --shard primary-v1 --format json
@@ -112,12 +113,21 @@ enum PolicyCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// What changes between two policy files, and what the rollout must do.
+    /// What changes between two policy files, and what the rollout must do;
+    /// or, with `--against`, the bounds of two algorithms on one file.
     Diff {
-        /// The policy in production.
+        /// The policy in production (with `--against`: the one file).
         old: PathBuf,
-        /// The proposed policy.
-        new: PathBuf,
+        /// The proposed policy (not with `--against`).
+        new: Option<PathBuf>,
+        /// With `--against`: the algorithm to compare from (default: the
+        /// file's).
+        #[arg(long, requires = "against")]
+        algorithm: Option<String>,
+        /// Compare the file compiled with `--algorithm` against this
+        /// algorithm (`swrr-v1`, `min-gap-v1`, `min-gap-v2`).
+        #[arg(long, conflicts_with = "new")]
+        against: Option<String>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -191,8 +201,32 @@ pub fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Policy(PolicyCommand::Diff { old, new, format }) => {
-            let diff = policy_cmd::diff(&policy_cmd::load(&old)?, &policy_cmd::load(&new)?);
+        Command::Policy(PolicyCommand::Diff {
+            old,
+            new,
+            algorithm,
+            against,
+            format,
+        }) => {
+            let diff = match (new, against) {
+                (Some(new), None) => {
+                    policy_cmd::diff(&policy_cmd::load(&old)?, &policy_cmd::load(&new)?)
+                }
+                (None, Some(against)) => {
+                    let policy = policy_cmd::load(&old)?;
+                    let from = match algorithm {
+                        Some(name) => policy_cmd::with_algorithm(&policy, &name)?,
+                        None => policy.clone(),
+                    };
+                    policy_cmd::diff(&from, &policy_cmd::with_algorithm(&policy, &against)?)
+                }
+                _ => {
+                    return Err(crate::exit::InvalidInput(
+                        "policy diff needs a second file, or --against ALGORITHM".into(),
+                    )
+                    .into())
+                }
+            };
             match format {
                 Format::Json => print_json(&diff),
                 Format::Text => {

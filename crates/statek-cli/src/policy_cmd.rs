@@ -7,8 +7,9 @@ use std::path::Path;
 
 use anyhow::Result;
 use serde::Serialize;
+use statek_policy::analysis::SetMeasure;
 use statek_policy::policy_file::PolicyFile;
-use statek_policy::WeightedFairnessPolicy;
+use statek_policy::{PolicyAlgorithm, WeightedFairnessPolicy};
 
 /// Reads and parses a policy file; errors name the file, line and field.
 pub fn load(path: &Path) -> Result<WeightedFairnessPolicy> {
@@ -16,6 +17,54 @@ pub fn load(path: &Path) -> Result<WeightedFairnessPolicy> {
         .map_err(|e| crate::exit::InvalidInput(format!("{}: cannot read: {e}", path.display())))?;
     let file = PolicyFile::parse(&path.display().to_string(), &text)?;
     Ok(file.into_policy())
+}
+
+/// `policy` compiled with the algorithm named `name` instead of its own.
+pub fn with_algorithm(
+    policy: &WeightedFairnessPolicy,
+    name: &str,
+) -> Result<WeightedFairnessPolicy> {
+    let algorithm: PolicyAlgorithm = name
+        .parse()
+        .map_err(|e| crate::exit::InvalidInput(format!("--algorithm/--against: {e}")))?;
+    Ok(WeightedFairnessPolicy::with_algorithm(
+        policy.shard_id().clone(),
+        algorithm,
+        policy.tenants().to_vec(),
+    )?)
+}
+
+/// A policy's largest ratio of bound to ceil(L / w) and largest excess in
+/// slots, as reported by `policy diff`.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct Worst {
+    /// The largest ratio's bound and ideal, in slots.
+    pub ratio: (u32, u32),
+    /// The largest bound - ceil(L / w) over the tenants, in slots.
+    pub excess: u32,
+}
+
+impl Worst {
+    fn of(policy: &WeightedFairnessPolicy) -> Self {
+        let measure = SetMeasure::of(policy);
+        Worst {
+            ratio: (
+                measure.largest_ratio().bound(),
+                measure.largest_ratio().ideal(),
+            ),
+            excess: measure.largest_excess(),
+        }
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "{}/{} = {:.3}, excess {} slots",
+            self.ratio.0,
+            self.ratio.1,
+            f64::from(self.ratio.0) / f64::from(self.ratio.1.max(1)),
+            self.excess
+        )
+    }
 }
 
 /// One tenant of a compiled policy, as reported.
@@ -157,6 +206,10 @@ pub struct Diff {
     pub cycle_length: (u32, u32),
     /// Old and new digest.
     pub digest: (String, String),
+    /// Old and new cycle digest.
+    pub cycle_digest: (String, String),
+    /// Old and new largest ratio of bound to ceil(L / w), and excess.
+    pub worst: (Worst, Worst),
     /// Tenants added, with weight and new bound.
     pub added: Vec<(String, u32, u32)>,
     /// Tenants removed, with weight and old bound.
@@ -189,6 +242,11 @@ pub fn diff(old: &WeightedFairnessPolicy, new: &WeightedFairnessPolicy) -> Diff 
         algorithm: (old.algorithm().to_string(), new.algorithm().to_string()),
         cycle_length: (old.cycle_length(), new.cycle_length()),
         digest: (old.digest().to_string(), new.digest().to_string()),
+        cycle_digest: (
+            old.cycle_digest().to_string(),
+            new.cycle_digest().to_string(),
+        ),
+        worst: (Worst::of(old), Worst::of(new)),
         added: Vec::new(),
         removed: Vec::new(),
         kept: Vec::new(),
@@ -237,6 +295,9 @@ pub fn diff_text(d: &Diff) -> String {
         }
     );
     let _ = writeln!(out, "digest       {}", pair(&d.digest));
+    let _ = writeln!(out, "cycle digest {}", pair(&d.cycle_digest));
+    let worst = (d.worst.0.text(), d.worst.1.text());
+    let _ = writeln!(out, "worst ratio  {}", pair(&worst));
     let _ = writeln!(out, "tenants");
     for (id, weight, bound) in &d.added {
         let _ = writeln!(out, "  + {id}: weight {weight}, bound {bound} (added)");
@@ -258,6 +319,20 @@ pub fn diff_text(d: &Diff) -> String {
     let _ = writeln!(out);
     if !d.changed {
         let _ = writeln!(out, "no change: identical canonical bytes");
+    } else if d.shard.0 == d.shard.1
+        && d.algorithm.0 != d.algorithm.1
+        && d.cycle_length.0 == d.cycle_length.1
+        && d.added.is_empty()
+        && d.removed.is_empty()
+        && d.kept.iter().all(|k| k.weight.0 == k.weight.1)
+    {
+        let _ = writeln!(
+            out,
+            "algorithms compared on one policy: bound = most consecutive reservations until the tenant is selected, \
+             measured on each cycle; worst ratio = largest bound / ceil(L / weight). \
+             Switching the algorithm of shard {} is a policy change: it needs a new shard id.",
+            d.shard.1
+        );
     } else if d.shard.0 == d.shard.1 {
         let _ = writeln!(
             out,
@@ -324,6 +399,47 @@ mod tests {
     }
 
     #[test]
+    fn diff_compares_algorithms_on_one_file() {
+        let file = policy("primary-v1", &[("a", 5), ("b", 2), ("c", 1)]);
+        let d = diff(
+            &with_algorithm(&file, "min-gap-v1").unwrap(),
+            &with_algorithm(&file, "min-gap-v2").unwrap(),
+        );
+        assert_eq!(d.algorithm, ("min-gap-v1".into(), "min-gap-v2".into()));
+        // min-gap-v1 leaves b at 5 against ceil(8 / 2) = 4; v2 finds 4.
+        assert_eq!(
+            d.worst,
+            (
+                Worst {
+                    ratio: (5, 4),
+                    excess: 1
+                },
+                Worst {
+                    ratio: (2, 2),
+                    excess: 0
+                }
+            )
+        );
+        assert_eq!(
+            d.kept.iter().map(|k| k.bound).collect::<Vec<_>>(),
+            [(2, 2), (5, 4), (8, 8)]
+        );
+        let text = diff_text(&d);
+        assert!(
+            text.contains("algorithm    min-gap-v1 -> min-gap-v2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "worst ratio  5/4 = 1.250, excess 1 slots -> 2/2 = 1.000, excess 0 slots"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("algorithms compared on one policy"), "{text}");
+        assert!(with_algorithm(&file, "min-gap-v9").is_err());
+    }
+
+    #[test]
     fn diff_names_changes() {
         let old = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
         let new = policy("primary-v2", &[("tenant-a", 3), ("tenant-c", 1)]);
@@ -340,6 +456,13 @@ mod tests {
             }]
         );
         assert!(!diff(&old, &old).changed);
+        assert_eq!(
+            d.worst.0,
+            Worst {
+                ratio: (2, 2),
+                excess: 0
+            }
+        );
         assert!(
             diff_text(&diff(&old, &policy("primary-v1", &[("tenant-a", 1)])))
                 .contains("REFUSED ON REGISTER")

@@ -37,9 +37,17 @@ struct VerifyReport {
     matches: bool,
     file_digest: String,
     stored_digest: String,
+    /// The digest of this build's compilation of the file's cycle.
+    file_cycle_digest: String,
+    /// The cycle digest stored at registration (`None` before V6).
+    stored_cycle_digest: Option<String>,
+    /// Whether this build compiles the stored cycle (true when none is
+    /// stored).
+    cycle_matches: bool,
 }
 
-/// `statek policy verify`: exit 4 when the shard holds another policy.
+/// `statek policy verify`: exit 4 when the shard holds another policy, or
+/// stores the digest of another cycle than this build compiles from it.
 pub async fn verify(file: &Path, shard: Option<&str>, format: Format, db: &DbArgs) -> Result<()> {
     let policy = policy_cmd::load(file)?;
     let shard = match shard {
@@ -54,14 +62,26 @@ pub async fn verify(file: &Path, shard: Option<&str>, format: Format, db: &DbArg
         matches: stored.policy().canonical_bytes() == policy.canonical_bytes(),
         file_digest: policy.digest().to_string(),
         stored_digest: stored.policy().digest().to_string(),
+        file_cycle_digest: policy.cycle_digest().to_string(),
+        stored_cycle_digest: stored.cycle_digest().map(|d| d.to_string()),
+        cycle_matches: stored
+            .cycle_digest()
+            .is_none_or(|d| d == policy.cycle_digest()),
     };
     match format {
         Format::Json => outln!("{}", serde_json::to_string_pretty(&report)?)?,
-        Format::Text if report.matches => outln!(
+        Format::Text if report.matches && report.cycle_matches => outln!(
             "ok: shard {} holds exactly {} (digest {})",
             report.shard,
             report.file,
             report.file_digest
+        )?,
+        Format::Text if report.matches => outln!(
+            "MISMATCH: shard {} holds {}, but its cycle digest {} is not this build's {}",
+            report.shard,
+            report.file,
+            report.stored_cycle_digest.as_deref().unwrap_or("-"),
+            report.file_cycle_digest
         )?,
         Format::Text => outln!(
             "MISMATCH: shard {} holds policy {}, the file is {}",
@@ -75,6 +95,14 @@ pub async fn verify(file: &Path, shard: Option<&str>, format: Format, db: &DbArg
             shard,
             stored: stored.policy().digest(),
             offered: policy.digest(),
+        }
+        .into());
+    }
+    if let (false, Some(stored_cycle)) = (report.cycle_matches, stored.cycle_digest()) {
+        return Err(statek_scheduler::SchedulerError::CycleMismatch {
+            shard: shard.to_string(),
+            stored: stored_cycle,
+            local: policy.cycle_digest(),
         }
         .into());
     }

@@ -110,6 +110,8 @@ fn policy_diff_golden() {
 algorithm    swrr-v1 (unchanged)
 cycle length 4 -> 5
 digest       6acf11c1d16fcb2ec8754466b5d93ff654598189fbddce650b94514f19aa7965 -> 0ead388daa777f2eb8aaec1f691abed7a8cdc2fceb104da1e1e2e0f0fcea5a59
+cycle digest a5a5191ce4f82986fe7436c460c864b50e409714c9ad442ee03a7a80d900b440 -> 712da18b73dc50b3a04d7b8e26520bfafac43b7269e933e8059b0690cf69350d
+worst ratio  2/2 = 1.000, excess 0 slots (unchanged)
 tenants
   + tenant-c: weight 2, bound 3 (added)
   - tenant-b: weight 1, bound 4 (removed)
@@ -118,6 +120,76 @@ tenants
 rollout: drain the deployment serving primary-v1 before activating primary-v2: two shard ids serving one worker pool are two independent schedules, and neither bound then holds.
 "
     );
+}
+
+#[test]
+fn policy_diff_compares_two_algorithms_on_one_file() {
+    let dir = std::env::temp_dir().join(format!("statek-cli-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("five-two-one.toml");
+    std::fs::write(
+        &file,
+        "shard = \"primary-v1\"\n[[tenants]]\nid = \"a\"\nweight = 5\n[[tenants]]\nid = \"b\"\nweight = 2\n[[tenants]]\nid = \"c\"\nweight = 1\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let out = statek(
+        &[
+            "policy",
+            "diff",
+            file,
+            "--algorithm",
+            "min-gap-v1",
+            "--against",
+            "min-gap-v2",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stdout(&out),
+        "shard        primary-v1 (unchanged)
+algorithm    min-gap-v1 -> min-gap-v2
+cycle length 8 (unchanged)
+digest       7216207c83f168069a9167d580f027d653498d97aab08daa0be3a0e8d5778f4d -> 3b1b98ffaeab088617a26f5ef0e4a05b8b60768495567b80c626cbd190aee2d6
+cycle digest 4afb00a49c1897d2eaa1d2e486c093b25f035511d2707880a26fb0ce30ec110a -> b77f1756cc60ddad5732be2b7b9c419878a3daa8899b1446a585f10eab6c7aa2
+worst ratio  5/4 = 1.250, excess 1 slots -> 2/2 = 1.000, excess 0 slots
+tenants
+  ~ b: weight 2 -> 2, bound 5 -> 4
+  = 2 tenants unchanged (weight and bound)
+
+algorithms compared on one policy: bound = most consecutive reservations until the tenant is selected, measured on each cycle; worst ratio = largest bound / ceil(L / weight). Switching the algorithm of shard primary-v1 is a policy change: it needs a new shard id.
+"
+    );
+    // An unknown algorithm, or neither a second file nor --against, is
+    // invalid input (exit 3).
+    for args in [
+        &["policy", "diff", file, "--against", "min-gap-v9"][..],
+        &["policy", "diff", file][..],
+    ] {
+        assert_eq!(statek(args, None).status.code(), Some(3), "{args:?}");
+    }
+    // A policy file may name min-gap-v2 itself.
+    let v2 = dir.join("v2.toml");
+    std::fs::write(
+        &v2,
+        "shard = \"primary-v1\"\nalgorithm = \"min-gap-v2\"\n[[tenants]]\nid = \"a\"\nweight = 5\n[[tenants]]\nid = \"b\"\nweight = 2\n[[tenants]]\nid = \"c\"\nweight = 1\n",
+    )
+    .unwrap();
+    let compiled = statek(
+        &[
+            "policy",
+            "compile",
+            v2.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(compiled.status.code(), Some(0));
+    let value: serde_json::Value = serde_json::from_slice(&compiled.stdout).unwrap();
+    assert_eq!(value["algorithm"], "min-gap-v2");
+    assert_eq!(value["tenants"][1]["bound"], 4);
 }
 
 #[test]
@@ -277,6 +349,35 @@ async fn status_register_verify_and_prune_against_postgres() {
         Some(&url),
     );
     assert_eq!(bad.status.code(), Some(4));
+    // A stored cycle digest that this build does not compile: exit 4.
+    db.client()
+        .await
+        .batch_execute(
+            "SET session_replication_role = replica;
+             UPDATE statek.scheduler_shards SET cycle_digest = sha256('another build')
+             WHERE shard_id = 'primary-v1'",
+        )
+        .await
+        .unwrap();
+    let other_cycle = statek(
+        &["policy", "verify", "deploy/policies/two-tenants.toml"],
+        Some(&url),
+    );
+    assert_eq!(
+        other_cycle.status.code(),
+        Some(4),
+        "{}",
+        stderr(&other_cycle)
+    );
+    assert!(
+        stdout(&other_cycle).starts_with(
+            "MISMATCH: shard primary-v1 holds deploy/policies/two-tenants.toml, but its cycle digest \
+             db45811d226b12d0521bc4af42bb9b0167446da3f240e3c704475ba1cecb3288 is not this build's \
+             a5a5191ce4f82986fe7436c460c864b50e409714c9ad442ee03a7a80d900b440"
+        ),
+        "{}",
+        stdout(&other_cycle)
+    );
     // Passwords are never printed.
     let secret = format!("{url} password=hunter2");
     let out = statek(&["migrate"], Some(&secret));

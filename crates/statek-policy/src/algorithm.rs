@@ -54,20 +54,49 @@ pub enum PolicyAlgorithm {
     /// order. Compiling takes longer than `swrr-v1` (milliseconds at the
     /// limits of 1,024 tenants and 4,096 slots) and happens once per policy.
     MinGapV1,
+    /// `min-gap-v2`: `min-gap-v1` and up to two more candidates; opt-in.
+    ///
+    /// Starts from the `min-gap-v1` cycle and keeps it unless a candidate
+    /// has a strictly smaller largest ratio of bound to `ceil(L / weight)`,
+    /// so `min-gap-v2` is never worse than `min-gap-v1` (and therefore
+    /// `swrr-v1`) by that measure:
+    ///
+    /// 1. `min-gap-v1` itself;
+    /// 2. for `L <= 16`, the exact optimum: a branch-and-bound search over
+    ///    all cycles (tenants tried in id order, equal-weight tenants
+    ///    interchangeable) for the smallest largest ratio, limited to a
+    ///    fixed number of search steps (never a time);
+    /// 3. paced earliest-deadline-first: for a target ratio, every
+    ///    tenant's next pick is due `floor(target · ceil(L / w))` slots
+    ///    after its last, and may not run more than one pick ahead of its
+    ///    proportional share; each slot goes to the released tenant due
+    ///    first (on a tie, by id). A binary search over targets (steps of
+    ///    1/1024) keeps the best verified cycle: the smallest largest
+    ///    ratio, and among equal ratios the smallest largest excess
+    ///    `bound − ceil(L / weight)`.
+    ///
+    /// Deterministic integer arithmetic on the tenants sorted by id; no
+    /// clock, no randomness. A search that runs out of steps is skipped,
+    /// the same way on every machine.
+    MinGapV2,
 }
 
 impl PolicyAlgorithm {
     /// Every algorithm this crate knows, oldest first.
-    pub const ALL: &'static [PolicyAlgorithm] =
-        &[PolicyAlgorithm::SwrrV1, PolicyAlgorithm::MinGapV1];
+    pub const ALL: &'static [PolicyAlgorithm] = &[
+        PolicyAlgorithm::SwrrV1,
+        PolicyAlgorithm::MinGapV1,
+        PolicyAlgorithm::MinGapV2,
+    ];
 
     /// The algorithm's stable name, as written in canonical bytes and policy
-    /// files (`"swrr-v1"`, `"min-gap-v1"`).
+    /// files (`"swrr-v1"`, `"min-gap-v1"`, `"min-gap-v2"`).
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
             PolicyAlgorithm::SwrrV1 => "swrr-v1",
             PolicyAlgorithm::MinGapV1 => "min-gap-v1",
+            PolicyAlgorithm::MinGapV2 => "min-gap-v2",
         }
     }
 }
@@ -125,7 +154,9 @@ mod tests {
         check("min-gap-v1", Some(PolicyAlgorithm::MinGapV1));
         check("MIN-GAP-V1", None);
         check("min-gap", None);
-        check("min-gap-v2", None);
+        check("min-gap-v2", Some(PolicyAlgorithm::MinGapV2));
+        check("min-gap-v3", None);
+        check("MIN-GAP-V2", None);
         check("min_gap_v1", None);
         check("SWRR-V1", None);
         check("swrr-v1 ", None);
@@ -137,7 +168,12 @@ mod tests {
         assert_eq!(PolicyAlgorithm::MinGapV1.name(), "min-gap-v1");
         assert_eq!(
             PolicyAlgorithm::ALL,
-            [PolicyAlgorithm::SwrrV1, PolicyAlgorithm::MinGapV1]
+            [
+                PolicyAlgorithm::SwrrV1,
+                PolicyAlgorithm::MinGapV1,
+                PolicyAlgorithm::MinGapV2
+            ]
         );
+        assert_eq!(PolicyAlgorithm::MinGapV2.name(), "min-gap-v2");
     }
 }

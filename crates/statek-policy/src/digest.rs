@@ -79,26 +79,10 @@ impl AsRef<[u8]> for PolicyDigest {
     }
 }
 
-const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
-
-fn hex_value(byte: u8) -> Option<u8> {
-    match byte {
-        b'0'..=b'9' => Some(byte - b'0'),
-        b'a'..=b'f' => Some(byte - b'a' + 10),
-        _ => None,
-    }
-}
-
 impl fmt::Display for PolicyDigest {
     /// 64 lowercase hex digits.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut text = [0_u8; 64];
-        for (pair, byte) in text.chunks_exact_mut(2).zip(self.0) {
-            for (digit, nibble) in pair.iter_mut().zip([byte >> 4, byte & 0x0f]) {
-                *digit = HEX_DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'?');
-            }
-        }
-        f.write_str(core::str::from_utf8(&text).map_err(|_| fmt::Error)?)
+        crate::hex::write_hex(f, &self.0)
     }
 }
 
@@ -119,27 +103,7 @@ impl FromStr for PolicyDigest {
     /// [`PolicyError::InvalidDigestHex`] at the first byte that is not one of
     /// `0-9a-f`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let text = s.as_bytes();
-        if text.len() != 64 {
-            return Err(PolicyError::InvalidDigestHexLength { actual: text.len() });
-        }
-        let mut bytes = [0_u8; 32];
-        for ((index, pair), byte) in (0_usize..)
-            .step_by(2)
-            .zip(text.chunks_exact(2))
-            .zip(&mut bytes)
-        {
-            let mut value = 0_u8;
-            for (offset, &digit) in pair.iter().enumerate() {
-                let nibble = hex_value(digit).ok_or(PolicyError::InvalidDigestHex {
-                    index: index + offset,
-                    byte: digit,
-                })?;
-                value = (value << 4) | nibble;
-            }
-            *byte = value;
-        }
-        Ok(Self(bytes))
+        crate::hex::parse_hex(s).map(Self)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Weighted fairness policies for statek: tenant and shard ids, weights, the
-//! compiled cycle (`swrr-v1` by default, `min-gap-v1` on request), measured
-//! starvation bounds, canonical bytes and the policy digest.
+//! compiled cycle (`swrr-v1` by default, `min-gap-v1` or `min-gap-v2` on
+//! request), measured starvation bounds, canonical bytes, the policy digest
+//! and the cycle digest, and the [`analysis`] behind the bounds report.
 //!
 //! statek schedules tenants in one durable, global, weighted order: every
 //! scheduling opportunity is a reservation with a gapless sequence number
@@ -71,6 +72,14 @@
 //!   class SWRR and a window schedule by the largest ratio of bound to
 //!   `ceil(L / w)`; never worse than `swrr-v1` by that measure, 512 in the
 //!   example above.
+//! - `min-gap-v2` (opt-in, likewise): `min-gap-v1`, replaced only by a
+//!   verified cycle with a strictly smaller largest ratio: the exact optimum
+//!   for `L <= 16` (a search limited in steps, never in time) or paced
+//!   earliest-deadline-first; never worse than `min-gap-v1` by that measure.
+//!
+//! Each policy also has a [`CycleDigest`] of its compiled cycle: a shard
+//! stores it at registration, and every replica checks its own compilation
+//! against it before it ticks.
 //!
 //! ```rust
 //! use statek_policy::{PolicyAlgorithm, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
@@ -113,23 +122,37 @@
 extern crate alloc;
 
 mod algorithm;
+pub mod analysis;
 mod bound;
 mod canonical;
+mod class;
 mod cycle;
+mod cycle_digest;
 mod digest;
 mod echo;
 mod error;
+mod hex;
 mod id;
+mod measure;
 mod min_gap;
+mod min_gap_v2;
+mod optimum;
+mod paced_edf;
 mod policy;
 #[cfg(feature = "toml")]
 pub mod policy_file;
+mod ratio;
+mod swrr;
+mod swrr_properties;
+#[cfg(test)]
+mod test_support;
 mod weight;
 mod window;
 
 pub use algorithm::PolicyAlgorithm;
 pub use bound::TenantStarvationBound;
 pub use cycle::{CycleTenants, CycleView, MAX_CYCLE_LENGTH};
+pub use cycle_digest::{CycleDigest, CYCLE_DIGEST_DOMAIN};
 pub use digest::{PolicyDigest, POLICY_DIGEST_DOMAIN};
 pub use echo::{EchoedValue, MAX_ECHOED_CHARS};
 pub use error::{IdError, PolicyError};
@@ -148,19 +171,19 @@ pub mod bench_kernels {
     /// The SWRR cycle over `weights` (summing to `length`) by the plain loop.
     #[must_use]
     pub fn swrr_reference(weights: &[u32], length: u32) -> Vec<u16> {
-        crate::cycle::swrr_reference(weights, length)
+        crate::swrr::swrr_reference(weights, length)
     }
 
     /// The same cycle by the loop grouped by weight.
     #[must_use]
     pub fn swrr_grouped(weights: &[u32], length: u32) -> Vec<u16> {
-        crate::cycle::swrr_grouped(weights, length)
+        crate::swrr::swrr_grouped(weights, length)
     }
 
     /// The same cycle by whichever of the two is cheaper for `weights`
     /// (what policy compilation uses).
     #[must_use]
     pub fn swrr(weights: &[u32], length: u32) -> Vec<u16> {
-        crate::cycle::swrr(weights, length)
+        crate::swrr::swrr(weights, length)
     }
 }

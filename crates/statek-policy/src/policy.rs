@@ -8,6 +8,7 @@ use crate::algorithm::PolicyAlgorithm;
 use crate::bound::TenantStarvationBound;
 use crate::canonical;
 use crate::cycle::{self, CycleView, MAX_CYCLE_LENGTH};
+use crate::cycle_digest::CycleDigest;
 use crate::digest::PolicyDigest;
 use crate::error::PolicyError;
 use crate::id::{SchedulerShardId, TenantId};
@@ -64,6 +65,7 @@ pub struct WeightedFairnessPolicy {
     cycle_length: u32,
     canonical: Vec<u8>,
     digest: PolicyDigest,
+    cycle_digest: CycleDigest,
 }
 
 impl WeightedFairnessPolicy {
@@ -136,6 +138,7 @@ impl WeightedFairnessPolicy {
         let compiled = cycle::compile(algorithm, &tenants, cycle_length)?;
         let canonical = canonical::encode(algorithm, &tenants);
         let digest = PolicyDigest::of_canonical_bytes(&canonical);
+        let cycle_digest = CycleDigest::of_cycle(algorithm, &compiled.slots);
         Ok(Self {
             shard,
             algorithm,
@@ -145,6 +148,7 @@ impl WeightedFairnessPolicy {
             cycle_length,
             canonical,
             digest,
+            cycle_digest,
         })
     }
 
@@ -298,6 +302,19 @@ impl WeightedFairnessPolicy {
     pub fn digest(&self) -> PolicyDigest {
         self.digest
     }
+
+    /// The digest of the compiled cycle: SHA-256 over `statek.cycle.v1\0`,
+    /// the algorithm's name and a NUL byte, `L` (4 bytes, big-endian) and
+    /// each slot's tenant index (2 bytes, big-endian); see [`CycleDigest`].
+    ///
+    /// A shard stores it at registration, and every replica compares it with
+    /// its own compilation before it ticks: the policy digest says which
+    /// policy a shard holds, this one that every replica made the same cycle
+    /// of it.
+    #[must_use]
+    pub fn cycle_digest(&self) -> CycleDigest {
+        self.cycle_digest
+    }
 }
 
 impl fmt::Debug for WeightedFairnessPolicy {
@@ -309,6 +326,7 @@ impl fmt::Debug for WeightedFairnessPolicy {
             .field("tenants", &self.tenants)
             .field("cycle_length", &self.cycle_length)
             .field("digest", &self.digest)
+            .field("cycle_digest", &self.cycle_digest)
             .finish_non_exhaustive()
     }
 }

@@ -3,7 +3,7 @@
 //! ```toml
 //! # deploy/policies/example.toml
 //! shard = "primary-v1"
-//! algorithm = "swrr-v1"   # optional, default swrr-v1; or "min-gap-v1"
+//! algorithm = "swrr-v1"   # optional, default swrr-v1; or "min-gap-v1", "min-gap-v2"
 //! [[tenants]]
 //! id = "tenant-a"
 //! weight = 3
@@ -13,7 +13,8 @@
 //! ```
 //!
 //! The top level has exactly the keys `shard` (required string),
-//! `algorithm` (optional string: `swrr-v1`, the default, or `min-gap-v1`;
+//! `algorithm` (optional string: `swrr-v1`, the default, `min-gap-v1` or
+//! `min-gap-v2`;
 //! see [`PolicyAlgorithm`](crate::PolicyAlgorithm)) and `tenants` (required
 //! array of tables); each tenant has exactly `id` (string) and `weight`
 //! (integer). Unknown keys are errors. Every error is a [`PolicyFileError`]

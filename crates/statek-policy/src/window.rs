@@ -54,8 +54,9 @@ use alloc::collections::BinaryHeap;
 use alloc::vec::Vec;
 use core::cmp::Reverse;
 
-use crate::cycle::{check_counts, measure_bounds};
-use crate::min_gap::{ideal_bound, BoundRatio, WeightClass};
+use crate::class::WeightClass;
+use crate::measure::{check_counts, measure_bounds};
+use crate::ratio::{ideal_bound, BoundRatio};
 use crate::weight::TenantFairnessWeight;
 
 /// Targets are ratios `target / TARGET_SCALE`.
@@ -87,7 +88,7 @@ struct Job {
 }
 
 /// The window schedule of `tenants` (sorted by id; `classes` from
-/// [`weight_classes`](crate::min_gap::weight_classes)) with a largest ratio
+/// [`weight_classes`](crate::class::weight_classes)) with a largest ratio
 /// strictly below `below`, or `None` if no target below it was found
 /// feasible.
 pub(crate) fn window_schedule(
@@ -335,8 +336,8 @@ mod tests {
     use alloc::vec::Vec;
 
     use super::*;
-    use crate::min_gap::tests::tenants;
-    use crate::min_gap::weight_classes;
+    use crate::class::weight_classes;
+    use crate::test_support::tenants;
 
     /// The cycle for `target` and its measured bounds.
     fn at_target(weights: &[u32], target: u32) -> Option<(Vec<u16>, Vec<u32>)> {

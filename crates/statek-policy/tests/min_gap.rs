@@ -192,7 +192,7 @@ fn algorithms_have_different_bytes_and_digests() {
 fn rejected_names() {
     let canonical = r#"{"algorithm":"min-gap-v1","tenants":[{"id":"a","weight":1}]}"#;
     for name in [
-        "min-gap-v2",
+        "min-gap-v3",
         "MIN-GAP-V1",
         "min-gap",
         "min_gap_v1",

@@ -222,6 +222,10 @@ fn validation() {
     );
 }
 
+/// `printf 'statek.cycle.v1\0swrr-v1\0\0\0\0\4\0\0\0\0\0\1\0\0' | sha256sum`: the
+/// cycle `[a, a, b, a]` as tenant indexes `0, 0, 1, 0`.
+const KNOWN_CYCLE_DIGEST: &str = "a5a5191ce4f82986fe7436c460c864b50e409714c9ad442ee03a7a80d900b440";
+
 #[test]
 fn known_vector_accessors() {
     let policy = build(&[("tenant-b", 1), ("tenant-a", 3)]).unwrap();
@@ -319,9 +323,11 @@ fn known_vector_accessors() {
             "WeightedFairnessPolicy {{ shard: SchedulerShardId(\"primary-v1\"), algorithm: SwrrV1, tenants: [\
              TenantFairnessWeight {{ tenant: TenantId(\"tenant-a\"), weight: 3 }}, \
              TenantFairnessWeight {{ tenant: TenantId(\"tenant-b\"), weight: 1 }}], \
-             cycle_length: 4, digest: PolicyDigest({KNOWN_DIGEST}), .. }}"
+             cycle_length: 4, digest: PolicyDigest({KNOWN_DIGEST}), \
+             cycle_digest: CycleDigest({KNOWN_CYCLE_DIGEST}), .. }}"
         )
     );
+    assert_eq!(policy.cycle_digest().to_string(), KNOWN_CYCLE_DIGEST);
 }
 
 #[test]

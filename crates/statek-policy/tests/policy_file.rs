@@ -68,8 +68,16 @@ fn min_gap_algorithm() {
     );
     assert_ne!(policy, example_policy());
     check(
-        &text.replace("min-gap-v1", "min-gap-v2"),
-        "example.toml:3:13: algorithm: unknown policy algorithm \"min-gap-v2\"",
+        &text.replace("min-gap-v1", "min-gap-v3"),
+        "example.toml:3:13: algorithm: unknown policy algorithm \"min-gap-v3\"",
+    );
+    let v2 = parse(&text.replace("min-gap-v1", "min-gap-v2"))
+        .unwrap()
+        .into_policy();
+    assert_eq!(v2.algorithm(), PolicyAlgorithm::MinGapV2);
+    assert_eq!(
+        v2.canonical_bytes(),
+        br#"{"algorithm":"min-gap-v2","tenants":[{"id":"tenant-a","weight":3},{"id":"tenant-b","weight":1}]}"#
     );
 }
 

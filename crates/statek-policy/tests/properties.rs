@@ -86,6 +86,18 @@ fn check_min_gap(weights: &[(String, u32)], shuffled: &[(String, u32)]) {
     );
 }
 
+/// Every invariant of a valid `min-gap-v2` policy built from `weights`, and
+/// its largest ratio never above `min-gap-v1`'s.
+fn check_min_gap_v2(weights: &[(String, u32)], shuffled: &[(String, u32)]) {
+    let policy = check_policy_with(PolicyAlgorithm::MinGapV2, weights, shuffled);
+    let (bound, ideal) = largest_ratio(&policy);
+    let (v1_bound, v1_ideal) = largest_ratio(&build_with(PolicyAlgorithm::MinGapV1, weights));
+    assert!(
+        bound * v1_ideal <= v1_bound * ideal,
+        "min-gap-v2 {bound}/{ideal} above min-gap-v1 {v1_bound}/{v1_ideal}"
+    );
+}
+
 /// Every invariant of a valid policy built from `weights` (unique ids) with
 /// `algorithm`; returns the policy.
 fn check_policy_with(
@@ -150,6 +162,7 @@ fn check_policy_with(
     assert_eq!(other.canonical_bytes(), policy.canonical_bytes());
     assert_eq!(other.digest(), policy.digest());
     assert_eq!(other.cycle_tenant_indexes(), policy.cycle_tenant_indexes());
+    assert_eq!(other.cycle_digest(), policy.cycle_digest());
     assert_eq!(other, policy);
 
     // Canonical bytes round-trip exactly.
@@ -160,6 +173,7 @@ fn check_policy_with(
         decoded.cycle_tenant_indexes(),
         policy.cycle_tenant_indexes()
     );
+    assert_eq!(decoded.cycle_digest(), policy.cycle_digest());
     policy
 }
 
@@ -387,5 +401,38 @@ proptest! {
     #[test]
     fn min_gap_near_the_cycle_limit((weights, shuffled) in long_cycle()) {
         check_min_gap(&weights, &shuffled);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn min_gap_v2_small_policies((weights, shuffled) in small()) {
+        check_min_gap_v2(&weights, &shuffled);
+    }
+
+    #[test]
+    fn min_gap_v2_few_weights((weights, shuffled) in few_weights()) {
+        check_min_gap_v2(&weights, &shuffled);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(6))]
+
+    #[test]
+    fn min_gap_v2_lockstep((weights, shuffled) in lockstep()) {
+        check_min_gap_v2(&weights, &shuffled);
+    }
+
+    #[test]
+    fn min_gap_v2_near_the_tenant_limit((weights, shuffled) in many_tenants()) {
+        check_min_gap_v2(&weights, &shuffled);
+    }
+
+    #[test]
+    fn min_gap_v2_near_the_cycle_limit((weights, shuffled) in long_cycle()) {
+        check_min_gap_v2(&weights, &shuffled);
     }
 }

@@ -1,6 +1,6 @@
 //! The scheduler's one error type.
 
-use statek_policy::TenantId;
+use statek_policy::{CycleDigest, TenantId};
 use statek_store_pg::StoreError;
 
 /// Everything that can go wrong in `statek-scheduler`.
@@ -23,6 +23,22 @@ pub enum SchedulerError {
     PolicyMismatch {
         /// The shard.
         shard: String,
+    },
+    /// The shard stores the digest of another cycle than this replica
+    /// compiled from the same policy (another build of the algorithm, or
+    /// tampered data): ticking would map slots to other tenants than the
+    /// replicas that registered it. Nothing was reserved.
+    #[error(
+        "shard {shard} was registered with cycle digest {stored}, but this replica compiles \
+         cycle digest {local} from the same policy: refusing to tick"
+    )]
+    CycleMismatch {
+        /// The shard.
+        shard: String,
+        /// The cycle digest stored with the shard.
+        stored: CycleDigest,
+        /// The digest of this replica's compiled cycle.
+        local: CycleDigest,
     },
     /// Shutdown was requested before a slot was reserved; nothing was
     /// reserved.

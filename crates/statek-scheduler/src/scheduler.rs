@@ -81,7 +81,10 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     /// to another policy (never overwritten), `CorruptData` when the stored
     /// row fails its checks, or connection errors;
     /// [`SchedulerError::PolicyMismatch`] if the stored policy read back
-    /// differs.
+    /// differs; [`SchedulerError::CycleMismatch`] if the shard's stored
+    /// cycle digest is not the digest of this replica's compiled cycle
+    /// (shards registered before migration V6 store none and are not
+    /// checked).
     pub async fn register(
         store: PgStore,
         policy: WeightedFairnessPolicy,
@@ -94,6 +97,20 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             return Err(SchedulerError::PolicyMismatch {
                 shard: policy.shard_id().to_string(),
             });
+        }
+        match stored.cycle_digest() {
+            Some(stored_digest) if stored_digest != policy.cycle_digest() => {
+                return Err(SchedulerError::CycleMismatch {
+                    shard: policy.shard_id().to_string(),
+                    stored: stored_digest,
+                    local: policy.cycle_digest(),
+                });
+            }
+            Some(_) => {}
+            None => tracing::warn!(
+                shard = %policy.shard_id(),
+                "shard registered before cycle digests were stored: this replica's cycle is not checked against it"
+            ),
         }
         let digest = policy.digest();
         for bound in policy.starvation_bounds() {
@@ -184,7 +201,8 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                 source: StoreError::PolicyConflict { .. } | StoreError::PolicyDigestMismatch { .. },
                 ..
             }
-            | SchedulerError::PolicyMismatch { .. } => Some("policy_conflict"),
+            | SchedulerError::PolicyMismatch { .. }
+            | SchedulerError::CycleMismatch { .. } => Some("policy_conflict"),
             SchedulerError::Store {
                 source: StoreError::CorruptData { .. },
                 ..

@@ -208,6 +208,61 @@ async fn a_conflicting_policy_is_refused_before_any_claim() {
 }
 
 #[tokio::test]
+async fn a_replica_that_compiles_another_cycle_is_refused_before_any_claim() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = TenantId::try_from("tenant-a").unwrap();
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]))
+        .await
+        .unwrap();
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    store.register(&p).await.unwrap();
+    // As if the registering replica had compiled another cycle: a superuser
+    // rewrites the stored cycle digest with the shard's triggers disabled.
+    db.client()
+        .await
+        .batch_execute(
+            "SET session_replication_role = replica; \
+             UPDATE statek.scheduler_shards SET cycle_digest = sha256('another build') \
+             WHERE shard_id = 'primary-v1'",
+        )
+        .await
+        .unwrap();
+    let executor = PgRunQueueExecutor::new(store.clone(), Count::default(), ExecutorOptions::new());
+    let err =
+        DurableFairScheduler::register(store.clone(), p.clone(), executor, SchedulerOptions::new())
+            .await
+            .unwrap_err();
+    match &err {
+        SchedulerError::CycleMismatch {
+            shard,
+            stored,
+            local,
+        } => {
+            assert_eq!(shard, "primary-v1");
+            // printf 'another build' | sha256sum
+            assert_eq!(
+                stored.to_string(),
+                "db45811d226b12d0521bc4af42bb9b0167446da3f240e3c704475ba1cecb3288"
+            );
+            assert_eq!(*local, p.cycle_digest());
+        }
+        other => panic!("expected CycleMismatch, got {other:?}"),
+    }
+    assert!(!err.is_retryable());
+    // Nothing was reserved or claimed.
+    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 0);
+    assert_eq!(store.count_live_runs().await.unwrap(), 1);
+    // An untampered shard registers and ticks as before.
+    let q = policy("primary-v2", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let executor = PgRunQueueExecutor::new(store.clone(), Count::default(), ExecutorOptions::new());
+    DurableFairScheduler::register(store.clone(), q, executor, SchedulerOptions::new())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn the_scheduler_refuses_to_tick_on_corrupt_data() {
     let db = TestDatabase::create().await;
     let store = db.store();

@@ -16,6 +16,7 @@ ALTER FUNCTION statek.reserve(uuid, text, bytea, integer, text) OWNER TO {owner}
 ALTER FUNCTION statek.reserve_batch(uuid, text, bytea, bigint, uuid[], integer, text) OWNER TO {owner};
 ALTER FUNCTION statek.check_new_shard() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_truncate() OWNER TO {owner};
+ALTER FUNCTION statek.refuse_shard_cycle_digest_change() OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;

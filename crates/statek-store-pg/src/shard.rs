@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use statek_policy::{PolicyDigest, SchedulerShardId, WeightedFairnessPolicy};
+use statek_policy::{CycleDigest, PolicyDigest, SchedulerShardId, WeightedFairnessPolicy};
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
@@ -10,11 +10,13 @@ use crate::pooling::check_session_settings;
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
-/// Inserts the shard row unless the shard exists; returns the time it was
-/// registered when this call inserted it.
+/// Inserts the shard row (with the digest of the compiled cycle, V6) unless
+/// the shard exists; returns the time it was registered when this call
+/// inserted it.
 const INSERT_SHARD: &str = "
-    INSERT INTO statek.scheduler_shards (shard_id, policy_bytes, policy_digest, cycle_length)
-    VALUES ($1, $2, $3, $4)
+    INSERT INTO statek.scheduler_shards
+        (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest)
+    VALUES ($1, $2, $3, $4, $5)
     ON CONFLICT (shard_id) DO NOTHING
     RETURNING registered_at";
 
@@ -39,7 +41,7 @@ const SELECT_OLDEST: &str = "
     SELECT min(reserved_at) FROM statek.scheduler_reservations WHERE shard_id = $1";
 
 const SELECT_SHARD: &str = "
-    SELECT policy_bytes, policy_digest, cycle_length, next_sequence, registered_at
+    SELECT policy_bytes, policy_digest, cycle_length, cycle_digest, next_sequence, registered_at
     FROM statek.scheduler_shards
     WHERE shard_id = $1";
 
@@ -80,6 +82,7 @@ impl Registration {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredShard {
     policy: WeightedFairnessPolicy,
+    cycle_digest: Option<CycleDigest>,
     next_sequence: u64,
     registered_at: SystemTime,
 }
@@ -88,6 +91,19 @@ impl StoredShard {
     /// The policy bound to the shard, decoded from its canonical bytes.
     pub fn policy(&self) -> &WeightedFairnessPolicy {
         &self.policy
+    }
+
+    /// The digest of the cycle compiled by the replica that registered the
+    /// shard, as stored; `None` only for shards registered before the
+    /// column existed (migration V6).
+    ///
+    /// The store reads it fail-closed (32 bytes or `NULL`) but does not
+    /// compare it: the policy returned by [`policy`](Self::policy) was
+    /// compiled by this process, and comparing the two is the caller's check
+    /// that this replica compiles the same cycle
+    /// (`DurableFairScheduler::register` refuses on a mismatch).
+    pub fn cycle_digest(&self) -> Option<CycleDigest> {
+        self.cycle_digest
     }
 
     /// The next sequence the shard will hand out (= reservations so far).
@@ -110,6 +126,7 @@ impl StoredShard {
         let bytes: Vec<u8> = row.try_get("policy_bytes")?;
         let digest: Vec<u8> = row.try_get("policy_digest")?;
         let cycle_length: i32 = row.try_get("cycle_length")?;
+        let cycle_digest: Option<Vec<u8>> = row.try_get("cycle_digest")?;
         let next_sequence: i64 = row.try_get("next_sequence")?;
         let registered_at: SystemTime = row.try_get("registered_at")?;
         let policy = WeightedFairnessPolicy::decode(shard.clone(), &bytes).map_err(|e| {
@@ -134,6 +151,16 @@ impl StoredShard {
                 ),
             ));
         }
+        let cycle_digest = cycle_digest
+            .map(|bytes| {
+                CycleDigest::try_from(bytes.as_slice()).map_err(|e| {
+                    StoreError::corrupt(
+                        "shard cycle digest",
+                        format!("shard {shard}: stored cycle digest: {e}"),
+                    )
+                })
+            })
+            .transpose()?;
         let next_sequence = u64::try_from(next_sequence).map_err(|_| {
             StoreError::corrupt(
                 "shard cursor",
@@ -142,6 +169,7 @@ impl StoredShard {
         })?;
         Ok(Self {
             policy,
+            cycle_digest,
             next_sequence,
             registered_at,
         })
@@ -191,6 +219,8 @@ impl PgStore {
         let digest = policy.digest();
         let bytes = policy.canonical_bytes();
         let digest_bytes = &digest.as_bytes()[..];
+        let cycle_digest = policy.cycle_digest();
+        let cycle_digest_bytes = &cycle_digest.as_bytes()[..];
         let checks_settings = self.config().uses_transaction_pooling();
         let settings = self.config().session_settings();
         let level = self.config().synchronous_commit_level().as_str();
@@ -212,6 +242,7 @@ impl PgStore {
                                 (&bytes, Type::BYTEA),
                                 (&digest_bytes, Type::BYTEA),
                                 (&cycle_length, Type::INT4),
+                                (&cycle_digest_bytes, Type::BYTEA),
                             ],
                         )
                         .await?;

@@ -188,3 +188,98 @@ async fn the_last_sequence_is_reserved_then_exhausted() {
         .get(0);
     assert_eq!(rows, 0);
 }
+
+#[tokio::test]
+async fn the_cycle_digest_is_stored_at_registration_and_never_changes() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    store.register(&p).await.unwrap();
+    let loaded = store.load_shard(p.shard_id()).await.unwrap();
+    assert_eq!(loaded.cycle_digest(), Some(p.cycle_digest()));
+    let client = db.client().await;
+    let stored: Vec<u8> = client
+        .query_one(
+            "SELECT cycle_digest FROM statek.scheduler_shards WHERE shard_id = 'primary-v1'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("cycle_digest");
+    assert_eq!(stored, p.cycle_digest().as_bytes());
+    // Even with V1's policy trigger off, V6's own trigger refuses a change
+    // of a set cycle digest, and so does the cursor-moving update.
+    for statement in [
+        "UPDATE statek.scheduler_shards SET cycle_digest = sha256('forged')",
+        "UPDATE statek.scheduler_shards SET cycle_digest = NULL",
+        "UPDATE statek.scheduler_shards SET cycle_digest = sha256('forged'), next_sequence = next_sequence + 1",
+    ] {
+        let result = client
+            .batch_execute(&format!(
+                "ALTER TABLE statek.scheduler_shards DISABLE TRIGGER scheduler_shards_immutable; \
+                 {statement}"
+            ))
+            .await;
+        client
+            .batch_execute(
+                "ALTER TABLE statek.scheduler_shards ENABLE TRIGGER scheduler_shards_immutable",
+            )
+            .await
+            .unwrap();
+        let error = result.expect_err(statement);
+        assert_eq!(
+            error.as_db_error().unwrap().code().code(),
+            "SK001",
+            "{statement}"
+        );
+    }
+    // A digest of the wrong length is refused by the column's CHECK.
+    tamper_refused(
+        &db,
+        "UPDATE statek.scheduler_shards SET cycle_digest = '\\x00'::bytea",
+        "23514",
+    )
+    .await;
+    assert_eq!(
+        store.load_shard(p.shard_id()).await.unwrap().cycle_digest(),
+        Some(p.cycle_digest())
+    );
+}
+
+/// Runs `statement` with every trigger of the shard table off and expects
+/// `sqlstate`.
+async fn tamper_refused(db: &TestDatabase, statement: &str, sqlstate: &str) {
+    let client = db.client().await;
+    let result = client
+        .batch_execute(&format!(
+            "SET session_replication_role = replica; {statement}"
+        ))
+        .await;
+    let error = result.expect_err(statement);
+    assert_eq!(
+        error.as_db_error().unwrap().code().code(),
+        sqlstate,
+        "{statement}"
+    );
+}
+
+#[tokio::test]
+async fn a_tampered_cycle_digest_is_read_back_as_stored() {
+    // The store reads the digest fail-closed and hands it over as stored;
+    // comparing it with the local compilation is the scheduler's check.
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    store.register(&p).await.unwrap();
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "SET session_replication_role = replica; \
+             UPDATE statek.scheduler_shards SET cycle_digest = sha256('forged')",
+        )
+        .await
+        .unwrap();
+    let loaded = store.load_shard(p.shard_id()).await.unwrap();
+    assert_ne!(loaded.cycle_digest(), Some(p.cycle_digest()));
+    assert_eq!(loaded.cycle_digest().map(|d| d.as_bytes()[0]), Some(0xcc));
+}

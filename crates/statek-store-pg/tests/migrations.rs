@@ -44,15 +44,28 @@ fn every_migration_file_matches_the_committed_manifest() {
         "a migration was added, removed or edited: landed migrations are never edited; \
          a new one is added to migrations/MANIFEST.sha256 in the same commit"
     );
-    // Every file is embedded, as V<n>__<verb_object>.sql, numbered 1..=n.
+    // Every file is embedded, as V<n>__<verb_object>.sql, numbered from 1
+    // upwards. Versions are strictly increasing rather than contiguous:
+    // branches number their migrations ahead of ones still under review
+    // (V6 landed before V5).
     let embedded: Vec<String> = embedded_migrations()
         .into_iter()
         .map(|(v, name)| format!("V{v}__{name}.sql"))
         .collect();
-    assert_eq!(embedded, found.keys().cloned().collect::<Vec<_>>());
-    for (i, (version, _)) in embedded_migrations().iter().enumerate() {
-        assert_eq!(*version as usize, i + 1);
-    }
+    let mut by_name = found.keys().cloned().collect::<Vec<_>>();
+    by_name.sort_by_key(|name| {
+        name.trim_start_matches('V')
+            .split("__")
+            .next()
+            .and_then(|v| v.parse::<u32>().ok())
+    });
+    assert_eq!(embedded, by_name);
+    let versions: Vec<u32> = embedded_migrations().iter().map(|(v, _)| *v).collect();
+    assert_eq!(versions.first(), Some(&1));
+    assert!(
+        versions.windows(2).all(|pair| pair[0] < pair[1]),
+        "{versions:?}"
+    );
 }
 
 #[test]
@@ -67,28 +80,49 @@ fn every_migration_opens_with_a_comment_saying_why() {
 
 #[tokio::test]
 async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
-    let latest = embedded_migrations().last().unwrap().0;
-    let db = TestDatabase::create_at_version(latest - 1).await;
+    let versions: Vec<u32> = embedded_migrations().iter().map(|(v, _)| *v).collect();
+    let latest = *versions.last().unwrap();
+    let previous = versions[versions.len() - 2];
+    let db = TestDatabase::create_at_version(previous).await;
     let store = db.store();
     let p = WeightedFairnessPolicy::new(
         SchedulerShardId::try_from("primary-v1").unwrap(),
         [TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 1).unwrap()],
     )
     .unwrap();
-    store.register(&p).await.unwrap();
-    // A reservation as the previous schema's statement wrote it (this
-    // build's statement needs the latest schema).
-    db.client()
+    // Without V6's column, register the way the code of that migration set
+    // did (today's register writes the cycle digest).
+    let registered_before = db
+        .client()
         .await
-        .execute(
-            "WITH r AS (INSERT INTO statek.scheduler_reservations
-                            (reservation_id, shard_id, sequence, slot, policy_digest)
-                        SELECT $1, shard_id, 0, 0, policy_digest FROM statek.scheduler_shards
-                        RETURNING shard_id)
-             UPDATE statek.scheduler_shards SET next_sequence = 1 FROM r
-             WHERE scheduler_shards.shard_id = r.shard_id",
-            &[&Uuid::now_v7()],
+        .query_opt(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = 'statek' \
+             AND table_name = 'scheduler_shards' AND column_name = 'cycle_digest'",
+            &[],
         )
+        .await
+        .unwrap()
+        .is_none();
+    if registered_before {
+        db.client()
+            .await
+            .execute(
+                "INSERT INTO statek.scheduler_shards (shard_id, policy_bytes, policy_digest, cycle_length)
+                 VALUES ($1, $2, $3, $4)",
+                &[
+                    &p.shard_id().as_str(),
+                    &p.canonical_bytes(),
+                    &&p.digest().as_bytes()[..],
+                    &i32::try_from(p.cycle_length()).unwrap(),
+                ],
+            )
+            .await
+            .unwrap();
+    } else {
+        store.register(&p).await.unwrap();
+    }
+    store
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
         .await
         .unwrap();
     let before = store.reservations(p.shard_id(), 0, 10).await.unwrap();
@@ -108,6 +142,24 @@ async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
         .await
         .unwrap();
     assert_eq!(next.sequence(), 1);
+    if registered_before {
+        // A shard registered before V6 has no cycle digest to check; a
+        // shard registered after it has its own.
+        assert_eq!(
+            store.load_shard(p.shard_id()).await.unwrap().cycle_digest(),
+            None
+        );
+        let q = WeightedFairnessPolicy::new(
+            SchedulerShardId::try_from("primary-v2").unwrap(),
+            [TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 1).unwrap()],
+        )
+        .unwrap();
+        store.register(&q).await.unwrap();
+        assert_eq!(
+            store.load_shard(q.shard_id()).await.unwrap().cycle_digest(),
+            Some(q.cycle_digest())
+        );
+    }
 }
 
 #[tokio::test]
