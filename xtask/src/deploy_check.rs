@@ -705,6 +705,9 @@ mod tests {
             statek_store_pg::PRUNE_DELETED_TOTAL,
             statek_store_pg::PRUNE_CUTOFF_TIMESTAMP_SECONDS,
             statek_store_pg::PRUNE_BATCH_DURATION_SECONDS,
+            statek_store_pg::DURABILITY_RISK,
+            statek_store_pg::RESERVATIONS_LOST_TOTAL,
+            statek_store_pg::TIMELINE_CHANGES_TOTAL,
         ]);
         listed.sort_unstable();
         emitted.sort_unstable();

@@ -37,7 +37,7 @@ pub struct TestArgs {
 /// The PgBouncer URL the tests through a transaction-mode pool read.
 const PGBOUNCER_URL_ENV: &str = "STATEK_TEST_PGBOUNCER_URL";
 
-const FULL_SUITE: &[&str] = &["test", "--workspace", "--all-features"];
+const FULL_SUITE: &[&str] = &["test", "--workspace", "--all-features", "--no-fail-fast"];
 const DATABASE_SUITE: &[&str] = &[
     "test",
     "-p",
@@ -48,6 +48,7 @@ const DATABASE_SUITE: &[&str] = &[
     "statek-cli",
     "--all-features",
     "--tests",
+    "--no-fail-fast",
 ];
 
 struct StepRecord {

@@ -202,6 +202,26 @@ mod tests {
             .into(),
             CONFIGURATION,
         );
+        check(
+            StoreError::DirectConnectionRequired { what: "LISTEN" }.into(),
+            CONFIGURATION,
+        );
+        check(
+            StoreError::DurabilityRefused {
+                risks: vec![statek_store_pg::DurabilityRisk::FsyncOff],
+                report: Box::new(statek_store_pg::DurabilityReport {
+                    fsync: false,
+                    full_page_writes: true,
+                    synchronous_commit: statek_store_pg::SynchronousCommit::On,
+                    synchronous_standby_names: String::new(),
+                    standbys: Vec::new(),
+                    hidden_walsenders: 0,
+                    timeline: Some(1),
+                }),
+            }
+            .into(),
+            DURABILITY_REFUSED,
+        );
     }
 
     #[test]
@@ -209,7 +229,9 @@ mod tests {
         let mut codes: Vec<u8> = ALL.iter().map(|(code, _)| *code).collect();
         codes.sort_unstable();
         codes.dedup();
-        assert_eq!(codes, (0..=9).collect::<Vec<u8>>());
+        assert_eq!(codes.len(), ALL.len(), "duplicate codes");
+        let highest = u8::try_from(ALL.len() - 1).unwrap();
+        assert_eq!(codes, (0..=highest).collect::<Vec<u8>>());
         let docs = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../docs/operations.md"
@@ -226,6 +248,6 @@ mod tests {
             .lines()
             .filter_map(|line| line.strip_prefix("| ")?.split(' ').next()?.parse().ok())
             .collect();
-        assert_eq!(documented, (0..=9).collect::<Vec<u8>>(), "{table}");
+        assert_eq!(documented, codes, "{table}");
     }
 }

@@ -20,6 +20,9 @@ fn command(args: &[&str], database_url: Option<&str>) -> Command {
     cmd.args(args)
         .current_dir(workspace())
         .env_remove("DATABASE_URL")
+        // The test server is fast, not durable: exit 10 by default is
+        // tested in tests/cli.rs.
+        .env("STATEK_DURABILITY", "none")
         .env("RUST_BACKTRACE", "1");
     if let Some(url) = database_url {
         cmd.env("DATABASE_URL", url);

@@ -17,6 +17,9 @@ fn statek(args: &[&str]) -> Output {
         .env_remove("DATABASE_URL")
         .env_remove("STATEK_TRANSACTION_POOLING")
         .env_remove("STATEK_DIRECT_DATABASE_URL")
+        // The test server is fast, not durable (see tests/cli.rs for the
+        // default refusal).
+        .env("STATEK_DURABILITY", "none")
         .output()
         .unwrap()
 }
@@ -48,7 +51,6 @@ async fn register_status_and_migrate_through_pgbouncer() {
     let db = TestDatabase::create().await;
     let config = db.pgbouncer_store_config();
     let bouncer = connection_string(config.pg_config());
-    let direct = db.connection_string();
     let policy = PathBuf::from("deploy/policies/two-tenants.toml");
     let policy = policy.to_str().unwrap();
 
@@ -56,7 +58,8 @@ async fn register_status_and_migrate_through_pgbouncer() {
     let out = statek(&["register", policy, "--database-url", &bouncer]);
     assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
 
-    // In the mode, a role without the timeouts is refused, naming the fix.
+    // In the mode, a role without the timeouts is refused, naming the fix
+    // (a configuration error, exit 9).
     let out = statek(&[
         "register",
         policy,
@@ -64,13 +67,20 @@ async fn register_status_and_migrate_through_pgbouncer() {
         &bouncer,
         "--transaction-pooling",
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(9), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("ALTER ROLE \"postgres\" SET lock_timeout = '5000ms'"),
         "{}",
         stderr(&out)
     );
 
+    // A database whose settings are right from the start: PgBouncer keeps
+    // the server connections it opened above, and a per-database setting
+    // reaches only new ones (docs/operations.md, PgBouncer section).
+    let db = TestDatabase::create().await;
+    let config = db.pgbouncer_store_config();
+    let bouncer = connection_string(config.pg_config());
+    let direct = db.connection_string();
     db.set_session_settings(&config).await;
     let out = statek(&[
         "register",
@@ -84,6 +94,7 @@ async fn register_status_and_migrate_through_pgbouncer() {
         .args(["status", "--shard", "primary-v1", "--format", "json"])
         .env("DATABASE_URL", &bouncer)
         .env("STATEK_TRANSACTION_POOLING", "1")
+        .env("STATEK_DURABILITY", "none")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -93,14 +104,14 @@ async fn register_status_and_migrate_through_pgbouncer() {
         (&serde_json::json!(0), &serde_json::json!(0))
     );
 
-    // Migrations need the direct connection.
+    // Migrations need the direct connection (a configuration error, exit 9).
     let out = statek(&[
         "migrate",
         "--database-url",
         &bouncer,
         "--transaction-pooling",
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(9), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("--direct-database-url"),
         "{}",

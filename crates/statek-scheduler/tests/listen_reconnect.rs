@@ -15,7 +15,7 @@ use statek_scheduler::{
     SchedulerOptions, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{ClaimedRun, NewRun, PgStore, StoreConfig};
+use statek_store_pg::{ClaimedRun, NewRun, PgStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -100,7 +100,7 @@ async fn a_worker_listens_again_after_its_notification_link_goes_silent() {
     }
     // The pool connects directly; only LISTEN goes through the relay.
     let store = PgStore::new(
-        StoreConfig::from_pg_config(db.pg_config().clone())
+        statek_store_pg::testing::test_store_config(db.pg_config().clone())
             .direct_pg_config(through_relay)
             .response_timeout(Duration::from_secs(2))
             .unwrap()

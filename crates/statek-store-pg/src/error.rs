@@ -389,9 +389,12 @@ fn is_rejection_sqlstate(code: &str) -> bool {
 
 impl StoreError {
     /// True for permanent configuration errors: the connection string, its
-    /// TLS settings and files, the server's certificate, or the server's
-    /// refusal of the role, password or database. Retrying never helps;
-    /// the settings must change. Never retryable.
+    /// TLS settings and files, the server's certificate, the server's
+    /// refusal of the role, password or database, and under transaction
+    /// pooling a role without statek's session settings or a missing
+    /// direct connection, or a `synchronous_commit` overridden in statek's
+    /// own transaction. Retrying never helps; the settings must change.
+    /// Never retryable.
     pub fn is_configuration(&self) -> bool {
         matches!(
             self,
@@ -400,6 +403,9 @@ impl StoreError {
                 | StoreError::Tls { .. }
                 | StoreError::ConnectionRejected { .. }
                 | StoreError::ConnectionSettings { .. }
+                | StoreError::SessionSettingMismatch { .. }
+                | StoreError::DirectConnectionRequired { .. }
+                | StoreError::DurabilityNotInForce { .. }
         )
     }
 
