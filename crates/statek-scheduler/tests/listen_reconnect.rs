@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,57 +16,7 @@ use statek_scheduler::{
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{ClaimedRun, NewRun, PgStore};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
-
-/// Copies `from` to `to` until `freeze` is set; then swallows everything,
-/// keeping both sockets open.
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    freeze: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if freeze.load(Ordering::SeqCst) {
-            let _keep = to;
-            std::future::pending::<()>().await;
-            return;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// A relay to `upstream`; setting the returned flag freezes the
-/// connections open at that moment; later ones relay normally.
-async fn relay(upstream: String) -> (u16, Arc<AtomicBool>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let current = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&current);
-    tokio::spawn(async move {
-        let mut freeze = flag;
-        loop {
-            let (client, _) = listener.accept().await.unwrap();
-            if freeze.load(Ordering::SeqCst) {
-                freeze = Arc::new(AtomicBool::new(false));
-            }
-            let server = TcpStream::connect(&upstream).await.unwrap();
-            let (cr, cw) = client.into_split();
-            let (sr, sw) = server.into_split();
-            tokio::spawn(pump(cr, sw, Arc::clone(&freeze)));
-            tokio::spawn(pump(sr, cw, Arc::clone(&freeze)));
-        }
-    });
-    (port, current)
-}
 
 #[derive(Debug, Default)]
 struct Done;
@@ -87,7 +37,8 @@ async fn a_worker_listens_again_after_its_notification_link_goes_silent() {
         ([tokio_postgres::config::Host::Tcp(host), ..], [port, ..]) => (host.clone(), *port),
         other => panic!("a TCP test server is needed, got {other:?}"),
     };
-    let (relay_port, freeze) = relay(format!("{host}:{port}")).await;
+    let (relay_port, freeze) =
+        statek_store_pg::testing::freezing_relay(format!("{host}:{port}")).await;
     let mut through_relay = tokio_postgres::Config::new();
     through_relay
         .host("127.0.0.1")

@@ -9,6 +9,11 @@
 #![allow(clippy::panic, clippy::expect_used)]
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 use uuid::Uuid;
 
@@ -206,6 +211,66 @@ fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// A TCP relay on 127.0.0.1 to `upstream` (`host:port`) that can go
+/// silent: setting the returned flag freezes the connections open at that
+/// moment (they stay open and forward nothing, like a link whose peer
+/// vanished without closing it); connections accepted later relay
+/// normally. Returns the relay's port. For dead-link tests.
+pub async fn freezing_relay(upstream: String) -> (u16, Arc<AtomicBool>) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the relay");
+    let port = listener.local_addr().expect("relay address").port();
+    let current = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&current);
+    tokio::spawn(async move {
+        let mut freeze = flag;
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            // A frozen epoch ends at the next accept: later connections
+            // get a fresh flag.
+            if freeze.load(Ordering::SeqCst) {
+                freeze = Arc::new(AtomicBool::new(false));
+            }
+            let Ok(server) = TcpStream::connect(&upstream).await else {
+                continue;
+            };
+            let (cr, cw) = client.into_split();
+            let (sr, sw) = server.into_split();
+            tokio::spawn(pump(cr, sw, Arc::clone(&freeze)));
+            tokio::spawn(pump(sr, cw, Arc::clone(&freeze)));
+        }
+    });
+    (port, current)
+}
+
+/// Copies `from` to `to` until `freeze` is set; then swallows everything,
+/// keeping both sockets open.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    freeze: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if freeze.load(Ordering::SeqCst) {
+            // Keep `to` (and so the socket) alive, forward nothing.
+            let _keep = to;
+            std::future::pending::<()>().await;
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// The prune batch statement (parameters: `$1` retention in seconds as

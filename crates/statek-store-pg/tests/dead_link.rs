@@ -13,61 +13,7 @@ use std::time::{Duration, Instant};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{PgStore, StoreConfig, StoreError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use uuid::Uuid;
-
-/// Copies `from` to `to` until `freeze` is set; then swallows everything,
-/// keeping both sockets open.
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    freeze: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if freeze.load(Ordering::SeqCst) {
-            // Keep `to` (and so the socket) alive, forward nothing.
-            let _keep = to;
-            std::future::pending::<()>().await;
-            return;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// A relay to `upstream`; setting the returned flag freezes the
-/// connections open at that moment. Connections accepted later relay
-/// normally.
-async fn relay(upstream: String) -> (u16, Arc<AtomicBool>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let current = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&current);
-    tokio::spawn(async move {
-        let mut freeze = flag;
-        loop {
-            let (client, _) = listener.accept().await.unwrap();
-            // A frozen epoch ends at the next accept: later connections
-            // get a fresh flag.
-            if freeze.load(Ordering::SeqCst) {
-                freeze = Arc::new(AtomicBool::new(false));
-            }
-            let server = TcpStream::connect(&upstream).await.unwrap();
-            let (cr, cw) = client.into_split();
-            let (sr, sw) = server.into_split();
-            tokio::spawn(pump(cr, sw, Arc::clone(&freeze)));
-            tokio::spawn(pump(sr, cw, Arc::clone(&freeze)));
-        }
-    });
-    (port, current)
-}
 
 /// The response timeout of the tests: long enough for a healthy statement
 /// on a loaded CI machine, short enough to keep the tests quick.
@@ -88,7 +34,8 @@ async fn store_behind_relay_with(
         ([tokio_postgres::config::Host::Tcp(host), ..], [port, ..]) => (host.clone(), *port),
         other => panic!("a TCP test server is needed, got {other:?}"),
     };
-    let (relay_port, freeze) = relay(format!("{host}:{port}")).await;
+    let (relay_port, freeze) =
+        statek_store_pg::testing::freezing_relay(format!("{host}:{port}")).await;
     // A fresh config: `host`/`port` on a clone would add a second host.
     let mut pg = tokio_postgres::Config::new();
     pg.host("127.0.0.1")
