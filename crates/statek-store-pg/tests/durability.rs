@@ -145,6 +145,26 @@ async fn a_session_without_flush_is_a_risk_and_reservations_set_their_own_level(
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "remote_apply");
     assert_eq!(row.get::<_, i64>(1), 0);
+    // It stays in force after the function returns, up to the commit (the
+    // function's own `SET search_path` clause does not revert it).
+    client
+        .batch_execute("BEGIN; SET LOCAL synchronous_commit = off")
+        .await
+        .unwrap();
+    client
+        .query_one(
+            "SELECT sequence FROM statek.reserve($1, $2, $3, NULL, 'remote_write')",
+            &[&Uuid::now_v7(), &p.shard_id().as_str(), &&p.digest().as_bytes()[..]],
+        )
+        .await
+        .unwrap();
+    let at_commit: String = client
+        .query_one("SHOW synchronous_commit", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(at_commit, "remote_write");
+    client.batch_execute("COMMIT").await.unwrap();
     // The transaction's setting ended with it.
     let after: String = client
         .query_one("SHOW synchronous_commit", &[])
@@ -156,7 +176,7 @@ async fn a_session_without_flush_is_a_risk_and_reservations_set_their_own_level(
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
         .await
         .unwrap();
-    assert_eq!((r.sequence(), r.timeline()), (1, Some(1)));
+    assert_eq!((r.sequence(), r.timeline()), (2, Some(1)));
 }
 
 /// Moves the server to `timeline` as far as statek can tell (what a
