@@ -153,9 +153,7 @@ pub fn load_policy(args: &DemoArgs) -> Result<WeightedFairnessPolicy> {
             PolicyFile::parse("noisy-neighbour.toml (built in)", DEFAULT_POLICY)?.into_policy(),
         );
     };
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        crate::exit::InvalidInput(format!("cannot read policy file {}: {e}", path.display()))
-    })?;
+    let text = crate::policy_cmd::read_policy_text(path)?;
     Ok(PolicyFile::parse(&path.display().to_string(), &text)?.into_policy())
 }
 

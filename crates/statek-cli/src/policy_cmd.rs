@@ -11,10 +11,36 @@ use statek_policy::analysis::SetMeasure;
 use statek_policy::policy_file::PolicyFile;
 use statek_policy::{PolicyAlgorithm, WeightedFairnessPolicy};
 
+/// The largest policy file read, in bytes. The largest policy (1,024
+/// tenants with 128-byte ids) is about 170 KB of TOML; a larger input (or
+/// an endless one such as `/dev/zero`) is refused before it is read whole.
+pub const MAX_POLICY_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads a policy file's text, at most [`MAX_POLICY_FILE_BYTES`].
+///
+/// # Errors
+/// [`crate::exit::InvalidInput`] (exit 3) naming the file: unreadable, too
+/// large, or not UTF-8.
+pub fn read_policy_text(path: &Path) -> Result<String> {
+    use std::io::Read as _;
+    let invalid = |what: String| crate::exit::InvalidInput(format!("{}: {what}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| invalid(format!("cannot read: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_POLICY_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| invalid(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_POLICY_FILE_BYTES {
+        return Err(invalid(format!(
+            "larger than {MAX_POLICY_FILE_BYTES} bytes: not a policy file"
+        ))
+        .into());
+    }
+    String::from_utf8(bytes).map_err(|e| invalid(format!("not UTF-8: {e}")).into())
+}
+
 /// Reads and parses a policy file; errors name the file, line and field.
 pub fn load(path: &Path) -> Result<WeightedFairnessPolicy> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| crate::exit::InvalidInput(format!("{}: cannot read: {e}", path.display())))?;
+    let text = read_policy_text(path)?;
     let file = PolicyFile::parse(&path.display().to_string(), &text)?;
     Ok(file.into_policy())
 }

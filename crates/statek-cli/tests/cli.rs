@@ -222,6 +222,14 @@ fn every_invalid_file_names_file_line_and_field() {
     let missing = statek(&["policy", "compile", "no/such/file.toml"], None);
     assert_eq!(missing.status.code(), Some(3));
     assert!(stderr(&missing).contains("no/such/file.toml: cannot read"));
+    // An endless input is refused after 4 MiB, not read into memory.
+    let endless = statek(&["policy", "compile", "/dev/zero"], None);
+    assert_eq!(endless.status.code(), Some(3));
+    assert!(
+        stderr(&endless).contains("/dev/zero: larger than 4194304 bytes: not a policy file"),
+        "{}",
+        stderr(&endless)
+    );
     let no_db = statek(&["status", "--shard", "primary-v1"], None);
     assert_eq!(no_db.status.code(), Some(9));
     assert!(stderr(&no_db).contains("DATABASE_URL"));
