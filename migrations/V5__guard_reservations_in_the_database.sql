@@ -227,15 +227,23 @@ REVOKE ALL ON FUNCTION statek.reserve_batch(uuid, text, bytea, bigint, uuid[], i
     FROM PUBLIC;
 
 -- A new shard starts at sequence 0, its digest is the digest of its bytes,
--- its cycle length is the sum of its weights, and its registration time is
--- the database's. Anything else would bind a shard that every replica
--- refuses (CorruptData) or that starts mid-sequence.
+-- its bytes are a canonical policy (statek_policy's encoder: a known
+-- algorithm, 1..=1024 tenants with valid, distinct ids sorted by their raw
+-- bytes and weights 1..=1024, no other key, no whitespace), its cycle
+-- length is the sum of its weights, and its registration time is the
+-- database's. Anything else would bind a shard id forever to something
+-- every replica refuses (CorruptData) or that starts mid-sequence.
 CREATE FUNCTION statek.check_new_shard() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_doc jsonb;
+    v_tenants integer;
+    v_distinct integer;
+    v_invalid integer;
     v_weights bigint;
+    v_canonical text;
 BEGIN
     IF NEW.next_sequence IS DISTINCT FROM 0 THEN
         RAISE EXCEPTION 'statek: shard % must start at sequence 0, not %',
@@ -247,13 +255,40 @@ BEGIN
             NEW.shard_id USING ERRCODE = 'SK001';
     END IF;
     BEGIN
-        SELECT sum((t.value ->> 'weight')::bigint) INTO v_weights
-        FROM jsonb_array_elements(convert_from(NEW.policy_bytes, 'UTF8')::jsonb -> 'tenants')
-             AS t(value);
+        v_doc := convert_from(NEW.policy_bytes, 'UTF8')::jsonb;
     EXCEPTION WHEN others THEN
-        RAISE EXCEPTION 'statek: the policy bytes of shard % are not a policy', NEW.shard_id
-            USING ERRCODE = 'SK001';
+        v_doc := NULL;
     END;
+    IF jsonb_typeof(v_doc) IS DISTINCT FROM 'object'
+       OR jsonb_typeof(v_doc -> 'tenants') IS DISTINCT FROM 'array'
+       OR (v_doc ->> 'algorithm') IS NULL
+       OR (v_doc ->> 'algorithm') NOT IN ('swrr-v1', 'min-gap-v1', 'min-gap-v2') THEN
+        RAISE EXCEPTION 'statek: the policy bytes of shard % are not a policy of a known algorithm',
+            NEW.shard_id USING ERRCODE = 'SK001';
+    END IF;
+    SELECT count(*), count(DISTINCT t.value ->> 'id'),
+           count(*) FILTER (WHERE NOT (
+               jsonb_typeof(t.value -> 'id') = 'string'
+               AND octet_length(t.value ->> 'id') BETWEEN 1 AND 128
+               AND (t.value ->> 'id') ~ '^[A-Za-z0-9._:-]+$'
+               AND (t.value ->> 'id') NOT IN ('.', '..')
+               AND jsonb_typeof(t.value -> 'weight') = 'number'
+               AND (t.value ->> 'weight') ~ '^[1-9][0-9]{0,3}$'
+               AND (t.value ->> 'weight')::integer BETWEEN 1 AND 1024)),
+           sum(CASE WHEN (t.value ->> 'weight') ~ '^[1-9][0-9]{0,3}$'
+                    THEN (t.value ->> 'weight')::bigint END),
+           '{"algorithm":"' || (v_doc ->> 'algorithm') || '","tenants":['
+               || string_agg('{"id":"' || (t.value ->> 'id') || '","weight":'
+                             || (t.value ->> 'weight') || '}',
+                             ',' ORDER BY (t.value ->> 'id') COLLATE "C")
+               || ']}'
+      INTO v_tenants, v_distinct, v_invalid, v_weights, v_canonical
+      FROM jsonb_array_elements(v_doc -> 'tenants') AS t(value);
+    IF v_tenants NOT BETWEEN 1 AND 1024 OR v_distinct <> v_tenants OR v_invalid > 0
+       OR convert_to(v_canonical, 'UTF8') IS DISTINCT FROM NEW.policy_bytes THEN
+        RAISE EXCEPTION 'statek: the policy bytes of shard % are not a canonical policy (1..=1024 distinct valid tenant ids, weights 1..=1024, canonical form)',
+            NEW.shard_id USING ERRCODE = 'SK001';
+    END IF;
     IF v_weights IS DISTINCT FROM NEW.cycle_length THEN
         RAISE EXCEPTION 'statek: shard % has cycle length % but its weights sum to %',
             NEW.shard_id, NEW.cycle_length, v_weights USING ERRCODE = 'SK001';

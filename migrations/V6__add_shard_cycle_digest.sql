@@ -29,3 +29,21 @@ $$;
 CREATE TRIGGER scheduler_shards_cycle_digest_immutable
     BEFORE UPDATE ON statek.scheduler_shards
     FOR EACH ROW EXECUTE FUNCTION statek.refuse_shard_cycle_digest_change();
+
+-- A shard registered from here on carries its cycle digest: without it the
+-- replicas' check that they all compile the same cycle would be off for
+-- that shard forever (it cannot be added later: the row is immutable).
+CREATE FUNCTION statek.require_cycle_digest() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.cycle_digest IS NULL THEN
+        RAISE EXCEPTION 'statek: shard % must be registered with the digest of its compiled cycle',
+            NEW.shard_id USING ERRCODE = 'SK001';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER scheduler_shards_cycle_digest_required
+    BEFORE INSERT ON statek.scheduler_shards
+    FOR EACH ROW EXECUTE FUNCTION statek.require_cycle_digest();

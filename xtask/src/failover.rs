@@ -473,13 +473,27 @@ async fn reserve_loop(
 }
 
 /// A Worker on the shard, restarted after it ends on a transient error;
-/// returns the runs it completed. A reported loss ends it (as it should).
+/// returns the runs it executed (counted from its tick outcomes, so a
+/// Worker that ends with an error still counts its runs). A reported loss
+/// ends it (as it should).
 async fn worker_loop(
     store: PgStore,
     policy: WeightedFairnessPolicy,
     stop: CancellationToken,
 ) -> Result<u64> {
-    let mut completed = 0;
+    let executed = Arc::new(AtomicU64::new(0));
+    let (sink, mut outcomes) =
+        tokio::sync::mpsc::unbounded_channel::<statek_scheduler::TickOutcome>();
+    let counter = {
+        let executed = Arc::clone(&executed);
+        tokio::spawn(async move {
+            while let Some(outcome) = outcomes.recv().await {
+                if outcome.tenant_outcome().label() == "executed" {
+                    executed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
     while !stop.is_cancelled() {
         let executor = PgRunQueueExecutor::new(store.clone(), NoopHandler, ExecutorOptions::new());
         let scheduler = match DurableFairScheduler::register(
@@ -498,17 +512,20 @@ async fn worker_loop(
             Err(e) => return Err(e.into()),
         };
         match Worker::new(scheduler, WorkerOptions::new().concurrency(2)?)
+            .with_outcome_sink(sink.clone())
             .run(stop.clone())
             .await
         {
-            Ok(report) => completed += report.executed,
+            Ok(_) => {}
             Err(e) if e.is_retryable() => {}
             Err(statek_scheduler::SchedulerError::Store {
                 source: StoreError::ReservationsLostInFailover(_),
                 ..
-            }) => return Ok(completed),
+            }) => break,
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(completed)
+    drop(sink);
+    counter.await?;
+    Ok(executed.load(Ordering::Relaxed))
 }

@@ -74,7 +74,7 @@ enum Task {
     Bench(bench::BenchArgs),
     /// A real failover under load: primary crashed, standby promoted (asynchronous with lag, then synchronous).
     Failover(failover::FailoverArgs),
-    /// Print bound / ceil(L/w) ratios of swrr-v1 and min-gap-v1 over generated weight families.
+    /// Print bound / ceil(L/w) ratios of swrr-v1, min-gap-v1 and min-gap-v2 over generated weight families.
     BoundsReport(bounds_report::BoundsReportArgs),
 }
 

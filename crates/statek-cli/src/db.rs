@@ -36,14 +36,14 @@ pub struct DbArgs {
     pub durability: Durability,
 }
 
-/// The `--durability` values (see [`DurabilityPolicy`]).
+/// The `--durability` values (`statek_store_pg::DurabilityPolicy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Durability {
-    /// [`DurabilityPolicy::Require`].
+    /// Refuse every risk (the default).
     Require,
-    /// [`DurabilityPolicy::AllowAsynchronousStandbys`].
+    /// Accept asynchronous or invisible standbys.
     AllowAsyncStandbys,
-    /// [`DurabilityPolicy::AllowNoDurability`].
+    /// Accept everything and only report it (tests, demos).
     None,
 }
 

@@ -134,12 +134,40 @@ pub async fn register(file: &Path, db: &DbArgs) -> Result<()> {
         Registration::Idempotent { .. } => "already registered with identical bytes",
         _ => "registered",
     };
+    // Identical bytes, but is it the cycle this build compiles? (As
+    // `policy verify` and every replica's start check.)
+    let stored = store.load_shard(policy.shard_id()).await?;
+    if let Some(stored_cycle) = stored.cycle_digest() {
+        if stored_cycle != policy.cycle_digest() {
+            return Err(statek_scheduler::SchedulerError::CycleMismatch {
+                shard: policy.shard_id().to_string(),
+                stored: stored_cycle,
+                local: policy.cycle_digest(),
+            }
+            .into());
+        }
+    }
     outln!(
         "shard {}: {how} (policy {}, L = {})",
         policy.shard_id(),
         policy.digest(),
         policy.cycle_length()
     )?;
+    // What the durability check accepted by an explicit opt-in is said,
+    // not only what it refused.
+    let durability = store.durability_report().await?;
+    let risks = durability.risks();
+    if !risks.is_empty() {
+        eprintln!(
+            "statek: warning: the server can lose acknowledged reservations ({}), accepted by \
+             --durability: {durability}",
+            risks
+                .iter()
+                .map(statek_store_pg::DurabilityRisk::label)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     Ok(())
 }
 

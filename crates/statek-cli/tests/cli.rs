@@ -266,6 +266,14 @@ async fn status_register_verify_and_prune_against_postgres() {
         Some(&url),
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "statek: warning: the server can lose acknowledged reservations (fsync, \
+             full_page_writes), accepted by --durability: fsync=off full_page_writes=off"
+        ),
+        "{}",
+        stderr(&out)
+    );
     let again = statek(
         &[
             "register",

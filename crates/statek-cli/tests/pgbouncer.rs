@@ -55,8 +55,14 @@ async fn register_status_and_migrate_through_pgbouncer() {
     let policy = policy.to_str().unwrap();
 
     // Without the mode PgBouncer 1.18 refuses statek's startup options.
+    // That is a configuration error (exit 9), not "retry later".
     let out = statek(&["register", policy, "--database-url", &bouncer]);
-    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(9), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unsupported startup parameter"),
+        "{}",
+        stderr(&out)
+    );
 
     // In the mode, a role without the timeouts is refused, naming the fix
     // (a configuration error, exit 9).

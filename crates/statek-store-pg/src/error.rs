@@ -201,8 +201,9 @@ pub enum StoreError {
     /// differs from the configured one: set it for the role. Not retryable.
     #[error(
         "transaction pooling: the server's {setting} is {found:?}, statek is configured for \
-         {expected:?}; set it for the role (ALTER ROLE \"{role}\" SET {setting} = '{expected}') \
-         or turn transaction pooling off"
+         {expected:?}; set it for the role (ALTER ROLE \"{role}\" SET {setting} = '{expected}', \
+         then make PgBouncer reopen its server connections: RECONNECT) or turn transaction \
+         pooling off"
     )]
     SessionSettingMismatch {
         /// The setting (`lock_timeout`, `statement_timeout`, ...).
@@ -406,7 +407,7 @@ impl StoreError {
                 | StoreError::SessionSettingMismatch { .. }
                 | StoreError::DirectConnectionRequired { .. }
                 | StoreError::DurabilityNotInForce { .. }
-        )
+        ) || matches!(self, StoreError::Database { code, .. } if code == PROTOCOL_VIOLATION)
     }
 
     /// Classifies an error of opening a connection: as [`From`], except
@@ -463,8 +464,14 @@ fn is_retryable_sqlstate(code: &str) -> bool {
     matches!(
         code,
         "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "25006"
-    ) || code.starts_with("08")
+    ) || (code.starts_with("08") && code != PROTOCOL_VIOLATION)
 }
+
+/// SQLSTATE 08P01: the server refused what the client sent, e.g. PgBouncer
+/// before 1.20 refusing the `options` startup parameter
+/// (`unsupported startup parameter: options`: use transaction pooling
+/// mode). A configuration error, never retryable.
+const PROTOCOL_VIOLATION: &str = "08P01";
 
 fn join_risks(risks: &[DurabilityRisk]) -> String {
     risks
@@ -591,6 +598,7 @@ mod tests {
         check("57P03", true); // cannot_connect_now
         check("25006", true); // read_only_sql_transaction (a standby, mid-failover)
         check("08006", true); // connection_failure
+        check("08P01", false); // protocol_violation (PgBouncer refusing `options`)
         check("23505", false); // unique_violation
         check("42501", false); // insufficient_privilege
         check("42P01", false); // undefined_table

@@ -6,12 +6,15 @@
 //! | runtime | scheduler replicas and enqueuers | register policies, reserve, use the run queue |
 //! | retention | the pruning job | read and delete reservation rows |
 //!
-//! The runtime role cannot delete reservations, change policy columns or
-//! delete shards; the retention role cannot reserve, register or touch runs.
-//! PostgreSQL needs an `UPDATE` grant on at least one column to take a row
-//! lock (`FOR UPDATE`): the runtime role holds it on `next_sequence` only,
-//! the retention role on `reserved_at` only, and the immutability triggers
-//! refuse every actual update of a reservation row, whoever asks.
+//! The runtime role cannot write reservation rows or move a cursor except
+//! through the SECURITY DEFINER functions `statek.reserve` and
+//! `statek.reserve_batch` (it holds EXECUTE on them and no INSERT on
+//! reservations, no UPDATE on shards), delete reservations, change policy
+//! columns or delete shards; the retention role cannot reserve, register
+//! or touch runs. PostgreSQL needs an `UPDATE` grant on at least one column
+//! to take a row lock (`FOR UPDATE`): the retention role holds it on
+//! `reserved_at` only, and the immutability triggers refuse every actual
+//! update of a reservation row, whoever asks.
 
 use crate::statement::Db;
 use crate::{PgStore, StoreError};

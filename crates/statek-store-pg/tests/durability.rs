@@ -154,7 +154,11 @@ async fn a_session_without_flush_is_a_risk_and_reservations_set_their_own_level(
     client
         .query_one(
             "SELECT sequence FROM statek.reserve($1, $2, $3, NULL, 'remote_write')",
-            &[&Uuid::now_v7(), &p.shard_id().as_str(), &&p.digest().as_bytes()[..]],
+            &[
+                &Uuid::now_v7(),
+                &p.shard_id().as_str(),
+                &&p.digest().as_bytes()[..],
+            ],
         )
         .await
         .unwrap();

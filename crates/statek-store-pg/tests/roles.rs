@@ -207,6 +207,39 @@ async fn the_role_matrix_holds() {
              SELECT 'forged-3', policy_bytes, policy_digest, cycle_length + 1
              FROM statek.scheduler_shards",
         ),
+        (
+            "runtime insert shard without a cycle digest",
+            "INSERT INTO statek.scheduler_shards
+                 (shard_id, policy_bytes, policy_digest, cycle_length)
+             SELECT 'forged-4', policy_bytes, policy_digest, cycle_length
+             FROM statek.scheduler_shards",
+        ),
+        (
+            "runtime insert shard of an unknown algorithm (digest matching its bytes)",
+            "WITH b AS (SELECT convert_to(replace(convert_from(policy_bytes, 'UTF8'),
+                                                  'swrr-v1', 'bogus-v1'), 'UTF8') AS bytes,
+                               cycle_length, cycle_digest
+                        FROM statek.scheduler_shards)
+             INSERT INTO statek.scheduler_shards
+                 (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest)
+             SELECT 'forged-5', bytes,
+                    sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || bytes),
+                    cycle_length, cycle_digest
+             FROM b",
+        ),
+        (
+            "runtime insert shard with non-canonical bytes (digest matching them)",
+            "WITH b AS (SELECT convert_to(replace(convert_from(policy_bytes, 'UTF8'),
+                                                  '\"tenants\":', '\"tenants\": '), 'UTF8')
+                               AS bytes, cycle_length, cycle_digest
+                        FROM statek.scheduler_shards)
+             INSERT INTO statek.scheduler_shards
+                 (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest)
+             SELECT 'forged-6', bytes,
+                    sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || bytes),
+                    cycle_length, cycle_digest
+             FROM b",
+        ),
     ] {
         let err = rt_sql.execute(sql, &[]).await.expect_err(what);
         assert_eq!(err.code().map(|c| c.code()), Some("SK001"), "{what}: {err}");
