@@ -13,7 +13,10 @@
 //! - **reservations**: [`PgStore::reserve`] claims the next gapless sequence
 //!   of a shard in one short transaction, idempotently by a client-made
 //!   UUIDv7, so a retry after a lost commit acknowledgement gets the same
-//!   sequence and slot;
+//!   sequence and slot; [`PgStore::reserve_batch`] claims `k` contiguous
+//!   sequences in one statement, stored as one range row, and
+//!   [`PgStore::reservations`] reads ranges back one reservation per
+//!   sequence;
 //! - **the run queue** behind the default tenant-isolated executor:
 //!   [`PgStore::enqueue`], [`PgStore::claim_run`] (one tenant, `SKIP LOCKED`,
 //!   leased with a fencing token), [`PgStore::heartbeat_run`],
