@@ -163,8 +163,8 @@ CREATE TABLE statek.run_claims (
     CONSTRAINT run_claims_shard_sequence_key UNIQUE (shard_id, sequence)
 );
 
--- Complete and fail find the claim by its token.
-CREATE INDEX run_claims_lease_token_idx ON statek.run_claims (lease_token);
+-- Complete and fail find the claim by (run_id, lease_token): the primary
+-- key's run_id prefix, a handful of rows per run.
 
 -- A claim row is evidence: the only change ever allowed is setting
 -- finished_at once. No deletes, no TRUNCATE.

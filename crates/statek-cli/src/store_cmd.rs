@@ -235,7 +235,8 @@ pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) 
             )?;
             outln!(
                 "retained           {} reservations in {} rows (a batch is one row)",
-                report.retained_reservations, report.retained_rows
+                report.retained_reservations,
+                report.retained_rows
             )?;
             match (&report.oldest_retained, report.oldest_retained_age_seconds) {
                 (Some(at), Some(age)) => outln!("oldest retained    {at} ({age:.0} s ago)")?,

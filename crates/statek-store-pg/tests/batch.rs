@@ -366,7 +366,9 @@ async fn a_lost_batch_acknowledgement_retries_to_the_same_range() {
         .iter()
         .map(|r| (r.sequence(), r.slot()))
         .collect();
-    let expected: Vec<(u64, u32)> = (0..next).map(|s| (s, u32::try_from(s % 7).unwrap())).collect();
+    let expected: Vec<(u64, u32)> = (0..next)
+        .map(|s| (s, u32::try_from(s % 7).unwrap()))
+        .collect();
     assert_eq!(stored, expected);
 }
 
@@ -526,7 +528,11 @@ async fn a_batch_of_pre_v7_rows_retried_after_its_head_was_pruned_is_not_reserve
             .await
             .unwrap();
     }
-    plant(&client, "UPDATE statek.scheduler_shards SET next_sequence = 4").await;
+    plant(
+        &client,
+        "UPDATE statek.scheduler_shards SET next_sequence = 4",
+    )
+    .await;
     match store
         .reserve_batch(p.shard_id(), &p.digest(), batch_id, 4)
         .await
@@ -587,7 +593,10 @@ async fn readers_refuse_a_range_that_overlaps_or_leaves_a_hole() {
         single.id(),
         first.batch_id()
     );
-    expect_corrupt(store.reservations(p.shard_id(), 0, 100).await, overlap.clone());
+    expect_corrupt(
+        store.reservations(p.shard_id(), 0, 100).await,
+        overlap.clone(),
+    );
     // Read from inside the range too: the covering row is checked.
     expect_corrupt(store.reservations(p.shard_id(), 2, 100).await, overlap);
 

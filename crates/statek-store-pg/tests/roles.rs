@@ -188,9 +188,7 @@ async fn the_role_matrix_holds() {
     // The claim history: insert and finish only, never delete or rewrite.
     sql_denied(
         "runtime delete claim history",
-        rt_sql
-            .execute("DELETE FROM statek.run_claims", &[])
-            .await,
+        rt_sql.execute("DELETE FROM statek.run_claims", &[]).await,
     );
     sql_denied(
         "runtime rewrite claim history",
@@ -265,6 +263,15 @@ async fn the_role_matrix_holds() {
             "UPDATE statek.scheduler_shards SET next_sequence = 0",
         ),
         ("owner delete shard", "DELETE FROM statek.scheduler_shards"),
+        (
+            "owner delete claim history",
+            "DELETE FROM statek.run_claims",
+        ),
+        ("owner truncate claim history", "TRUNCATE statek.run_claims"),
+        (
+            "owner rewrite claim history",
+            "UPDATE statek.run_claims SET lease_token = lease_token",
+        ),
     ] {
         let err = own_sql.execute(sql, &[]).await.expect_err(what);
         assert_eq!(err.code().map(|c| c.code()), Some("SK001"), "{what}: {err}");

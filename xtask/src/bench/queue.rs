@@ -65,9 +65,7 @@ pub async fn refill(
     client: &tokio_postgres::Client,
     policy: &WeightedFairnessPolicy,
 ) -> Result<()> {
-    client
-        .batch_execute(EMPTY_RUNS)
-        .await?;
+    client.batch_execute(EMPTY_RUNS).await?;
     let tenants: Vec<String> = policy
         .tenants()
         .iter()
@@ -88,9 +86,7 @@ pub async fn refill(
 
 /// Empties the run queue.
 pub async fn empty(client: &tokio_postgres::Client) -> Result<()> {
-    client
-        .batch_execute(EMPTY_RUNS)
-        .await?;
+    client.batch_execute(EMPTY_RUNS).await?;
     Ok(())
 }
 
