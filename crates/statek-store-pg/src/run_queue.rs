@@ -822,8 +822,9 @@ impl PgStore {
     ///   or a sequence above `i64::MAX`.
     /// - [`StoreError::SlotAlreadyClaimed`]: a slot of `shard` already
     ///   claimed a run (nothing of this call is kept).
-    /// - connection and server errors (an unknown shard is a foreign-key
-    ///   violation when a run is claimed).
+    /// - connection and server errors. The shard is recorded as given, not
+    ///   looked up (a foreign key would wait for the shard's cursor lock):
+    ///   pass the shard the slots were reserved on.
     pub async fn claim_runs_for_slots(
         &self,
         slots: &[(u64, TenantId)],
