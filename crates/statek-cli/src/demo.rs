@@ -697,10 +697,11 @@ fn verify(
         ),
     ));
 
-    let by_id: HashMap<Uuid, u64> = rows.iter().map(|r| (r.id(), r.sequence())).collect();
+    // A batch's reservations share its id (one range row): match by sequence.
+    let by_sequence: HashMap<u64, Uuid> = rows.iter().map(|r| (r.sequence(), r.id())).collect();
     let ticks_match = ticks
         .iter()
-        .all(|t| by_id.get(&t.reservation().id()) == Some(&t.reservation().sequence()));
+        .all(|t| by_sequence.get(&t.reservation().sequence()) == Some(&t.reservation().id()));
     let without_outcome = n.saturating_sub(ticks.len() as u64);
     checks.push((
         ticks_match && ticks.len() as u64 <= n,

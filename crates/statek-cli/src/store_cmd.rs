@@ -203,6 +203,7 @@ struct StatusReport {
     reservations_last_minute: u64,
     reservations_per_second: f64,
     retained_reservations: u64,
+    retained_rows: u64,
     oldest_retained: Option<String>,
     oldest_retained_age_seconds: Option<f64>,
     retention_seconds: u64,
@@ -230,6 +231,7 @@ pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) 
         reservations_last_minute: s.last_minute,
         reservations_per_second: s.last_minute as f64 / 60.0,
         retained_reservations: s.retained,
+        retained_rows: s.retained_rows,
         oldest_retained: s.oldest.map(rfc3339),
         oldest_retained_age_seconds: s
             .oldest
@@ -260,8 +262,9 @@ pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) 
                 report.reservations_per_second
             )?;
             outln!(
-                "retained           {} reservation rows",
-                report.retained_reservations
+                "retained           {} reservations in {} rows (a batch is one row)",
+                report.retained_reservations,
+                report.retained_rows
             )?;
             match (&report.oldest_retained, report.oldest_retained_age_seconds) {
                 (Some(at), Some(age)) => outln!("oldest retained    {at} ({age:.0} s ago)")?,

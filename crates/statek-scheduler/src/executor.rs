@@ -83,10 +83,16 @@ pub trait TenantExecutor: Send + Sync {
     /// Whether an error of this executor is transient.
     fn is_retryable(error: &Self::Error) -> bool;
 
-    /// Whether any tenant has claimable work now, if the executor can tell
-    /// cheaply (`None`: unknown). An idle [`crate::Worker`] asks this
-    /// instead of reserving slots to find out.
-    fn has_claimable_work(&self) -> impl Future<Output = Option<bool>> + Send {
+    /// Whether any of `tenants` (the policy's tenants) has claimable work
+    /// now, if the executor can tell cheaply (`None`: unknown). Work of
+    /// other tenants does not count: no slot of the policy could run it.
+    /// An idle [`crate::Worker`] asks this instead of reserving slots to
+    /// find out.
+    fn has_claimable_work(
+        &self,
+        tenants: &[TenantId],
+    ) -> impl Future<Output = Option<bool>> + Send {
+        let _ = tenants;
         std::future::ready(None)
     }
 

@@ -415,8 +415,8 @@ impl<H: MemoryRunHandler> TenantExecutor for InMemoryExecutor<H> {
         match *error {}
     }
 
-    async fn has_claimable_work(&self) -> Option<bool> {
-        Some(self.shared.queue().any_claimable(Instant::now()))
+    async fn has_claimable_work(&self, tenants: &[TenantId]) -> Option<bool> {
+        Some(self.shared.queue().any_claimable(tenants, Instant::now()))
     }
 }
 

@@ -267,10 +267,11 @@ impl Queue {
         self.live.values().map(|live| live.len() as u64).sum()
     }
 
-    /// Whether any run of any tenant is claimable (locked or not).
-    pub(crate) fn any_claimable(&self, now: Instant) -> bool {
-        self.live
-            .values()
+    /// Whether any run of `tenants` is claimable (locked or not).
+    pub(crate) fn any_claimable(&self, tenants: &[TenantId], now: Instant) -> bool {
+        tenants
+            .iter()
+            .filter_map(|tenant| self.live.get(tenant))
             .flatten()
             .filter_map(|(_, _, run_id)| self.runs.get(run_id))
             .any(|entry| entry.claimable(now))

@@ -314,8 +314,8 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         }
     }
 
-    async fn has_claimable_work(&self) -> Option<bool> {
-        match self.store.any_claimable_runs().await {
+    async fn has_claimable_work(&self, tenants: &[TenantId]) -> Option<bool> {
+        match self.store.any_claimable_runs(tenants).await {
             Ok(any) => Some(any),
             Err(e) => {
                 tracing::warn!(error = %crate::error::chain(&e), "cannot probe the run queue");

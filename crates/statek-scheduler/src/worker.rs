@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use statek_policy::TenantId;
 use statek_store_pg::RunNotifications;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
@@ -561,7 +562,22 @@ async fn back_off<E: TenantExecutor>(shared: &Shared<E>, stop: &CancellationToke
         _ = shared.wake.notified() => true,
         _ = tokio::time::sleep(Duration::from_micros(pause)) => false,
     };
-    if !woken && shared.scheduler.executor().has_claimable_work().await == Some(true) {
+    // Only the policy's tenants: runs of others can never take a slot.
+    let tenants: Vec<TenantId> = shared
+        .scheduler
+        .policy()
+        .tenants()
+        .iter()
+        .map(|w| w.tenant().clone())
+        .collect();
+    if !woken
+        && shared
+            .scheduler
+            .executor()
+            .has_claimable_work(&tenants)
+            .await
+            == Some(true)
+    {
         shared.idle_streak.store(0, Ordering::Relaxed);
         shared.backoff_micros.store(0, Ordering::Relaxed);
         shared.wake.notify_waiters();

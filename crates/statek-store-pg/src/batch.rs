@@ -3,10 +3,12 @@
 //!
 //! Every reservation of a shard serialises on its cursor row, so a shard
 //! reserves at most one commit's worth of sequences at a time. A batch takes
-//! the cursor lock once for `k` sequences. Each sequence still gets its own
-//! reservation row (own id, slot and `reserved_at`), so the evidence,
-//! retention and the starvation bound, counted in reservations, are the same
-//! as for `k` single reservations.
+//! the cursor lock once for `k` sequences and is stored as ONE immutable
+//! range row (migration V7: the batch id, the first sequence, `k`, the
+//! digest, `reserved_at`); each sequence's evidence is derived from it
+//! (`slot = sequence mod L`). Retention prunes the range as one row. The
+//! starvation bound, counted in reservations, is the same as for `k`
+//! single reservations.
 
 use std::time::SystemTime;
 
@@ -17,21 +19,22 @@ use uuid::Uuid;
 use crate::durability::SynchronousCommit;
 use crate::failover::Guarded;
 use crate::reservation::{
-    check_locked_shard, check_uuid_v7, guard_columns, nothing_inserted, reservation_from_row,
+    check_locked_shard, check_uuid_v7, expand_rows, guard_columns, nothing_inserted,
     reservation_write_error, Reservation,
 };
 use crate::shard::slot_of;
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
-/// The largest batch, in reservations. A batch holds the cursor lock for
-/// one insert of `k` rows; 1024 keeps that insert short.
+/// The largest batch, in reservations (one range row of at most this many
+/// sequences).
 pub const MAX_RESERVATION_BATCH: u32 = 1024;
 
-/// The rows of a batch, in sequence order, with their shard's cycle length.
+/// The rows of a batch, in sequence order, with their shard's cycle length:
+/// its one range row, or (a batch made before migration V7) its `k` rows.
 const SELECT_BATCH: &str = "
     SELECT r.reservation_id, r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at,
-           s.cycle_length
+           r.sequence_count, s.cycle_length
     FROM statek.scheduler_reservations AS r
     JOIN statek.scheduler_shards AS s ON s.shard_id = r.shard_id
     WHERE r.batch_id = $1
@@ -39,13 +42,13 @@ const SELECT_BATCH: &str = "
 
 /// The whole batch as one statement (one round trip, its own autocommit
 /// transaction), built like `reserve`'s (`statek.reserve_batch`, migration
-/// V5): set `synchronous_commit` ($7); refuse on another timeline than $6;
-/// lock the cursor row; insert the head row, whose reservation id is the
-/// batch id, unless that id already exists (`ON CONFLICT` sees committed
-/// and in-flight rows, so a batch is never inserted twice); insert the
-/// `k - 1` tail rows (ids `$5`) and advance the cursor by `k` only if the
-/// head was inserted. The locked row comes back so the caller can tell why
-/// nothing was inserted.
+/// V7): set `synchronous_commit` ($7); refuse on another timeline than $6;
+/// lock the cursor row; insert the range row (`k` sequences from the
+/// cursor), whose reservation id is the batch id, unless that id already
+/// exists (`ON CONFLICT` sees committed and in-flight rows, so a batch is
+/// never inserted twice); advance the cursor by `k` only if it was
+/// inserted. `$5` (tail ids, for binaries built before V7) is NULL. The
+/// locked row comes back so the caller can tell why nothing was inserted.
 const RESERVE_BATCH: &str = "SELECT * FROM statek.reserve_batch($1, $2, $3, $4, $5, $6, $7)";
 
 /// `k` contiguous reservations of one shard, made in one transaction.
@@ -102,11 +105,7 @@ fn existing_batch(
     k: u32,
     rows: &[tokio_postgres::Row],
 ) -> Result<ReservationBatch, StoreError> {
-    let mut reservations = Vec::with_capacity(rows.len());
-    for row in rows {
-        let id: Uuid = row.try_get("reservation_id")?;
-        reservations.push(reservation_from_row(id, row, true)?);
-    }
+    let reservations = expand_rows(rows, true, "reservation batch")?;
     let conflict = |detail: String| StoreError::BatchConflict { batch_id, detail };
     if let Some(first) = reservations.first() {
         if first.shard() != shard {
@@ -117,22 +116,6 @@ fn existing_batch(
                 "it was made under policy {}",
                 first.policy_digest()
             )));
-        }
-    }
-    for pair in reservations.windows(2) {
-        if let [a, b] = pair {
-            if b.shard() != a.shard() || b.sequence() != a.sequence() + 1 {
-                return Err(StoreError::corrupt(
-                    "reservation batch",
-                    format!(
-                        "batch {batch_id}: sequence {} on {} follows {} on {}",
-                        b.sequence(),
-                        b.shard(),
-                        a.sequence(),
-                        a.shard()
-                    ),
-                ));
-            }
         }
     }
     if u32::try_from(reservations.len()).ok() != Some(k) {
@@ -154,10 +137,11 @@ impl PgStore {
     ///
     /// The same short READ COMMITTED transaction as
     /// [`reserve`](PgStore::reserve), one statement for `k` sequences: lock
-    /// the shard row `FOR UPDATE`; check the digest; insert `k` rows at the
-    /// cursor (each with its own UUIDv7 and slot, all with `batch_id`; the
-    /// first row's reservation id is `batch_id` itself, which makes a second
-    /// insert of the batch impossible) and advance the cursor by `k`; commit.
+    /// the shard row `FOR UPDATE`; check the digest; insert one range row at
+    /// the cursor (`k` sequences; its reservation id is `batch_id` itself,
+    /// which makes a second insert of the batch impossible) and advance the
+    /// cursor by `k`; commit. Each returned [`Reservation`] has the batch id
+    /// as its id and its own sequence and slot.
     /// If the batch exists (a retry after a lost acknowledgement) a second
     /// query returns it, `replayed() == true`. Single and batch reservers of
     /// one shard share the lock, so together they produce one contiguous
@@ -210,7 +194,7 @@ async fn reserve_batch_on(
     expected_timeline: Option<u32>,
     level: SynchronousCommit,
 ) -> Result<Guarded<ReservationBatch>, StoreError> {
-    let tail_ids: Vec<Uuid> = (1..k).map(|_| Uuid::now_v7()).collect();
+    let tail_ids: Option<Vec<Uuid>> = None;
     let count = i64::from(k);
     let expected = expected_timeline.and_then(|t| i32::try_from(t).ok());
     let row = db
@@ -227,19 +211,7 @@ async fn reserve_batch_on(
             ],
         )
         .await
-        .map_err(|e| {
-            let constraint = e.as_db_error().and_then(|db| db.constraint());
-            if constraint == Some("scheduler_reservations_pkey") {
-                // A tail id already exists: only a reused client id
-                // can do that. Nothing was written.
-                StoreError::BatchConflict {
-                    batch_id,
-                    detail: "a generated reservation id already exists".to_owned(),
-                }
-            } else {
-                reservation_write_error(e, shard)
-            }
-        })?
+        .map_err(|e| reservation_write_error(e, shard))?
         .ok_or_else(|| StoreError::UnknownShard {
             shard: shard.clone(),
         })?;
@@ -284,24 +256,24 @@ async fn reserve_batch_on(
         return Err(nothing_inserted(shard, digest, &row, count));
     };
     let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
+    // The sequences the range covers after its first.
     let tail_rows: i64 = row.try_get("tail_rows")?;
     let advanced: i64 = row.try_get("advanced")?;
     if head != next || tail_rows != count - 1 || advanced != 1 {
         return Err(StoreError::corrupt(
                 "reservation batch",
                 format!(
-                    "batch {batch_id}: head {head} at cursor {next}, {tail_rows} tail rows, advanced {advanced} row(s)"
+                    "batch {batch_id}: range at {head} of {} at cursor {next}, advanced {advanced} row(s)",
+                    tail_rows + 1
                 ),
             ));
     }
     let reserved_at: SystemTime = row.try_get("reserved_at")?;
-    let ids: Vec<Uuid> = std::iter::once(batch_id).chain(tail_ids).collect();
     let first = u64::try_from(next)
         .map_err(|_| StoreError::corrupt("shard cursor", format!("negative cursor {next}")))?;
-    let reservations = (first..)
-        .zip(ids)
-        .map(|(sequence, id)| Reservation {
-            id,
+    let reservations = (first..first + u64::from(k))
+        .map(|sequence| Reservation {
+            id: batch_id,
             shard: shard.clone(),
             sequence,
             slot: slot_of(sequence, cycle_length),

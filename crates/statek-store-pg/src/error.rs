@@ -65,6 +65,14 @@ pub enum StoreError {
         /// What differs.
         detail: String,
     },
+    /// A slot of a claim for a batch of slots had already claimed a run
+    /// (the claim history holds one run per shard and sequence, ever).
+    /// Nothing of the call was kept: no run was claimed.
+    #[error("a slot of shard {shard} already claimed a run")]
+    SlotAlreadyClaimed {
+        /// The shard.
+        shard: SchedulerShardId,
+    },
     /// The shard's cursor reached `i64::MAX`; no further sequence exists.
     #[error("shard {shard} has exhausted its sequence space")]
     SequenceExhausted {

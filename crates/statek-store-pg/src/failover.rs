@@ -248,13 +248,24 @@ impl AcknowledgedLog {
     }
 }
 
-/// The ring's entries on the current server: the id's row, and the row
-/// holding the entry's sequence.
+/// The ring's entries on the current server: the id's row (a batch's
+/// evidence is its one range row, found by the batch id at its first
+/// sequence with its `k`), and the row whose range holds the entry's
+/// first sequence (the last row at or below it, if it reaches it).
 const VERIFY: &str = "
-    SELECT a.ord, f.sequence AS found_sequence, o.reservation_id AS holder
+    SELECT a.ord, f.sequence AS found_sequence, f.sequence_count AS found_count,
+           o.reservation_id AS holder
     FROM unnest($2::uuid[], $3::bigint[]) WITH ORDINALITY AS a(id, first, ord)
     LEFT JOIN statek.scheduler_reservations AS f ON f.reservation_id = a.id
-    LEFT JOIN statek.scheduler_reservations AS o ON o.shard_id = $1 AND o.sequence = a.first
+    LEFT JOIN LATERAL (
+        SELECT c.reservation_id
+        FROM (SELECT reservation_id, sequence, sequence_count
+              FROM statek.scheduler_reservations
+              WHERE shard_id = $1 AND sequence <= a.first
+              ORDER BY sequence DESC
+              LIMIT 1) AS c
+        WHERE a.first < c.sequence + c.sequence_count
+    ) AS o ON true
     ORDER BY a.ord";
 
 const VERIFY_SERVER: &str = "
@@ -362,9 +373,19 @@ impl PgStore {
         let mut pruned = Vec::new();
         for (entry, row) in entries.iter().zip(&rows) {
             let found: Option<i64> = row.try_get("found_sequence")?;
+            let found_count: Option<i32> = row.try_get("found_count")?;
             let holder: Option<Uuid> = row.try_get("holder")?;
+            // A range row must cover what was acknowledged; a row of count
+            // 1 is a single reservation or the head of a batch made before
+            // migration V7 (k rows).
+            let count_ok = match found_count {
+                Some(c) if c > 1 => u32::try_from(c).ok() == Some(entry.count),
+                _ => true,
+            };
             let evidence = match (found, holder) {
-                (Some(found), _) if u64::try_from(found).ok() == Some(entry.first) => None,
+                (Some(found), _) if u64::try_from(found).ok() == Some(entry.first) && count_ok => {
+                    None
+                }
                 (Some(found), _) => Some(LossEvidence::Moved {
                     sequence: u64::try_from(found).unwrap_or(0),
                 }),

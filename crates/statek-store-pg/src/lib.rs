@@ -13,10 +13,15 @@
 //! - **reservations**: [`PgStore::reserve`] claims the next gapless sequence
 //!   of a shard in one short transaction, idempotently by a client-made
 //!   UUIDv7, so a retry after a lost commit acknowledgement gets the same
-//!   sequence and slot;
+//!   sequence and slot; [`PgStore::reserve_batch`] claims `k` contiguous
+//!   sequences in one statement, stored as one range row, and
+//!   [`PgStore::reservations`] reads ranges back one reservation per
+//!   sequence;
 //! - **the run queue** behind the default tenant-isolated executor:
 //!   [`PgStore::enqueue`], [`PgStore::claim_run`] (one tenant, `SKIP LOCKED`,
-//!   leased with a fencing token), [`PgStore::heartbeat_run`],
+//!   leased with a fencing token), [`PgStore::claim_runs_for_slots`] (every
+//!   slot of a reserved batch in one statement, each claim recorded with
+//!   its slot in the claim history), [`PgStore::heartbeat_run`],
 //!   [`PgStore::complete_run`], [`PgStore::fail_run`];
 //! - **retention**: [`PgStore::prune_scheduler_fairness_reservations`]
 //!   deletes the oldest reservation rows past a
@@ -139,7 +144,7 @@ pub use retention::{
 pub use roles::RoleProfile;
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
-    RunLease, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES,
+    RunLease, SlotClaim, MAX_ATTEMPTS_LIMIT, MAX_CLAIM_SLOTS, MAX_PAYLOAD_BYTES,
 };
 pub use shard::{Registration, ShardStatus, StoredShard};
 pub use store::PgStore;

@@ -18,7 +18,7 @@ use crate::{PgStore, StoreError};
 /// slot can be re-checked.
 const SELECT_RESERVATION: &str = "
     SELECT r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at, s.cycle_length,
-           r.batch_id
+           r.batch_id, r.sequence_count
     FROM statek.scheduler_reservations AS r
     JOIN statek.scheduler_shards AS s ON s.shard_id = r.shard_id
     WHERE r.reservation_id = $1";
@@ -43,13 +43,26 @@ const SELECT_RESERVATION: &str = "
 /// reservations without shipping the bytes to every replica.
 const RESERVE: &str = "SELECT * FROM statek.reserve($1, $2, $3, $4, $5)";
 
+/// The rows holding the sequences `>= $2` of shard `$1`: the row at or
+/// before `$2` (a range may cover `$2` from below) and the `$3` rows after
+/// it, in sequence order. A row is one reservation or one range of a batch
+/// (`sequence_count` sequences from `sequence`, migration V7).
 const SELECT_RESERVATIONS: &str = "
-    SELECT r.reservation_id, r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at, s.cycle_length
-    FROM statek.scheduler_reservations AS r
+    SELECT r.reservation_id, r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at,
+           r.sequence_count, s.cycle_length
+    FROM (
+        (SELECT * FROM statek.scheduler_reservations
+         WHERE shard_id = $1 AND sequence <= $2
+         ORDER BY sequence DESC
+         LIMIT 1)
+        UNION ALL
+        (SELECT * FROM statek.scheduler_reservations
+         WHERE shard_id = $1 AND sequence > $2
+         ORDER BY sequence
+         LIMIT $3)
+    ) AS r
     JOIN statek.scheduler_shards AS s ON s.shard_id = r.shard_id
-    WHERE r.shard_id = $1 AND r.sequence >= $2
-    ORDER BY r.sequence
-    LIMIT $3";
+    ORDER BY r.sequence";
 
 /// One durable claim of one sequence of a shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +79,9 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    /// The client-made reservation id (UUIDv7).
+    /// The client-made reservation id (UUIDv7): the id of the row that
+    /// holds this reservation's evidence, so every reservation of a batch
+    /// carries its batch id (a batch is stored as one range row).
     pub fn id(&self) -> Uuid {
         self.id
     }
@@ -173,6 +188,79 @@ pub(crate) fn reservation_from_row(
         replayed,
         timeline: None,
     })
+}
+
+/// The stored `sequence_count` of a row: 1 for a single reservation, `k`
+/// for the range row of a batch.
+pub(crate) fn sequence_count(row: &Row) -> Result<u64, StoreError> {
+    let count: i32 = row.try_get("sequence_count")?;
+    u64::try_from(count)
+        .ok()
+        .filter(|c| *c >= 1)
+        .ok_or_else(|| StoreError::corrupt("reservation", format!("sequence count {count}")))
+}
+
+/// The reservations one stored row holds, in sequence order, each checked
+/// fail-closed: the row's own checks, then one reservation per sequence of
+/// its range with `slot = sequence mod L`.
+pub(crate) fn reservations_of_row(
+    id: Uuid,
+    row: &Row,
+    replayed: bool,
+) -> Result<Vec<Reservation>, StoreError> {
+    let first = reservation_from_row(id, row, replayed)?;
+    let count = sequence_count(row)?;
+    let end = first
+        .sequence
+        .checked_add(count)
+        .filter(|end| i64::try_from(*end).is_ok())
+        .ok_or_else(|| {
+            StoreError::corrupt(
+                "reservation",
+                format!("range {id} of {count} from {} overflows", first.sequence),
+            )
+        })?;
+    Ok((first.sequence..end)
+        .map(|sequence| Reservation {
+            sequence,
+            slot: slot_of(sequence, first.cycle_length),
+            ..first.clone()
+        })
+        .collect())
+}
+
+/// Expands stored rows (in sequence order) into reservations and checks
+/// that each row starts where the one before it ends: a range that
+/// overlaps the next row, or leaves a hole before it, is `CorruptData`.
+pub(crate) fn expand_rows(
+    rows: &[Row],
+    replayed: bool,
+    what: &'static str,
+) -> Result<Vec<Reservation>, StoreError> {
+    let mut out: Vec<Reservation> = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id: Uuid = row.try_get("reservation_id")?;
+        let held = reservations_of_row(id, row, replayed)?;
+        if let (Some(last), Some(first)) = (out.last(), held.first()) {
+            let expected = last.sequence + 1;
+            if first.shard != last.shard || first.sequence != expected {
+                let kind = if first.sequence < expected {
+                    "overlaps"
+                } else {
+                    "leaves a hole after"
+                };
+                return Err(StoreError::corrupt(
+                    what,
+                    format!(
+                        "row {id} at sequence {} on {} {kind} row {} ending at sequence {} on {}",
+                        first.sequence, first.shard, last.id, last.sequence, last.shard
+                    ),
+                ));
+            }
+        }
+        out.extend(held);
+    }
+    Ok(out)
 }
 
 /// The answer to "does this id already name a reservation?" for `reserve`.
@@ -315,11 +403,14 @@ impl PgStore {
     }
 
     /// Reads up to `limit` retained reservations of `shard` with sequence
-    /// `>= from_sequence`, in sequence order, each checked fail-closed.
+    /// `>= from_sequence`, in sequence order, each checked fail-closed. A
+    /// batch is stored as one range row and comes back as one reservation
+    /// per sequence (all with the batch id as [`Reservation::id`]).
     ///
     /// # Errors
-    /// [`StoreError::CorruptData`] if a row fails its checks; connection and
-    /// server errors.
+    /// [`StoreError::CorruptData`] if a row fails its checks, or a range
+    /// overlaps the next retained row or leaves a hole before it;
+    /// connection and server errors.
     pub async fn reservations(
         &self,
         shard: &SchedulerShardId,
@@ -328,6 +419,7 @@ impl PgStore {
     ) -> Result<Vec<Reservation>, StoreError> {
         let from = i64::try_from(from_sequence)
             .map_err(|_| StoreError::InvalidArgument("from_sequence exceeds i64::MAX".into()))?;
+        let wanted = usize::try_from(limit).unwrap_or(usize::MAX);
         let limit = i64::from(limit);
         let rows = self
             .with_response_timeout(async |db: &Db<'_>| {
@@ -343,9 +435,10 @@ impl PgStore {
                     .await?)
             })
             .await?;
-        rows.iter()
-            .map(|row| reservation_from_row(row.try_get("reservation_id")?, row, false))
-            .collect()
+        let mut out = expand_rows(&rows, false, "reservation range")?;
+        out.retain(|r| r.sequence >= from_sequence);
+        out.truncate(wanted);
+        Ok(out)
     }
 }
 

@@ -7,6 +7,7 @@ ALTER SCHEMA statek OWNER TO {owner};
 ALTER TABLE statek.scheduler_shards OWNER TO {owner};
 ALTER TABLE statek.scheduler_reservations OWNER TO {owner};
 ALTER TABLE statek.runs OWNER TO {owner};
+ALTER TABLE statek.run_claims OWNER TO {owner};
 ALTER TABLE statek.refinery_schema_history OWNER TO {owner};
 ALTER FUNCTION statek.refuse_shard_policy_change() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_reservation_update() OWNER TO {owner};
@@ -18,6 +19,7 @@ ALTER FUNCTION statek.check_new_shard() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_truncate() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_shard_cycle_digest_change() OWNER TO {owner};
 ALTER FUNCTION statek.require_cycle_digest() OWNER TO {owner};
+ALTER FUNCTION statek.refuse_run_claim_change() OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -38,6 +40,8 @@ GRANT EXECUTE ON FUNCTION statek.reserve(uuid, text, bytea, integer, text) TO {r
 GRANT EXECUTE ON FUNCTION statek.reserve_batch(uuid, text, bytea, bigint, uuid[], integer, text)
     TO {runtime};
 GRANT SELECT, INSERT, UPDATE ON statek.runs TO {runtime};
+GRANT SELECT, INSERT ON statek.run_claims TO {runtime};
+GRANT UPDATE (finished_at) ON statek.run_claims TO {runtime};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA statek TO {runtime};
 
 -- Retention: find and delete old reservation rows. The column UPDATE grant

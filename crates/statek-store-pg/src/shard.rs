@@ -28,11 +28,15 @@ const SELECT_CURSOR: &str = "
     SELECT next_sequence FROM statek.scheduler_shards WHERE shard_id = $1";
 
 /// Operator figures for one shard: cursor, recent rate, retained evidence.
+/// A row holds `sequence_count` reservations (1, or `k` for the range row
+/// of a batch, migration V7).
 const SHARD_STATUS: &str = "
     SELECT now() AS observed_at,
-           (SELECT count(*) FROM statek.scheduler_reservations
+           (SELECT coalesce(sum(sequence_count), 0)::bigint FROM statek.scheduler_reservations
              WHERE shard_id = $1 AND reserved_at >= now() - interval '60 seconds') AS last_minute,
-           (SELECT count(*) FROM statek.scheduler_reservations WHERE shard_id = $1) AS retained,
+           (SELECT coalesce(sum(sequence_count), 0)::bigint FROM statek.scheduler_reservations
+             WHERE shard_id = $1) AS retained,
+           (SELECT count(*) FROM statek.scheduler_reservations WHERE shard_id = $1) AS retained_rows,
            (SELECT min(reserved_at) FROM statek.scheduler_reservations WHERE shard_id = $1) AS oldest,
            (SELECT count(*) FROM statek.scheduler_reservations
              WHERE shard_id = $1 AND reserved_at < now() - make_interval(secs => $2)) AS past_retention";
@@ -349,7 +353,8 @@ impl PgStore {
     }
 
     /// Operator figures for a shard: its verified policy and cursor, the
-    /// reservations of the last 60 s (database clock), the retained rows,
+    /// reservations of the last 60 s (database clock), the retained
+    /// reservations and the rows holding them (a batch is one range row),
     /// the oldest retained reservation, and how many rows are older than
     /// `retain_for`.
     ///
@@ -379,6 +384,7 @@ impl PgStore {
             observed_at: row.try_get("observed_at")?,
             last_minute: count("last_minute")?,
             retained: count("retained")?,
+            retained_rows: count("retained_rows")?,
             oldest: row.try_get("oldest")?,
             past_retention: count("past_retention")?,
             stored,
@@ -395,8 +401,10 @@ pub struct ShardStatus {
     pub observed_at: SystemTime,
     /// Reservations in the 60 s before `observed_at`.
     pub last_minute: u64,
-    /// Reservation rows retained.
+    /// Reservations retained (sequences; a batch's range row counts `k`).
     pub retained: u64,
+    /// Reservation rows retained (a batch is one range row).
+    pub retained_rows: u64,
     /// The oldest retained reservation's time, if any.
     pub oldest: Option<SystemTime>,
     /// Rows older than the given retention (due for pruning).

@@ -1,7 +1,9 @@
 //! Batch reservations against a real PostgreSQL (16 and 17 via `cargo
 //! xtask test`): ranges, idempotency, typed errors, lost acknowledgements
-//! through the fault proxy, exhaustion, and single and batch reservers
-//! sharing one contiguous sequence.
+//! through the fault proxy, exhaustion, single and batch reservers
+//! sharing one contiguous sequence, a batch stored as one range row
+//! (migration V7), retention of ranges, and readers refusing ranges that
+//! overlap or leave holes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -78,15 +80,37 @@ async fn a_batch_reserves_a_contiguous_range_and_a_retry_returns_it() {
             (9, 2)
         ]
     );
+    // One range row holds the batch: every reservation carries its id.
     let ids: Vec<Uuid> = batch.reservations().iter().map(|r| r.id()).collect();
-    assert!(ids.iter().all(|id| id.get_version_num() == 7));
-    // The head row carries the batch id as its reservation id.
-    assert_eq!(ids[0], batch_id);
-    assert_eq!(
-        ids.iter().collect::<std::collections::BTreeSet<_>>().len(),
-        9
-    );
+    assert_eq!(ids, vec![batch_id; 9]);
     assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 10);
+    let client = db.client().await;
+    let rows: Vec<(Uuid, i64, i32, i32, Option<Uuid>)> = client
+        .query(
+            "SELECT reservation_id, sequence, slot, sequence_count, batch_id
+             FROM statek.scheduler_reservations ORDER BY sequence",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r.get("reservation_id"),
+                r.get("sequence"),
+                r.get("slot"),
+                r.get("sequence_count"),
+                r.get("batch_id"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (single.id(), 0, 0, 1, None),
+            (batch_id, 1, 1, 9, Some(batch_id))
+        ]
+    );
 
     // The stored rows are the batch, in order.
     let stored = store.reservations(p.shard_id(), 1, 100).await.unwrap();
@@ -228,7 +252,8 @@ async fn bad_batch_requests_are_typed_errors_and_write_nothing() {
         }
         other => panic!("expected BatchConflict, got {other:?}"),
     }
-    assert_eq!(row_count(&client).await, 4);
+    // One range row of 3 and one single row.
+    assert_eq!(row_count(&client).await, 2);
     assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 4);
     assert_eq!(store.next_sequence(other.shard_id()).await.unwrap(), 0);
 }
@@ -270,7 +295,7 @@ async fn a_batch_that_does_not_fit_before_i64_max_is_refused_whole() {
         Err(StoreError::SequenceExhausted { .. }) => {}
         other => panic!("expected SequenceExhausted, got {other:?}"),
     }
-    assert_eq!(row_count(&client).await, 3);
+    assert_eq!(row_count(&client).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -332,7 +357,19 @@ async fn a_lost_batch_acknowledgement_retries_to_the_same_range() {
     assert_eq!(proxy.fired(), 40);
     assert_eq!(direct.next_sequence(p.shard_id()).await.unwrap(), next);
     let client = db.client().await;
-    assert_eq!(row_count(&client).await, i64::try_from(next).unwrap());
+    // One range row per batch: 20 rounds of two batches.
+    assert_eq!(row_count(&client).await, 40);
+    let stored: Vec<(u64, u32)> = direct
+        .reservations(p.shard_id(), 0, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.sequence(), r.slot()))
+        .collect();
+    let expected: Vec<(u64, u32)> = (0..next)
+        .map(|s| (s, u32::try_from(s % 7).unwrap()))
+        .collect();
+    assert_eq!(stored, expected);
 }
 
 /// Who reserved a sequence: a single reserver, or batch `(task, n)`.
@@ -418,65 +455,84 @@ async fn single_and_batch_reservers_share_one_contiguous_sequence() {
         store.next_sequence(p.shard_id()).await.unwrap(),
         u64::try_from(total).unwrap()
     );
+    // Read back from PostgreSQL: one row per single reservation and per
+    // batch, expanding to exactly 0..total.
+    let client = db.client().await;
+    assert_eq!(row_count(&client).await, 200);
+    let stored: Vec<u64> = store
+        .reservations(p.shard_id(), 0, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.sequence())
+        .collect();
+    assert_eq!(stored, expected);
 }
 
 #[tokio::test]
-async fn batch_rows_are_not_single_reservations_and_vice_versa() {
+async fn a_batch_id_is_not_a_single_reservation_id() {
     let db = TestDatabase::create().await;
     let store = db.store();
     let p = policy("primary-v1");
     store.register(&p).await.unwrap();
     let batch_id = Uuid::now_v7();
-    let batch = store
+    store
         .reserve_batch(p.shard_id(), &p.digest(), batch_id, 3)
         .await
         .unwrap();
-    let tail_id = batch.reservations()[2].id();
-    // The head's and a tail row's ids, offered as single reservation ids.
-    for id in [batch_id, tail_id] {
-        match store.reserve(p.shard_id(), &p.digest(), id).await {
-            Err(StoreError::ReservationConflict { reservation_id }) => {
-                assert_eq!(reservation_id, id);
-            }
-            other => panic!("expected ReservationConflict, got {other:?}"),
+    match store.reserve(p.shard_id(), &p.digest(), batch_id).await {
+        Err(StoreError::ReservationConflict { reservation_id }) => {
+            assert_eq!(reservation_id, batch_id);
         }
-    }
-    // A tail row's id offered as a batch id.
-    match store
-        .reserve_batch(p.shard_id(), &p.digest(), tail_id, 3)
-        .await
-    {
-        Err(StoreError::BatchConflict { detail, .. }) => {
-            assert_eq!(
-                detail,
-                format!("the id names a reservation of batch {batch_id}")
-            );
-        }
-        other => panic!("expected BatchConflict, got {other:?}"),
+        other => panic!("expected ReservationConflict, got {other:?}"),
     }
     assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 3);
 }
 
+/// Runs `sql` as the superuser with the triggers off
+/// (`session_replication_role = replica`), as only a superuser can.
+async fn plant(client: &tokio_postgres::Client, sql: &str) {
+    client
+        .batch_execute(&format!(
+            "SET session_replication_role = replica; {sql}; RESET session_replication_role"
+        ))
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
-async fn a_batch_retried_after_its_head_was_pruned_is_not_reserved_again() {
+async fn a_batch_of_pre_v7_rows_retried_after_its_head_was_pruned_is_not_reserved_again() {
     let db = TestDatabase::create().await;
     let store = db.store();
     let client = db.client().await;
     let p = policy("primary-v1");
     store.register(&p).await.unwrap();
+    // A batch of 4 as V4/V5 wrote it (one row per sequence, head id =
+    // batch id), whose head retention has deleted.
     let batch_id = Uuid::now_v7();
-    store
-        .reserve_batch(p.shard_id(), &p.digest(), batch_id, 4)
-        .await
-        .unwrap();
-    // Retention deletes oldest first; the head has the batch's smallest id.
-    client
-        .execute(
-            "DELETE FROM statek.scheduler_reservations WHERE reservation_id = $1",
-            &[&batch_id],
-        )
-        .await
-        .unwrap();
+    let digest = p.digest().as_bytes().to_vec();
+    for sequence in 1..4_i64 {
+        client
+            .execute(
+                "INSERT INTO statek.scheduler_reservations
+                     (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
+                 VALUES ($1, 'primary-v1', $2, $3, $4, $5)",
+                &[
+                    &Uuid::now_v7(),
+                    &sequence,
+                    &i32::try_from(sequence % 7).unwrap(),
+                    &digest,
+                    &batch_id,
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    plant(
+        &client,
+        "UPDATE statek.scheduler_shards SET next_sequence = 4",
+    )
+    .await;
     match store
         .reserve_batch(p.shard_id(), &p.digest(), batch_id, 4)
         .await
@@ -487,6 +543,184 @@ async fn a_batch_retried_after_its_head_was_pruned_is_not_reserved_again() {
         ),
         other => panic!("expected BatchConflict, got {other:?}"),
     }
+    // The same rows replay as a batch of 3.
+    let replay = store
+        .reserve_batch(p.shard_id(), &p.digest(), batch_id, 3)
+        .await
+        .unwrap();
+    assert!(replay.replayed());
+    assert_eq!(range(&replay), [(1, 1), (2, 2), (3, 3)]);
     assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 4);
     assert_eq!(row_count(&client).await, 3);
+}
+
+#[tokio::test]
+async fn readers_refuse_a_range_that_overlaps_or_leaves_a_hole() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let p = policy("primary-v1");
+    store.register(&p).await.unwrap();
+    let first = store
+        .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 4)
+        .await
+        .unwrap();
+    let single = store
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    assert_eq!((first.first_sequence(), single.sequence()), (0, 4));
+    let expect_corrupt = |result: Result<Vec<statek_store_pg::Reservation>, StoreError>,
+                          detail: String| match result {
+        Err(StoreError::CorruptData { what, detail: got }) => {
+            assert_eq!((what, got), ("reservation range", detail));
+        }
+        other => panic!("expected CorruptData, got {other:?}"),
+    };
+
+    // The range grown to 5 sequences overlaps the single reservation at 4.
+    plant(
+        &client,
+        &format!(
+            "UPDATE statek.scheduler_reservations SET sequence_count = 5
+             WHERE reservation_id = '{}'",
+            first.batch_id()
+        ),
+    )
+    .await;
+    let overlap = format!(
+        "row {} at sequence 4 on primary-v1 overlaps row {} ending at sequence 4 on primary-v1",
+        single.id(),
+        first.batch_id()
+    );
+    expect_corrupt(
+        store.reservations(p.shard_id(), 0, 100).await,
+        overlap.clone(),
+    );
+    // Read from inside the range too: the covering row is checked.
+    expect_corrupt(store.reservations(p.shard_id(), 2, 100).await, overlap);
+
+    // Shrunk to 3 sequences it leaves sequence 3 unaccounted for.
+    plant(
+        &client,
+        &format!(
+            "UPDATE statek.scheduler_reservations SET sequence_count = 3
+             WHERE reservation_id = '{}'",
+            first.batch_id()
+        ),
+    )
+    .await;
+    expect_corrupt(
+        store.reservations(p.shard_id(), 0, 100).await,
+        format!(
+            "row {} at sequence 4 on primary-v1 leaves a hole after row {} ending at sequence 2 on primary-v1",
+            single.id(),
+            first.batch_id()
+        ),
+    );
+
+    // Put right, the reader gives exactly 0..5 again.
+    plant(
+        &client,
+        &format!(
+            "UPDATE statek.scheduler_reservations SET sequence_count = 4
+             WHERE reservation_id = '{}'",
+            first.batch_id()
+        ),
+    )
+    .await;
+    let sequences: Vec<u64> = store
+        .reservations(p.shard_id(), 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.sequence())
+        .collect();
+    assert_eq!(sequences, [0, 1, 2, 3, 4]);
+    // A page starting inside a range, and a limit cutting one.
+    let sequences: Vec<u64> = store
+        .reservations(p.shard_id(), 2, 2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.sequence())
+        .collect();
+    assert_eq!(sequences, [2, 3]);
+}
+
+#[tokio::test]
+async fn retention_prunes_ranges_by_age_oldest_first_in_batches() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let p = policy("primary-v1");
+    store.register(&p).await.unwrap();
+    // Ranges of 3, 5 and 2, a single, a range of 4: sequences 0..15.
+    let mut ids = Vec::new();
+    for k in [3, 5, 2, 1, 4] {
+        let id = Uuid::now_v7();
+        if k == 1 {
+            store.reserve(p.shard_id(), &p.digest(), id).await.unwrap();
+        } else {
+            store
+                .reserve_batch(p.shard_id(), &p.digest(), id, k)
+                .await
+                .unwrap();
+        }
+        ids.push(id);
+    }
+    // The first three rows (sequences 0..10) aged past a day, oldest first.
+    plant(
+        &client,
+        "UPDATE statek.scheduler_reservations
+         SET reserved_at = now() - interval '3 days' + make_interval(secs => sequence)
+         WHERE sequence < 10",
+    )
+    .await;
+    let status = store
+        .shard_status(p.shard_id(), std::time::Duration::from_secs(86_400))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.retained, status.retained_rows, status.past_retention),
+        (15, 5, 3)
+    );
+    let retention = statek_store_pg::SchedulerFairnessRetentionPolicy::new(
+        std::time::Duration::from_secs(86_400),
+        2,
+    )
+    .unwrap();
+    let mut deleted = Vec::new();
+    loop {
+        let report = store
+            .prune_scheduler_fairness_reservations(retention)
+            .await
+            .unwrap();
+        if report.deleted == 0 {
+            break;
+        }
+        let left: Vec<u64> = store
+            .reservations(p.shard_id(), 0, 100)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.sequence())
+            .collect();
+        deleted.push((report.deleted, left.first().copied()));
+    }
+    // Two rows (sequences 0..8), then one (8..10); never a row of today.
+    assert_eq!(deleted, [(2, Some(8)), (1, Some(10))]);
+    let left: Vec<(u64, Uuid)> = store
+        .reservations(p.shard_id(), 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.sequence(), r.id()))
+        .collect();
+    let expected: Vec<(u64, Uuid)> = std::iter::once((10, ids[3]))
+        .chain((11..15).map(|s| (s, ids[4])))
+        .collect();
+    assert_eq!(left, expected);
+    assert_eq!(row_count(&client).await, 2);
+    assert_eq!(store.next_sequence(p.shard_id()).await.unwrap(), 15);
 }

@@ -162,7 +162,8 @@ fn one_tenant_policy() -> WeightedFairnessPolicy {
 async fn the_idle_probe_on_a_silent_connection_times_out() {
     let db = TestDatabase::create().await;
     let (store, freeze) = store_behind_relay(&db).await;
-    assert!(!store.any_claimable_runs().await.unwrap());
+    let tenants = [TenantId::try_from("tenant-a").unwrap()];
+    assert!(!store.any_claimable_runs(&tenants).await.unwrap());
     store
         .enqueue(&statek_store_pg::NewRun::new(
             TenantId::try_from("tenant-a").unwrap(),
@@ -171,13 +172,13 @@ async fn the_idle_probe_on_a_silent_connection_times_out() {
         .await
         .unwrap();
     freeze.store(true, Ordering::SeqCst);
-    let err = silent_error(store.any_claimable_runs()).await;
+    let err = silent_error(store.any_claimable_runs(&tenants)).await;
     assert!(
         matches!(err, StoreError::ResponseTimeout { after } if after == RESPONSE_TIMEOUT),
         "{err:?}"
     );
     assert!(err.is_retryable());
-    assert!(store.any_claimable_runs().await.unwrap());
+    assert!(store.any_claimable_runs(&tenants).await.unwrap());
 }
 
 /// Lease expiry: both phases of the expiry pass have the deadline. The

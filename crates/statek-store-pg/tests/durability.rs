@@ -370,3 +370,68 @@ async fn continue_reports_the_loss_once_and_reserves_on_the_new_timeline() {
         .unwrap();
     assert_eq!((next.sequence(), next.timeline()), (1, Some(3)));
 }
+
+/// A lost sequence handed out again inside another replica's batch is held
+/// by that batch's range row, not missing, and never taken for pruned.
+#[tokio::test]
+async fn a_lost_reservation_reissued_inside_a_range_is_reported_with_its_holder() {
+    let db = TestDatabase::create().await;
+    let p = policy();
+    let replica = fast_store(&db, LostReservationAction::Halt);
+    replica.register(&p).await.unwrap();
+    let mut acknowledged = Vec::new();
+    for _ in 0..4 {
+        let r = replica
+            .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+            .await
+            .unwrap();
+        acknowledged.push(r.id());
+    }
+    let batch = replica
+        .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 2)
+        .await
+        .unwrap();
+    assert_eq!(batch.first_sequence(), 4);
+
+    // Sequences 2..6 are lost; another replica's batch takes 2..7.
+    lose_from(&db, 2).await;
+    fake_timeline(&db, 2).await;
+    let other = fast_store(&db, LostReservationAction::Halt);
+    let range = other
+        .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 5)
+        .await
+        .unwrap();
+    assert_eq!((range.first_sequence(), range.len()), (2, 5));
+
+    let err = replica
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap_err();
+    let StoreError::ReservationsLostInFailover(lost) = &err else {
+        panic!("expected ReservationsLostInFailover, got {err:?}");
+    };
+    let held_by = LossEvidence::Reissued {
+        reservation_id: range.batch_id(),
+    };
+    let found: Vec<(Uuid, u64, u32, LossEvidence)> = lost
+        .lost
+        .iter()
+        .map(|l| {
+            (
+                l.reservation_id,
+                l.acknowledged_sequence,
+                l.count,
+                l.evidence,
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (acknowledged[2], 2, 1, held_by),
+            (acknowledged[3], 3, 1, held_by),
+            (batch.batch_id(), 4, 2, held_by),
+        ]
+    );
+    assert_eq!(lost.checked, 5);
+}

@@ -151,7 +151,10 @@ async fn concurrent_reservations_through_pgbouncer() {
                 let r = store.reserve(p.shard_id(), &p.digest(), id).await.unwrap();
                 let again = store.reserve(p.shard_id(), &p.digest(), id).await.unwrap();
                 assert_eq!((again.sequence(), again.replayed()), (r.sequence(), true));
-                assert!(store.any_claimable_runs().await.is_ok());
+                assert!(store
+                    .any_claimable_runs(&[TenantId::try_from("tenant-a").unwrap()])
+                    .await
+                    .is_ok());
                 sequences.push(r.sequence());
             }
             sequences
@@ -169,7 +172,10 @@ async fn concurrent_reservations_through_pgbouncer() {
 async fn the_run_queue_through_pgbouncer() {
     let (_db, store) = bounced().await;
     let a = tenant("tenant-a");
-    assert!(!store.any_claimable_runs().await.unwrap());
+    assert!(!store
+        .any_claimable_runs(std::slice::from_ref(&a))
+        .await
+        .unwrap());
     let first = store
         .enqueue(&NewRun::new(a.clone(), b"one".to_vec()).idempotency_key("k1"))
         .await
@@ -183,7 +189,10 @@ async fn the_run_queue_through_pgbouncer() {
         .enqueue(&NewRun::new(a.clone(), b"two".to_vec()))
         .await
         .unwrap();
-    assert!(store.any_claimable_runs().await.unwrap());
+    assert!(store
+        .any_claimable_runs(std::slice::from_ref(&a))
+        .await
+        .unwrap());
     assert_eq!(
         store
             .count_live_runs_of(std::slice::from_ref(&a))
@@ -322,6 +331,9 @@ async fn without_pooling_mode_pgbouncer_refuses_the_startup_options() {
     let db = TestDatabase::create().await;
     let pg = db.pgbouncer_store_config().pg_config().clone();
     let store = PgStore::new(StoreConfig::from_pg_config(pg)).unwrap();
-    let err = store.any_claimable_runs().await.unwrap_err();
+    let err = store
+        .any_claimable_runs(&[TenantId::try_from("tenant-a").unwrap()])
+        .await
+        .unwrap_err();
     assert_eq!(err.sqlstate(), Some("08P01"), "{err:?}");
 }

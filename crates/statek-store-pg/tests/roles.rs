@@ -162,6 +162,40 @@ async fn the_role_matrix_holds() {
             )
             .await,
     );
+    // Nor a range row of a batch (migration V7), nor stretch one.
+    sql_denied(
+        "runtime insert range",
+        rt_sql
+            .execute(
+                "INSERT INTO statek.scheduler_reservations
+                     (reservation_id, shard_id, sequence, slot, policy_digest, batch_id,
+                      sequence_count)
+                 SELECT $1, shard_id, next_sequence, 0, policy_digest, $1, 64
+                 FROM statek.scheduler_shards",
+                &[&Uuid::now_v7()],
+            )
+            .await,
+    );
+    sql_denied(
+        "runtime stretch range",
+        rt_sql
+            .execute(
+                "UPDATE statek.scheduler_reservations SET sequence_count = sequence_count + 1",
+                &[],
+            )
+            .await,
+    );
+    // The claim history: insert and finish only, never delete or rewrite.
+    sql_denied(
+        "runtime delete claim history",
+        rt_sql.execute("DELETE FROM statek.run_claims", &[]).await,
+    );
+    sql_denied(
+        "runtime rewrite claim history",
+        rt_sql
+            .execute("UPDATE statek.run_claims SET sequence = 0", &[])
+            .await,
+    );
     sql_denied(
         "runtime advance cursor",
         rt_sql
@@ -262,6 +296,15 @@ async fn the_role_matrix_holds() {
             "UPDATE statek.scheduler_shards SET next_sequence = 0",
         ),
         ("owner delete shard", "DELETE FROM statek.scheduler_shards"),
+        (
+            "owner delete claim history",
+            "DELETE FROM statek.run_claims",
+        ),
+        ("owner truncate claim history", "TRUNCATE statek.run_claims"),
+        (
+            "owner rewrite claim history",
+            "UPDATE statek.run_claims SET lease_token = lease_token",
+        ),
     ] {
         let err = own_sql.execute(sql, &[]).await.expect_err(what);
         assert_eq!(err.code().map(|c| c.code()), Some("SK001"), "{what}: {err}");

@@ -45,10 +45,16 @@ async fn delayed_runs_wait_and_fifo_follows_available_time() {
         .unwrap();
     let now = executor.enqueue(&a, vec![]).unwrap();
     assert!(later.available_at > now.available_at);
-    assert_eq!(executor.has_claimable_work().await, Some(true));
+    assert_eq!(
+        executor.has_claimable_work(std::slice::from_ref(&a)).await,
+        Some(true)
+    );
     let first = executor.execute_one(&a, &shutdown).await.unwrap();
     assert_eq!(executed_id(first), now.run_id);
-    assert_eq!(executor.has_claimable_work().await, Some(false));
+    assert_eq!(
+        executor.has_claimable_work(std::slice::from_ref(&a)).await,
+        Some(false)
+    );
     assert_eq!(
         executor.execute_one(&a, &shutdown).await.unwrap(),
         TenantTickOutcome::Idle
@@ -137,4 +143,26 @@ async fn cancelling_a_running_run_fires_its_token_at_the_next_heartbeat() {
         (MemoryRunState::Cancelled, 1)
     );
     assert_eq!(executor.count_live_runs(), 0);
+}
+
+#[tokio::test]
+async fn claimable_work_counts_only_the_given_tenants() {
+    let executor = InMemoryExecutor::new(ok, InMemoryExecutorOptions::new());
+    let (a, outsider) = (tenant("a"), tenant("outsider"));
+    executor.enqueue(&outsider, vec![]).unwrap();
+    assert_eq!(
+        executor.has_claimable_work(std::slice::from_ref(&a)).await,
+        Some(false)
+    );
+    assert_eq!(
+        executor
+            .has_claimable_work(std::slice::from_ref(&outsider))
+            .await,
+        Some(true)
+    );
+    executor.enqueue(&a, vec![]).unwrap();
+    assert_eq!(
+        executor.has_claimable_work(std::slice::from_ref(&a)).await,
+        Some(true)
+    );
 }
