@@ -302,6 +302,26 @@ CREATE TRIGGER scheduler_shards_checked_on_insert
     BEFORE INSERT ON statek.scheduler_shards
     FOR EACH ROW EXECUTE FUNCTION statek.check_new_shard();
 
+-- Retention deletes evidence only once it is at least an hour old (the
+-- shortest retention `SchedulerFairnessRetentionPolicy` accepts): a
+-- younger row may belong to an acknowledgement whose retry must replay it,
+-- and a failover check reads a missing row below the cursor as pruned.
+-- `now()` is the deleting transaction's start, the clock prune reads.
+CREATE FUNCTION statek.refuse_young_reservation_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.reserved_at > now() - interval '1 hour' THEN
+        RAISE EXCEPTION 'statek: reservation % is younger than one hour and cannot be deleted',
+            OLD.reservation_id USING ERRCODE = 'SK001';
+    END IF;
+    RETURN OLD;
+END;
+$$;
+
+CREATE TRIGGER scheduler_reservations_kept_an_hour
+    BEFORE DELETE ON statek.scheduler_reservations
+    FOR EACH ROW EXECUTE FUNCTION statek.refuse_young_reservation_delete();
+
 -- TRUNCATE skips row triggers: refuse it like DELETE of a shard. Retention
 -- deletes old reservation rows in batches.
 CREATE FUNCTION statek.refuse_truncate() RETURNS trigger

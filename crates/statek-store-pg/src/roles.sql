@@ -17,6 +17,7 @@ ALTER FUNCTION statek.reserve(uuid, text, bytea, integer, text) OWNER TO {owner}
 ALTER FUNCTION statek.reserve_batch(uuid, text, bytea, bigint, uuid[], integer, text) OWNER TO {owner};
 ALTER FUNCTION statek.check_new_shard() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_truncate() OWNER TO {owner};
+ALTER FUNCTION statek.refuse_young_reservation_delete() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_shard_cycle_digest_change() OWNER TO {owner};
 ALTER FUNCTION statek.require_cycle_digest() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_run_claim_change() OWNER TO {owner};

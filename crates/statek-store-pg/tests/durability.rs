@@ -321,11 +321,25 @@ async fn a_failover_that_lost_nothing_goes_on_and_pruned_rows_are_not_losses() {
             .await
             .unwrap();
     }
-    // Retention pruned sequences 0 and 1 (below the cursor, nobody holds
-    // them); the promoted server has everything else.
-    db.client()
+    // The database keeps rows for an hour: even the superuser's plain
+    // DELETE of a fresh row is refused.
+    let young = db
+        .client()
         .await
         .batch_execute("DELETE FROM statek.scheduler_reservations WHERE sequence < 2")
+        .await
+        .unwrap_err();
+    assert_eq!(young.code().map(|c| c.code()), Some("SK001"), "{young}");
+    // Retention pruned sequences 0 and 1 (as if they were old enough:
+    // below the cursor, nobody holds them); the promoted server has
+    // everything else.
+    db.client()
+        .await
+        .batch_execute(
+            "SET session_replication_role = replica;
+             DELETE FROM statek.scheduler_reservations WHERE sequence < 2;
+             RESET session_replication_role;",
+        )
         .await
         .unwrap();
     fake_timeline(&db, 7).await;

@@ -332,6 +332,13 @@ async fn the_role_matrix_holds() {
     denied("retention load", rn.load_shard(p.shard_id()).await);
     denied("retention migrate", rn.migrate().await);
     let rn_sql = client_as(&db, &retention).await;
+    // Retention may delete only rows at least an hour old: a fresh
+    // acknowledgement stays replayable.
+    let young = rn_sql
+        .execute("DELETE FROM statek.scheduler_reservations", &[])
+        .await
+        .expect_err("retention deletes a fresh reservation");
+    assert_eq!(young.code().map(|c| c.code()), Some("SK001"), "{young}");
     sql_denied(
         "retention calls statek.reserve",
         rn_sql
