@@ -435,12 +435,16 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
             r.ticks, r.executed, r.idle, r.contended, r.backoffs, r.wakeups, r.transient_errors
         )?;
     }
+    let runs_executed = lock(&executed).len();
+    let seconds = elapsed.as_secs_f64().max(1e-9);
     outln!(
-        "stopped: {stop_reason}; {} ticks by {} replicas in {:.1} s ({:.0} reservations/s)",
+        "stopped: {stop_reason}; {} ticks by {} replicas in {:.1} s ({:.0} reservations/s, \
+         {runs_executed} runs executed = {:.0} runs/s)",
         ticks.len(),
         args.replicas,
         elapsed.as_secs_f64(),
-        ticks.len() as f64 / elapsed.as_secs_f64().max(1e-9)
+        ticks.len() as f64 / seconds,
+        runs_executed as f64 / seconds
     )?;
 
     let rows = read_reservations(&admin, &policy, start_sequence, end_sequence).await?;
