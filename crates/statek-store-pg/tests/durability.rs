@@ -14,8 +14,8 @@
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{
-    DurabilityPolicy, DurabilityRisk, LossEvidence, LostReservationAction, PgStore, StoreConfig,
-    StoreError, SynchronousCommit,
+    DurabilityPolicy, DurabilityRisk, LossEvidence, LostReservationAction, LostReservations,
+    PgStore, StoreConfig, StoreError, SynchronousCommit,
 };
 use uuid::Uuid;
 
@@ -212,6 +212,21 @@ async fn lose_from(db: &TestDatabase, from_sequence: i64) {
         .unwrap();
 }
 
+/// The lost reservations of a report as (id, sequence, count, evidence).
+fn lost_entries(lost: &LostReservations) -> Vec<(Uuid, u64, u32, LossEvidence)> {
+    lost.lost
+        .iter()
+        .map(|l| {
+            (
+                l.reservation_id,
+                l.acknowledged_sequence,
+                l.count,
+                l.evidence,
+            )
+        })
+        .collect()
+}
+
 fn fast_store(db: &TestDatabase, action: LostReservationAction) -> PgStore {
     store(db, |c| {
         c.durability_policy(DurabilityPolicy::AllowNoDurability)
@@ -261,18 +276,7 @@ async fn acknowledged_reservations_lost_in_a_failover_are_reported_and_halt_the_
     };
     assert_eq!((lost.from_timeline, lost.to_timeline), (1, 2));
     assert_eq!(lost.checked, 5);
-    let found: Vec<(Uuid, u64, u32, LossEvidence)> = lost
-        .lost
-        .iter()
-        .map(|l| {
-            (
-                l.reservation_id,
-                l.acknowledged_sequence,
-                l.count,
-                l.evidence,
-            )
-        })
-        .collect();
+    let found = lost_entries(lost);
     assert_eq!(
         found,
         vec![
@@ -427,18 +431,7 @@ async fn a_lost_reservation_reissued_inside_a_range_is_reported_with_its_holder(
     let held_by = LossEvidence::Reissued {
         reservation_id: range.batch_id(),
     };
-    let found: Vec<(Uuid, u64, u32, LossEvidence)> = lost
-        .lost
-        .iter()
-        .map(|l| {
-            (
-                l.reservation_id,
-                l.acknowledged_sequence,
-                l.count,
-                l.evidence,
-            )
-        })
-        .collect();
+    let found = lost_entries(lost);
     assert_eq!(
         found,
         vec![
