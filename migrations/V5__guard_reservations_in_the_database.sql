@@ -24,6 +24,37 @@
 --    re-checks its recently acknowledged reservations before it reserves on
 --    the new primary (statek-store-pg `failover.rs`).
 --
+-- 3. A batch reservation is one row. Until now a batch wrote k rows
+--    (V4), so a slot cost a row whether or not its tenant
+--    had anything to run. A slot's evidence is derivable from its batch
+--    (`slot = sequence mod L`), so a batch is now stored as ONE immutable
+--    range row: the head row it always had (reservation_id = batch_id =
+--    the batch id, `sequence` = the first sequence, `slot` = its slot,
+--    the digest, `reserved_at`) plus the new column `sequence_count` = k.
+--    Single reservations stay one row each, `sequence_count` = 1.
+--
+--    Why columns on the existing table rather than a table of its own:
+--    every guarantee the table already carries then holds for ranges with
+--    no second copy of it. The primary key is one id space for single and
+--    batch ids, so `ON CONFLICT (reservation_id)` (committed and in-flight
+--    rows) keeps a batch from being inserted twice and a single id from
+--    naming a batch; UNIQUE (shard_id, sequence) holds the first sequence;
+--    the V1 trigger refuses updates, the V5 trigger refuses TRUNCATE, the
+--    role profile already grants the runtime role no INSERT (only the
+--    SECURITY DEFINER functions write); retention prunes by the existing
+--    (reserved_at, reservation_id) index, a range as one row, oldest first,
+--    in batches; failover verification finds a batch by its id at its
+--    first sequence as before. What no constraint can say (a range must
+--    not overlap the next row nor leave a hole before it) the functions
+--    keep by writing only at the locked cursor, and every reader checks
+--    (statek-store-pg `reservation.rs`: `CorruptData`).
+--
+--    Adding a column with a constant default is a catalogue-only change.
+--    Rows of batches made under V4 (k rows with one batch_id, each count
+--    1) stay readable and replayable as they are. Binaries built before
+--    V5 wrote reservations directly; upgrade every binary before reading
+--    evidence (older readers see a range as its first sequence only).
+--
 -- The statements inside the functions are the one-statement reservations
 -- of V1/V4 unchanged: lock the cursor row, insert unless the id exists
 -- (ON CONFLICT sees committed and in-flight rows), advance only if a row
@@ -124,10 +155,22 @@ BEGIN
 END;
 $$;
 
--- k contiguous reservations (k = p_count): the head row's reservation id is
--- the batch id, the k - 1 tail rows take p_tail_ids. Output as for
--- statek.reserve, with `sequence`/`reserved_at` of the head row, `tail_rows`
--- instead of `slot`.
+ALTER TABLE statek.scheduler_reservations
+    ADD COLUMN sequence_count integer NOT NULL DEFAULT 1;
+
+ALTER TABLE statek.scheduler_reservations
+    ADD CONSTRAINT scheduler_reservations_range_check CHECK (
+        sequence_count >= 1
+        -- A range is a batch, keyed by its own id.
+        AND (sequence_count = 1 OR batch_id = reservation_id)
+        -- Its last sequence is a sequence.
+        AND sequence <= 9223372036854775807 - sequence_count);
+
+-- k contiguous reservations as one range row (k = p_count). Output as
+-- for statek.reserve, with `sequence`/`reserved_at` of the range's first
+-- sequence and `tail_rows` = the sequences it covers after the first
+-- (k - 1). p_tail_ids is NULL, or k - 1 ids that are checked for their
+-- number and not stored.
 CREATE FUNCTION statek.reserve_batch(
     p_batch_id uuid,
     p_shard_id text,
@@ -165,9 +208,9 @@ BEGIN
             NULL::bigint, NULL::timestamptz, 0::bigint, 0::bigint;
         RETURN;
     END IF;
-    -- The tail must hold exactly k - 1 ids: the cursor moves by k.
-    IF p_count < 1 OR coalesce(cardinality(p_tail_ids), 0) <> p_count - 1 THEN
-        RAISE EXCEPTION 'statek: a batch of % reservations needs % tail ids, got %',
+    IF p_count IS NULL OR p_count < 1 OR p_count > 2147483647
+       OR (p_tail_ids IS NOT NULL AND cardinality(p_tail_ids) <> p_count - 1) THEN
+        RAISE EXCEPTION 'statek: a batch of % reservations needs no tail ids or % of them, got %',
             p_count, p_count - 1, coalesce(cardinality(p_tail_ids), 0)
             USING ERRCODE = '22023';
     END IF;
@@ -182,32 +225,24 @@ BEGIN
     ),
     head AS (
         INSERT INTO statek.scheduler_reservations AS r
-            (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
+            (reservation_id, shard_id, sequence, slot, policy_digest, batch_id, sequence_count)
         SELECT p_batch_id, p_shard_id, l.next_sequence,
-               (l.next_sequence % l.cycle_length)::integer, p_policy_digest, p_batch_id
+               (l.next_sequence % l.cycle_length)::integer, p_policy_digest, p_batch_id,
+               p_count::integer
         FROM locked AS l
         WHERE l.digest_ok AND l.policy_digest = p_policy_digest
           AND l.cycle_length BETWEEN 1 AND 4096
           AND l.next_sequence BETWEEN 0 AND 9223372036854775807 - p_count
-          -- Rows of this batch left after its head was pruned: never
-          -- reserve the batch a second time.
+          -- Rows of a batch made under V4 (k rows) left after its head
+          -- was pruned: never reserve the batch a second time.
           AND NOT EXISTS (SELECT 1 FROM statek.scheduler_reservations AS o
                           WHERE o.batch_id = p_batch_id)
         ON CONFLICT (reservation_id) DO NOTHING
-        RETURNING r.sequence, r.reserved_at
-    ),
-    tail AS (
-        INSERT INTO statek.scheduler_reservations AS r
-            (reservation_id, shard_id, sequence, slot, policy_digest, batch_id)
-        SELECT t.id, p_shard_id, h.sequence + t.ord,
-               ((h.sequence + t.ord) % l.cycle_length)::integer, p_policy_digest, p_batch_id
-        FROM head AS h CROSS JOIN locked AS l
-             CROSS JOIN unnest(p_tail_ids) WITH ORDINALITY AS t(id, ord)
-        RETURNING r.sequence
+        RETURNING r.sequence, r.reserved_at, r.sequence_count
     ),
     moved AS (
         UPDATE statek.scheduler_shards AS s
-        SET next_sequence = h.sequence + p_count
+        SET next_sequence = h.sequence + h.sequence_count
         FROM head AS h
         WHERE s.shard_id = p_shard_id
         RETURNING s.next_sequence
@@ -215,7 +250,7 @@ BEGIN
     SELECT 'attempted'::text, v_timeline, current_setting('synchronous_commit'),
            l.policy_digest, l.cycle_length, l.next_sequence, l.digest_ok,
            h.sequence, h.reserved_at,
-           (SELECT count(*) FROM tail), (SELECT count(*) FROM moved)
+           coalesce(h.sequence_count - 1, 0)::bigint, (SELECT count(*) FROM moved)
     FROM locked AS l LEFT JOIN head AS h ON true;
 END;
 $$;

@@ -4,7 +4,7 @@
 //! Every reservation of a shard serialises on its cursor row, so a shard
 //! reserves at most one commit's worth of sequences at a time. A batch takes
 //! the cursor lock once for `k` sequences and is stored as ONE immutable
-//! range row (migration V7: the batch id, the first sequence, `k`, the
+//! range row (migration V5: the batch id, the first sequence, `k`, the
 //! digest, `reserved_at`); each sequence's evidence is derived from it
 //! (`slot = sequence mod L`). Retention prunes the range as one row. The
 //! starvation bound, counted in reservations, is the same as for `k`
@@ -31,7 +31,7 @@ use crate::{PgStore, StoreError};
 pub const MAX_RESERVATION_BATCH: u32 = 1024;
 
 /// The rows of a batch, in sequence order, with their shard's cycle length:
-/// its one range row, or (a batch made before migration V7) its `k` rows.
+/// its one range row, or (a batch made under V4) its `k` rows.
 const SELECT_BATCH: &str = "
     SELECT r.reservation_id, r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at,
            r.sequence_count, s.cycle_length
@@ -42,12 +42,12 @@ const SELECT_BATCH: &str = "
 
 /// The whole batch as one statement (one round trip, its own autocommit
 /// transaction), built like `reserve`'s (`statek.reserve_batch`, migration
-/// V7): set `synchronous_commit` ($7); refuse on another timeline than $6;
+/// V5): set `synchronous_commit` ($7); refuse on another timeline than $6;
 /// lock the cursor row; insert the range row (`k` sequences from the
 /// cursor), whose reservation id is the batch id, unless that id already
 /// exists (`ON CONFLICT` sees committed and in-flight rows, so a batch is
 /// never inserted twice); advance the cursor by `k` only if it was
-/// inserted. `$5` (tail ids, for binaries built before V7) is NULL. The
+/// inserted. `$5` (tail ids, not stored) is NULL. The
 /// locked row comes back so the caller can tell why nothing was inserted.
 const RESERVE_BATCH: &str = "SELECT * FROM statek.reserve_batch($1, $2, $3, $4, $5, $6, $7)";
 

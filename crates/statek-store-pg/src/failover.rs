@@ -376,8 +376,8 @@ impl PgStore {
             let found_count: Option<i32> = row.try_get("found_count")?;
             let holder: Option<Uuid> = row.try_get("holder")?;
             // A range row must cover what was acknowledged; a row of count
-            // 1 is a single reservation or the head of a batch made before
-            // migration V7 (k rows).
+            // 1 is a single reservation or the head of a batch made under
+            // migration V4 (k rows).
             let count_ok = match found_count {
                 Some(c) if c > 1 => u32::try_from(c).ok() == Some(entry.count),
                 _ => true,

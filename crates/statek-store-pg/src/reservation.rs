@@ -46,7 +46,7 @@ const RESERVE: &str = "SELECT * FROM statek.reserve($1, $2, $3, $4, $5)";
 /// The rows holding the sequences `>= $2` of shard `$1`: the row at or
 /// before `$2` (a range may cover `$2` from below) and the `$3` rows after
 /// it, in sequence order. A row is one reservation or one range of a batch
-/// (`sequence_count` sequences from `sequence`, migration V7).
+/// (`sequence_count` sequences from `sequence`, migration V5).
 const SELECT_RESERVATIONS: &str = "
     SELECT r.reservation_id, r.shard_id, r.sequence, r.slot, r.policy_digest, r.reserved_at,
            r.sequence_count, s.cycle_length

@@ -29,7 +29,7 @@ const SELECT_CURSOR: &str = "
 
 /// Operator figures for one shard: cursor, recent rate, retained evidence.
 /// A row holds `sequence_count` reservations (1, or `k` for the range row
-/// of a batch, migration V7).
+/// of a batch, migration V5).
 const SHARD_STATUS: &str = "
     SELECT now() AS observed_at,
            (SELECT coalesce(sum(sequence_count), 0)::bigint FROM statek.scheduler_reservations

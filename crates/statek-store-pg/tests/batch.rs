@@ -2,7 +2,7 @@
 //! xtask test`): ranges, idempotency, typed errors, lost acknowledgements
 //! through the fault proxy, exhaustion, single and batch reservers
 //! sharing one contiguous sequence, a batch stored as one range row
-//! (migration V7), retention of ranges, and readers refusing ranges that
+//! (migration V5), retention of ranges, and readers refusing ranges that
 //! overlap or leave holes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

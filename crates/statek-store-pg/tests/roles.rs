@@ -162,7 +162,7 @@ async fn the_role_matrix_holds() {
             )
             .await,
     );
-    // Nor a range row of a batch (migration V7), nor stretch one.
+    // Nor a range row of a batch (migration V5), nor stretch one.
     sql_denied(
         "runtime insert range",
         rt_sql
