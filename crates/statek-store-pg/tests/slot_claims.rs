@@ -441,3 +441,101 @@ async fn four_claimers_of_disjoint_slot_batches_claim_every_run_exactly_once() {
         .get(0);
     assert_eq!(live, 2000);
 }
+
+/// A label per answered slot: `run payload`, `idle` or `contended`.
+fn labels(claims: &[SlotClaim]) -> Vec<String> {
+    claims
+        .iter()
+        .map(|c| match c {
+            SlotClaim::Claimed(run) => String::from_utf8(run.payload.clone()).unwrap(),
+            SlotClaim::Idle => "idle".into(),
+            SlotClaim::Contended => "contended".into(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect()
+}
+
+/// With `max_runs` permits the claim answers the decided prefix: up to the
+/// slot of the last run it may take; later slots are left for a later call
+/// and nothing of them is written.
+#[tokio::test]
+async fn a_claim_limited_to_free_permits_answers_its_decided_prefix() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let p = policy(&[("tenant-a", 2), ("tenant-b", 1), ("tenant-c", 1)]);
+    store.register(&p).await.unwrap();
+    let (a, b, c) = (tenant("tenant-a"), tenant("tenant-b"), tenant("tenant-c"));
+    for (t, payload) in [(&a, "a1"), (&a, "a2"), (&c, "c1")] {
+        store
+            .enqueue(&NewRun::new(t.clone(), payload.as_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+    let slots = [
+        (20, b.clone()),
+        (21, a.clone()),
+        (22, b.clone()),
+        (23, a.clone()),
+        (24, c.clone()),
+        (25, b.clone()),
+    ];
+    // One permit: b idle, a's first run, then stop.
+    let first = store
+        .claim_runs_for_slots_up_to(&slots, p.shard_id(), LEASE, 1)
+        .await
+        .unwrap();
+    assert_eq!(labels(&first), ["idle", "a1"]);
+    // Two permits for the rest: b idle, a2, c1, and the last slot (b, idle)
+    // is decided too because no claimable pair was left over.
+    let rest = store
+        .claim_runs_for_slots_up_to(&slots[2..], p.shard_id(), LEASE, 2)
+        .await
+        .unwrap();
+    assert_eq!(labels(&rest), ["idle", "a2", "c1", "idle"]);
+    // Exactly three claims recorded, each at its own slot.
+    let recorded: Vec<(Option<i64>, String)> = history(&client)
+        .await
+        .into_iter()
+        .map(|h| (h.sequence, h.tenant))
+        .collect();
+    assert_eq!(
+        recorded,
+        [
+            (Some(21), "tenant-a".to_owned()),
+            (Some(23), "tenant-a".to_owned()),
+            (Some(24), "tenant-c".to_owned()),
+        ]
+    );
+    // A run left over by the limit is not claimed and stays available.
+    store
+        .enqueue(&NewRun::new(a.clone(), b"a3".to_vec()))
+        .await
+        .unwrap();
+    store
+        .enqueue(&NewRun::new(a.clone(), b"a4".to_vec()))
+        .await
+        .unwrap();
+    let limited = store
+        .claim_runs_for_slots_up_to(&[(30, a.clone()), (31, a.clone())], p.shard_id(), LEASE, 1)
+        .await
+        .unwrap();
+    assert_eq!(labels(&limited), ["a3"]);
+    let available: i64 = client
+        .query_one(
+            "SELECT count(*) FROM statek.runs WHERE state = 'available' AND tenant_id = 'tenant-a'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(available, 1);
+    for bad in [0, 1025] {
+        assert!(matches!(
+            store
+                .claim_runs_for_slots_up_to(&slots, p.shard_id(), LEASE, bad)
+                .await,
+            Err(StoreError::InvalidArgument(_))
+        ));
+    }
+}

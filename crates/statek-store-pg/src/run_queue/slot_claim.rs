@@ -1,0 +1,310 @@
+//! Claims for the slots of a reserved batch, in one statement
+//! ([`PgStore::claim_runs_for_slots`] and
+//! [`PgStore::claim_runs_for_slots_up_to`]).
+
+use std::time::Duration;
+
+use statek_policy::TenantId;
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use super::{lease_secs, non_negative_u32, ClaimedRun, RunLease};
+use crate::statement::Db;
+use crate::{PgStore, StoreError};
+
+/// What one slot of [`PgStore::claim_runs_for_slots`] got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SlotClaim {
+    /// A run of the slot's tenant, leased with its own token.
+    Claimed(Box<ClaimedRun>),
+    /// The tenant has claimable runs, but every one this claim did not take
+    /// for an earlier slot was locked by another claimer.
+    Contended,
+    /// The tenant has no claimable run left for this slot.
+    Idle,
+}
+
+/// The largest number of slots one [`PgStore::claim_runs_for_slots`] call
+/// takes: a batch reservation's largest size.
+pub const MAX_CLAIM_SLOTS: usize = crate::batch::MAX_RESERVATION_BATCH as usize;
+
+/// A claim for a batch of slots, in one statement. `$1` sequences, `$2`
+/// tenants, `$3` fresh lease tokens, one per slot in sequence order
+/// (`ord`); `$4` the lease in seconds; `$5` the shard; `$6` the most runs
+/// to claim. Per tenant, one `SKIP LOCKED` pick of as many of its oldest
+/// claimable runs as it has slots (by available time, then per-insert
+/// sequence); the tenant's k-th slot in sequence order takes its k-th
+/// run. Of these pairs only the first `$6` in slot order are claimed
+/// (`kept`); the slots after the last kept pair are *undecided* when
+/// pairs were left over (their picked runs are unlocked at commit, nothing
+/// of them is written) and are answered with `decided = false`. Each
+/// claimed run gets its slot's token and its own expiry
+/// (`clock_timestamp()`), and one row of claim history naming the slot.
+/// A decided slot without a run is contended when a claimable run of its
+/// tenant exists that this statement did not take (locked by another
+/// claimer), else idle.
+const CLAIM_FOR_SLOTS: &str = concat!(
+    "
+    WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+    slots AS MATERIALIZED (
+        SELECT s.sequence, s.tenant_id, s.token, s.ord,
+               row_number() OVER (PARTITION BY s.tenant_id ORDER BY s.ord) AS nth
+        FROM unnest($1::bigint[], $2::text[], $3::uuid[]) WITH ORDINALITY
+             AS s(sequence, tenant_id, token, ord)
+    ),
+    demand AS MATERIALIZED (
+        SELECT tenant_id, count(*) AS wanted FROM slots GROUP BY tenant_id
+    ),
+    picked AS MATERIALIZED (
+        SELECT p.run_id, d.tenant_id,
+               row_number() OVER (PARTITION BY d.tenant_id
+                                  ORDER BY p.available_at, p.queue_seq) AS nth
+        FROM demand AS d CROSS JOIN now
+        CROSS JOIN LATERAL (
+            SELECT runs.run_id, runs.available_at, runs.queue_seq
+            FROM statek.runs
+            WHERE runs.tenant_id = d.tenant_id AND ",
+    claimable_now!(),
+    "
+            ORDER BY runs.available_at, runs.queue_seq
+            LIMIT d.wanted
+            FOR UPDATE OF runs SKIP LOCKED
+        ) AS p
+    ),
+    all_pairs AS MATERIALIZED (
+        SELECT s.ord, s.sequence, s.token, p.run_id,
+               row_number() OVER (ORDER BY s.ord) AS rank
+        FROM slots AS s
+        JOIN picked AS p ON p.tenant_id = s.tenant_id AND p.nth = s.nth
+    ),
+    pairs AS MATERIALIZED (
+        SELECT ord, sequence, token, run_id FROM all_pairs WHERE rank <= $6
+    ),
+    -- The last decided slot: every slot when no pair was left over, else
+    -- the slot of the last kept pair.
+    cutoff AS MATERIALIZED (
+        SELECT CASE WHEN (SELECT count(*) FROM all_pairs) > $6
+                    THEN (SELECT max(ord) FROM pairs)
+                    ELSE (SELECT max(ord) FROM slots) END AS ord
+    ),
+    claimed AS (
+        UPDATE statek.runs AS r
+        SET state = 'running',
+            attempt = r.attempt + 1,
+            lease_token = pairs.token,
+            lease_expires_at = clock_timestamp() + make_interval(secs => $4),
+            claimed_at = clock_timestamp()
+        FROM pairs
+        WHERE r.run_id = pairs.run_id
+        RETURNING pairs.ord, r.run_id, r.tenant_id, r.payload, r.attempt, r.max_attempts,
+                  r.enqueued_at, r.available_at, r.claimed_at, r.lease_expires_at, r.lease_token
+    ),
+    history AS (
+        INSERT INTO statek.run_claims
+            (run_id, attempt, tenant_id, shard_id, sequence, lease_token, claimed_at)
+        SELECT c.run_id, c.attempt, c.tenant_id, $5, pairs.sequence, c.lease_token, c.claimed_at
+        FROM claimed AS c JOIN pairs ON pairs.ord = c.ord
+        RETURNING run_id
+    )
+    SELECT s.ord, s.sequence, s.tenant_id AS slot_tenant, s.ord <= cutoff.ord AS decided,
+           c.run_id, c.tenant_id, c.payload,
+           c.attempt, c.max_attempts, c.enqueued_at, c.available_at, c.claimed_at,
+           c.lease_expires_at, c.lease_token,
+           (SELECT count(*) FROM history) AS recorded,
+           c.run_id IS NULL AND EXISTS (
+               SELECT 1 FROM statek.runs CROSS JOIN now
+               WHERE runs.tenant_id = s.tenant_id AND ",
+    claimable_now!(),
+    "
+                 AND runs.run_id NOT IN (SELECT run_id FROM all_pairs)
+           ) AS contended
+    FROM slots AS s CROSS JOIN cutoff LEFT JOIN claimed AS c ON c.ord = s.ord
+    ORDER BY s.ord"
+);
+
+impl PgStore {
+    /// Claims, in ONE statement, at most one run per slot of a reserved
+    /// batch: `slots` are `(sequence, tenant)` in sequence order (the
+    /// tenant the slot maps to), at most [`MAX_CLAIM_SLOTS`], each sequence
+    /// once. For each slot the run comes from that slot's tenant only; a
+    /// tenant holding `n` slots gets up to `n` of its runs, oldest first
+    /// (available time, then insertion order), its earliest slot the
+    /// oldest run. Locked runs are skipped (`FOR UPDATE SKIP LOCKED`),
+    /// never waited for. Each claimed run gets its own lease token and
+    /// expiry `lease` from its claim (1 ms..=24 h, database clock), and
+    /// one row of claim history (`statek.run_claims`: shard, the slot's
+    /// sequence, run, attempt, token, claim time; the finish time is set by
+    /// complete or fail), so the database shows which slot ran which run.
+    /// A slot claims at most one run, ever: the history refuses a second
+    /// claim for the same `(shard, sequence)`.
+    ///
+    /// Returns one [`SlotClaim`] per slot, in the order given.
+    ///
+    /// # Errors
+    /// - [`StoreError::InvalidArgument`]: a lease out of range, more than
+    ///   [`MAX_CLAIM_SLOTS`] slots, slots not in increasing sequence order,
+    ///   or a sequence above `i64::MAX`.
+    /// - [`StoreError::SlotAlreadyClaimed`]: a slot of `shard` already
+    ///   claimed a run (nothing of this call is kept).
+    /// - connection and server errors. The shard is recorded as given, not
+    ///   looked up (a foreign key would wait for the shard's cursor lock):
+    ///   pass the shard the slots were reserved on.
+    pub async fn claim_runs_for_slots(
+        &self,
+        slots: &[(u64, TenantId)],
+        shard: &statek_policy::SchedulerShardId,
+        lease: Duration,
+    ) -> Result<Vec<SlotClaim>, StoreError> {
+        self.claim_runs_for_slots_up_to(slots, shard, lease, slots.len().clamp(1, MAX_CLAIM_SLOTS))
+            .await
+    }
+
+    /// [`claim_runs_for_slots`](Self::claim_runs_for_slots) that claims at
+    /// most `max_runs` runs (1..=[`MAX_CLAIM_SLOTS`]): what a worker with
+    /// `max_runs` free execution permits calls, so that it never claims a
+    /// run it cannot start at once.
+    ///
+    /// The answer is the *decided prefix* of `slots`: one [`SlotClaim`] per
+    /// slot, in the order given, up to and including the slot of the
+    /// `max_runs`-th claimed run; every slot when fewer runs could be
+    /// claimed. Slots after the prefix were not claimed for (nothing of
+    /// them is written; runs picked for them are unlocked when the
+    /// statement commits) and may be passed again in a later call, when
+    /// permits have freed. With `max_runs >= slots.len()` every slot is
+    /// decided.
+    ///
+    /// # Errors
+    /// As [`claim_runs_for_slots`](Self::claim_runs_for_slots), and
+    /// [`StoreError::InvalidArgument`] for `max_runs` out of range.
+    pub async fn claim_runs_for_slots_up_to(
+        &self,
+        slots: &[(u64, TenantId)],
+        shard: &statek_policy::SchedulerShardId,
+        lease: Duration,
+        max_runs: usize,
+    ) -> Result<Vec<SlotClaim>, StoreError> {
+        let lease_secs = lease_secs(lease)?;
+        if !(1..=MAX_CLAIM_SLOTS).contains(&max_runs) {
+            return Err(StoreError::InvalidArgument(format!(
+                "max_runs must be 1..={MAX_CLAIM_SLOTS}, got {max_runs}"
+            )));
+        }
+        let max_runs = i64::try_from(max_runs).unwrap_or(i64::MAX);
+        if slots.len() > MAX_CLAIM_SLOTS {
+            return Err(StoreError::InvalidArgument(format!(
+                "{} slots, at most {MAX_CLAIM_SLOTS} per claim",
+                slots.len()
+            )));
+        }
+        if slots.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(StoreError::InvalidArgument(
+                "slots must be in increasing sequence order".into(),
+            ));
+        }
+        if slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sequences = slots
+            .iter()
+            .map(|(s, _)| {
+                i64::try_from(*s).map_err(|_| {
+                    StoreError::InvalidArgument(format!("sequence {s} exceeds i64::MAX"))
+                })
+            })
+            .collect::<Result<Vec<i64>, _>>()?;
+        let tenants: Vec<&str> = slots.iter().map(|(_, t)| t.as_str()).collect();
+        let tokens: Vec<Uuid> = slots.iter().map(|_| Uuid::now_v7()).collect();
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                db.query(
+                    CLAIM_FOR_SLOTS,
+                    &[
+                        (&sequences, Type::INT8_ARRAY),
+                        (&tenants, Type::TEXT_ARRAY),
+                        (&tokens, Type::UUID_ARRAY),
+                        (&lease_secs, Type::FLOAT8),
+                        (&shard.as_str(), Type::TEXT),
+                        (&max_runs, Type::INT8),
+                    ],
+                )
+                .await
+                .map_err(|e| {
+                    let constraint = e.as_db_error().and_then(|db| db.constraint());
+                    if constraint == Some("run_claims_shard_sequence_key") {
+                        StoreError::SlotAlreadyClaimed {
+                            shard: shard.clone(),
+                        }
+                    } else {
+                        StoreError::from(e)
+                    }
+                })
+            })
+            .await?;
+        if rows.len() != slots.len() {
+            return Err(StoreError::corrupt(
+                "slot claim",
+                format!("{} slots, {} answers", slots.len(), rows.len()),
+            ));
+        }
+        let mut claimed_count = 0_i64;
+        let mut out = Vec::with_capacity(slots.len());
+        for ((sequence, tenant), row) in slots.iter().zip(&rows) {
+            if !row.try_get::<_, bool>("decided")? {
+                // The decided prefix ends here (slots are answered in order).
+                break;
+            }
+            let answered: i64 = row.try_get("sequence")?;
+            let slot_tenant: String = row.try_get("slot_tenant")?;
+            if i64::try_from(*sequence).ok() != Some(answered) || slot_tenant != tenant.as_str() {
+                return Err(StoreError::corrupt(
+                    "slot claim",
+                    format!("slot {sequence} of {tenant} answered as {answered} of {slot_tenant}"),
+                ));
+            }
+            let run_id: Option<Uuid> = row.try_get("run_id")?;
+            let Some(run_id) = run_id else {
+                out.push(if row.try_get::<_, bool>("contended")? {
+                    SlotClaim::Contended
+                } else {
+                    SlotClaim::Idle
+                });
+                continue;
+            };
+            let run_tenant: String = row.try_get("tenant_id")?;
+            if run_tenant != tenant.as_str() {
+                return Err(StoreError::corrupt(
+                    "slot claim",
+                    format!("slot {sequence} of {tenant} claimed run {run_id} of {run_tenant}"),
+                ));
+            }
+            claimed_count += 1;
+            out.push(SlotClaim::Claimed(Box::new(ClaimedRun {
+                tenant: tenant.clone(),
+                payload: row.try_get("payload")?,
+                attempt: non_negative_u32(row.try_get("attempt")?, "attempt")?,
+                max_attempts: non_negative_u32(row.try_get("max_attempts")?, "max_attempts")?,
+                enqueued_at: row.try_get("enqueued_at")?,
+                available_at: row.try_get("available_at")?,
+                claimed_at: row.try_get("claimed_at")?,
+                lease_expires_at: row.try_get("lease_expires_at")?,
+                lease: RunLease {
+                    run_id,
+                    token: row.try_get("lease_token")?,
+                },
+            })));
+        }
+        let recorded: i64 = rows
+            .first()
+            .map(|row| row.try_get("recorded"))
+            .transpose()?
+            .unwrap_or(0);
+        if recorded != claimed_count {
+            return Err(StoreError::corrupt(
+                "slot claim",
+                format!("{claimed_count} runs claimed, {recorded} claims recorded"),
+            ));
+        }
+        Ok(out)
+    }
+}
