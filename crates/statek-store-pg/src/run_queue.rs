@@ -12,6 +12,12 @@
 //! every claim, single or batch, is recorded in the claim history
 //! `statek.run_claims` (migration V7), one row per attempt, with the slot's
 //! shard and sequence when it has one.
+//!
+//! Finished runs may also be recorded many at a time:
+//! [`PgStore::finish_runs`] (`completion.rs`) completes and fails up to
+//! [`crate::MAX_FINISH_BATCH`] runs in one statement, each still fenced by
+//! its token, and answers a replayed batch with
+//! [`crate::FinishOutcome::AlreadyRecorded`].
 
 use std::time::{Duration, SystemTime};
 
