@@ -22,7 +22,9 @@
 //!   leased with a fencing token), [`PgStore::claim_runs_for_slots`] (every
 //!   slot of a reserved batch in one statement, each claim recorded with
 //!   its slot in the claim history), [`PgStore::heartbeat_run`],
-//!   [`PgStore::complete_run`], [`PgStore::fail_run`];
+//!   [`PgStore::complete_run`], [`PgStore::fail_run`], and
+//!   [`PgStore::finish_runs`] (up to [`MAX_FINISH_BATCH`] completions and
+//!   failures in one statement, each fenced, safe to retry);
 //! - **retention**: [`PgStore::prune_scheduler_fairness_reservations`]
 //!   deletes the oldest reservation rows past a
 //!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time.
@@ -104,6 +106,7 @@
 #![forbid(unsafe_code)]
 
 mod batch;
+mod completion;
 mod config;
 mod conninfo;
 mod durability;
@@ -124,6 +127,7 @@ pub mod testing;
 mod tls;
 
 pub use batch::{ReservationBatch, MAX_RESERVATION_BATCH};
+pub use completion::{FinishOutcome, FinishRun, RunFinish, MAX_FINISH_BATCH};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
 pub use conninfo::SslMode;
 pub use durability::{

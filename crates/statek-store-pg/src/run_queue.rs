@@ -12,6 +12,12 @@
 //! every claim, single or batch, is recorded in the claim history
 //! `statek.run_claims` (migration V7), one row per attempt, with the slot's
 //! shard and sequence when it has one.
+//!
+//! Finished runs may also be recorded many at a time:
+//! [`PgStore::finish_runs`] (`completion.rs`) completes and fails up to
+//! [`crate::MAX_FINISH_BATCH`] runs in one statement, each still fenced by
+//! its token, and answers a replayed batch with
+//! [`crate::FinishOutcome::AlreadyRecorded`].
 
 use std::time::{Duration, SystemTime};
 
@@ -359,6 +365,37 @@ fn lease_secs(lease: Duration) -> Result<f64, StoreError> {
     Ok(secs)
 }
 
+/// The longest `retry_after` of a failure: 366 days.
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(366 * 86_400);
+
+/// `retry_after` in seconds, at most [`MAX_RETRY_AFTER`].
+pub(crate) fn retry_secs(retry_after: Duration) -> Result<f64, StoreError> {
+    if retry_after > MAX_RETRY_AFTER {
+        return Err(StoreError::InvalidArgument(format!(
+            "retry_after must be at most 366 days, got {retry_after:?}"
+        )));
+    }
+    Ok(retry_after.as_secs_f64())
+}
+
+/// Longest recorded error text, in bytes.
+const MAX_ERROR_BYTES: usize = 4096;
+
+/// A failure's error text as stored in `last_error`: text columns refuse
+/// NUL, so each NUL becomes U+FFFD; the message is kept, cut to at most
+/// [`MAX_ERROR_BYTES`] bytes on a character boundary.
+pub(crate) fn failure_text(error: &str) -> String {
+    let mut error = error.replace('\0', "\u{FFFD}");
+    if error.len() > MAX_ERROR_BYTES {
+        let mut end = MAX_ERROR_BYTES;
+        while !error.is_char_boundary(end) {
+            end -= 1;
+        }
+        error.truncate(end);
+    }
+    error
+}
+
 fn non_negative_u32(value: i32, what: &'static str) -> Result<u32, StoreError> {
     u32::try_from(value).map_err(|_| StoreError::corrupt("run", format!("{what} {value}")))
 }
@@ -638,9 +675,12 @@ impl PgStore {
     }
 
     /// Records a failed execution: the run becomes available again after
-    /// `retry_after` while attempts remain, else `failed`.
+    /// `retry_after` (at most 366 days, database clock) while attempts
+    /// remain, else `failed`. `error` is stored as `last_error`, each NUL
+    /// replaced by U+FFFD and cut to at most 4 KiB on a character boundary.
     ///
     /// # Errors
+    /// [`StoreError::InvalidArgument`] for a `retry_after` over 366 days;
     /// [`StoreError::LeaseLost`] when the token no longer matches; connection
     /// and server errors.
     pub async fn fail_run(
@@ -649,21 +689,8 @@ impl PgStore {
         error: &str,
         retry_after: Duration,
     ) -> Result<FailOutcome, StoreError> {
-        if retry_after > Duration::from_secs(366 * 86_400) {
-            return Err(StoreError::InvalidArgument(format!(
-                "retry_after must be at most 366 days, got {retry_after:?}"
-            )));
-        }
-        // Text columns refuse NUL; keep the message, bounded to 4 KiB.
-        let mut error = error.replace('\0', "\u{FFFD}");
-        if error.len() > 4096 {
-            let mut end = 4096;
-            while !error.is_char_boundary(end) {
-                end -= 1;
-            }
-            error.truncate(end);
-        }
-        let retry_secs = retry_after.as_secs_f64();
+        let retry_secs = retry_secs(retry_after)?;
+        let error = failure_text(error);
         self.with_response_timeout(async |db: &Db<'_>| {
             let row = db
                 .query_opt(

@@ -1,8 +1,9 @@
 //! Through a real PgBouncer in transaction pooling mode (Debian's 1.18:
 //! no `max_prepared_statements`, no `options` startup parameter): the
 //! store in transaction pooling mode registers, reserves (with replay of a
-//! lost acknowledgement), runs the run queue and listens over its direct
-//! connection; it refuses, with typed errors, what cannot work there.
+//! lost acknowledgement), runs the run queue (completion batching too) and
+//! listens over its direct connection; it refuses, with typed errors, what
+//! cannot work there.
 //!
 //! Needs `STATEK_TEST_PGBOUNCER_URL` (set by `cargo xtask test`); without
 //! it these tests fail, they never skip.
@@ -14,7 +15,8 @@ use std::time::Duration;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{
-    ClaimOutcome, FailOutcome, NewRun, PgStore, Registration, StoreConfig, StoreError,
+    ClaimOutcome, FailOutcome, FinishOutcome, FinishRun, NewRun, PgStore, Registration,
+    StoreConfig, StoreError,
 };
 use uuid::Uuid;
 
@@ -243,6 +245,38 @@ async fn the_run_queue_through_pgbouncer() {
     assert!(store.cancel_run(second.run_id).await.unwrap());
     assert_eq!(store.count_live_runs().await.unwrap(), 0);
     assert_eq!(store.find_expired_runs(10).await.unwrap(), vec![]);
+}
+
+/// Completion batching is one unnamed statement through PgBouncer; its
+/// replay answers from the claim history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_batching_through_pgbouncer() {
+    let (_db, store) = bounced().await;
+    let a = tenant("tenant-a");
+    let mut leases = Vec::new();
+    for payload in [b"one", b"two"] {
+        store
+            .enqueue(&NewRun::new(a.clone(), payload.to_vec()).max_attempts(1))
+            .await
+            .unwrap();
+        match store.claim_run(&a, Duration::from_secs(30)).await.unwrap() {
+            ClaimOutcome::Claimed(run) => leases.push(run.lease),
+            other => panic!("expected a claim, got {other:?}"),
+        }
+    }
+    let batch = [
+        FinishRun::complete(leases[0]),
+        FinishRun::fail(leases[1], "boom", Duration::ZERO),
+    ];
+    assert_eq!(
+        store.finish_runs(&batch).await.unwrap(),
+        [FinishOutcome::Completed, FinishOutcome::Failed]
+    );
+    assert_eq!(
+        store.finish_runs(&batch).await.unwrap(),
+        [FinishOutcome::AlreadyRecorded; 2]
+    );
+    assert_eq!(store.count_live_runs().await.unwrap(), 0);
 }
 
 /// LISTEN goes over the direct connection; a wake-up arrives for a run

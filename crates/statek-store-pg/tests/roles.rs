@@ -8,7 +8,8 @@ use std::time::Duration;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{
-    ClaimOutcome, NewRun, PgStore, RoleProfile, SchedulerFairnessRetentionPolicy, StoreError,
+    ClaimOutcome, FinishOutcome, FinishRun, NewRun, PgStore, RoleProfile,
+    SchedulerFairnessRetentionPolicy, StoreError,
 };
 use uuid::Uuid;
 
@@ -103,6 +104,24 @@ async fn the_role_matrix_holds() {
         .await
         .unwrap();
     rt.complete_run(&run.lease).await.unwrap();
+    // Completion batching: locks runs (FOR UPDATE) and, for the replayed
+    // run, reads its claim locked (FOR SHARE).
+    rt.enqueue(&NewRun::new(a.clone(), vec![2]).max_attempts(1))
+        .await
+        .unwrap();
+    let ClaimOutcome::Claimed(next) = rt.claim_run(&a, Duration::from_secs(30)).await.unwrap()
+    else {
+        panic!("claim")
+    };
+    assert_eq!(
+        rt.finish_runs(&[
+            FinishRun::complete(run.lease),
+            FinishRun::fail(next.lease, "boom", Duration::ZERO),
+        ])
+        .await
+        .unwrap(),
+        [FinishOutcome::AlreadyRecorded, FinishOutcome::Failed]
+    );
     assert_eq!(
         rt.load_shard(p.shard_id()).await.unwrap().next_sequence(),
         1

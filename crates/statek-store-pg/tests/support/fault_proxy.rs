@@ -8,7 +8,9 @@
 //! - a `COMMIT` simple query (`Q`; how tokio-postgres ends a transaction),
 //! - or, outside a `BEGIN`/`START TRANSACTION` block, the `Sync` (`S`) that
 //!   ends an extended-protocol exchange binding a prepared statement that
-//!   writes reservation rows (`INSERT INTO statek.scheduler_reservations`):
+//!   writes reservation rows (it calls `statek.reserve` or
+//!   `statek.reserve_batch`) or finishes runs (it sets a claim's finish
+//!   time, `UPDATE statek.run_claims`):
 //!   the server commits such an implicit transaction at that `Sync`, and
 //!   rolls it back if the connection ends before it.
 //!
@@ -261,8 +263,14 @@ fn is_commit(query_message: &[u8]) -> bool {
     })
 }
 
-/// The part of the statement text that marks a reservation write.
-const RESERVATION_WRITES: [&str; 2] = ["statek.reserve(", "statek.reserve_batch("];
+/// The parts of statement text that mark a write whose lost
+/// acknowledgement the tests reproduce: reservations, and the finish of
+/// runs (complete, fail, `finish_runs`: each sets a claim's finish time).
+const WRITES: [&str; 3] = [
+    "statek.reserve(",
+    "statek.reserve_batch(",
+    "UPDATE statek.run_claims",
+];
 
 /// Reads the NUL-terminated string at `at` in `message`; returns it and the
 /// position after its NUL.
@@ -280,7 +288,7 @@ fn simple_query_text(message: &[u8]) -> &str {
 /// What one client connection has said so far.
 #[derive(Debug, Default)]
 struct ClientState {
-    /// Prepared statements (by name) that write reservation rows.
+    /// Prepared statements (by name) that write (see [`WRITES`]).
     writers: HashSet<String>,
     /// Inside an explicit transaction block.
     in_block: bool,
@@ -308,7 +316,7 @@ impl ClientState {
             b'P' => {
                 if let Some((name, next)) = cstring(message, 5) {
                     if cstring(message, next)
-                        .is_some_and(|(sql, _)| RESERVATION_WRITES.iter().any(|w| sql.contains(w)))
+                        .is_some_and(|(sql, _)| WRITES.iter().any(|w| sql.contains(w)))
                     {
                         self.writers.insert(name.to_owned());
                     }

@@ -1,0 +1,334 @@
+//! Completion batching: many finished runs recorded in one statement.
+//!
+//! A worker that executes many runs at once finishes them many at once.
+//! [`PgStore::finish_runs`] records up to [`MAX_FINISH_BATCH`] completions
+//! and failures in ONE statement (one round trip, one implicit
+//! transaction), with exactly the fencing of [`PgStore::complete_run`] and
+//! [`PgStore::fail_run`]: a run changes only while its lease token still
+//! holds it, and its claim in the claim history (`statek.run_claims`,
+//! migration V7) gets its finish time once. Each run gets its own
+//! [`FinishOutcome`], in input order: a lost lease fails that run alone,
+//! the others still commit.
+//!
+//! **Idempotence.** A flush whose commit acknowledgement was lost (the
+//! connection dropped, the response timed out) may be sent again with the
+//! same input. Nothing is recorded twice: a run that the first attempt
+//! finished is no longer held by its token, and its claim already has a
+//! finish time, so the retry reports [`FinishOutcome::AlreadyRecorded`]
+//! for it and changes nothing. The answer relies on one fact of the claim
+//! history, true of every statement that touches it: only the token
+//! holder's complete or fail sets `finished_at` of a claim —
+//! [`PgStore::complete_run`], [`PgStore::fail_run`] and this batch, each
+//! for the claim of the token whose run it just finished. The claims
+//! ([`PgStore::claim_run`], [`PgStore::claim_runs_for_slots`]) only insert
+//! unfinished claims; the expiry rescue ([`PgStore::rescue_expired_run`])
+//! and [`PgStore::cancel_run`] never touch the history, so a claim lost to
+//! an expired lease or a cancellation stays unfinished and its token gets
+//! [`FinishOutcome::LeaseLost`], on every attempt.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use crate::run_queue::{failure_text, retry_secs};
+use crate::statement::Db;
+use crate::{PgStore, RunLease, StoreError};
+
+/// The largest number of runs one [`PgStore::finish_runs`] call takes.
+pub const MAX_FINISH_BATCH: usize = 1024;
+
+/// The kinds of `$3` of [`FINISH_RUNS`] (a drift between these and the
+/// SQL answers states the kind cannot produce: [`StoreError::CorruptData`]).
+const COMPLETE: &str = "complete";
+const FAIL: &str = "fail";
+
+/// `$1` run ids, `$2` lease tokens, `$3` kinds (`complete` or `fail`), `$4`
+/// retry delays in seconds (0 for a completion), `$5` error texts (NULL
+/// for a completion), one element per finished run in input order
+/// (`ord`, 1-based). Answers one row per input element, in input order:
+/// the run's new state when this statement finished it, else whether the
+/// claim of that token already has a finish time (a replay).
+const FINISH_RUNS: &str = "
+    WITH input AS MATERIALIZED (
+        SELECT i.ord, i.run_id, i.token, i.kind, i.retry_secs, i.error
+        FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::text[])
+             WITH ORDINALITY AS i(run_id, token, kind, retry_secs, error, ord)
+    ),
+    -- The runs their token still holds, locked in run id order: two
+    -- flushes naming the same runs (a retry racing its first attempt) wait
+    -- for each other instead of deadlocking. A row changed by a
+    -- transaction that committed while this one waited is checked again
+    -- as it is now (READ COMMITTED): a run it finished is no longer held.
+    held AS MATERIALIZED (
+        SELECT i.ord, r.run_id
+        FROM input AS i JOIN statek.runs AS r ON r.run_id = i.run_id
+        WHERE r.lease_token = i.token AND r.state = 'running'
+        ORDER BY r.run_id
+        FOR UPDATE OF r
+    ),
+    -- complete_run and fail_run, per run: a failure is available again
+    -- after its delay while attempts remain, else failed.
+    finished AS (
+        UPDATE statek.runs AS r
+        SET state = CASE WHEN i.kind = 'complete' THEN 'completed'
+                         WHEN r.attempt < r.max_attempts THEN 'available'
+                         ELSE 'failed' END,
+            available_at = CASE WHEN i.kind = 'fail' AND r.attempt < r.max_attempts
+                                THEN clock_timestamp() + make_interval(secs => i.retry_secs)
+                                ELSE r.available_at END,
+            finished_at = CASE WHEN i.kind = 'fail' AND r.attempt < r.max_attempts
+                               THEN NULL ELSE clock_timestamp() END,
+            lease_token = NULL, lease_expires_at = NULL,
+            last_error = CASE WHEN i.kind = 'fail' THEN i.error ELSE r.last_error END
+        FROM held AS h JOIN input AS i ON i.ord = h.ord
+        WHERE r.run_id = h.run_id AND r.lease_token = i.token AND r.state = 'running'
+        RETURNING i.ord, r.run_id, i.token, r.state, r.available_at,
+                  coalesce(r.finished_at, clock_timestamp()) AS claim_finished_at
+    ),
+    -- The claim of each finished run's token gets its finish time, once.
+    history AS (
+        UPDATE statek.run_claims AS c
+        SET finished_at = f.claim_finished_at
+        FROM finished AS f
+        WHERE c.run_id = f.run_id AND c.lease_token = f.token AND c.finished_at IS NULL
+    ),
+    -- The claims of the runs not finished here, read locked (FOR SHARE):
+    -- a flush of the same claims that committed while this statement
+    -- waited is seen as it is now, not as this statement's snapshot had
+    -- it. These claims are disjoint from those `history` updates (each
+    -- run appears once).
+    earlier AS MATERIALIZED (
+        SELECT i.ord, c.finished_at
+        FROM input AS i
+        JOIN statek.run_claims AS c ON c.run_id = i.run_id AND c.lease_token = i.token
+        WHERE i.ord NOT IN (SELECT ord FROM finished)
+        FOR SHARE OF c
+    )
+    SELECT i.ord, i.run_id, f.state, f.available_at,
+           e.finished_at IS NOT NULL AS already_recorded
+    FROM input AS i
+    LEFT JOIN finished AS f ON f.ord = i.ord
+    LEFT JOIN earlier AS e ON e.ord = i.ord
+    ORDER BY i.ord";
+
+/// What to record for one finished run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunFinish {
+    /// The run succeeded: `completed`.
+    Complete,
+    /// The execution failed: the run is available again `retry_after`
+    /// from now (database clock, at most 366 days) while attempts remain,
+    /// else `failed`. `error` is stored as the run's last error, each NUL
+    /// replaced by U+FFFD and cut to at most 4 KiB on a character
+    /// boundary, exactly as [`PgStore::fail_run`] stores it.
+    Fail {
+        /// The error text.
+        error: String,
+        /// The delay before the next attempt.
+        retry_after: Duration,
+    },
+}
+
+/// One finished run for [`PgStore::finish_runs`]: the lease its claim
+/// issued and what to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishRun {
+    lease: RunLease,
+    finish: RunFinish,
+}
+
+impl FinishRun {
+    /// The run of `lease` succeeded.
+    pub fn complete(lease: RunLease) -> Self {
+        Self {
+            lease,
+            finish: RunFinish::Complete,
+        }
+    }
+
+    /// The execution of `lease`'s run failed with `error`; retry after
+    /// `retry_after` (see [`RunFinish::Fail`]; the limit is checked by
+    /// [`PgStore::finish_runs`]).
+    pub fn fail(lease: RunLease, error: impl Into<String>, retry_after: Duration) -> Self {
+        Self {
+            lease,
+            finish: RunFinish::Fail {
+                error: error.into(),
+                retry_after,
+            },
+        }
+    }
+
+    /// The lease presented.
+    pub fn lease(&self) -> &RunLease {
+        &self.lease
+    }
+
+    /// What is recorded.
+    pub fn finish(&self) -> &RunFinish {
+        &self.finish
+    }
+}
+
+/// What [`PgStore::finish_runs`] did with one finished run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FinishOutcome {
+    /// A completion: the run is `completed` now.
+    Completed,
+    /// A failure with attempts left: the run is claimable again at this
+    /// database time.
+    Retrying {
+        /// When it becomes available.
+        available_at: SystemTime,
+    },
+    /// A failure of the run's last attempt: the run is `failed` now.
+    Failed,
+    /// Nothing changed: this very lease token's claim was already finished
+    /// (by an earlier call, e.g. a retried flush whose first commit
+    /// acknowledgement was lost). What that call recorded stands.
+    AlreadyRecorded,
+    /// Nothing changed: the token no longer holds the run (its lease
+    /// expired and another worker claimed it, it was rescued by the expiry
+    /// pass or cancelled, or the run does not exist), and its claim was
+    /// not finished by this token. As [`StoreError::LeaseLost`] of the
+    /// single-run calls.
+    LeaseLost,
+}
+
+impl PgStore {
+    /// Records up to [`MAX_FINISH_BATCH`] finished runs (completions and
+    /// failures, in any mix) in ONE statement: one round trip, one
+    /// implicit transaction, under the response timeout.
+    ///
+    /// Each run is fenced exactly like [`PgStore::complete_run`] and
+    /// [`PgStore::fail_run`]: it changes only while its lease token still
+    /// holds it (`running` under that token), and the claim history row
+    /// of that (run, token) gets its finish time once. Returns one
+    /// [`FinishOutcome`] per input element, in input order. A lost lease is
+    /// [`FinishOutcome::LeaseLost`] for that run alone; the others are
+    /// recorded all the same.
+    ///
+    /// **Retries are safe.** Calling again with the same input after an
+    /// error (a retryable one, or a lost acknowledgement) records nothing
+    /// twice: each run the earlier call recorded answers
+    /// [`FinishOutcome::AlreadyRecorded`], each run it did not record is
+    /// recorded now. A retry racing a first attempt still in flight
+    /// waits for its row locks and then answers as after it. The retry's outcome tells
+    /// only that the earlier one committed, not which outcome it had
+    /// (read the run for that).
+    ///
+    /// Empty input returns an empty vector without a round trip.
+    ///
+    /// # Errors
+    /// - [`StoreError::InvalidArgument`]: more than [`MAX_FINISH_BATCH`]
+    ///   runs, the same run twice (by run id, whatever the tokens), or a
+    ///   `retry_after` over 366 days. Nothing is sent.
+    /// - [`StoreError::CorruptData`]: the answer does not match the input
+    ///   (row count, order, run ids, a state the finish cannot produce).
+    /// - connection and server errors ([`StoreError::is_retryable`] tells
+    ///   whether the same call may be repeated; it always may be, see
+    ///   above). On any error the call may or may not have committed.
+    pub async fn finish_runs(&self, runs: &[FinishRun]) -> Result<Vec<FinishOutcome>, StoreError> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if runs.len() > MAX_FINISH_BATCH {
+            return Err(StoreError::InvalidArgument(format!(
+                "{} finished runs, at most {MAX_FINISH_BATCH} per call",
+                runs.len()
+            )));
+        }
+        let mut first_at: HashMap<Uuid, usize> = HashMap::with_capacity(runs.len());
+        let mut run_ids = Vec::with_capacity(runs.len());
+        let mut tokens = Vec::with_capacity(runs.len());
+        let mut kinds = Vec::with_capacity(runs.len());
+        let mut retry = Vec::with_capacity(runs.len());
+        let mut errors: Vec<Option<String>> = Vec::with_capacity(runs.len());
+        for (index, run) in runs.iter().enumerate() {
+            let run_id = run.lease.run_id();
+            if let Some(first) = first_at.insert(run_id, index) {
+                return Err(StoreError::InvalidArgument(format!(
+                    "run {run_id} is finished twice (at {first} and {index})"
+                )));
+            }
+            run_ids.push(run_id);
+            tokens.push(run.lease.token());
+            match &run.finish {
+                RunFinish::Complete => {
+                    kinds.push(COMPLETE);
+                    retry.push(0.0_f64);
+                    errors.push(None);
+                }
+                RunFinish::Fail { error, retry_after } => {
+                    kinds.push(FAIL);
+                    retry.push(retry_secs(*retry_after).map_err(|e| match e {
+                        StoreError::InvalidArgument(why) => StoreError::InvalidArgument(format!(
+                            "finished run {index} ({run_id}): {why}"
+                        )),
+                        other => other,
+                    })?);
+                    errors.push(Some(failure_text(error)));
+                }
+            }
+        }
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query(
+                        FINISH_RUNS,
+                        &[
+                            (&run_ids, Type::UUID_ARRAY),
+                            (&tokens, Type::UUID_ARRAY),
+                            (&kinds, Type::TEXT_ARRAY),
+                            (&retry, Type::FLOAT8_ARRAY),
+                            (&errors, Type::TEXT_ARRAY),
+                        ],
+                    )
+                    .await?)
+            })
+            .await?;
+        if rows.len() != runs.len() {
+            return Err(StoreError::corrupt(
+                "run finish",
+                format!("{} finished runs, {} answers", runs.len(), rows.len()),
+            ));
+        }
+        let mut out = Vec::with_capacity(runs.len());
+        for (index, (run, row)) in runs.iter().zip(&rows).enumerate() {
+            let ord: i64 = row.try_get("ord")?;
+            let run_id: Uuid = row.try_get("run_id")?;
+            if usize::try_from(ord).ok() != Some(index + 1) || run_id != run.lease.run_id() {
+                return Err(StoreError::corrupt(
+                    "run finish",
+                    format!(
+                        "finished run {index} ({}) answered as {ord} ({run_id})",
+                        run.lease.run_id()
+                    ),
+                ));
+            }
+            let state: Option<String> = row.try_get("state")?;
+            let outcome = match (&run.finish, state.as_deref()) {
+                (_, None) if row.try_get::<_, bool>("already_recorded")? => {
+                    FinishOutcome::AlreadyRecorded
+                }
+                (_, None) => FinishOutcome::LeaseLost,
+                (RunFinish::Complete, Some("completed")) => FinishOutcome::Completed,
+                (RunFinish::Fail { .. }, Some("available")) => FinishOutcome::Retrying {
+                    available_at: row.try_get("available_at")?,
+                },
+                (RunFinish::Fail { .. }, Some("failed")) => FinishOutcome::Failed,
+                (_, Some(other)) => {
+                    return Err(StoreError::corrupt(
+                        "run finish",
+                        format!("run {run_id} finished as {other:?}"),
+                    ))
+                }
+            };
+            out.push(outcome);
+        }
+        Ok(out)
+    }
+}
