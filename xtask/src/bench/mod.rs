@@ -6,15 +6,23 @@
 //! against pgbench running the same transaction), the fairness tax (fair
 //! replicas against a plain `SKIP LOCKED` claimer), empty slots, retention
 //! (prune throughput, latency while pruning, latency with retained rows),
-//! and policy compile time (criterion, `cargo bench -p statek-policy`).
+//! policy compile time (criterion, `cargo bench -p statek-policy`), durable
+//! commits, and the workloads of issue 12 (a fair `Worker` against a plain
+//! and a batched unfair queue, on the fast settings and durable); `soak`
+//! (a Worker's memory over 10 minutes) runs only when asked for.
 //! Nothing here asserts a timing: it measures and reports.
 
 mod charts;
 mod load;
+mod plain_claimer;
 mod queue;
 mod report;
 mod reserve;
 mod retained;
+mod servers;
+mod soak;
+mod target;
+mod workloads;
 
 use load::Until;
 
@@ -22,7 +30,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::WeightedFairnessPolicy;
 
 use crate::pg::{self, PgMajor};
 
@@ -49,7 +57,14 @@ pub struct BenchArgs {
     /// (figures not comparable to a full run).
     #[arg(long)]
     pub quick: bool,
-    /// Sections to run, comma-separated (default: all).
+    /// Seconds per measured window of section `workloads` (after 0.5 s of
+    /// warm-up; each workload runs three sides on two settings).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub workload_seconds: u64,
+    /// Minutes at full load of section `soak`.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=240))]
+    pub soak_minutes: u64,
+    /// Sections to run, comma-separated (default: all but `soak`).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Section::ALL)]
     pub only: Vec<Section>,
     /// Where the JSON and charts go (default: target/bench).
@@ -76,14 +91,21 @@ pub enum Section {
     /// a synchronous standby (both provisioned by the bench; skipped with
     /// DATABASE_URL).
     Durable,
+    /// Issue 12's workloads: a fair Worker against a plain and a batched
+    /// unfair queue, fast settings and durable; one Worker's slot rate.
+    Workloads,
+    /// Opt-in: one Worker's RSS over --soak-minutes at full load (not in
+    /// the default run).
+    Soak,
 }
 
 impl Section {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Reservations,
         Self::Queue,
         Self::Retention,
         Self::Durable,
+        Self::Workloads,
         Self::Compile,
     ];
 }
@@ -119,18 +141,7 @@ const PRUNE_BATCH: u32 = 10_000;
 
 /// Eight tenants of weight 1 (L = 8).
 fn policy(shard: &str) -> Result<WeightedFairnessPolicy> {
-    let tenants = (0..8)
-        .map(|i| {
-            Ok(TenantFairnessWeight::new(
-                TenantId::try_from(format!("tenant-{i:02}").as_str())?,
-                1,
-            )?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard)?,
-        tenants,
-    )?)
+    workloads::uniform_policy(shard, 8)
 }
 
 /// Runs the benchmark against `DATABASE_URL`, or a PostgreSQL 17 that it
@@ -168,6 +179,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut args = args.clone();
     if args.quick {
         args.seconds = args.seconds.min(2);
+        args.workload_seconds = args.workload_seconds.min(2);
         args.retained = vec![10_000, 50_000];
     }
     let out = args
@@ -184,7 +196,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let needs_database = args.only.iter().any(|s| {
         matches!(
             s,
-            Section::Reservations | Section::Queue | Section::Retention | Section::Durable
+            Section::Reservations
+                | Section::Queue
+                | Section::Retention
+                | Section::Durable
+                | Section::Workloads
+                | Section::Soak
         )
     });
     if !needs_database {
@@ -217,11 +234,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         pgbench.as_ref().map(|(path, _)| path.as_path()),
     ))?;
     report.machine.pgbench = pgbench.map(|(_, version)| version).unwrap_or_default();
-    if args.only.contains(&Section::Durable) {
-        if pg::external_database_url().is_some() {
-            eprintln!("xtask: section durable skipped: it provisions its own servers (DATABASE_URL is set)");
-        } else {
-            report.durable = durable_section(&args, &runtime)?;
+    let wants = |s: Section| args.only.contains(&s);
+    if wants(Section::Durable) || wants(Section::Workloads) {
+        if let Some(durable) = servers::Durable::provision("sections durable and workloads")? {
+            if wants(Section::Durable) {
+                report.durable = durable_section(&args, &runtime, &durable)?;
+            }
+            if wants(Section::Workloads) {
+                durable_workloads(&args, &runtime, &durable, &mut report.workloads)?;
+            }
         }
     }
     report.compile = compile;
@@ -271,6 +292,7 @@ async fn check_connections(admin: &tokio_postgres::Client, args: &BenchArgs) -> 
         .max()
         .map_or(0, i64::from)
         .max(2 * QUEUE_WORKERS as i64)
+        .max(workloads::MAX_CONNECTIONS as i64)
         + 8;
     if in_use + wanted > max {
         anyhow::bail!(
@@ -402,6 +424,18 @@ async fn measure_in(
     if args.only.contains(&Section::Retention) {
         retention(args, url, &client, &mut report, &retained_policy).await?;
     }
+    if args.only.contains(&Section::Workloads) {
+        report.workloads.window_seconds = args.workload_seconds;
+        let window = Duration::from_secs(args.workload_seconds);
+        workloads::run(url, "fast", window, &mut report.workloads).await?;
+    }
+    if args.only.contains(&Section::Soak) {
+        eprintln!(
+            "==> soak: one Worker at full load for {} minutes",
+            args.soak_minutes
+        );
+        report.soak = Some(soak::run(url, args.soak_minutes).await?);
+    }
     Ok(report)
 }
 
@@ -465,8 +499,8 @@ async fn reservations(
 fn durable_section(
     args: &BenchArgs,
     runtime: &tokio::runtime::Runtime,
+    server: &servers::Durable,
 ) -> Result<Vec<report::DurableRow>> {
-    let server = pg::Server::provision(PgMajor::V17)?;
     let window = Duration::from_secs(args.seconds);
     let clients: Vec<usize> = args
         .clients
@@ -478,13 +512,11 @@ fn durable_section(
     for replication in [None, Some(pg::Replication::Synchronous)] {
         let (setup, url, _keep_single, _keep_pair) = match replication {
             None => {
-                let single = server.start_durable()?;
-                let url = single.database_url();
+                let (single, url) = server.single()?;
                 ("durable".to_owned(), url, Some(single), None)
             }
             Some(replication) => {
-                let pair = server.start_pair(replication)?;
-                let url = pair.primary_url();
+                let (pair, url) = server.pair(replication)?;
                 (
                     "durable + synchronous standby".to_owned(),
                     url,
@@ -523,6 +555,32 @@ fn durable_section(
         rows.extend(measured?);
     }
     Ok(rows)
+}
+
+/// Section `workloads` on a durable server of its own.
+fn durable_workloads(
+    args: &BenchArgs,
+    runtime: &tokio::runtime::Runtime,
+    server: &servers::Durable,
+    into: &mut workloads::Workloads,
+) -> Result<()> {
+    let (_keep, url) = server.single()?;
+    runtime.block_on(async {
+        let store = reserve::store(&url, 1)?;
+        store.migrate().await?;
+        eprintln!(
+            "==> workloads (durable): {}",
+            store.durability_report().await?
+        );
+        into.window_seconds = args.workload_seconds;
+        workloads::run(
+            &url,
+            "durable",
+            Duration::from_secs(args.workload_seconds),
+            into,
+        )
+        .await
+    })
 }
 
 /// The fairness tax and empty slots.
@@ -566,10 +624,10 @@ async fn queue_section(
     eprintln!("    {:.0} runs/s", fair_batch.runs_per_second);
     eprintln!("==> queue: {QUEUE_WORKERS} plain SKIP LOCKED claimers");
     queue::refill(client, queue_policy).await?;
-    client.batch_execute(queue::PLAIN_INDEX).await?;
+    client.batch_execute(plain_claimer::PLAIN_INDEX).await?;
     let plain = queue::plain(url, QUEUE_WORKERS, window).await?;
     client
-        .batch_execute("DROP INDEX IF EXISTS statek.bench_plain_claim_idx")
+        .batch_execute(plain_claimer::DROP_PLAIN_INDEX)
         .await?;
     eprintln!("    {:.0} runs/s", plain.runs_per_second);
     eprintln!("==> queue: {QUEUE_WORKERS} fair replicas, every queue empty");

@@ -16,7 +16,6 @@ use statek_scheduler::{
 };
 use statek_store_pg::ClaimedRun;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::reserve::store;
 
@@ -169,69 +168,20 @@ fn phase(
     }
 }
 
-/// The plain claimer's own index: any tenant's oldest available run.
-pub const PLAIN_INDEX: &str = "CREATE INDEX IF NOT EXISTS bench_plain_claim_idx
-    ON statek.runs (available_at, queue_seq) WHERE state = 'available'";
-
-/// Claims any tenant's oldest run (the common `SKIP LOCKED` queue), with
-/// the same lease columns statek sets.
-const PLAIN_CLAIM: &str = "
-    WITH candidate AS MATERIALIZED (
-        SELECT run_id FROM statek.runs
-        WHERE state = 'available' AND available_at <= clock_timestamp()
-        ORDER BY available_at, queue_seq
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE statek.runs AS r
-    SET state = 'running', attempt = r.attempt + 1, lease_token = $1,
-        lease_expires_at = clock_timestamp() + interval '30 seconds',
-        claimed_at = clock_timestamp()
-    FROM candidate WHERE r.run_id = candidate.run_id
-    RETURNING r.run_id";
-
-const PLAIN_COMPLETE: &str = "
-    UPDATE statek.runs
-    SET state = 'completed', finished_at = clock_timestamp(), lease_token = NULL,
-        lease_expires_at = NULL
-    WHERE run_id = $1 AND lease_token = $2 AND state = 'running'";
-
-/// `claimers` plain claimers (one connection each) for `duration`.
+/// `claimers` plain claimers ([`super::plain_claimer`]) for `duration`.
 pub async fn plain(url: &str, claimers: usize, duration: Duration) -> Result<QueuePhase> {
-    let ticks = Arc::new(AtomicU64::new(0));
-    let runs = Arc::new(AtomicU64::new(0));
-    let mut clients = Vec::new();
-    for _ in 0..claimers {
-        clients.push(super::connect(url).await?);
-    }
+    let stop = CancellationToken::new();
+    let (tasks, counts) =
+        super::plain_claimer::start(url, claimers, Duration::ZERO, stop.clone()).await?;
     let started = Instant::now();
-    let deadline = started + duration;
-    let mut tasks = Vec::new();
-    for client in clients {
-        let (ticks, runs) = (Arc::clone(&ticks), Arc::clone(&runs));
-        tasks.push(tokio::spawn(async move {
-            let claim = client.prepare(PLAIN_CLAIM).await?;
-            let complete = client.prepare(PLAIN_COMPLETE).await?;
-            while Instant::now() < deadline {
-                let token = Uuid::now_v7();
-                ticks.fetch_add(1, Ordering::Relaxed);
-                if let Some(row) = client.query_opt(&claim, &[&token]).await? {
-                    let run_id: Uuid = row.try_get(0)?;
-                    client.execute(&complete, &[&run_id, &token]).await?;
-                    runs.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Ok::<_, anyhow::Error>(())
-        }));
-    }
-    for task in tasks {
-        task.await.context("a claimer panicked")??;
-    }
+    tokio::time::sleep(duration).await;
+    stop.cancel();
+    super::plain_claimer::join(tasks).await?;
     Ok(phase(
         "plain SKIP LOCKED claimer",
         claimers,
-        &ticks,
-        &runs,
+        &counts.attempts,
+        &counts.runs,
         started,
     ))
 }

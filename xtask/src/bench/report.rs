@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::load::Measured;
 use super::queue::QueuePhase;
 use super::retained::PruneMeasured;
+pub use super::target::Target;
 
 /// What the run ran on.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -93,19 +94,6 @@ pub struct CompileRow {
     pub median_ns: f64,
 }
 
-/// A target of issue 6 and whether this run met it.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct Target {
-    /// What is compared.
-    pub what: String,
-    /// Required.
-    pub required: String,
-    /// Measured.
-    pub measured: String,
-    /// Met?
-    pub met: bool,
-}
-
 /// Everything one `cargo xtask bench` measured.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Report {
@@ -128,6 +116,12 @@ pub struct Report {
     pub prune: Option<PruneRow>,
     /// Policy compile (criterion).
     pub compile: Option<Vec<CompileRow>>,
+    /// Section `workloads` (issue 12).
+    #[serde(default)]
+    pub workloads: super::workloads::Workloads,
+    /// Section `soak` (opt-in).
+    #[serde(default)]
+    pub soak: Option<super::soak::Soak>,
     /// Targets.
     pub targets: Vec<Target>,
     /// Wall time of the database part, seconds.
@@ -275,6 +269,8 @@ impl Report {
             durable: Vec::new(),
             prune: None,
             compile: None,
+            workloads: super::workloads::Workloads::default(),
+            soak: None,
             targets: Vec::new(),
             total_seconds: 0.0,
         }
@@ -288,6 +284,7 @@ impl Report {
                 what: format!("reserve rate vs pgbench, {} clients", row.clients),
                 required: ">= 0.90x".to_owned(),
                 measured: format!("{rate:.2}x"),
+                ratio: Some(rate),
                 met: rate >= 0.9,
             });
             let p99 = row.statek.p99_ms / row.pgbench.p99_ms;
@@ -295,6 +292,7 @@ impl Report {
                 what: format!("reserve p99 vs pgbench, {} clients", row.clients),
                 required: "<= 1.20x".to_owned(),
                 measured: format!("{p99:.2}x"),
+                ratio: Some(p99),
                 met: p99 <= 1.2,
             });
             let batch = row.batch.units_per_second / row.statek.units_per_second;
@@ -305,6 +303,7 @@ impl Report {
                 ),
                 required: ">= 5x".to_owned(),
                 measured: format!("{batch:.1}x"),
+                ratio: Some(batch),
                 met: batch >= 5.0,
             });
         }
@@ -317,6 +316,7 @@ impl Report {
                 what: "fair runs/s vs plain SKIP LOCKED (k = 1)".to_owned(),
                 required: ">= 0.70x".to_owned(),
                 measured: format!("{tax:.2}x"),
+                ratio: Some(tax),
                 met: tax >= 0.7,
             });
             if let Some(batched) = self
@@ -329,6 +329,7 @@ impl Report {
                     what: format!("fair runs/s vs plain SKIP LOCKED (k = {})", self.batch),
                     required: ">= 0.70x".to_owned(),
                     measured: format!("{tax:.2}x"),
+                    ratio: Some(tax),
                     met: tax >= 0.7,
                 });
             }
@@ -348,6 +349,7 @@ impl Report {
                         what: format!("policy compile, {shape}"),
                         required: "<= 1 ms".to_owned(),
                         measured: format!("{:.3} ms", new / 1e6),
+                        ratio: Some(new / 1e6),
                         met: new <= 1e6,
                     });
                 }
@@ -363,6 +365,7 @@ impl Report {
                         what: format!("SWRR chosen vs plain loop, {shape}"),
                         required: required.to_owned(),
                         measured: format!("{speedup:.1}x"),
+                        ratio: Some(speedup),
                         met: speedup >= floor,
                     });
                 }
@@ -378,10 +381,13 @@ impl Report {
                     what: format!("reserve p50 at {} retained rows vs empty", full.rows),
                     required: "<= 1.20x".to_owned(),
                     measured: format!("{ratio:.2}x"),
+                    ratio: Some(ratio),
                     met: ratio <= 1.2,
                 });
             }
         }
+        targets.extend(super::workloads::targets::judge(&self.workloads));
+        targets.extend(self.soak.as_ref().map(super::soak::target));
         self.targets = targets;
     }
 
@@ -400,6 +406,13 @@ impl Report {
         write("retention.json", &(&self.retained, &self.prune))?;
         write("compile.json", &self.compile)?;
         write("targets.json", &self.targets)?;
+        write("workloads.json", &(&self.workloads, &self.soak))?;
+        let markdown = out.join("workloads.md");
+        std::fs::write(
+            &markdown,
+            super::workloads::table::markdown(&self.workloads),
+        )
+        .with_context(|| format!("writing {}", markdown.display()))?;
         Ok(())
     }
 
@@ -511,6 +524,13 @@ impl Report {
                 );
             }
         }
+        super::workloads::table::print(&self.workloads);
+        if let Some(soak) = &self.soak {
+            println!(
+                "soak: VmRSS {} KiB after 1 min, {} KiB after {} min ({} runs executed)",
+                soak.rss_first_minute_kib, soak.rss_end_kib, soak.minutes, soak.executed
+            );
+        }
         if let Some(compile) = &self.compile {
             println!();
             println!(
@@ -528,12 +548,12 @@ impl Report {
         }
         println!();
         println!(
-            "{:<50} | {:<22} | {:>10} | result",
+            "{:<72} | {:<22} | {:>10} | result",
             "target", "required", "measured"
         );
         for t in &self.targets {
             println!(
-                "{:<50} | {:<22} | {:>10} | {}",
+                "{:<72} | {:<22} | {:>10} | {}",
                 t.what,
                 t.required,
                 t.measured,

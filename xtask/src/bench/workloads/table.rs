@@ -1,0 +1,168 @@
+//! Section `workloads` as text: the table printed at the end of a run and
+//! the Markdown written to `workloads.md` (the tables docs/benchmarks.md
+//! quotes). Pure: no I/O.
+
+use super::results::{Side, Workloads, FAIR};
+
+fn lag_cell(side: &Side, percentile: fn(&super::lag::Lag) -> f64) -> String {
+    side.lag.as_ref().map_or_else(
+        || "—".to_owned(),
+        |lag| {
+            let bound = if lag.unclaimed > 0 { "≥ " } else { "" };
+            format!("{bound}{:.1}", percentile(lag))
+        },
+    )
+}
+
+/// The Markdown tables.
+pub fn markdown(w: &Workloads) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| setting | workload | side | executing runs | runs/s | vs plain claimer | slots/s | fed p50 ms | fed p99 ms |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for run in &w.runs {
+        let plain = run.side(super::results::PLAIN).map(|s| s.runs_per_second);
+        for side in &run.sides {
+            let versus = plain.map_or_else(
+                || "—".to_owned(),
+                |p| format!("{:.2}×", side.runs_per_second / p),
+            );
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {} |\n",
+                run.setting,
+                run.workload,
+                side.side,
+                run.executing_runs,
+                side.runs_per_second,
+                versus,
+                side.slots_per_second
+                    .map_or_else(|| "—".to_owned(), |s| format!("{s:.0}")),
+                lag_cell(side, |l| l.p50_ms),
+                lag_cell(side, |l| l.p99_ms),
+            ));
+        }
+    }
+    if !w.slot_rate.is_empty() {
+        out.push_str(
+            "\n| setting | Worker concurrency | slots/s | runs/s | reservation rows/s | batches/s |\n\
+             |---|---:|---:|---:|---:|---:|\n",
+        );
+        for s in &w.slot_rate {
+            out.push_str(&format!(
+                "| {} | {} | {:.0} | {:.0} | {:.1} | {} |\n",
+                s.setting,
+                s.concurrency,
+                s.slots_per_second,
+                s.runs as f64 / s.seconds.max(1e-9),
+                s.rows_per_second,
+                s.batches_per_second
+                    .map_or_else(|| "not counted".to_owned(), |b| format!("{b:.1}")),
+            ));
+        }
+    }
+    out
+}
+
+/// Prints the section's tables.
+pub fn print(w: &Workloads) {
+    if w.runs.is_empty() && w.slot_rate.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "{:<8} | {:<15} | {:<26} | {:>4} | {:>8} | {:>9} | {:>9} | {:>11}",
+        "setting", "workload", "side", "exec", "runs/s", "slots/s", "fed p50", "fed p99 ms"
+    );
+    for run in &w.runs {
+        for side in &run.sides {
+            println!(
+                "{:<8} | {:<15} | {:<26} | {:>4} | {:>8.0} | {:>9} | {:>9} | {:>11}",
+                run.setting,
+                run.workload,
+                side.side,
+                run.executing_runs,
+                side.runs_per_second,
+                side.slots_per_second
+                    .map_or_else(|| "-".to_owned(), |s| format!("{s:.0}")),
+                lag_cell(side, |l| l.p50_ms),
+                lag_cell(side, |l| l.p99_ms),
+            );
+            if side.side != FAIR && side.backlog_left == Some(0) {
+                println!("         (the backlog ran out inside the window: runs/s is low)");
+            }
+        }
+    }
+    for s in &w.slot_rate {
+        println!(
+            "slot-rate ({}): {:.0} slots/s, {:.1} reservation rows/s, {} batches/s (one Worker, concurrency {})",
+            s.setting,
+            s.slots_per_second,
+            s.rows_per_second,
+            s.batches_per_second
+                .map_or_else(|| "not counted".to_owned(), |b| format!("{b:.1}")),
+            s.concurrency
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::lag::Lag;
+    use super::super::results::{SlotRate, WorkloadRun, PLAIN};
+    use super::*;
+
+    #[test]
+    fn markdown_rows() {
+        let side = |name: &str, rate: f64, lag: Option<Lag>| Side {
+            side: name.to_owned(),
+            runs: 0,
+            seconds: 1.0,
+            runs_per_second: rate,
+            slots_per_second: (name == FAIR).then_some(4000.0),
+            lag,
+            backlog_left: None,
+        };
+        let lag = |unclaimed| Lag {
+            runs: 3,
+            unclaimed,
+            p50_ms: 2.0,
+            p99_ms: 30.25,
+            max_ms: 31.0,
+        };
+        let w = Workloads {
+            window_seconds: 2,
+            runs: vec![WorkloadRun {
+                setting: "fast".to_owned(),
+                workload: "noisy-neighbour".to_owned(),
+                executing_runs: 16,
+                handler_ms: 0,
+                sides: vec![
+                    side(FAIR, 1500.0, Some(lag(0))),
+                    side(PLAIN, 3000.0, Some(lag(2))),
+                ],
+            }],
+            slot_rate: vec![SlotRate {
+                setting: "fast".to_owned(),
+                concurrency: 16,
+                seconds: 2.0,
+                slots: 8000,
+                slots_per_second: 4000.0,
+                runs: 20,
+                lifetime_seconds: 3.0,
+                lifetime_rows: 9000,
+                rows_per_second: 3000.0,
+                batches: None,
+                batches_per_second: None,
+            }],
+        };
+        let md = markdown(&w);
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(
+            lines[2],
+            "| fast | noisy-neighbour | fair Worker | 16 | 1500 | 0.50× | 4000 | 2.0 | 30.2 |"
+        );
+        assert_eq!(lines[3], "| fast | noisy-neighbour | plain SKIP LOCKED claimer | 16 | 3000 | 1.00× | — | ≥ 2.0 | ≥ 30.2 |");
+        assert_eq!(lines[7], "| fast | 16 | 4000 | 10 | 3000.0 | not counted |");
+    }
+}

@@ -1,0 +1,250 @@
+//! The targets of issue 12 for section `workloads`, judged from its
+//! results. Pure: no I/O. Reported, never asserted by tests.
+
+use super::results::{WorkloadRun, Workloads, BATCHED, FAIR, PLAIN};
+use crate::bench::target::Target;
+
+/// Slots per second one Worker must consume on the sparse policy.
+pub const SLOT_RATE_FLOOR: f64 = 100_000.0;
+
+/// Every workload target that `workloads` can judge.
+pub fn judge(workloads: &Workloads) -> Vec<Target> {
+    let mut targets = Vec::new();
+    for run in &workloads.runs {
+        let name = |what: &str| format!("{} ({}): {what}", run.workload, run.setting);
+        let rate = |versus: &str, floor: f64| -> Option<Target> {
+            let (fair, baseline) = (run.side(FAIR)?, run.side(versus)?);
+            Some(Target::ratio_at_least(
+                name(&format!("fair runs/s vs {versus}")),
+                fair.runs_per_second,
+                baseline.runs_per_second,
+                floor,
+            ))
+        };
+        match run.workload.as_str() {
+            "all-backlogged" => {
+                targets.extend(rate(PLAIN, 1.0));
+                targets.extend(rate(BATCHED, 0.8));
+            }
+            "noisy-neighbour" => {
+                targets.extend(rate(PLAIN, 0.8));
+                targets.extend(lag_target(
+                    run,
+                    &name("weight-8 p99 service lag, fair vs plain claimer"),
+                ));
+            }
+            "long-runs" => {
+                targets.extend(rate(PLAIN, 0.95));
+                targets.extend(rate(BATCHED, 0.95));
+            }
+            _ => {}
+        }
+    }
+    for slots in &workloads.slot_rate {
+        let name = |what: &str| format!("slot-rate ({}): {what}", slots.setting);
+        targets.push(Target::value_at_least(
+            name("slots/s of one Worker"),
+            slots.slots_per_second,
+            SLOT_RATE_FLOOR,
+            "slots/s",
+        ));
+        let what = name("reservation rows/s <= batches/s");
+        targets.push(match slots.batches_per_second {
+            Some(batches) => Target::ratio_at_most(what, slots.rows_per_second, batches, 1.0),
+            None => {
+                Target::not_measured(what, "<= 1.00x", "the server does not count function calls")
+            }
+        });
+    }
+    targets
+}
+
+/// Fair's p99 lag of the fed tenants ≤ 1/20 of the plain claimer's.
+fn lag_target(run: &WorkloadRun, what: &str) -> Option<Target> {
+    let fair = run.side(FAIR)?;
+    let plain = run.side(PLAIN)?;
+    Some(match (&fair.lag, &plain.lag) {
+        (Some(f), Some(p)) => Target::ratio_at_most(what.to_owned(), f.p99_ms, p.p99_ms, 0.05),
+        _ => Target::not_measured(
+            what.to_owned(),
+            "<= 0.05x",
+            "no fed run became claimable in the window",
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::lag::Lag;
+    use super::super::results::{Side, SlotRate};
+    use super::*;
+
+    fn side(name: &str, runs_per_second: f64, p99_ms: Option<f64>) -> Side {
+        Side {
+            side: name.to_owned(),
+            runs: 0,
+            seconds: 1.0,
+            runs_per_second,
+            slots_per_second: None,
+            lag: p99_ms.map(|p99_ms| Lag {
+                runs: 10,
+                unclaimed: 0,
+                p50_ms: 1.0,
+                p99_ms,
+                max_ms: p99_ms,
+            }),
+            backlog_left: None,
+        }
+    }
+
+    fn run(workload: &str, sides: Vec<Side>) -> WorkloadRun {
+        WorkloadRun {
+            setting: "fast".to_owned(),
+            workload: workload.to_owned(),
+            executing_runs: 16,
+            handler_ms: 0,
+            sides,
+        }
+    }
+
+    fn slot_rate(slots_per_second: f64, rows: f64, batches: Option<f64>) -> SlotRate {
+        SlotRate {
+            setting: "durable".to_owned(),
+            concurrency: 16,
+            seconds: 1.0,
+            slots: 0,
+            slots_per_second,
+            runs: 0,
+            lifetime_seconds: 1.0,
+            lifetime_rows: 0,
+            rows_per_second: rows,
+            batches: batches.map(|b| b as i64),
+            batches_per_second: batches,
+        }
+    }
+
+    /// `(what, ratio, met)` of every target.
+    fn judged(workloads: &Workloads) -> Vec<(String, Option<f64>, bool)> {
+        judge(workloads)
+            .into_iter()
+            .map(|t| (t.what, t.ratio, t.met))
+            .collect()
+    }
+
+    #[test]
+    fn every_target_of_issue_12() {
+        let workloads = Workloads {
+            window_seconds: 2,
+            runs: vec![
+                run(
+                    "all-backlogged",
+                    vec![
+                        side(FAIR, 1000.0, None),
+                        side(PLAIN, 1000.0, None),
+                        side(BATCHED, 2000.0, None),
+                    ],
+                ),
+                run(
+                    "noisy-neighbour",
+                    vec![
+                        side(FAIR, 700.0, Some(10.0)),
+                        side(PLAIN, 1000.0, Some(400.0)),
+                        side(BATCHED, 2000.0, Some(300.0)),
+                    ],
+                ),
+                run(
+                    "sparse",
+                    vec![side(FAIR, 10.0, None), side(PLAIN, 1000.0, None)],
+                ),
+                run(
+                    "long-runs",
+                    vec![
+                        side(FAIR, 3000.0, None),
+                        side(PLAIN, 3000.0, None),
+                        side(BATCHED, 3200.0, None),
+                    ],
+                ),
+            ],
+            slot_rate: vec![
+                slot_rate(150_000.0, 10.0, Some(10.0)),
+                slot_rate(50_000.0, 20.0, None),
+            ],
+        };
+        let s = |x: &str| x.to_owned();
+        assert_eq!(
+            judged(&workloads),
+            vec![
+                (
+                    s("all-backlogged (fast): fair runs/s vs plain SKIP LOCKED claimer"),
+                    Some(1.0),
+                    true
+                ),
+                (
+                    s("all-backlogged (fast): fair runs/s vs batched plain queue"),
+                    Some(0.5),
+                    false
+                ),
+                (
+                    s("noisy-neighbour (fast): fair runs/s vs plain SKIP LOCKED claimer"),
+                    Some(0.7),
+                    false
+                ),
+                (
+                    s("noisy-neighbour (fast): weight-8 p99 service lag, fair vs plain claimer"),
+                    Some(0.025),
+                    true
+                ),
+                (
+                    s("long-runs (fast): fair runs/s vs plain SKIP LOCKED claimer"),
+                    Some(1.0),
+                    true
+                ),
+                (
+                    s("long-runs (fast): fair runs/s vs batched plain queue"),
+                    Some(0.9375),
+                    false
+                ),
+                (
+                    s("slot-rate (durable): slots/s of one Worker"),
+                    Some(1.5),
+                    true
+                ),
+                (
+                    s("slot-rate (durable): reservation rows/s <= batches/s"),
+                    Some(1.0),
+                    true
+                ),
+                (
+                    s("slot-rate (durable): slots/s of one Worker"),
+                    Some(0.5),
+                    false
+                ),
+                (
+                    s("slot-rate (durable): reservation rows/s <= batches/s"),
+                    None,
+                    false
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_side_or_lag_is_no_target_or_not_measured() {
+        let workloads = Workloads {
+            window_seconds: 2,
+            runs: vec![run(
+                "noisy-neighbour",
+                vec![side(FAIR, 700.0, None), side(PLAIN, 1000.0, Some(4.0))],
+            )],
+            slot_rate: Vec::new(),
+        };
+        let targets = judge(&workloads);
+        assert_eq!(targets.len(), 2);
+        assert_eq!(
+            targets[1].measured,
+            "not measured: no fed run became claimable in the window"
+        );
+        assert!(!targets[1].met);
+        assert!(judge(&Workloads::default()).is_empty());
+    }
+}
