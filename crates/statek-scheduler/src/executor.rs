@@ -7,6 +7,8 @@ use statek_policy::TenantId;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::batch::SlotBatch;
+
 /// A run executed (successfully or not) for a slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutedRun {
@@ -79,6 +81,23 @@ pub trait TenantExecutor: Send + Sync {
         tenant: &TenantId,
         shutdown: &CancellationToken,
     ) -> impl Future<Output = Result<TenantTickOutcome, Self::Error>> + Send;
+
+    /// Runs the slots of a reserved batch (sequence order, each mapped to
+    /// its tenant), following the protocol of [`SlotBatch`]: claims in
+    /// sequence order, at most one run per permit taken from the batch's
+    /// pool, starts every claimed run at once (runs of a batch execute
+    /// concurrently: none waits for another to finish), and reports each
+    /// slot's outcome exactly once. Returns when every slot has been
+    /// reported.
+    ///
+    /// The default calls [`execute_one`](Self::execute_one) per slot,
+    /// each after taking a permit, in sequence order
+    /// ([`crate::execute_each`]), so existing executors work
+    /// unchanged; [`crate::PgRunQueueExecutor`] claims for many slots in
+    /// one statement instead.
+    fn execute_batch(&self, batch: &SlotBatch<'_, Self::Error>) -> impl Future<Output = ()> + Send {
+        crate::batch::execute_each(self, batch)
+    }
 
     /// Whether an error of this executor is transient.
     fn is_retryable(error: &Self::Error) -> bool;

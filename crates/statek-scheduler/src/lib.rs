@@ -66,9 +66,11 @@
 
 #![forbid(unsafe_code)]
 
+mod batch;
 mod error;
 mod executor;
 mod fairness_report;
+mod group_commit;
 mod lease;
 mod memory_executor;
 mod memory_queue;
@@ -79,6 +81,7 @@ mod pg_executor;
 mod scheduler;
 mod worker;
 
+pub use batch::{claim_and_run, execute_each, BatchSlot, RunPermit, RunPool, SlotBatch, SlotStart};
 pub use error::SchedulerError;
 pub use executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
 pub use fairness_report::{

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::batch::{claim_and_run, BatchSlot, RunPermit, SlotBatch, SlotStart};
 use crate::executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
 use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::memory_queue::{lock, Claim, Clock, Queue};
@@ -333,29 +334,17 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
         )
         .await
     }
-}
 
-impl<H: MemoryRunHandler> TenantExecutor for InMemoryExecutor<H> {
-    type Error = std::convert::Infallible;
-
-    async fn execute_one(
+    /// Runs a claimed run's handler under its lease and records how it
+    /// ended.
+    async fn run_claimed(
         &self,
-        tenant: &TenantId,
+        run: Box<MemoryRun>,
+        token: Uuid,
         shutdown: &CancellationToken,
-    ) -> Result<TenantTickOutcome, Self::Error> {
-        if shutdown.is_cancelled() {
-            return Ok(TenantTickOutcome::Cancelled);
-        }
-        let shared = &self.shared;
-        let claimed = Instant::now();
-        let claim = shared
-            .queue()
-            .claim(tenant, shared.options.lease, &shared.clock);
-        let (run, token) = match claim {
-            Claim::Claimed(run, token) => (run, token),
-            Claim::Idle => return Ok(TenantTickOutcome::Idle),
-            Claim::Contended => return Ok(TenantTickOutcome::Contended),
-        };
+        claimed: Instant,
+        permit: Option<RunPermit>,
+    ) -> TenantTickOutcome {
         let executed = ExecutedRun {
             run_id: run.run_id,
             attempt: run.attempt,
@@ -363,24 +352,27 @@ impl<H: MemoryRunHandler> TenantExecutor for InMemoryExecutor<H> {
             claimed_at: run.claimed_at,
         };
         let cancel = shutdown.child_token();
+        let shared = &self.shared;
         let (result, lease_state) = self
             .run_with_heartbeats(&run, token, &cancel, claimed)
             .await;
+        // The handler is done: its permit goes back.
+        drop(permit);
         if lease_state == LeaseState::LostOnServer {
-            return Ok(TenantTickOutcome::ExecutionFailed {
+            return TenantTickOutcome::ExecutionFailed {
                 run: executed,
                 error: "lease lost while the handler ran".into(),
-            });
+            };
         }
         match result {
             Ok(()) => {
                 if shared.queue().complete(run.run_id, token) {
-                    Ok(TenantTickOutcome::Executed(executed))
+                    TenantTickOutcome::Executed(executed)
                 } else {
-                    Ok(TenantTickOutcome::ExecutionFailed {
+                    TenantTickOutcome::ExecutionFailed {
                         run: executed,
                         error: "lease lost before completion was recorded".into(),
-                    })
+                    }
                 }
             }
             Err(error) => {
@@ -395,20 +387,87 @@ impl<H: MemoryRunHandler> TenantExecutor for InMemoryExecutor<H> {
                     .queue()
                     .fail(run.run_id, token, &message, retry_after);
                 if !recorded {
-                    Ok(TenantTickOutcome::ExecutionFailed {
+                    TenantTickOutcome::ExecutionFailed {
                         run: executed,
                         error: format!("{message}; lease lost before the failure was recorded"),
-                    })
+                    }
                 } else if shutting_down {
-                    Ok(TenantTickOutcome::Cancelled)
+                    TenantTickOutcome::Cancelled
                 } else {
-                    Ok(TenantTickOutcome::ExecutionFailed {
+                    TenantTickOutcome::ExecutionFailed {
                         run: executed,
                         error: message,
-                    })
+                    }
                 }
             }
         }
+    }
+}
+
+impl<H: MemoryRunHandler> TenantExecutor for InMemoryExecutor<H> {
+    type Error = std::convert::Infallible;
+
+    async fn execute_one(
+        &self,
+        tenant: &TenantId,
+        shutdown: &CancellationToken,
+    ) -> Result<TenantTickOutcome, Self::Error> {
+        if shutdown.is_cancelled() {
+            return Ok(TenantTickOutcome::Cancelled);
+        }
+        let claimed = Instant::now();
+        let claim =
+            self.shared
+                .queue()
+                .claim(tenant, self.shared.options.lease, &self.shared.clock);
+        Ok(match claim {
+            Claim::Claimed(run, token) => {
+                self.run_claimed(run, token, shutdown, claimed, None).await
+            }
+            Claim::Idle => TenantTickOutcome::Idle,
+            Claim::Contended => TenantTickOutcome::Contended,
+        })
+    }
+
+    /// Claims for the batch's slots under one lock of the queue, in
+    /// sequence order, at most one run per free permit, and runs the
+    /// claimed runs concurrently.
+    async fn execute_batch(&self, batch: &SlotBatch<'_, Self::Error>) {
+        let shared = &self.shared;
+        claim_and_run(
+            batch,
+            |e: &Self::Error| match *e {},
+            |slots: &[BatchSlot], max_runs: usize| {
+                let claimed_at = Instant::now();
+                let mut queue = shared.queue();
+                let mut starts = Vec::with_capacity(slots.len());
+                let mut claimed = 0;
+                for slot in slots {
+                    if claimed == max_runs {
+                        break;
+                    }
+                    starts.push(
+                        match queue.claim(&slot.tenant, shared.options.lease, &shared.clock) {
+                            Claim::Claimed(run, token) => {
+                                claimed += 1;
+                                SlotStart::Claimed((run, token, claimed_at))
+                            }
+                            Claim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
+                            Claim::Contended => SlotStart::Done(TenantTickOutcome::Contended),
+                        },
+                    );
+                }
+                drop(queue);
+                std::future::ready(Ok(starts))
+            },
+            |(run, token, claimed_at): (Box<MemoryRun>, Uuid, Instant),
+             permit: Option<RunPermit>| async move {
+                Ok(self
+                    .run_claimed(run, token, batch.cancel(), claimed_at, permit)
+                    .await)
+            },
+        )
+        .await;
     }
 
     fn is_retryable(error: &Self::Error) -> bool {

@@ -2,15 +2,21 @@
 //! [`RunHandler`].
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use statek_policy::TenantId;
-use statek_store_pg::{ClaimOutcome, ClaimedRun, FailOutcome, PgStore, StoreError};
+use statek_store_pg::{
+    ClaimOutcome, ClaimedRun, FailOutcome, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease,
+    SlotClaim, StoreError, MAX_FINISH_BATCH,
+};
 use tokio_util::sync::CancellationToken;
 
+use crate::batch::{claim_and_run, BatchSlot, RunPermit, SlotBatch, SlotStart};
 use crate::executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
+use crate::group_commit::GroupCommit;
 use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::SchedulerError;
 
@@ -21,6 +27,51 @@ fn run_outcome(tenant: &TenantId, outcome: &'static str) {
         "outcome" => outcome
     )
     .increment(1);
+}
+
+/// How a finished run is recorded: by its own statement, or in a group
+/// commit with other finished runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recording {
+    Direct,
+    Grouped,
+}
+
+/// The group commit of finished runs of one executor (and its clones).
+#[derive(Clone)]
+struct Completions(Arc<GroupCommit<FinishRun, Result<FinishOutcome, String>>>);
+
+impl std::fmt::Debug for Completions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Completions")
+    }
+}
+
+/// Writes a group of finished runs in one statement, retrying transient
+/// failures (50 ms doubling to 2 s) for up to `give_up_after`: a flush is
+/// never dropped while the runs' leases may still hold. After that every
+/// item gets the last error.
+async fn flush_finished(
+    store: &PgStore,
+    items: Vec<FinishRun>,
+    give_up_after: Duration,
+) -> Vec<Result<FinishOutcome, String>> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match store.finish_runs(&items).await {
+            Ok(outcomes) => return outcomes.into_iter().map(Ok).collect(),
+            Err(e) if e.is_retryable() && started.elapsed() + pause < give_up_after => {
+                tracing::warn!(runs = items.len(), error = %crate::error::chain(&e), pause_ms = pause.as_millis() as u64, "recording finished runs failed transiently; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => {
+                let message = crate::error::chain(&e).to_string();
+                return items.iter().map(|_| Err(message.clone())).collect();
+            }
+        }
+    }
 }
 
 /// Expired runs handled per expiry pass.
@@ -57,16 +108,19 @@ pub trait RunHandler: Send + Sync {
     ) -> impl Future<Output = Result<(), RunError>> + Send;
 }
 
-/// Lease and retry settings of [`PgRunQueueExecutor`].
+/// Lease, retry and completion settings of [`PgRunQueueExecutor`].
 ///
 /// Defaults: lease 30 s, heartbeat every lease/3, retry backoff 1 s doubling
-/// per attempt up to 5 minutes.
+/// per attempt up to 5 minutes; finished runs of batches recorded in group
+/// commits of up to 256 runs, each waiting at most 1 ms for more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecutorOptions {
     pub(crate) lease: Duration,
     pub(crate) heartbeat_every: Option<Duration>,
     retry_initial: Duration,
     retry_max: Duration,
+    completion_batch: usize,
+    completion_linger: Duration,
 }
 
 impl Default for ExecutorOptions {
@@ -76,6 +130,8 @@ impl Default for ExecutorOptions {
             heartbeat_every: Some(Duration::from_secs(10)),
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(300),
+            completion_batch: 256,
+            completion_linger: Duration::from_millis(1),
         }
     }
 }
@@ -130,6 +186,31 @@ impl ExecutorOptions {
         Ok(self)
     }
 
+    /// How finished runs of a batch ([`TenantExecutor::execute_batch`])
+    /// are recorded: completions and failures of up to `max_runs` runs
+    /// (1..=1,024) in one statement, the first of them waiting at most
+    /// `linger` (0..=1 s) for others to join; runs finishing while a write
+    /// is under way form the next one. Each run is still fenced by its own
+    /// token (a lost lease is that run's alone). A write that fails
+    /// transiently is retried (50 ms doubling to 2 s) for up to one lease,
+    /// never dropped while the lease may hold. A slot's outcome is known
+    /// when its run's write committed; its permit returns as soon as the
+    /// handler finished. `execute_one` records each run alone.
+    pub fn completion_batching(
+        mut self,
+        max_runs: usize,
+        linger: Duration,
+    ) -> Result<Self, SchedulerError> {
+        if !(1..=MAX_FINISH_BATCH).contains(&max_runs) || linger > Duration::from_secs(1) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "completion batching needs 1..={MAX_FINISH_BATCH} runs and a linger of at most 1 s, got {max_runs} and {linger:?}"
+            )));
+        }
+        self.completion_batch = max_runs;
+        self.completion_linger = linger;
+        Ok(self)
+    }
+
     pub(crate) fn retry_after(&self, attempt: u32) -> Duration {
         let factor = 1u32
             .checked_shl(attempt.saturating_sub(1).min(20))
@@ -150,15 +231,21 @@ pub struct PgRunQueueExecutor<H> {
     store: PgStore,
     handler: H,
     options: ExecutorOptions,
+    completions: Completions,
 }
 
 impl<H: RunHandler> PgRunQueueExecutor<H> {
     /// An executor on `store`'s run queue.
     pub fn new(store: PgStore, handler: H, options: ExecutorOptions) -> Self {
+        let completions = Completions(Arc::new(GroupCommit::new(
+            options.completion_batch,
+            options.completion_linger,
+        )));
         Self {
             store,
             handler,
             options,
+            completions,
         }
     }
 
@@ -196,6 +283,165 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         )
         .await
     }
+
+    /// Runs a claimed run's handler under its lease and records how it
+    /// ended (completion or failure, fenced by its token).
+    async fn run_claimed(
+        &self,
+        run: Box<ClaimedRun>,
+        shutdown: &CancellationToken,
+        claim_sent: Instant,
+        permit: Option<RunPermit>,
+        recording: Recording,
+    ) -> Result<TenantTickOutcome, StoreError> {
+        let tenant = &run.tenant;
+        let executed = ExecutedRun {
+            run_id: run.lease.run_id(),
+            attempt: run.attempt,
+            available_at: run.available_at,
+            claimed_at: run.claimed_at,
+        };
+        let cancel = shutdown.child_token();
+        let (result, lease_state) = self.run_with_heartbeats(&run, &cancel, claim_sent).await;
+        // The handler is done: its permit goes back before the outcome is
+        // recorded.
+        drop(permit);
+        if lease_state == LeaseState::LostOnServer {
+            run_outcome(tenant, "lease_lost");
+            return Ok(TenantTickOutcome::ExecutionFailed {
+                run: executed,
+                error: "lease lost while the handler ran".into(),
+            });
+        }
+        // Expired locally: the token may still hold (nobody re-claimed), so
+        // the outcome is still recorded under it; the store says if not.
+        match result {
+            Ok(()) => match self
+                .record(&run.lease, RunFinish::Complete, recording)
+                .await
+            {
+                Ok(FinishOutcome::Completed | FinishOutcome::AlreadyRecorded) => {
+                    run_outcome(tenant, "completed");
+                    Ok(TenantTickOutcome::Executed(executed))
+                }
+                Ok(_) => {
+                    run_outcome(tenant, "lease_lost");
+                    Ok(TenantTickOutcome::ExecutionFailed {
+                        run: executed,
+                        error: "lease lost before completion was recorded".into(),
+                    })
+                }
+                Err(e) => Err(e),
+            },
+            Err(error) => {
+                let shutting_down = shutdown.is_cancelled();
+                let retry_after = if shutting_down {
+                    Duration::ZERO
+                } else {
+                    self.options.retry_after(run.attempt)
+                };
+                let failed = self
+                    .record(
+                        &run.lease,
+                        RunFinish::Fail {
+                            error: error.to_string(),
+                            retry_after,
+                        },
+                        recording,
+                    )
+                    .await;
+                match failed {
+                    Ok(
+                        FinishOutcome::Retrying { .. }
+                        | FinishOutcome::Failed
+                        | FinishOutcome::AlreadyRecorded,
+                    ) if shutting_down => {
+                        run_outcome(tenant, "cancelled");
+                        Ok(TenantTickOutcome::Cancelled)
+                    }
+                    Ok(
+                        outcome @ (FinishOutcome::Retrying { .. }
+                        | FinishOutcome::Failed
+                        | FinishOutcome::AlreadyRecorded),
+                    ) => {
+                        run_outcome(
+                            tenant,
+                            match outcome {
+                                FinishOutcome::Failed => "failed",
+                                _ => "retrying",
+                            },
+                        );
+                        Ok(TenantTickOutcome::ExecutionFailed {
+                            run: executed,
+                            error: error.to_string(),
+                        })
+                    }
+                    Ok(_) => {
+                        run_outcome(tenant, "lease_lost");
+                        Ok(TenantTickOutcome::ExecutionFailed {
+                            run: executed,
+                            error: format!("{error}; lease lost before the failure was recorded"),
+                        })
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Records a finished run: alone (`complete_run`/`fail_run`), or in the
+    /// next group commit of finished runs (`finish_runs`).
+    async fn record(
+        &self,
+        lease: &RunLease,
+        finish: RunFinish,
+        recording: Recording,
+    ) -> Result<FinishOutcome, StoreError> {
+        match recording {
+            Recording::Direct => match finish {
+                RunFinish::Complete => match self.store.complete_run(lease).await {
+                    Ok(()) => Ok(FinishOutcome::Completed),
+                    Err(StoreError::LeaseLost { .. }) => Ok(FinishOutcome::LeaseLost),
+                    Err(e) => Err(e),
+                },
+                RunFinish::Fail { error, retry_after } => {
+                    match self.store.fail_run(lease, &error, retry_after).await {
+                        Ok(FailOutcome::Retrying { available_at }) => {
+                            Ok(FinishOutcome::Retrying { available_at })
+                        }
+                        Ok(FailOutcome::Failed) => Ok(FinishOutcome::Failed),
+                        Err(StoreError::LeaseLost { .. }) => Ok(FinishOutcome::LeaseLost),
+                        Err(e) => Err(e),
+                    }
+                }
+            },
+            Recording::Grouped => {
+                let item = match finish {
+                    RunFinish::Complete => FinishRun::complete(*lease),
+                    RunFinish::Fail { error, retry_after } => {
+                        FinishRun::fail(*lease, error, retry_after)
+                    }
+                };
+                let store = &self.store;
+                let give_up_after = self.options.lease;
+                let flush = |items: Vec<FinishRun>| flush_finished(store, items, give_up_after);
+                match self.completions.0.submit(item, flush).await {
+                    Some(Ok(outcome)) => Ok(outcome),
+                    failed => {
+                        // Retried for a whole lease: the lease has expired
+                        // by now, so the run is claimable again and will
+                        // execute again (at-least-once); this lease is lost.
+                        let error = match failed {
+                            Some(Err(message)) => message,
+                            _ => "its flush was interrupted".to_owned(),
+                        };
+                        tracing::error!(run_id = %lease.run_id(), error, "finished run not recorded; it will execute again after its lease expired");
+                        Ok(FinishOutcome::LeaseLost)
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
@@ -215,78 +461,43 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
             ClaimOutcome::Idle => return Ok(TenantTickOutcome::Idle),
             ClaimOutcome::Contended => return Ok(TenantTickOutcome::Contended),
         };
-        let executed = ExecutedRun {
-            run_id: run.lease.run_id(),
-            attempt: run.attempt,
-            available_at: run.available_at,
-            claimed_at: run.claimed_at,
-        };
-        let cancel = shutdown.child_token();
-        let (result, lease_state) = self.run_with_heartbeats(&run, &cancel, claim_sent).await;
-        if lease_state == LeaseState::LostOnServer {
-            run_outcome(tenant, "lease_lost");
-            return Ok(TenantTickOutcome::ExecutionFailed {
-                run: executed,
-                error: "lease lost while the handler ran".into(),
-            });
-        }
-        // Expired locally: the token may still hold (nobody re-claimed), so
-        // the outcome is still recorded under it; the store says if not.
-        match result {
-            Ok(()) => match self.store.complete_run(&run.lease).await {
-                Ok(()) => {
-                    run_outcome(tenant, "completed");
-                    Ok(TenantTickOutcome::Executed(executed))
+        self.run_claimed(run, shutdown, claim_sent, None, Recording::Direct)
+            .await
+    }
+
+    async fn execute_batch(&self, batch: &SlotBatch<'_, StoreError>) {
+        let lease = self.options.lease;
+        claim_and_run(
+            batch,
+            StoreError::is_retryable,
+            |slots: &[BatchSlot], max_runs: usize| {
+                let pairs: Vec<(u64, TenantId)> = slots
+                    .iter()
+                    .map(|s| (s.sequence, s.tenant.clone()))
+                    .collect();
+                async move {
+                    let claim_sent = Instant::now();
+                    let claims = self
+                        .store
+                        .claim_runs_for_slots_up_to(&pairs, batch.shard(), lease, max_runs)
+                        .await?;
+                    Ok(claims
+                        .into_iter()
+                        .map(|claim| match claim {
+                            SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
+                            SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
+                            // Contended, or any answer without a run.
+                            _ => SlotStart::Done(TenantTickOutcome::Contended),
+                        })
+                        .collect())
                 }
-                Err(StoreError::LeaseLost { .. }) => {
-                    run_outcome(tenant, "lease_lost");
-                    Ok(TenantTickOutcome::ExecutionFailed {
-                        run: executed,
-                        error: "lease lost before completion was recorded".into(),
-                    })
-                }
-                Err(e) => Err(e),
             },
-            Err(error) => {
-                let shutting_down = shutdown.is_cancelled();
-                let retry_after = if shutting_down {
-                    Duration::ZERO
-                } else {
-                    self.options.retry_after(run.attempt)
-                };
-                let failed = self
-                    .store
-                    .fail_run(&run.lease, &error.to_string(), retry_after)
-                    .await;
-                match failed {
-                    Ok(_) if shutting_down => {
-                        run_outcome(tenant, "cancelled");
-                        Ok(TenantTickOutcome::Cancelled)
-                    }
-                    Ok(outcome) => {
-                        run_outcome(
-                            tenant,
-                            match outcome {
-                                FailOutcome::Retrying { .. } => "retrying",
-                                FailOutcome::Failed => "failed",
-                            },
-                        );
-                        Ok(TenantTickOutcome::ExecutionFailed {
-                            run: executed,
-                            error: error.to_string(),
-                        })
-                    }
-                    Err(StoreError::LeaseLost { .. }) => {
-                        run_outcome(tenant, "lease_lost");
-                        Ok(TenantTickOutcome::ExecutionFailed {
-                            run: executed,
-                            error: format!("{error}; lease lost before the failure was recorded"),
-                        })
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-        }
+            |(run, claim_sent): (Box<ClaimedRun>, Instant), permit: Option<RunPermit>| async move {
+                self.run_claimed(run, batch.cancel(), claim_sent, permit, Recording::Grouped)
+                    .await
+            },
+        )
+        .await;
     }
 
     fn is_retryable(error: &StoreError) -> bool {

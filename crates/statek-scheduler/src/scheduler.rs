@@ -1,14 +1,25 @@
 //! [`DurableFairScheduler`]: register, then tick.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use statek_policy::{PolicyDigest, TenantId, TenantStarvationBound, WeightedFairnessPolicy};
 use statek_store_pg::{PgStore, Registration, Reservation, ReservationBatch, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::batch::{BatchSlot, RunPermit, RunPool, SlotBatch, SlotResult};
 use crate::executor::{TenantExecutor, TenantTickOutcome};
 use crate::{SchedulerError, SchedulerOptions};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A slot whose claim failed for good (the error's text), or that its
+/// executor never reported: consumed without a run.
+#[derive(Debug, thiserror::Error)]
+#[error("slot abandoned: {0}")]
+struct SlotAbandoned(String);
 
 /// What one tick did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,12 +240,14 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         self.run_slot(reservation, retries, shutdown).await
     }
 
-    /// Reserves `k` contiguous slots in one statement (one round trip and
-    /// one cursor lock instead of `k`), then runs their tenant ticks one
-    /// after the other in sequence order, exactly as `k` calls of
-    /// [`tick`](Self::tick) would. Bounds are counted in reservations, so
-    /// they do not change; the tenant of a later slot in the batch just
-    /// waits for the earlier slots' ticks. `k` is
+    /// Reserves `k` contiguous slots in one statement (one range row, one
+    /// round trip and one cursor lock instead of `k`), then hands them to
+    /// the executor's batch entry point
+    /// ([`TenantExecutor::execute_batch`]) with `k` execution permits:
+    /// claims are made in sequence order and the claimed runs' handlers
+    /// execute concurrently, so no run waits for another run of its batch
+    /// to finish. Bounds are counted in reservations, so they do not
+    /// change. `k` is
     /// 1..=[`MAX_RESERVATION_BATCH`](statek_store_pg::MAX_RESERVATION_BATCH).
     ///
     /// `shutdown` both stops the batch and cancels running handlers; see
@@ -254,10 +267,10 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     }
 
     /// [`tick_batch`](Self::tick_batch) with two tokens: once `stop` fires,
-    /// no further slot of the batch is run (the remaining reserved slots are
-    /// consumed unused and reported as [`TenantTickOutcome::Cancelled`], as
-    /// slots are never handed back); `cancel` is what running handlers see
-    /// (the `Worker` passes its graceful stop and its hard deadline).
+    /// no further slot of the batch is claimed for (the remaining reserved
+    /// slots are consumed unused and reported as
+    /// [`TenantTickOutcome::Cancelled`], as slots are never handed back);
+    /// `cancel` is what running handlers see.
     ///
     /// # Errors
     /// As [`tick_batch`](Self::tick_batch); [`SchedulerError::ShuttingDown`]
@@ -278,45 +291,168 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                 return Err(e);
             }
         };
-        let mut results = Vec::with_capacity(batch.len());
-        for reservation in batch.into_reservations() {
-            let span = self.tick_span();
-            let result = if stop.is_cancelled() {
-                self.consume_unused(reservation, retries)
-            } else {
-                tracing::Instrument::instrument(
-                    self.run_slot(reservation, retries, cancel),
-                    span.clone(),
-                )
-                .await
-            };
-            match &result {
-                Ok(outcome) => {
-                    span.record("outcome", outcome.tenant_outcome().label());
-                }
-                Err(e) => self.count_error(e),
+        let pool = RunPool::new(batch.len());
+        let results: Mutex<Vec<Option<Result<TickOutcome, SchedulerError>>>> =
+            Mutex::new((0..batch.len()).map(|_| None).collect());
+        let sink = |index: usize, result: Result<TickOutcome, SchedulerError>| {
+            if let Some(place) = lock(&results).get_mut(index) {
+                *place = Some(result);
             }
-            results.push(result);
-        }
-        Ok(results)
+        };
+        self.run_reserved_batch(batch, retries, &pool, None, stop, cancel, &sink, &|_| {})
+            .await;
+        Ok(results
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .into_iter()
+            .flatten()
+            .collect())
     }
 
-    /// A reserved slot given up at shutdown: its tenant is not run.
-    fn consume_unused(
+    /// Runs a reserved batch through [`TenantExecutor::execute_batch`]:
+    /// maps every slot to its tenant (fail-closed), lets the executor claim
+    /// and run with permits of `pool` (`first` already held), and hands
+    /// `sink` one result per slot, by index in the batch, as it arrives
+    /// (counted in the metrics). `on_decided` hears the number of slots
+    /// decided each time it grows. Returns when every slot has a result.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn run_reserved_batch(
         &self,
-        reservation: Reservation,
+        batch: ReservationBatch,
         retries: u32,
-    ) -> Result<TickOutcome, SchedulerError> {
-        let (tenant, starvation_bound) = self.tenant_of(&reservation, retries)?;
-        let tenant_outcome = TenantTickOutcome::Cancelled;
-        self.count_selection(&tenant, &tenant_outcome);
-        Ok(TickOutcome {
-            reservation,
-            tenant,
-            starvation_bound,
-            retries,
-            tenant_outcome,
-        })
+        pool: &RunPool,
+        first: Option<RunPermit>,
+        stop: &CancellationToken,
+        cancel: &CancellationToken,
+        sink: &(dyn Fn(usize, Result<TickOutcome, SchedulerError>) + Send + Sync),
+        on_decided: &(dyn Fn(usize) + Send + Sync),
+    ) {
+        let reservations = batch.into_reservations();
+        let mut mapped = Vec::with_capacity(reservations.len());
+        let mut corrupt = None;
+        for (index, reservation) in reservations.iter().enumerate() {
+            match self.tenant_of(reservation, retries) {
+                Ok(tenant) => mapped.push(tenant),
+                Err(e) => {
+                    corrupt = Some((index, e));
+                    break;
+                }
+            }
+        }
+        if let Some((bad, error)) = corrupt {
+            // Fail closed: no slot of a batch the local cycle disagrees
+            // with is run.
+            on_decided(reservations.len());
+            for (index, reservation) in reservations.iter().enumerate() {
+                let e = if index == bad {
+                    continue;
+                } else {
+                    SchedulerError::Store {
+                        source: StoreError::CorruptData {
+                            what: "reservation batch",
+                            detail: format!(
+                                "sequence {} is in a batch whose sequence {} disagrees with the local cycle",
+                                reservation.sequence(),
+                                reservations[bad].sequence()
+                            ),
+                        },
+                        retries,
+                    }
+                };
+                self.count_error(&e);
+                sink(index, Err(e));
+            }
+            self.count_error(&error);
+            sink(bad, Err(error));
+            return;
+        }
+        let slots: Vec<BatchSlot> = reservations
+            .iter()
+            .zip(&mapped)
+            .map(|(r, (tenant, _))| BatchSlot {
+                sequence: r.sequence(),
+                tenant: tenant.clone(),
+            })
+            .collect();
+        let reported = Mutex::new(vec![false; slots.len()]);
+        let deliver = |index: usize, result: SlotResult<E::Error>| {
+            let (Some(reservation), Some((tenant, bound))) =
+                (reservations.get(index), mapped.get(index))
+            else {
+                tracing::error!(index, "executor reported a slot outside its batch");
+                return;
+            };
+            if std::mem::replace(&mut lock(&reported)[index], true) {
+                tracing::error!(
+                    sequence = reservation.sequence(),
+                    "executor reported a slot twice; ignored"
+                );
+                return;
+            }
+            let sequence = reservation.sequence();
+            let result = match result {
+                SlotResult::Outcome(Ok(tenant_outcome)) => {
+                    self.count_selection(tenant, &tenant_outcome);
+                    tracing::debug!(
+                        shard = %self.policy.shard_id(), sequence, slot = reservation.slot(),
+                        tenant = %tenant, outcome = tenant_outcome.label(), retries, "tick"
+                    );
+                    Ok(TickOutcome {
+                        reservation: reservation.clone(),
+                        tenant: tenant.clone(),
+                        starvation_bound: bound.clone(),
+                        retries,
+                        tenant_outcome,
+                    })
+                }
+                SlotResult::Outcome(Err(e)) => Err(SchedulerError::Executor {
+                    sequence,
+                    tenant: tenant.clone(),
+                    retryable: E::is_retryable(&e),
+                    source: Box::new(e),
+                }),
+                SlotResult::Abandoned(reason) => Err(SchedulerError::Executor {
+                    sequence,
+                    tenant: tenant.clone(),
+                    retryable: true,
+                    source: Box::new(SlotAbandoned(reason)),
+                }),
+            };
+            if let Err(e) = &result {
+                self.count_error(e);
+            }
+            sink(index, result);
+        };
+        let span = tracing::info_span!(
+            "batch",
+            shard = %self.policy.shard_id(),
+            first_sequence = slots.first().map(|s| s.sequence),
+            slots = slots.len(),
+        );
+        let slot_batch = SlotBatch::new(
+            self.policy.shard_id(),
+            &slots,
+            pool,
+            first,
+            stop,
+            cancel,
+            &deliver,
+            on_decided,
+        );
+        tracing::Instrument::instrument(self.executor.execute_batch(&slot_batch), span).await;
+        let missing: Vec<usize> = lock(&reported)
+            .iter()
+            .enumerate()
+            .filter(|(_, done)| !**done)
+            .map(|(i, _)| i)
+            .collect();
+        for index in missing {
+            deliver(
+                index,
+                SlotResult::Abandoned("the executor returned without reporting this slot".into()),
+            );
+        }
+        on_decided(slots.len());
     }
 
     /// Counts a slot mapped to `tenant` and its outcome (and the service
@@ -432,6 +568,20 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         let shard = self.policy.shard_id();
         self.with_retries(id, 1, || self.store.reserve(shard, &self.digest, id))
             .await
+    }
+
+    /// Reserves a batch of `k` slots for the Worker (retried like
+    /// [`tick`](Self::tick)'s reservation), counting a failure in
+    /// `statek_tick_errors_total`.
+    pub(crate) async fn reserve_batch_counted(
+        &self,
+        k: u32,
+    ) -> Result<(ReservationBatch, u32), SchedulerError> {
+        let reserved = self.reserve_batch(k).await;
+        if let Err(e) = &reserved {
+            self.count_error(e);
+        }
+        reserved
     }
 
     async fn reserve_batch(&self, k: u32) -> Result<(ReservationBatch, u32), SchedulerError> {

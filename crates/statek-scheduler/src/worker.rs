@@ -1,15 +1,17 @@
-//! [`Worker`]: keeps ticks in flight, backs off when every tenant is idle,
-//! wakes on `LISTEN/NOTIFY`, and shuts down gracefully.
+//! [`Worker`]: a producer of reservation batches over a bounded pool of
+//! executing runs; backs off (reserving nothing) when every tenant is
+//! idle, wakes on `LISTEN/NOTIFY`, and shuts down gracefully.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use statek_policy::TenantId;
 use statek_store_pg::RunNotifications;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::batch::RunPool;
 use crate::executor::{TenantExecutor, TenantTickOutcome};
 use crate::{DurableFairScheduler, SchedulerError, TickOutcome};
 
@@ -19,14 +21,14 @@ const RELISTEN_PAUSE: (Duration, Duration) = (Duration::from_secs(1), Duration::
 
 /// Options of a [`Worker`].
 ///
-/// Defaults: 4 ticks in flight; back off after one full cycle of idle
-/// slots (`L` consecutive `Idle` outcomes); idle backoff from 10 ms doubling
-/// to 1 s; 30 s for running handlers to finish at shutdown; one slot
-/// reserved per round trip (batch size 1).
+/// Defaults: at most 16 runs executing at once; reservation batches sized
+/// by the Worker up to 1,024 slots; back off after one full cycle of idle
+/// slots (`L` consecutive `Idle` outcomes); idle backoff from 10 ms
+/// doubling to 1 s; 30 s for running handlers to finish at shutdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerOptions {
     concurrency: usize,
-    batch_size: u32,
+    max_batch: u32,
     idle_threshold: Option<u64>,
     backoff_initial: Duration,
     backoff_max: Duration,
@@ -37,8 +39,8 @@ pub struct WorkerOptions {
 impl Default for WorkerOptions {
     fn default() -> Self {
         Self {
-            concurrency: 4,
-            batch_size: 1,
+            concurrency: DEFAULT_CONCURRENCY,
+            max_batch: statek_store_pg::MAX_RESERVATION_BATCH,
             idle_threshold: None,
             backoff_initial: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
@@ -48,38 +50,49 @@ impl Default for WorkerOptions {
     }
 }
 
+/// The default [`WorkerOptions::concurrency`]: 16 runs executing at once.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// The largest [`WorkerOptions::concurrency`].
+pub const MAX_CONCURRENCY: usize = 4096;
+
 impl WorkerOptions {
     /// The defaults.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Ticks in flight at once (1..=256).
-    pub fn concurrency(mut self, ticks: usize) -> Result<Self, SchedulerError> {
-        if !(1..=256).contains(&ticks) {
+    /// Runs executing at once on this replica (1..=4,096; default 16): the
+    /// size of the Worker's pool of execution permits. A slot claims a run
+    /// only with a free permit, so a claimed run never waits; a slot whose
+    /// claim must wait for a permit waits before its claim (its run is not
+    /// taken from the queue meanwhile, so another replica with capacity
+    /// may serve its tenant's next slot). Size it for the runs' work: runs
+    /// that wait on I/O (HTTP, LLM calls) can use many permits per core;
+    /// CPU-bound runs about one per core. Each permit may hold one run's
+    /// lease; heartbeats and completions share the store's pool.
+    pub fn concurrency(mut self, runs: usize) -> Result<Self, SchedulerError> {
+        if !(1..=MAX_CONCURRENCY).contains(&runs) {
             return Err(SchedulerError::InvalidOption(format!(
-                "concurrency must be 1..=256, got {ticks}"
+                "concurrency must be 1..={MAX_CONCURRENCY}, got {runs}"
             )));
         }
-        self.concurrency = ticks;
+        self.concurrency = runs;
         Ok(self)
     }
 
-    /// Slots each tick loop reserves per round trip (1..=1024; default 1).
-    /// With `k > 1` each loop reserves `k` contiguous slots in one
-    /// transaction ([`DurableFairScheduler::tick_batch`]) and runs their
-    /// tenants in sequence order: fewer commits on the shard's cursor row,
-    /// at the price of up to `k - 1` slots of extra delay for a tenant
-    /// whose slot is late in the batch, and of up to `k` slots consumed
-    /// unused at shutdown. Bounds, counted in reservations, are unchanged.
-    pub fn batch_size(mut self, k: u32) -> Result<Self, SchedulerError> {
-        if !(1..=statek_store_pg::MAX_RESERVATION_BATCH).contains(&k) {
+    /// The largest reservation batch (1..=1,024 slots; default 1,024). The
+    /// Worker sizes each batch itself (see [`Worker`]); this caps it. A
+    /// smaller cap bounds the slots one replica holds ahead of the others
+    /// and the slots consumed unused at shutdown (at most one batch).
+    pub fn max_batch(mut self, slots: u32) -> Result<Self, SchedulerError> {
+        if !(1..=statek_store_pg::MAX_RESERVATION_BATCH).contains(&slots) {
             return Err(SchedulerError::InvalidOption(format!(
-                "batch size must be 1..={}, got {k}",
+                "max batch must be 1..={} slots, got {slots}",
                 statek_store_pg::MAX_RESERVATION_BATCH
             )));
         }
-        self.batch_size = k;
+        self.max_batch = slots;
         Ok(self)
     }
 
@@ -147,17 +160,21 @@ impl WorkerOptions {
 /// What a [`Worker`] did, counted over its whole run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerReport {
-    /// Ticks (reservations consumed).
+    /// Slots consumed (reservations), each with one outcome.
     pub ticks: u64,
-    /// Ticks whose outcome was `Executed`.
+    /// Reservation batches (one range row, or one row for a single slot,
+    /// each).
+    pub batches: u64,
+    /// Slots whose outcome was `Executed`.
     pub executed: u64,
-    /// Ticks whose outcome was `ExecutionFailed`.
+    /// Slots whose outcome was `ExecutionFailed`.
     pub execution_failed: u64,
-    /// Ticks whose outcome was `Idle`.
+    /// Slots whose outcome was `Idle`.
     pub idle: u64,
-    /// Ticks whose outcome was `Contended`.
+    /// Slots whose outcome was `Contended`.
     pub contended: u64,
-    /// Ticks whose outcome was `Cancelled`.
+    /// Slots whose outcome was `Cancelled` (consumed unused at shutdown,
+    /// or a run cancelled and released).
     pub cancelled: u64,
     /// Idle backoff sleeps taken.
     pub backoffs: u64,
@@ -166,13 +183,15 @@ pub struct WorkerReport {
     /// Times the notification connection failed (or stopped answering its
     /// probe) and was opened again.
     pub listen_reconnects: u64,
-    /// Transient tick errors survived.
+    /// Transient errors survived (a reservation that failed after its
+    /// retries, or a slot whose claim or completion failed).
     pub transient_errors: u64,
 }
 
 #[derive(Default)]
 struct Counters {
     ticks: AtomicU64,
+    batches: AtomicU64,
     executed: AtomicU64,
     execution_failed: AtomicU64,
     idle: AtomicU64,
@@ -189,6 +208,7 @@ impl Counters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         WorkerReport {
             ticks: get(&self.ticks),
+            batches: get(&self.batches),
             executed: get(&self.executed),
             execution_failed: get(&self.execution_failed),
             idle: get(&self.idle),
@@ -202,7 +222,55 @@ impl Counters {
     }
 }
 
-/// State shared by a worker's tick loops.
+/// Sizes reservation batches from what the Worker observes: a batch is as
+/// large as the free permits divided by the fraction of recent slots that
+/// claimed a run (an exponentially weighted mean over batches, weight
+/// 1/2), so its expected claims fill the free permits; 1..=`max` slots.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BatchSizer {
+    max: u32,
+    claimed_fraction: f64,
+}
+
+impl BatchSizer {
+    pub(crate) fn new(max: u32) -> Self {
+        Self {
+            max: max.max(1),
+            claimed_fraction: 1.0,
+        }
+    }
+
+    /// The next batch's size for `free` free permits.
+    pub(crate) fn next(&self, free: usize) -> u32 {
+        let wanted = (free.max(1) as f64 / self.claimed_fraction).ceil();
+        if wanted >= f64::from(self.max) {
+            self.max
+        } else {
+            // 1 <= wanted < max <= u32::MAX
+            (wanted as u32).max(1)
+        }
+    }
+
+    /// A batch of `slots` slots claimed `claimed` runs.
+    pub(crate) fn observe(&mut self, slots: usize, claimed: usize) {
+        if slots == 0 {
+            return;
+        }
+        let fraction = claimed.min(slots) as f64 / slots as f64;
+        let floor = 1.0 / f64::from(self.max);
+        self.claimed_fraction = (self.claimed_fraction + fraction) / 2.0;
+        if self.claimed_fraction < floor {
+            self.claimed_fraction = floor;
+        }
+    }
+
+    /// Forget the history (after an idle backoff: the next work is new).
+    pub(crate) fn reset(&mut self) {
+        self.claimed_fraction = 1.0;
+    }
+}
+
+/// State shared by a worker's producer, batches and listener.
 struct Shared<E> {
     scheduler: Arc<DurableFairScheduler<E>>,
     options: WorkerOptions,
@@ -214,22 +282,56 @@ struct Shared<E> {
     wake: Notify,
     counters: Counters,
     sink: Option<mpsc::UnboundedSender<TickOutcome>>,
+    /// The first non-retryable error of any slot.
+    fatal: Mutex<Option<SchedulerError>>,
+    /// Retryable slot errors since the producer last looked.
+    slot_errors: AtomicU64,
+    /// The last of them.
+    last_slot_error: Mutex<Option<SchedulerError>>,
 }
 
-/// Runs a scheduler replica: keeps `concurrency` ticks in flight; when a
-/// full cycle of slots found every tenant idle it stops reserving and backs
-/// off (so an idle fleet does not burn reservations), and wakes at once when
-/// a run is enqueued (`LISTEN/NOTIFY`), or when a cheap probe finds
-/// claimable work after a backoff sleep.
+/// Runs a scheduler replica as a producer over a bounded pool of
+/// executing runs.
 ///
-/// Wake-up latency: a notification wakes every tick loop at once and resets
-/// the idle streak, so the new run's tenant is selected within its
-/// starvation bound in reservations; without a notification (a delayed
-/// run), within the backoff cap (default 1 s) plus that bound.
+/// **Producer.** The Worker reserves slots in batches (one range row per
+/// batch) only while it has a free execution permit, and hands each batch
+/// to the executor's batch entry point
+/// ([`TenantExecutor::execute_batch`]): claims are made in sequence order,
+/// at most one run per free permit (an idle or contended slot takes no
+/// permit beyond its claim), the claimed runs start at once and execute
+/// concurrently, and a slot whose claim must wait for a permit waits
+/// before its claim, so no slot is lost to the replica's own lack of
+/// capacity. The next batch is reserved when every slot of the previous
+/// one is decided.
 ///
-/// Shutdown: when `shutdown` fires, no new slot is reserved; handlers that
-/// are running get `shutdown_grace` to finish, then their cancellation
-/// tokens fire and their runs are released.
+/// **Adaptive batches.** Each batch is sized so that its expected claims
+/// fill the free permits: free permits divided by the fraction of recent
+/// slots that claimed a run, 1..=[`WorkerOptions::max_batch`]. Under a
+/// full backlog that is about the number of free permits; when most slots
+/// belong to tenants with nothing to run, batches grow (an idle slot costs
+/// no statement of its own: the batch is one range row and one claim
+/// statement); when a batch claims little, the next one is larger again.
+///
+/// **Idle.** When a full cycle of slots (`L`, or
+/// [`WorkerOptions::idle_threshold`]) came back idle, the Worker reserves
+/// nothing: it sleeps its backoff (10 ms doubling to 1 s), then asks
+/// [`TenantExecutor::has_claimable_work`] for the policy's tenants and
+/// reserves again only when that says yes (or cannot tell) or a
+/// notification (`LISTEN/NOTIFY`) woke it. An idle fleet burns no
+/// reservations.
+///
+/// What does not change: each slot maps to exactly one tenant; at most one
+/// run per slot, and only that tenant's; an idle or contended slot is
+/// consumed, never passed on; bounds in reservations are unchanged;
+/// reservation retries reuse their id. Slots share scheduling
+/// opportunities, not execution time: a tenant whose runs take long can
+/// hold many permits.
+///
+/// **Shutdown.** When `shutdown` fires no new claim starts and nothing is
+/// reserved; slots of the current batch not yet claimed for are consumed
+/// unused and reported [`TenantTickOutcome::Cancelled`]; running handlers
+/// get `shutdown_grace` to finish, then their cancellation tokens fire and
+/// their runs are released.
 pub struct Worker<E> {
     scheduler: Arc<DurableFairScheduler<E>>,
     options: WorkerOptions,
@@ -248,7 +350,7 @@ impl<E: TenantExecutor + 'static> Worker<E> {
         }
     }
 
-    /// Wakes idle tick loops on these notifications (see
+    /// Wakes an idle worker on these notifications (see
     /// [`statek_store_pg::PgStore::listen_for_runs`]). Without them the
     /// worker relies on its backoff timer and probe. When the notification
     /// connection fails or stops answering its probe, the worker listens
@@ -260,7 +362,7 @@ impl<E: TenantExecutor + 'static> Worker<E> {
         self
     }
 
-    /// Sends every tick outcome to `sink` (e.g. for a fairness monitor or
+    /// Sends every slot's outcome to `sink` (e.g. for a fairness monitor or
     /// your own metrics).
     pub fn with_outcome_sink(mut self, sink: mpsc::UnboundedSender<TickOutcome>) -> Self {
         self.sink = Some(sink);
@@ -270,15 +372,16 @@ impl<E: TenantExecutor + 'static> Worker<E> {
     /// Runs until `shutdown` fires (then drains as described on [`Worker`])
     /// or a non-retryable error occurs.
     ///
-    /// Before the first tick it runs the store's durability check
+    /// Before the first reservation it runs the store's durability check
     /// ([`statek_store_pg::PgStore::ensure_durable`]).
     ///
     /// # Errors
     /// [`SchedulerError::Store`] with `DurabilityRefused` when the store's
     /// durability policy refuses the server (nothing is reserved); the
-    /// first non-retryable [`SchedulerError`] of any tick loop (e.g.
-    /// `CorruptData`, `PolicyDigestMismatch`, `ReservationsLostInFailover`);
-    /// the other loops then stop as at shutdown.
+    /// first non-retryable [`SchedulerError`] of any reservation or slot
+    /// (e.g. `CorruptData`, `PolicyDigestMismatch`,
+    /// `ReservationsLostInFailover`), or the last transient one after 10
+    /// failing rounds in a row; the worker then stops as at shutdown.
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, SchedulerError> {
         // The durability check of a Worker's start: refuse (by the store's
         // policy) a server that can lose acknowledged reservations.
@@ -300,117 +403,38 @@ impl<E: TenantExecutor + 'static> Worker<E> {
             wake: Notify::new(),
             counters: Counters::default(),
             sink: self.sink,
+            fatal: Mutex::new(None),
+            slot_errors: AtomicU64::new(0),
+            last_slot_error: Mutex::new(None),
         });
-        let notifications = self.notifications;
         // Handlers see `hard`, which fires only after the grace period.
         let hard = CancellationToken::new();
         let stop = shutdown.child_token();
-        let mut loops = tokio::task::JoinSet::new();
-        for _ in 0..shared.options.concurrency {
-            let shared = Arc::clone(&shared);
-            let (stop, hard) = (stop.clone(), hard.clone());
-            loops.spawn(async move { tick_loop(shared, stop, hard).await });
-        }
-        let listener = notifications.map(|mut n| {
-            let shared = Arc::clone(&shared);
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                loop {
-                    let message = tokio::select! {
-                        _ = stop.cancelled() => return,
-                        message = n.recv() => message,
-                    };
-                    match message {
-                        Some(Ok(_tenant)) => {
-                            shared.counters.wakeups.fetch_add(1, Ordering::Relaxed);
-                            shared.idle_streak.store(0, Ordering::Relaxed);
-                            shared.backoff_micros.store(0, Ordering::Relaxed);
-                            shared.wake.notify_waiters();
-                            continue;
-                        }
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %crate::error::chain(&e), "run notifications failed; listening again, meanwhile relying on the backoff probe");
-                        }
-                        None => {
-                            tracing::warn!("run notifications ended; listening again, meanwhile relying on the backoff probe");
-                        }
-                    }
-                    // Listen again, pausing 1 s doubling to 30 s between
-                    // attempts. Work notified meanwhile is found by the
-                    // backoff probe.
-                    let mut pause = RELISTEN_PAUSE.0;
-                    n = loop {
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(pause) => {}
-                        }
-                        match shared.scheduler.store().listen_for_runs().await {
-                            Ok(fresh) => break fresh,
-                            Err(e) => {
-                                tracing::warn!(error = %crate::error::chain(&e), "cannot listen for runs yet");
-                                pause = (pause * 2).min(RELISTEN_PAUSE.1);
-                            }
-                        }
-                    };
-                    shared.counters.listen_reconnects.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!("listening for runs again");
-                }
-            })
-        });
+        let listener = self
+            .notifications
+            .map(|n| tokio::spawn(listen(Arc::clone(&shared), n, stop.clone())));
+        let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
 
-        let maintenance = {
-            let shared = Arc::clone(&shared);
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let every = shared.options.maintenance_every;
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(every) => {
-                            shared.scheduler.executor().maintain().await;
-                            publish_oldest(&shared.scheduler).await;
-                        }
-                    }
-                }
-            })
-        };
-
-        let mut first_error = None;
-        let mut grace_timer = None;
+        let pool = RunPool::new(shared.options.concurrency);
+        let mut batches = tokio::task::JoinSet::new();
+        let produced = produce(&shared, &pool, &mut batches, &stop, &hard).await;
+        stop.cancel();
+        shared.wake.notify_waiters();
+        // Drain: running handlers get the grace period, then are cancelled.
+        let grace = tokio::time::sleep(shared.options.shutdown_grace);
+        tokio::pin!(grace);
         loop {
-            let grace = async {
-                match grace_timer {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
-                joined = loops.join_next() => match joined {
+                joined = batches.join_next() => match joined {
                     None => break,
-                    Some(Ok(Ok(()))) => {}
-                    Some(Ok(Err(e))) => {
-                        first_error.get_or_insert(e);
-                        stop.cancel();
-                    }
-                    Some(Err(join_error)) => {
-                        tracing::error!(error = %join_error, "tick loop panicked");
-                        stop.cancel();
-                    }
+                    Some(Ok(())) => {}
+                    Some(Err(join_error)) => tracing::error!(error = %join_error, "batch task panicked"),
                 },
-                _ = stop.cancelled(), if grace_timer.is_none() => {
-                    shared.wake.notify_waiters();
-                    grace_timer = Some(tokio::time::Instant::now() + shared.options.shutdown_grace);
-                }
-                _ = grace => {
-                    tracing::warn!("shutdown grace elapsed; cancelling running handlers");
-                    hard.cancel();
-                    // Keep joining; handlers now stop promptly.
-                    while let Some(joined) = loops.join_next().await {
-                        if let Ok(Err(e)) = joined {
-                            first_error.get_or_insert(e);
-                        }
+                () = &mut grace, if !hard.is_cancelled() => {
+                    if !batches.is_empty() {
+                        tracing::warn!("shutdown grace elapsed; cancelling running handlers");
                     }
-                    break;
+                    hard.cancel();
                 }
             }
         }
@@ -418,83 +442,252 @@ impl<E: TenantExecutor + 'static> Worker<E> {
             listener.abort();
         }
         maintenance.abort();
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(shared.counters.report()),
+        let fatal = lock(&shared.fatal).take();
+        match fatal.map(Err).unwrap_or(produced) {
+            Err(e) => Err(e),
+            Ok(()) => Ok(shared.counters.report()),
         }
     }
 }
 
-async fn tick_loop<E: TenantExecutor>(
-    shared: Arc<Shared<E>>,
-    stop: CancellationToken,
-    hard: CancellationToken,
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The producer: reserve a batch while a permit is free, hand it to a
+/// batch task, wait until its slots are decided, size the next one.
+/// Returns at shutdown, or with the error that stops the worker.
+async fn produce<E: TenantExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    pool: &RunPool,
+    batches: &mut tokio::task::JoinSet<()>,
+    stop: &CancellationToken,
+    hard: &CancellationToken,
 ) -> Result<(), SchedulerError> {
-    let mut consecutive_errors = 0u32;
+    let mut sizer = BatchSizer::new(shared.options.max_batch);
+    let mut failing_rounds = 0u32;
+    // The last batch's size and its slots known to be without a run; read
+    // when the next permit is free, so every outcome the replica's own
+    // capacity waited for is in.
+    let mut previous: Option<(usize, Arc<AtomicUsize>)> = None;
     while !stop.is_cancelled() {
+        while let Some(joined) = batches.try_join_next() {
+            if let Err(join_error) = joined {
+                tracing::error!(error = %join_error, "batch task panicked");
+            }
+        }
         if shared.idle_streak.load(Ordering::Relaxed) >= shared.threshold {
-            back_off(&shared, &stop).await;
-            if stop.is_cancelled() {
-                break;
+            if !back_off(shared, stop).await {
+                continue;
             }
+            sizer.reset();
+            previous = None;
         }
-        // One result per slot: one slot, or a batch whose slots each
-        // succeed or fail on their own.
-        let results = if shared.options.batch_size > 1 {
-            match shared
-                .scheduler
-                .tick_batch_until(shared.options.batch_size, &stop, &hard)
-                .await
-            {
-                Ok(results) => results,
-                Err(e) => vec![Err(e)],
-            }
-        } else {
-            vec![shared.scheduler.tick(&hard).await]
+        let permit = tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            permit = pool.acquire() => permit,
         };
-        let mut errors = Vec::new();
-        for result in results {
-            match result {
-                Ok(outcome) => {
-                    record(&shared, &outcome);
-                    if let Some(sink) = &shared.sink {
-                        let _ = sink.send(outcome);
-                    }
+        if let Some((len, without_run)) = previous.take() {
+            sizer.observe(len, len - without_run.load(Ordering::Relaxed).min(len));
+        }
+        let k = sizer.next(pool.available() + 1);
+        let (batch, retries) = match shared.scheduler.reserve_batch_counted(k).await {
+            Ok(reserved) => reserved,
+            Err(e) => {
+                drop(permit);
+                if !e.is_retryable() || failing_rounds >= 10 {
+                    return Err(e);
                 }
-                Err(e) => errors.push(e),
+                failing_rounds += 1;
+                shared
+                    .counters
+                    .transient_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                pause_after_error(&e, failing_rounds, stop).await;
+                continue;
             }
-        }
-        if errors.is_empty() {
-            consecutive_errors = 0;
-            continue;
-        }
-        if errors
-            .iter()
-            .any(|e| matches!(e, SchedulerError::ShuttingDown))
-        {
+        };
+        shared.counters.batches.fetch_add(1, Ordering::Relaxed);
+        let len = batch.len();
+        let without_run = Arc::new(AtomicUsize::new(0));
+        previous = Some((len, Arc::clone(&without_run)));
+        let (decided_tx, decided_rx) = oneshot::channel::<()>();
+        let task = {
+            let shared = Arc::clone(shared);
+            let pool = pool.clone();
+            let (stop, hard) = (stop.clone(), hard.clone());
+            async move {
+                let decided_tx = Mutex::new(Some(decided_tx));
+                let sink = |_index: usize, result: Result<TickOutcome, SchedulerError>| {
+                    deliver(&shared, &stop, &without_run, result);
+                };
+                let on_decided = |count: usize| {
+                    if count >= len {
+                        if let Some(tx) = lock(&decided_tx).take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                };
+                shared
+                    .scheduler
+                    .run_reserved_batch(
+                        batch,
+                        retries,
+                        &pool,
+                        Some(permit),
+                        &stop,
+                        &hard,
+                        &sink,
+                        &on_decided,
+                    )
+                    .await;
+            }
+        };
+        batches.spawn(task);
+        // Claims go in sequence order: the next batch is claimed for only
+        // after every slot of this one is decided.
+        let _ = decided_rx.await;
+        if lock(&shared.fatal).is_some() {
             break;
         }
-        if let Some(index) = errors.iter().position(|e| !e.is_retryable()) {
-            return Err(errors.swap_remove(index));
+        let errors = shared.slot_errors.swap(0, Ordering::Relaxed);
+        if errors == 0 {
+            failing_rounds = 0;
+            continue;
         }
-        if consecutive_errors >= 10 {
-            return Err(errors.swap_remove(0));
+        failing_rounds += 1;
+        if failing_rounds > 10 {
+            if let Some(last) = lock(&shared.last_slot_error).take() {
+                tracing::error!(
+                    errors,
+                    "slot errors in 11 batches in a row; stopping the worker"
+                );
+                return Err(last);
+            }
         }
-        consecutive_errors += 1;
-        shared
-            .counters
-            .transient_errors
-            .fetch_add(errors.len() as u64, Ordering::Relaxed);
-        let pause = Duration::from_millis(50) * consecutive_errors;
-        for e in &errors {
-            tracing::warn!(error = %crate::error::chain(e), pause_ms = pause.as_millis() as u64, "tick failed transiently");
-        }
+        let pause = Duration::from_millis(50) * failing_rounds;
         tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(pause) => {}
+            () = stop.cancelled() => {}
+            () = tokio::time::sleep(pause) => {}
         }
     }
     Ok(())
+}
+
+/// Logs a failed reservation round and pauses 50 ms per failing round.
+async fn pause_after_error(e: &SchedulerError, rounds: u32, stop: &CancellationToken) {
+    let pause = Duration::from_millis(50) * rounds;
+    tracing::warn!(error = %crate::error::chain(e), pause_ms = pause.as_millis() as u64, "reservation failed transiently");
+    tokio::select! {
+        () = stop.cancelled() => {}
+        () = tokio::time::sleep(pause) => {}
+    }
+}
+
+/// One slot's result: counted, sent to the sink; a non-retryable error
+/// stops the worker.
+fn deliver<E>(
+    shared: &Shared<E>,
+    stop: &CancellationToken,
+    without_run: &AtomicUsize,
+    result: Result<TickOutcome, SchedulerError>,
+) {
+    match result {
+        Ok(outcome) => {
+            if !matches!(
+                outcome.tenant_outcome(),
+                TenantTickOutcome::Executed(_) | TenantTickOutcome::ExecutionFailed { .. }
+            ) {
+                without_run.fetch_add(1, Ordering::Relaxed);
+            }
+            record(shared, &outcome);
+            if let Some(sink) = &shared.sink {
+                let _ = sink.send(outcome);
+            }
+        }
+        Err(e) => {
+            without_run.fetch_add(1, Ordering::Relaxed);
+            shared.counters.ticks.fetch_add(1, Ordering::Relaxed);
+            if e.is_retryable() {
+                tracing::warn!(error = %crate::error::chain(&e), "slot failed transiently");
+                shared
+                    .counters
+                    .transient_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                shared.slot_errors.fetch_add(1, Ordering::Relaxed);
+                *lock(&shared.last_slot_error) = Some(e);
+            } else {
+                tracing::error!(error = %crate::error::chain(&e), "slot failed; stopping the worker");
+                lock(&shared.fatal).get_or_insert(e);
+                stop.cancel();
+            }
+        }
+    }
+}
+
+/// Wakes the worker on run notifications; listens again when they fail.
+async fn listen<E: TenantExecutor>(
+    shared: Arc<Shared<E>>,
+    mut n: RunNotifications,
+    stop: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            () = stop.cancelled() => return,
+            message = n.recv() => message,
+        };
+        match message {
+            Some(Ok(_tenant)) => {
+                shared.counters.wakeups.fetch_add(1, Ordering::Relaxed);
+                shared.idle_streak.store(0, Ordering::Relaxed);
+                shared.backoff_micros.store(0, Ordering::Relaxed);
+                shared.wake.notify_waiters();
+                continue;
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %crate::error::chain(&e), "run notifications failed; listening again, meanwhile relying on the backoff probe");
+            }
+            None => {
+                tracing::warn!("run notifications ended; listening again, meanwhile relying on the backoff probe");
+            }
+        }
+        // Listen again, pausing 1 s doubling to 30 s between attempts. Work
+        // notified meanwhile is found by the backoff probe.
+        let mut pause = RELISTEN_PAUSE.0;
+        n = loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+            match shared.scheduler.store().listen_for_runs().await {
+                Ok(fresh) => break fresh,
+                Err(e) => {
+                    tracing::warn!(error = %crate::error::chain(&e), "cannot listen for runs yet");
+                    pause = (pause * 2).min(RELISTEN_PAUSE.1);
+                }
+            }
+        };
+        shared
+            .counters
+            .listen_reconnects
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!("listening for runs again");
+    }
+}
+
+/// The executor's housekeeping and the retention gauge, periodically.
+async fn maintain<E: TenantExecutor>(shared: Arc<Shared<E>>, stop: CancellationToken) {
+    let every = shared.options.maintenance_every;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {
+                shared.scheduler.executor().maintain().await;
+                publish_oldest(&shared.scheduler).await;
+            }
+        }
+    }
 }
 
 /// Sets the oldest-retained-reservation gauge of the worker's shard.
@@ -538,10 +731,10 @@ fn record<E>(shared: &Shared<E>, outcome: &TickOutcome) {
 }
 
 /// Sleeps for the current backoff (doubling it) unless woken by a
-/// notification or shutdown; afterwards, if the executor can tell that
-/// claimable work exists, resets the idle streak so the loops tick a full
-/// lap again.
-async fn back_off<E: TenantExecutor>(shared: &Shared<E>, stop: &CancellationToken) {
+/// notification or shutdown. Returns whether to reserve again: woken by a
+/// notification, or the executor says (or cannot tell whether) the
+/// policy's tenants have claimable work; then the idle streak is reset.
+async fn back_off<E: TenantExecutor>(shared: &Shared<E>, stop: &CancellationToken) -> bool {
     let initial = u64::try_from(shared.options.backoff_initial.as_micros()).unwrap_or(u64::MAX);
     let max = u64::try_from(shared.options.backoff_max.as_micros()).unwrap_or(u64::MAX);
     let current = shared.backoff_micros.load(Ordering::Relaxed);
@@ -550,17 +743,14 @@ async fn back_off<E: TenantExecutor>(shared: &Shared<E>, stop: &CancellationToke
     } else {
         current.min(max)
     };
-    let _ = shared.backoff_micros.compare_exchange(
-        current,
-        pause.saturating_mul(2).min(max),
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    );
+    shared
+        .backoff_micros
+        .store(pause.saturating_mul(2).min(max), Ordering::Relaxed);
     shared.counters.backoffs.fetch_add(1, Ordering::Relaxed);
     let woken = tokio::select! {
-        _ = stop.cancelled() => return,
-        _ = shared.wake.notified() => true,
-        _ = tokio::time::sleep(Duration::from_micros(pause)) => false,
+        () = stop.cancelled() => return false,
+        () = shared.wake.notified() => true,
+        () = tokio::time::sleep(Duration::from_micros(pause)) => false,
     };
     // Only the policy's tenants: runs of others can never take a slot.
     let tenants: Vec<TenantId> = shared
@@ -570,18 +760,17 @@ async fn back_off<E: TenantExecutor>(shared: &Shared<E>, stop: &CancellationToke
         .iter()
         .map(|w| w.tenant().clone())
         .collect();
-    if !woken
-        && shared
+    let reserve = woken
+        || shared
             .scheduler
             .executor()
             .has_claimable_work(&tenants)
             .await
-            == Some(true)
-    {
+            != Some(false);
+    if reserve {
         shared.idle_streak.store(0, Ordering::Relaxed);
-        shared.backoff_micros.store(0, Ordering::Relaxed);
-        shared.wake.notify_waiters();
     }
+    reserve
 }
 
 #[cfg(test)]
@@ -591,12 +780,14 @@ mod tests {
     #[test]
     fn option_limits() {
         let o = WorkerOptions::new();
+        assert_eq!(o.concurrency, 16);
+        assert_eq!(o.max_batch, 1024);
         assert!(o.concurrency(0).is_err());
-        assert!(o.concurrency(256).is_ok());
-        assert!(o.concurrency(257).is_err());
-        assert!(o.batch_size(0).is_err());
-        assert_eq!(o.batch_size(16).unwrap().batch_size, 16);
-        assert!(o.batch_size(1025).is_err());
+        assert!(o.concurrency(4096).is_ok());
+        assert!(o.concurrency(4097).is_err());
+        assert!(o.max_batch(0).is_err());
+        assert_eq!(o.max_batch(16).unwrap().max_batch, 16);
+        assert!(o.max_batch(1025).is_err());
         assert!(o.idle_threshold(0).is_err());
         assert!(o.idle_threshold(1_000_001).is_err());
         assert!(o
@@ -615,5 +806,34 @@ mod tests {
             o.shutdown_grace(Duration::ZERO).unwrap().shutdown_grace,
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn batches_are_sized_so_expected_claims_fill_the_free_permits() {
+        let mut sizer = BatchSizer::new(1024);
+        // No history: one slot per free permit.
+        assert_eq!(sizer.next(16), 16);
+        assert_eq!(sizer.next(0), 1);
+        // Every slot claimed: unchanged.
+        sizer.observe(16, 16);
+        assert_eq!(sizer.next(16), 16);
+        // A fifth claimed (the demo's noisy neighbour): fraction (1 + 0.2)
+        // / 2 = 0.6, then (0.6 + 0.2) / 2 = 0.4.
+        sizer.observe(80, 16);
+        assert_eq!(sizer.next(16), 27); // ceil(16 / 0.6)
+        sizer.observe(40, 8);
+        assert_eq!(sizer.next(16), 40); // ceil(16 / 0.4)
+                                        // Nothing claimed, repeatedly: up to the cap, never beyond.
+        for _ in 0..20 {
+            sizer.observe(1024, 0);
+        }
+        assert_eq!(sizer.next(1), 1024);
+        assert_eq!(sizer.next(16), 1024);
+        sizer.reset();
+        assert_eq!(sizer.next(3), 3);
+        // A small cap holds.
+        let capped = BatchSizer::new(8);
+        assert_eq!(capped.next(100), 8);
+        assert_eq!(BatchSizer::new(0).next(5), 1);
     }
 }

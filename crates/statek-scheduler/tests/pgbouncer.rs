@@ -63,7 +63,7 @@ async fn worker_completes_runs(notify: bool, batch_size: u32) {
     let options = WorkerOptions::new()
         .concurrency(3)
         .unwrap()
-        .batch_size(batch_size)
+        .max_batch(batch_size)
         .unwrap();
     let mut worker = Worker::new(Arc::clone(&scheduler), options);
     if notify {

@@ -1,0 +1,379 @@
+//! A reserved batch of slots handed to an executor, and the bounded pool of
+//! execution permits its runs take.
+//!
+//! The [`crate::Worker`] reserves slots in batches (one range row per
+//! batch) and hands each batch to [`TenantExecutor::execute_batch`] as a
+//! [`SlotBatch`]: the slots in sequence order, each mapped to its tenant,
+//! and the Worker's [`RunPool`]. An executor claims for the slots in
+//! sequence order, at most as many runs as it holds permits, so a claimed
+//! run never waits for a permit; a slot whose claim must wait for a permit
+//! waits *before* its claim. Every slot gets exactly one outcome through
+//! [`SlotBatch::report`], whatever happens: a slot is consumed, never
+//! passed on.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use statek_policy::{SchedulerShardId, TenantId};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::executor::{TenantExecutor, TenantTickOutcome};
+
+/// One reserved slot of a batch: its global sequence and the tenant the
+/// policy's cycle maps it to (`slot = sequence mod L`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchSlot {
+    /// The slot's global sequence in its shard.
+    pub sequence: u64,
+    /// The tenant the slot belongs to; only its runs may use the slot.
+    pub tenant: TenantId,
+}
+
+/// The bounded pool of executing runs of one replica: at most
+/// [`capacity`](Self::capacity) runs execute at once. Waiters are served
+/// first come, first served (a FIFO semaphore), so slots get their permits
+/// in the order they asked.
+#[derive(Debug, Clone)]
+pub struct RunPool {
+    semaphore: Arc<Semaphore>,
+    capacity: usize,
+}
+
+impl RunPool {
+    /// A pool of `capacity` permits (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        Self {
+            semaphore: Arc::new(Semaphore::new(capacity)),
+            capacity,
+        }
+    }
+
+    /// Permits in the pool.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Permits free right now.
+    pub fn available(&self) -> usize {
+        self.semaphore.available_permits()
+    }
+
+    /// Waits for one permit.
+    pub(crate) async fn acquire(&self) -> RunPermit {
+        // The semaphore is never closed.
+        match Arc::clone(&self.semaphore).acquire_owned().await {
+            Ok(permit) => RunPermit(Some(permit)),
+            Err(_) => RunPermit(None),
+        }
+    }
+
+    /// Up to `wanted` more permits, without waiting.
+    fn try_take(&self, wanted: usize, into: &mut Vec<RunPermit>) {
+        while into.len() < wanted {
+            match Arc::clone(&self.semaphore).try_acquire_owned() {
+                Ok(permit) => into.push(RunPermit(Some(permit))),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// The right to execute one run; dropping it returns it to its pool.
+#[derive(Debug)]
+pub struct RunPermit(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+
+/// A reserved batch given to [`TenantExecutor::execute_batch`].
+///
+/// Protocol for an implementation:
+/// 1. take permits with [`permits`](Self::permits) (waits for at least
+///    one; `None` once the replica is stopping);
+/// 2. claim for the next slots in sequence order, at most one run per
+///    permit (each slot only from its own tenant), and call
+///    [`decided`](Self::decided) with the number of slots decided so far;
+/// 3. start each claimed run at once with its own permit, return unused
+///    permits (drop them), and go on with the undecided slots;
+/// 4. report every slot's outcome exactly once with
+///    [`report`](Self::report) (an idle or contended slot at once, a run
+///    when it finished); slots not decided when
+///    [`permits`](Self::permits) returns `None` are reported
+///    [`TenantTickOutcome::Cancelled`].
+///
+/// Handlers see [`cancel`](Self::cancel), which fires only when the
+/// replica's shutdown grace has run out.
+pub struct SlotBatch<'a, E> {
+    shard: &'a SchedulerShardId,
+    slots: &'a [BatchSlot],
+    pool: &'a RunPool,
+    first: Mutex<Option<RunPermit>>,
+    stop: &'a CancellationToken,
+    cancel: &'a CancellationToken,
+    sink: &'a (dyn Fn(usize, SlotResult<E>) + Send + Sync),
+    decided: AtomicUsize,
+    on_decided: &'a (dyn Fn(usize) + Send + Sync),
+}
+
+impl<'a, E> SlotBatch<'a, E> {
+    /// A batch of `slots` (sequence order) of `shard`, whose runs take
+    /// permits of `pool`; `first` is a permit the caller already holds.
+    /// `stop` ends claiming, `cancel` is the handlers' token; `sink` gets
+    /// each slot's outcome by index, `on_decided` the decided count each
+    /// time it grows.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        shard: &'a SchedulerShardId,
+        slots: &'a [BatchSlot],
+        pool: &'a RunPool,
+        first: Option<RunPermit>,
+        stop: &'a CancellationToken,
+        cancel: &'a CancellationToken,
+        sink: &'a (dyn Fn(usize, SlotResult<E>) + Send + Sync),
+        on_decided: &'a (dyn Fn(usize) + Send + Sync),
+    ) -> Self {
+        Self {
+            shard,
+            slots,
+            pool,
+            first: Mutex::new(first),
+            stop,
+            cancel,
+            sink,
+            decided: AtomicUsize::new(0),
+            on_decided,
+        }
+    }
+
+    /// The shard the slots were reserved on.
+    pub fn shard(&self) -> &SchedulerShardId {
+        self.shard
+    }
+
+    /// The slots, in sequence order.
+    pub fn slots(&self) -> &[BatchSlot] {
+        self.slots
+    }
+
+    /// Whether the replica is stopping: claim nothing more.
+    pub fn is_stopping(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// The token running handlers must watch (fires after the shutdown
+    /// grace, or on a lost lease of the executor's own making).
+    pub fn cancel(&self) -> &CancellationToken {
+        self.cancel
+    }
+
+    /// Waits for at least one free permit and takes up to `wanted` (at
+    /// least 1); `None` when the replica stops first.
+    pub async fn permits(&self, wanted: usize) -> Option<Vec<RunPermit>> {
+        let wanted = wanted.max(1);
+        if self.stop.is_cancelled() {
+            return None;
+        }
+        let mut held = Vec::with_capacity(wanted);
+        let first = self
+            .first
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match first {
+            Some(permit) => held.push(permit),
+            None => {
+                let permit = tokio::select! {
+                    biased;
+                    _ = self.stop.cancelled() => return None,
+                    permit = self.pool.acquire() => permit,
+                };
+                held.push(permit);
+            }
+        }
+        self.pool.try_take(wanted, &mut held);
+        Some(held)
+    }
+
+    /// Records that the first `count` slots are decided (claimed, idle or
+    /// contended; a decided slot is never claimed for again).
+    pub fn decided(&self, count: usize) {
+        let count = count.min(self.slots.len());
+        if self.decided.fetch_max(count, Ordering::AcqRel) < count {
+            (self.on_decided)(count);
+        }
+    }
+
+    /// Reports the outcome of slot `index` (its position in
+    /// [`slots`](Self::slots)); call it exactly once per slot.
+    pub fn report(&self, index: usize, outcome: Result<TenantTickOutcome, E>) {
+        (self.sink)(index, SlotResult::Outcome(outcome));
+        self.decided(index + 1);
+    }
+
+    /// Reports every slot from `from` on as failed because claiming for
+    /// them failed for good (`reason`: the error, e.g. the store's): the
+    /// slots are consumed with an executor error each, never passed on.
+    pub fn abandon_from(&self, from: usize, reason: &str) {
+        for index in from..self.slots.len() {
+            (self.sink)(index, SlotResult::Abandoned(reason.to_owned()));
+            self.decided(index + 1);
+        }
+    }
+
+    /// Reports every slot from `from` on as consumed unused
+    /// ([`TenantTickOutcome::Cancelled`]): what a stopping executor does
+    /// with the slots it will not claim for.
+    pub fn cancel_from(&self, from: usize) {
+        for index in from..self.slots.len() {
+            self.report(index, Ok(TenantTickOutcome::Cancelled));
+        }
+    }
+}
+
+/// What a slot of a batch ended with, as the batch's sink sees it.
+pub(crate) enum SlotResult<E> {
+    /// The executor's outcome or error for the slot.
+    Outcome(Result<TenantTickOutcome, E>),
+    /// Claiming for the slot failed for good (the error's text).
+    Abandoned(String),
+}
+
+/// What a batch claim found for one slot: a run to start (with a permit),
+/// or an outcome without a run.
+pub enum SlotStart<C> {
+    /// A run was claimed; start it at once.
+    Claimed(C),
+    /// Idle or contended: the slot is consumed without a run.
+    Done(TenantTickOutcome),
+}
+
+/// Attempts of a batch claim that fails transiently, and the first pause.
+const CLAIM_ATTEMPTS: u32 = 3;
+const CLAIM_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The batch protocol of [`SlotBatch`] for an executor that can claim for
+/// many slots at once: take the free permits, `claim` for the undecided
+/// slots (at most one run per permit; it answers the decided prefix, at
+/// least one slot), start every claimed run at once through `run` with its
+/// permit (`run` drops it when the run's handler has finished, before its
+/// outcome is recorded), give unused permits back, and go
+/// on until every slot is decided. A claim that fails transiently is
+/// retried (3 attempts, 50 ms doubling); one that fails for good abandons
+/// the rest of the batch ([`SlotBatch::abandon_from`]).
+pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
+    batch: &SlotBatch<'_, E>,
+    is_retryable: fn(&E) -> bool,
+    claim: CF,
+    run: RF,
+) where
+    E: std::fmt::Display,
+    CF: Fn(&[BatchSlot], usize) -> CFut,
+    CFut: std::future::Future<Output = Result<Vec<SlotStart<C>>, E>>,
+    RF: Fn(C, Option<RunPermit>) -> RFut,
+    RFut: std::future::Future<Output = Result<TenantTickOutcome, E>>,
+{
+    let slots = batch.slots();
+    let mut running = FuturesUnordered::new();
+    let mut next = 0;
+    let mut failures = 0;
+    while next < slots.len() {
+        let permits = tokio::select! {
+            biased;
+            Some(()) = running.next(), if !running.is_empty() => continue,
+            permits = batch.permits(slots.len() - next) => permits,
+        };
+        let Some(mut permits) = permits else {
+            break;
+        };
+        let decided = match claim(&slots[next..], permits.len()).await {
+            Ok(decided) if !decided.is_empty() && decided.len() <= slots.len() - next => decided,
+            Ok(decided) => {
+                batch.abandon_from(
+                    next,
+                    &format!(
+                        "the batch claim answered {} of {} slots",
+                        decided.len(),
+                        slots.len() - next
+                    ),
+                );
+                next = slots.len();
+                break;
+            }
+            Err(e) if is_retryable(&e) && failures + 1 < CLAIM_ATTEMPTS => {
+                tracing::warn!(error = %e, retry = failures + 1, "batch claim failed transiently; retrying");
+                drop(permits);
+                let pause = CLAIM_PAUSE * 2u32.pow(failures);
+                failures += 1;
+                tokio::select! {
+                    () = batch.stop.cancelled() => {}
+                    () = tokio::time::sleep(pause) => {}
+                }
+                continue;
+            }
+            Err(e) => {
+                batch.abandon_from(next, &e.to_string());
+                next = slots.len();
+                break;
+            }
+        };
+        failures = 0;
+        let base = next;
+        for (offset, start) in decided.into_iter().enumerate() {
+            let index = base + offset;
+            match start {
+                SlotStart::Done(outcome) => batch.report(index, Ok(outcome)),
+                SlotStart::Claimed(claimed) => {
+                    let started = run(claimed, permits.pop());
+                    running.push(async move {
+                        let outcome = started.await;
+                        batch.report(index, outcome);
+                    });
+                }
+            }
+            next = index + 1;
+        }
+        batch.decided(next);
+        drop(permits);
+    }
+    batch.cancel_from(next);
+    while running.next().await.is_some() {}
+}
+
+/// The default [`TenantExecutor::execute_batch`]: for each slot in
+/// sequence order, wait for a permit, then start
+/// [`TenantExecutor::execute_one`] for its tenant; runs of a batch execute
+/// concurrently, each holding its permit until it returns.
+pub async fn execute_each<X: TenantExecutor + ?Sized>(
+    executor: &X,
+    batch: &SlotBatch<'_, X::Error>,
+) {
+    let mut running = FuturesUnordered::new();
+    let mut next = 0;
+    while next < batch.slots().len() {
+        // Poll the running ones first, so each started future runs to its
+        // first await (its claim) before the next slot is considered.
+        let permit = tokio::select! {
+            biased;
+            Some(()) = running.next(), if !running.is_empty() => continue,
+            permits = batch.permits(1) => permits,
+        };
+        let Some(mut permits) = permit else {
+            break;
+        };
+        let permit = permits.pop();
+        drop(permits);
+        let index = next;
+        next += 1;
+        batch.decided(next);
+        let tenant = &batch.slots()[index].tenant;
+        running.push(async move {
+            let outcome = executor.execute_one(tenant, batch.cancel()).await;
+            // Reported before the permit returns, so whoever takes the
+            // permit next sees this slot's outcome.
+            batch.report(index, outcome);
+            drop(permit);
+        });
+    }
+    batch.cancel_from(next);
+    while running.next().await.is_some() {}
+}
