@@ -773,6 +773,99 @@ async fn sixteen_tickers_execute_each_run_once<H: Harness>() {
     }
 }
 
+/// The batch entry point: one call for 8 slots (policy a:3, b:1, cycle
+/// a a b a): each slot claims at most one run of its own tenant, a
+/// tenant's slots take its runs oldest first in sequence order, a locked
+/// run is skipped (contended when nothing else is left) and slots beyond a
+/// tenant's runs are idle; every slot has one outcome, in sequence order.
+async fn a_batch_claims_per_slot_in_sequence_order<H: Harness>() {
+    let s = setup::<H>(&[("tenant-a", 3), ("tenant-b", 1)], Settings::default()).await;
+    let mut a_runs = Vec::new();
+    for i in 0..5 {
+        a_runs.push(
+            s.harness
+                .enqueue(&tenant("tenant-a"), format!("a{i}").as_bytes(), 5)
+                .await,
+        );
+    }
+    let b_locked = s.harness.enqueue(&tenant("tenant-b"), b"b0", 5).await;
+    let lock = s.harness.lock(b_locked).await;
+    let results = s.scheduler.tick_batch(8, &s.shutdown).await.unwrap();
+    let outcomes: Vec<TickOutcome> = results.into_iter().map(Result::unwrap).collect();
+    let sequences: Vec<u64> = outcomes
+        .iter()
+        .map(|o| o.reservation().sequence())
+        .collect();
+    assert_eq!(sequences, (0..8).collect::<Vec<_>>());
+    let labels: Vec<String> = outcomes.iter().map(label).collect();
+    assert_eq!(
+        labels,
+        [
+            "tenant-a:executed",
+            "tenant-a:executed",
+            "tenant-b:contended",
+            "tenant-a:executed",
+            "tenant-a:executed",
+            "tenant-a:executed",
+            "tenant-b:contended",
+            "tenant-a:idle",
+        ]
+    );
+    let claimed: Vec<(Uuid, u32)> = outcomes
+        .iter()
+        .filter(|o| o.tenant().as_str() == "tenant-a" && label(o).ends_with("executed"))
+        .map(executed_run)
+        .collect();
+    assert_eq!(
+        claimed,
+        a_runs.iter().map(|id| (*id, 1)).collect::<Vec<_>>()
+    );
+    s.harness.unlock(lock).await;
+    assert_eq!(s.harness.status(b_locked).await.state, "available");
+    assert_eq!(s.next_sequence().await, 8);
+}
+
+/// The runs of one batch execute concurrently: all four handlers of a
+/// 4-slot batch start while none has finished (their gate is closed).
+async fn a_batch_runs_its_runs_concurrently<H: Harness>() {
+    let s = setup::<H>(&[("tenant-a", 1), ("tenant-b", 1)], Settings::default()).await;
+    s.probe.hold_first_attempts.store(true, Ordering::SeqCst);
+    let mut ids = Vec::new();
+    for t in ["tenant-a", "tenant-b", "tenant-a", "tenant-b"] {
+        ids.push(s.harness.enqueue(&tenant(t), t.as_bytes(), 5).await);
+    }
+    let batch = {
+        let scheduler = s.scheduler.clone();
+        let shutdown = s.shutdown.clone();
+        tokio::spawn(async move { scheduler.tick_batch(4, &shutdown).await.unwrap() })
+    };
+    // Four handlers running at once, none finished: the gate is closed.
+    tokio::time::timeout(Duration::from_secs(30), s.probe.started.acquire_many(4))
+        .await
+        .expect("all four runs of the batch started")
+        .unwrap()
+        .forget();
+    assert_eq!(s.probe.log().len(), 0);
+    s.probe.gate.add_permits(4);
+    let outcomes = batch.await.unwrap();
+    let labels: Vec<String> = outcomes
+        .iter()
+        .map(|o| label(o.as_ref().unwrap()))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "tenant-a:executed",
+            "tenant-b:executed",
+            "tenant-a:executed",
+            "tenant-b:executed",
+        ]
+    );
+    for id in ids {
+        assert_eq!(s.harness.status(id).await.state, "completed");
+    }
+}
+
 macro_rules! conformance_suite {
     ($module:ident, $harness:ty) => {
         mod $module {
@@ -811,6 +904,16 @@ macro_rules! conformance_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn an_expired_lease_is_claimed_again() {
                 super::an_expired_lease_is_claimed_again::<$harness>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_batch_claims_per_slot_in_sequence_order() {
+                super::a_batch_claims_per_slot_in_sequence_order::<$harness>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_batch_runs_its_runs_concurrently() {
+                super::a_batch_runs_its_runs_concurrently::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,0 +1,328 @@
+//! Workers with batch claims against a real PostgreSQL, read back from the
+//! claim history (`statek.run_claims`): which slot ran which run, leases
+//! that never overlap, every run completed exactly once; and completion
+//! batching while the Workers' connections are terminated.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::{
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    SchedulerOptions, Worker, WorkerOptions, WorkerReport,
+};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::ClaimedRun;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Weights 5, 3, 2, 1, 1 (L = 12).
+fn policy() -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [
+            ("t-five", 5),
+            ("t-three", 3),
+            ("t-two", 2),
+            ("t-one", 1),
+            ("t-uno", 1),
+        ]
+        .into_iter()
+        .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), w).unwrap()),
+    )
+    .unwrap()
+}
+
+/// Sleeps its duration (zero: returns at once).
+struct Sleep(Duration);
+
+impl RunHandler for Sleep {
+    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+        if !self.0.is_zero() {
+            tokio::time::sleep(self.0).await;
+        }
+        Ok(())
+    }
+}
+
+/// Enqueues `total` runs over the policy's tenants in proportion to their
+/// weights, in one statement.
+async fn enqueue(client: &tokio_postgres::Client, policy: &WeightedFairnessPolicy, total: u32) {
+    let l = policy.cycle_length();
+    for w in policy.tenants() {
+        let count = i64::from(total * w.weight() / l);
+        client
+            .execute(
+                "INSERT INTO statek.runs (run_id, tenant_id, payload)
+                 SELECT gen_random_uuid(), $1, ''::bytea FROM generate_series(1, $2::bigint)",
+                &[&w.tenant().as_str(), &count],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+async fn start_workers(
+    db: &TestDatabase,
+    workers: usize,
+    executor: ExecutorOptions,
+    work: Duration,
+    shutdown: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<Result<WorkerReport, statek_scheduler::SchedulerError>>> {
+    let mut running = Vec::new();
+    for _ in 0..workers {
+        let store = db.store();
+        let scheduler = Arc::new(
+            DurableFairScheduler::register(
+                store.clone(),
+                policy(),
+                PgRunQueueExecutor::new(store.clone(), Sleep(work), executor),
+                SchedulerOptions::new(),
+            )
+            .await
+            .unwrap(),
+        );
+        let worker = Worker::new(scheduler, WorkerOptions::new().concurrency(8).unwrap())
+            .with_notifications(store.listen_for_runs().await.unwrap());
+        running.push(tokio::spawn(worker.run(shutdown.clone())));
+    }
+    running
+}
+
+/// A connection of the test itself, spared by the terminations.
+async fn observer(db: &TestDatabase) -> tokio_postgres::Client {
+    let client = db.client().await;
+    client
+        .batch_execute("SET application_name = 'observer'")
+        .await
+        .unwrap();
+    client
+}
+
+async fn wait_until_done(client: &tokio_postgres::Client, total: i64, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let done: i64 = client
+            .query_one(
+                "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if done == total {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{done} of {total} runs completed in {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One row of the claim history.
+struct Claim {
+    run_id: Uuid,
+    attempt: i32,
+    tenant: String,
+    sequence: Option<i64>,
+    claimed_at: SystemTime,
+    finished_at: Option<SystemTime>,
+}
+
+async fn claims(client: &tokio_postgres::Client) -> Vec<Claim> {
+    client
+        .query(
+            "SELECT run_id, attempt, tenant_id, sequence, claimed_at, finished_at
+             FROM statek.run_claims ORDER BY run_id, attempt",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| Claim {
+            run_id: r.get(0),
+            attempt: r.get(1),
+            tenant: r.get(2),
+            sequence: r.get(3),
+            claimed_at: r.get(4),
+            finished_at: r.get(5),
+        })
+        .collect()
+}
+
+/// The checks every batch run must pass, from the database alone: each
+/// claim names a slot of the shard (a sequence below the cursor), each
+/// slot claimed at most one run, and that run is of the slot's tenant; a
+/// run's claims never overlap (the next claim starts after the previous
+/// one finished or, when it never finished, its lease ran out); a run is
+/// claimed again only when its previous claim never finished. Returns the
+/// number of runs executed more than once.
+fn check_history(claims: &[Claim], policy: &WeightedFairnessPolicy, cursor: u64) -> usize {
+    let l = u64::from(policy.cycle_length());
+    let mut by_sequence: HashMap<i64, Uuid> = HashMap::new();
+    let mut by_run: BTreeMap<Uuid, Vec<&Claim>> = BTreeMap::new();
+    for claim in claims {
+        let sequence = claim.sequence.expect("a batch claim names its slot");
+        let slot_sequence = u64::try_from(sequence).unwrap();
+        assert!(
+            slot_sequence < cursor,
+            "sequence {sequence}, cursor {cursor}"
+        );
+        assert!(
+            by_sequence.insert(sequence, claim.run_id).is_none(),
+            "sequence {sequence} claimed two runs"
+        );
+        let slot_tenant = policy.tenant_for_slot(slot_sequence % l).unwrap();
+        assert_eq!(claim.tenant, slot_tenant.as_str(), "sequence {sequence}");
+        by_run.entry(claim.run_id).or_default().push(claim);
+    }
+    let mut executed_again = 0;
+    for (run_id, attempts) in &by_run {
+        for (n, claim) in attempts.iter().enumerate() {
+            assert_eq!(claim.attempt, i32::try_from(n + 1).unwrap(), "run {run_id}");
+        }
+        for pair in attempts.windows(2) {
+            assert_eq!(
+                pair[0].finished_at, None,
+                "run {run_id} claimed again after a finished claim"
+            );
+            assert!(pair[1].claimed_at > pair[0].claimed_at, "run {run_id}");
+        }
+        assert!(
+            attempts.last().unwrap().finished_at.is_some(),
+            "run {run_id}: its last claim never finished"
+        );
+        if attempts.len() > 1 {
+            executed_again += 1;
+        }
+    }
+    executed_again
+}
+
+/// Four Workers with batch claims execute 20,000 runs over five tenants:
+/// every slot claims at most one run, of its own tenant; every run
+/// completes exactly once, on its first claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_with_batch_claims_execute_each_run_once() {
+    let db = TestDatabase::create().await;
+    let client = db.client().await;
+    let policy = policy();
+    db.store().register(&policy).await.unwrap();
+    enqueue(&client, &policy, 20_004).await;
+    let total: i64 = client
+        .query_one("SELECT count(*) FROM statek.runs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(total, 20_004);
+    let shutdown = CancellationToken::new();
+    let running = start_workers(&db, 4, ExecutorOptions::new(), Duration::ZERO, &shutdown).await;
+    wait_until_done(&client, total, Duration::from_secs(240)).await;
+    shutdown.cancel();
+    let mut executed = 0;
+    let mut ticks = 0;
+    for worker in running {
+        let report = worker.await.unwrap().unwrap();
+        assert_eq!(report.transient_errors, 0, "{report:?}");
+        executed += report.executed;
+        ticks += report.ticks;
+    }
+    let cursor = db.store().next_sequence(policy.shard_id()).await.unwrap();
+    assert_eq!(executed, 20_004);
+    assert_eq!(ticks, cursor, "every reserved slot has one outcome");
+    let history = claims(&client).await;
+    assert_eq!(history.len(), 20_004, "one claim per run");
+    assert_eq!(check_history(&history, &policy, cursor), 0);
+    let attempts: Vec<(String, i32, i64)> = client
+        .query(
+            "SELECT state, attempt, count(*) FROM statek.runs GROUP BY 1, 2",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(attempts, [("completed".to_owned(), 1, 20_004)]);
+}
+
+/// Completion batching while every connection of the Workers (runs of
+/// 5 ms) is terminated every 100 ms (`pg_terminate_backend`): no completion is
+/// lost: every run ends completed, and a run executes again only when its
+/// earlier claim's finish was never recorded (its lease, 2 s, ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_completion_is_lost_when_connections_are_terminated() {
+    let db = TestDatabase::create().await;
+    let client = observer(&db).await;
+    let policy = policy();
+    db.store().register(&policy).await.unwrap();
+    enqueue(&client, &policy, 6_000).await;
+    let shutdown = CancellationToken::new();
+    let lease = ExecutorOptions::new()
+        .lease(Duration::from_secs(2))
+        .unwrap();
+    let running = start_workers(&db, 2, lease, Duration::from_millis(5), &shutdown).await;
+    let killer = {
+        let stop = shutdown.clone();
+        let killer_client = observer(&db).await;
+        tokio::spawn(async move {
+            let mut terminated = 0i64;
+            while !stop.is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let killed: i64 = killer_client
+                    .query_one(
+                        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+                         FROM pg_stat_activity
+                         WHERE datname = current_database() AND pid <> pg_backend_pid()
+                           AND backend_type = 'client backend'
+                           AND application_name <> 'observer'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                terminated += killed;
+            }
+            terminated
+        })
+    };
+    // Only the Workers' connections are terminated, not this test's own
+    // (application_name `observer`).
+    wait_until_done(&client, 6_000, Duration::from_secs(240)).await;
+    shutdown.cancel();
+    let terminated = killer.await.unwrap();
+    let mut transient = 0;
+    for worker in running {
+        let report = worker
+            .await
+            .unwrap()
+            .expect("workers survive terminated connections");
+        transient += report.transient_errors;
+    }
+    let cursor = db.store().next_sequence(policy.shard_id()).await.unwrap();
+    let history = claims(&client).await;
+    let executed_again = check_history(&history, &policy, cursor);
+    eprintln!(
+        "{terminated} backends terminated; {transient} transient errors survived; \
+         {executed_again} of 6000 runs executed again after a lost lease or completion"
+    );
+    assert!(terminated > 0);
+    let states: Vec<(String, i64)> = client
+        .query("SELECT state, count(*) FROM statek.runs GROUP BY 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(states, [("completed".to_owned(), 6_000)]);
+}
