@@ -299,13 +299,14 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
     let started = Instant::now();
     let ticks: Arc<Mutex<Vec<TickOutcome>>> = Arc::default();
     let reserved = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    // Every replica is a Worker (one tick in flight, heartbeats on, idle
+    // Every replica is a Worker with its defaults (16 runs executing at
+    // once, adaptive reservation batches, heartbeats on, idle
     // backoff, woken by LISTEN/NOTIFY); their outcomes meet here.
     let (sink, mut outcomes) = tokio::sync::mpsc::unbounded_channel::<TickOutcome>();
     let mut tasks = tokio::task::JoinSet::new();
     for scheduler in &replicas {
         let notifications = scheduler.store().listen_for_runs().await?;
-        let worker = Worker::new(Arc::clone(scheduler), WorkerOptions::new().concurrency(1)?)
+        let worker = Worker::new(Arc::clone(scheduler), WorkerOptions::new())
             .with_notifications(notifications)
             .with_outcome_sink(sink.clone());
         tasks.spawn(worker.run(stop.clone()));
