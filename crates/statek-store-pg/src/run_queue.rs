@@ -136,23 +136,33 @@ const CLAIM_RUN: &str = concat!(
 
 /// Is there a run claimable (locked or not) at the instant $2 the claim
 /// judged? Asked only after a claim found nothing, to tell `Contended` from
-/// `Idle`.
+/// `Idle`. A scalar subquery in index order with `LIMIT 1`, not `EXISTS`:
+/// PostgreSQL drops `ORDER BY`/`LIMIT` inside `EXISTS`, and then may plan a
+/// sequential scan when few tenants have runs, reading the whole table for
+/// a tenant that has none.
 const PROBE_CLAIMABLE: &str = concat!(
-    "SELECT EXISTS (SELECT 1 FROM statek.runs CROSS JOIN (SELECT $2::timestamptz AS t) AS now WHERE ",
+    "SELECT (SELECT true FROM statek.runs CROSS JOIN (SELECT $2::timestamptz AS t) AS now WHERE ",
     claimable!(),
-    ")"
+    " ORDER BY available_at, queue_seq LIMIT 1) IS NOT NULL"
 );
 
-/// Is any run of the tenants $1 claimable now? One index probe per
-/// tenant; used by idle workers instead of burning reservations.
-const ANY_CLAIMABLE: &str = "
-    SELECT EXISTS (
-        SELECT 1 FROM statek.runs
-        WHERE tenant_id = ANY($1)
-          AND state IN ('available', 'running')
-          AND available_at <= clock_timestamp()
-          AND (state = 'available' OR lease_expires_at <= clock_timestamp())
-          AND attempt < max_attempts)";
+/// Is any run of the tenants $1 claimable now? One ordered index probe per
+/// tenant (see [`PROBE_CLAIMABLE`] for why not `EXISTS`); used by idle
+/// workers instead of burning reservations.
+const ANY_CLAIMABLE: &str = concat!(
+    "
+    WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+    SELECT count(found.run_id) > 0
+    FROM unnest($1::text[]) AS wanted(tenant_id) CROSS JOIN now
+    CROSS JOIN LATERAL (
+        SELECT runs.run_id FROM statek.runs
+        WHERE runs.tenant_id = wanted.tenant_id AND ",
+    claimable_now!(),
+    "
+        ORDER BY runs.available_at, runs.queue_seq
+        LIMIT 1
+    ) AS found"
+);
 
 const HEARTBEAT_RUN: &str = "
     UPDATE statek.runs

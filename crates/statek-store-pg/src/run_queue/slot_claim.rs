@@ -106,20 +106,41 @@ const CLAIM_FOR_SLOTS: &str = concat!(
         SELECT c.run_id, c.attempt, c.tenant_id, $5, pairs.sequence, c.lease_token, c.claimed_at
         FROM claimed AS c JOIN pairs ON pairs.ord = c.ord
         RETURNING run_id
+    ),
+    -- Tenants with a decided slot left without a run: is a claimable run
+    -- of theirs left that this statement did not pick (locked by another
+    -- claimer)? One probe per tenant, not per slot, and an ordered one
+    -- (ORDER BY ... LIMIT 1 on runs_claim_idx's order): a plain EXISTS
+    -- lets the planner pick a sequential scan when few tenants have runs,
+    -- which reads the whole table for every tenant that has none.
+    short AS MATERIALIZED (
+        SELECT DISTINCT s.tenant_id
+        FROM slots AS s CROSS JOIN cutoff
+        WHERE s.ord <= cutoff.ord AND s.ord NOT IN (SELECT ord FROM pairs)
+    ),
+    contention AS MATERIALIZED (
+        SELECT short.tenant_id, left_over.run_id IS NOT NULL AS contended
+        FROM short CROSS JOIN now
+        LEFT JOIN LATERAL (
+            SELECT runs.run_id
+            FROM statek.runs
+            WHERE runs.tenant_id = short.tenant_id AND ",
+    claimable_now!(),
+    "
+              AND runs.run_id NOT IN (SELECT run_id FROM all_pairs)
+            ORDER BY runs.available_at, runs.queue_seq
+            LIMIT 1
+        ) AS left_over ON true
     )
     SELECT s.ord, s.sequence, s.tenant_id AS slot_tenant, s.ord <= cutoff.ord AS decided,
            c.run_id, c.tenant_id, c.payload,
            c.attempt, c.max_attempts, c.enqueued_at, c.available_at, c.claimed_at,
            c.lease_expires_at, c.lease_token,
            (SELECT count(*) FROM history) AS recorded,
-           c.run_id IS NULL AND EXISTS (
-               SELECT 1 FROM statek.runs CROSS JOIN now
-               WHERE runs.tenant_id = s.tenant_id AND ",
-    claimable_now!(),
-    "
-                 AND runs.run_id NOT IN (SELECT run_id FROM all_pairs)
-           ) AS contended
-    FROM slots AS s CROSS JOIN cutoff LEFT JOIN claimed AS c ON c.ord = s.ord
+           c.run_id IS NULL AND coalesce(ct.contended, false) AS contended
+    FROM slots AS s CROSS JOIN cutoff
+    LEFT JOIN claimed AS c ON c.ord = s.ord
+    LEFT JOIN contention AS ct ON ct.tenant_id = s.tenant_id
     ORDER BY s.ord"
 );
 
