@@ -2,13 +2,14 @@
 //! executing runs; backs off (reserving nothing) when every tenant is
 //! idle, wakes on `LISTEN/NOTIFY`, and shuts down gracefully.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use statek_policy::TenantId;
 use statek_store_pg::RunNotifications;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::RunPool;
@@ -457,6 +458,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The producer: reserve a batch while a permit is free, hand it to a
 /// batch task, wait until its slots are decided, size the next one.
 /// Returns at shutdown, or with the error that stops the worker.
+/// A batch handed to its task, as the producer follows it.
+struct InFlight {
+    len: usize,
+    /// Its slots known to be without a run (idle, contended, cancelled,
+    /// failed).
+    without_run: Arc<AtomicUsize>,
+    /// Fires when the batch's first slot is decided (it holds permits, or
+    /// found its slots without runs).
+    started: CancellationToken,
+    /// Fires when every slot of the batch is decided.
+    decided: CancellationToken,
+}
+
 async fn produce<E: TenantExecutor + 'static>(
     shared: &Arc<Shared<E>>,
     pool: &RunPool,
@@ -465,68 +479,119 @@ async fn produce<E: TenantExecutor + 'static>(
     hard: &CancellationToken,
 ) -> Result<(), SchedulerError> {
     let mut sizer = BatchSizer::new(shared.options.max_batch);
-    let mut failing_rounds = 0u32;
-    // The last batch's size and its slots known to be without a run; read
-    // when the next permit is free, so every outcome the replica's own
-    // capacity waited for is in.
-    let mut previous: Option<(usize, Arc<AtomicUsize>)> = None;
+    let mut failing_reservations = 0u32;
+    let mut slot_error_rounds = 0u32;
+    // Batches whose slots are not all decided, oldest first: at most one
+    // claiming and one reserved behind it (its reservation overlaps the
+    // other's claims; its claims wait for the other's to be decided).
+    let mut ahead: VecDeque<InFlight> = VecDeque::new();
+    // Decided batches to learn from once a permit is free again (by then
+    // every outcome the replica's own capacity waited for is in).
+    let mut learn: Vec<InFlight> = Vec::new();
     while !stop.is_cancelled() {
         while let Some(joined) = batches.try_join_next() {
             if let Err(join_error) = joined {
                 tracing::error!(error = %join_error, "batch task panicked");
             }
         }
+        while ahead.front().is_some_and(|b| b.decided.is_cancelled()) {
+            learn.extend(ahead.pop_front());
+        }
+        if ahead.len() >= 2 {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                () = ahead[0].decided.cancelled() => continue,
+            }
+        }
+        // A free permit below means spare capacity only once the batch
+        // ahead has taken its own.
+        if let Some(last) = ahead.back() {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                () = last.started.cancelled() => {}
+            }
+        }
+        if lock(&shared.fatal).is_some() {
+            break;
+        }
+        match slot_error_round(shared, &mut slot_error_rounds) {
+            Ok(None) => {}
+            Ok(Some(pause)) => {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(pause) => {}
+                }
+            }
+            Err(last) => return Err(last),
+        }
         if shared.idle_streak.load(Ordering::Relaxed) >= shared.threshold {
             if !back_off(shared, stop).await {
                 continue;
             }
             sizer.reset();
-            previous = None;
+            learn.clear();
         }
-        let permit = tokio::select! {
+        // Reserve only while a permit is free: wait for one (first come,
+        // first served, so no slot waiting for a permit is overtaken),
+        // then hand it back; the batch's claims take their own.
+        let free = tokio::select! {
             biased;
             () = stop.cancelled() => break,
             permit = pool.acquire() => permit,
         };
-        if let Some((len, without_run)) = previous.take() {
-            sizer.observe(len, len - without_run.load(Ordering::Relaxed).min(len));
+        for batch in learn.drain(..) {
+            let without_run = batch.without_run.load(Ordering::Relaxed).min(batch.len);
+            sizer.observe(batch.len, batch.len - without_run);
         }
         let k = sizer.next(pool.available() + 1);
+        drop(free);
         let (batch, retries) = match shared.scheduler.reserve_batch_counted(k).await {
             Ok(reserved) => reserved,
             Err(e) => {
-                drop(permit);
-                if !e.is_retryable() || failing_rounds >= 10 {
+                if !e.is_retryable() || failing_reservations >= 10 {
                     return Err(e);
                 }
-                failing_rounds += 1;
+                failing_reservations += 1;
                 shared
                     .counters
                     .transient_errors
                     .fetch_add(1, Ordering::Relaxed);
-                pause_after_error(&e, failing_rounds, stop).await;
+                pause_after_error(&e, failing_reservations, stop).await;
                 continue;
             }
         };
+        failing_reservations = 0;
         shared.counters.batches.fetch_add(1, Ordering::Relaxed);
-        let len = batch.len();
-        let without_run = Arc::new(AtomicUsize::new(0));
-        previous = Some((len, Arc::clone(&without_run)));
-        let (decided_tx, decided_rx) = oneshot::channel::<()>();
+        let in_flight = InFlight {
+            len: batch.len(),
+            without_run: Arc::new(AtomicUsize::new(0)),
+            started: CancellationToken::new(),
+            decided: CancellationToken::new(),
+        };
         let task = {
             let shared = Arc::clone(shared);
             let pool = pool.clone();
             let (stop, hard) = (stop.clone(), hard.clone());
+            let (len, without_run) = (in_flight.len, Arc::clone(&in_flight.without_run));
+            let (started, decided) = (in_flight.started.clone(), in_flight.decided.clone());
+            // Claims go in sequence order: this batch's wait until every
+            // slot of the one before is decided.
+            let after = ahead.back().map(|b| b.decided.clone());
             async move {
-                let decided_tx = Mutex::new(Some(decided_tx));
+                // Decided at the latest when the task ends, also on a panic.
+                let _decided = (started.clone().drop_guard(), decided.clone().drop_guard());
+                if let Some(after) = after {
+                    after.cancelled().await;
+                }
                 let sink = |_index: usize, result: Result<TickOutcome, SchedulerError>| {
                     deliver(&shared, &stop, &without_run, result);
                 };
                 let on_decided = |count: usize| {
+                    started.cancel();
                     if count >= len {
-                        if let Some(tx) = lock(&decided_tx).take() {
-                            let _ = tx.send(());
-                        }
+                        decided.cancel();
                     }
                 };
                 shared
@@ -535,7 +600,7 @@ async fn produce<E: TenantExecutor + 'static>(
                         batch,
                         retries,
                         &pool,
-                        Some(permit),
+                        None,
                         &stop,
                         &hard,
                         &sink,
@@ -545,34 +610,34 @@ async fn produce<E: TenantExecutor + 'static>(
             }
         };
         batches.spawn(task);
-        // Claims go in sequence order: the next batch is claimed for only
-        // after every slot of this one is decided.
-        let _ = decided_rx.await;
-        if lock(&shared.fatal).is_some() {
-            break;
-        }
-        let errors = shared.slot_errors.swap(0, Ordering::Relaxed);
-        if errors == 0 {
-            failing_rounds = 0;
-            continue;
-        }
-        failing_rounds += 1;
-        if failing_rounds > 10 {
-            if let Some(last) = lock(&shared.last_slot_error).take() {
-                tracing::error!(
-                    errors,
-                    "slot errors in 11 batches in a row; stopping the worker"
-                );
-                return Err(last);
-            }
-        }
-        let pause = Duration::from_millis(50) * failing_rounds;
-        tokio::select! {
-            () = stop.cancelled() => {}
-            () = tokio::time::sleep(pause) => {}
-        }
+        ahead.push_back(in_flight);
     }
     Ok(())
+}
+
+/// Slot errors since the last look: none (`Ok(None)`, and the count of
+/// failing rounds restarts), a pause of 50 ms per failing round in a row,
+/// or, after 10 such rounds, the last error, which stops the worker.
+fn slot_error_round<E>(
+    shared: &Shared<E>,
+    rounds: &mut u32,
+) -> Result<Option<Duration>, SchedulerError> {
+    let errors = shared.slot_errors.swap(0, Ordering::Relaxed);
+    if errors == 0 {
+        *rounds = 0;
+        return Ok(None);
+    }
+    *rounds += 1;
+    if *rounds > 10 {
+        if let Some(last) = lock(&shared.last_slot_error).take() {
+            tracing::error!(
+                errors,
+                "slot errors in 11 rounds in a row; stopping the worker"
+            );
+            return Err(last);
+        }
+    }
+    Ok(Some(Duration::from_millis(50) * *rounds))
 }
 
 /// Logs a failed reservation round and pauses 50 ms per failing round.

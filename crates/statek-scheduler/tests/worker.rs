@@ -8,6 +8,7 @@
     clippy::print_stderr
 )]
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,7 +16,8 @@ use std::time::{Duration, Instant};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
-    SchedulerError, SchedulerOptions, TenantExecutor, TenantTickOutcome, Worker, WorkerOptions,
+    SchedulerError, SchedulerOptions, SlotBatch, TenantExecutor, TenantTickOutcome, Worker,
+    WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{ClaimOutcome, ClaimedRun, NewRun, PgStore};
@@ -475,15 +477,18 @@ async fn claimed_runs_execute_concurrently_up_to_the_concurrency() {
     );
 }
 
-/// Reports `Contended` for its first 7 calls; the 8th blocks until
-/// released.
-struct EighthCallBlocks {
-    calls: AtomicU32,
+/// Reports `Contended` for every slot; in the first batch of at least 4
+/// slots, its first slot holds its permit until released (shutdown comes
+/// meanwhile), then the rest of the batch goes through the protocol.
+struct BlocksInABatch {
+    calls_after_shutdown: AtomicU32,
+    blocked_batch: Mutex<Option<(u64, usize)>>,
     blocked: tokio::sync::Notify,
     release: tokio::sync::Notify,
+    shutdown: CancellationToken,
 }
 
-impl TenantExecutor for EighthCallBlocks {
+impl TenantExecutor for BlocksInABatch {
     type Error = Transient;
 
     async fn execute_one(
@@ -491,11 +496,35 @@ impl TenantExecutor for EighthCallBlocks {
         _tenant: &TenantId,
         _shutdown: &CancellationToken,
     ) -> Result<TenantTickOutcome, Transient> {
-        if self.calls.fetch_add(1, Ordering::SeqCst) == 7 {
-            self.blocked.notify_one();
-            self.release.notified().await;
+        if self.shutdown.is_cancelled() {
+            self.calls_after_shutdown.fetch_add(1, Ordering::SeqCst);
         }
         Ok(TenantTickOutcome::Contended)
+    }
+
+    async fn execute_batch(&self, batch: &SlotBatch<'_, Transient>) {
+        let slots = batch.slots();
+        let first_big = slots.len() >= 4 && {
+            let mut blocked = self.blocked_batch.lock().unwrap();
+            blocked.is_none() && {
+                *blocked = Some((slots[0].sequence, slots.len()));
+                true
+            }
+        };
+        if !first_big {
+            return statek_scheduler::execute_each(self, batch).await;
+        }
+        let Some(permits) = batch.permits(1).await else {
+            return batch.cancel_from(0);
+        };
+        batch.decided(1);
+        self.blocked.notify_one();
+        self.release.notified().await;
+        batch.report(0, Ok(TenantTickOutcome::Contended));
+        drop(permits);
+        // The rest: the replica is stopping, so no permit is given.
+        assert!(batch.permits(1).await.is_none());
+        batch.cancel_from(1);
     }
 
     fn is_retryable(_: &Transient) -> bool {
@@ -503,23 +532,26 @@ impl TenantExecutor for EighthCallBlocks {
     }
 }
 
-/// Shutdown in the middle of a batch: with one permit, batches grow as
-/// slots come back without a run (1, 2, 4, then 8 slots); the 8th slot's
-/// run holds the permit when shutdown comes, so the 7 slots after it,
-/// reserved but not claimed for, are consumed unused and reported
-/// `cancelled`; no claim starts after shutdown.
+/// Shutdown in the middle of a batch: the first slot of a batch holds the
+/// only permit when shutdown comes, so the slots after it, reserved but not
+/// claimed for, are consumed unused and reported `cancelled`, as is any
+/// batch reserved behind it; no claim starts after shutdown, and every
+/// reserved slot has exactly one outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_in_the_middle_of_a_batch_consumes_its_unclaimed_slots() {
     let db = TestDatabase::create().await;
     let store = db.store();
+    let shutdown = CancellationToken::new();
     let scheduler = Arc::new(
         DurableFairScheduler::register(
             store.clone(),
             policy(),
-            EighthCallBlocks {
-                calls: AtomicU32::new(0),
+            BlocksInABatch {
+                calls_after_shutdown: AtomicU32::new(0),
+                blocked_batch: Mutex::new(None),
                 blocked: tokio::sync::Notify::new(),
                 release: tokio::sync::Notify::new(),
+                shutdown: shutdown.clone(),
             },
             SchedulerOptions::new(),
         )
@@ -531,30 +563,47 @@ async fn shutdown_in_the_middle_of_a_batch_consumes_its_unclaimed_slots() {
         .unwrap()
         .idle_threshold(1000)
         .unwrap();
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(Worker::new(Arc::clone(&scheduler), options).run(shutdown.clone()));
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(Arc::clone(&scheduler), options).with_outcome_sink(sink);
+    let running = tokio::spawn(worker.run(shutdown.clone()));
     scheduler.executor().blocked.notified().await;
     shutdown.cancel();
     tokio::time::sleep(Duration::from_millis(100)).await;
     scheduler.executor().release.notify_one();
     let report = running.await.unwrap().unwrap();
-    assert_eq!(scheduler.executor().calls.load(Ordering::SeqCst), 8);
+    let (first, len) = scheduler.executor().blocked_batch.lock().unwrap().unwrap();
+    let reserved = store
+        .next_sequence(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    let mut labels = BTreeMap::new();
+    while let Ok(outcome) = outcomes.try_recv() {
+        labels.insert(
+            outcome.reservation().sequence(),
+            outcome.tenant_outcome().label(),
+        );
+    }
+    // One outcome per reserved slot, in the sink and in the report.
     assert_eq!(
-        (
-            report.batches,
-            report.ticks,
-            report.contended,
-            report.cancelled
-        ),
-        (4, 15, 8, 7),
-        "{report:?}"
+        labels.keys().copied().collect::<Vec<_>>(),
+        (0..reserved).collect::<Vec<_>>()
     );
+    assert_eq!(report.ticks, reserved, "{report:?}");
+    // Before the blocked batch: contended; its first slot contended; every
+    // later slot (the rest of it, and any batch reserved behind it)
+    // cancelled.
+    let expected: BTreeMap<u64, &str> = (0..reserved)
+        .map(|s| (s, if s <= first { "contended" } else { "cancelled" }))
+        .collect();
+    assert_eq!(labels, expected);
+    assert!(reserved >= first + u64::try_from(len).unwrap());
+    assert_eq!(report.cancelled, reserved - first - 1);
     assert_eq!(
-        store
-            .next_sequence(scheduler.policy().shard_id())
-            .await
-            .unwrap(),
-        15
+        scheduler
+            .executor()
+            .calls_after_shutdown
+            .load(Ordering::SeqCst),
+        0
     );
 }
 
