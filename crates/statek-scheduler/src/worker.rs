@@ -224,9 +224,12 @@ impl Counters {
 }
 
 /// Sizes reservation batches from what the Worker observes: a batch is as
-/// large as the free permits divided by the fraction of recent slots that
-/// claimed a run (an exponentially weighted mean over batches, weight
-/// 1/2), so its expected claims fill the free permits; 1..=`max` slots.
+/// large as the free permits plus an eighth of the pool, divided by the
+/// fraction of recent slots that claimed a run (an exponentially weighted
+/// mean over batches, weight 1/2), so its expected claims fill the free
+/// permits and a few more slots wait for the next permits to free (each
+/// claimed by the batch at once, without a reservation in between);
+/// 1..=`max` slots.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct BatchSizer {
     max: u32,
@@ -241,9 +244,11 @@ impl BatchSizer {
         }
     }
 
-    /// The next batch's size for `free` free permits.
-    pub(crate) fn next(&self, free: usize) -> u32 {
-        let wanted = (free.max(1) as f64 / self.claimed_fraction).ceil();
+    /// The next batch's size for `free` free permits of a pool of
+    /// `capacity`.
+    pub(crate) fn next(&self, free: usize, capacity: usize) -> u32 {
+        let expected = free.max(1) + capacity / 8;
+        let wanted = (expected as f64 / self.claimed_fraction).ceil();
         if wanted >= f64::from(self.max) {
             self.max
         } else {
@@ -302,13 +307,17 @@ struct Shared<E> {
 /// permit beyond its claim), the claimed runs start at once and execute
 /// concurrently, and a slot whose claim must wait for a permit waits
 /// before its claim, so no slot is lost to the replica's own lack of
-/// capacity. The next batch is reserved when every slot of the previous
-/// one is decided.
+/// capacity. While a batch claims, the next one is reserved (only while a
+/// permit is free), and claims for it once every slot of the batch before
+/// is decided.
 ///
 /// **Adaptive batches.** Each batch is sized so that its expected claims
-/// fill the free permits: free permits divided by the fraction of recent
-/// slots that claimed a run, 1..=[`WorkerOptions::max_batch`]. Under a
-/// full backlog that is about the number of free permits; when most slots
+/// fill the free permits, with an eighth of the pool more: (free permits +
+/// concurrency / 8) divided by the fraction of recent slots that claimed a
+/// run, 1..=[`WorkerOptions::max_batch`]. The few slots beyond the free
+/// permits wait for the next permits to free and are claimed then, within
+/// one claim statement, without a reservation in between. Under a full
+/// backlog a batch is about the number of free permits; when most slots
 /// belong to tenants with nothing to run, batches grow (an idle slot costs
 /// no statement of its own: the batch is one range row and one claim
 /// statement); when a batch claims little, the next one is larger again.
@@ -545,7 +554,7 @@ async fn produce<E: TenantExecutor + 'static>(
             let without_run = batch.without_run.load(Ordering::Relaxed).min(batch.len);
             sizer.observe(batch.len, batch.len - without_run);
         }
-        let k = sizer.next(pool.available() + 1);
+        let k = sizer.next(pool.available() + 1, pool.capacity());
         drop(free);
         let (batch, retries) = match shared.scheduler.reserve_batch_counted(k).await {
             Ok(reserved) => reserved,
@@ -876,29 +885,31 @@ mod tests {
     #[test]
     fn batches_are_sized_so_expected_claims_fill_the_free_permits() {
         let mut sizer = BatchSizer::new(1024);
-        // No history: one slot per free permit.
-        assert_eq!(sizer.next(16), 16);
-        assert_eq!(sizer.next(0), 1);
+        // No history: one slot per free permit, and an eighth of the pool.
+        assert_eq!(sizer.next(16, 16), 18);
+        assert_eq!(sizer.next(4, 4), 4);
+        assert_eq!(sizer.next(0, 1), 1);
+        assert_eq!(sizer.next(1, 64), 9);
         // Every slot claimed: unchanged.
         sizer.observe(16, 16);
-        assert_eq!(sizer.next(16), 16);
+        assert_eq!(sizer.next(16, 16), 18);
         // A fifth claimed (the demo's noisy neighbour): fraction (1 + 0.2)
         // / 2 = 0.6, then (0.6 + 0.2) / 2 = 0.4.
         sizer.observe(80, 16);
-        assert_eq!(sizer.next(16), 27); // ceil(16 / 0.6)
+        assert_eq!(sizer.next(16, 16), 30); // ceil(18 / 0.6)
         sizer.observe(40, 8);
-        assert_eq!(sizer.next(16), 40); // ceil(16 / 0.4)
-                                        // Nothing claimed, repeatedly: up to the cap, never beyond.
+        assert_eq!(sizer.next(16, 16), 45); // ceil(18 / 0.4)
+                                            // Nothing claimed, repeatedly: up to the cap, never beyond.
         for _ in 0..20 {
             sizer.observe(1024, 0);
         }
-        assert_eq!(sizer.next(1), 1024);
-        assert_eq!(sizer.next(16), 1024);
+        assert_eq!(sizer.next(1, 1), 1024);
+        assert_eq!(sizer.next(16, 16), 1024);
         sizer.reset();
-        assert_eq!(sizer.next(3), 3);
+        assert_eq!(sizer.next(3, 4), 3);
         // A small cap holds.
         let capped = BatchSizer::new(8);
-        assert_eq!(capped.next(100), 8);
-        assert_eq!(BatchSizer::new(0).next(5), 1);
+        assert_eq!(capped.next(100, 100), 8);
+        assert_eq!(BatchSizer::new(0).next(5, 5), 1);
     }
 }

@@ -56,11 +56,26 @@ const CLAIM_FOR_SLOTS: &str = concat!(
     demand AS MATERIALIZED (
         SELECT tenant_id, count(*) AS wanted FROM slots GROUP BY tenant_id
     ),
+    -- Tenants with any claimable run now, locked or not: one ordered index
+    -- probe each (a scalar subquery: PostgreSQL drops ORDER BY/LIMIT inside
+    -- EXISTS). Only they are picked from and probed for contention; the
+    -- others' slots are idle (with many tenants and few busy ones, that
+    -- is most of a batch).
+    live AS MATERIALIZED (
+        SELECT d.tenant_id, d.wanted
+        FROM demand AS d CROSS JOIN now
+        WHERE (SELECT true FROM statek.runs
+               WHERE runs.tenant_id = d.tenant_id AND ",
+    claimable_now!(),
+    "
+               ORDER BY runs.available_at, runs.queue_seq
+               LIMIT 1)
+    ),
     picked AS MATERIALIZED (
         SELECT p.run_id, d.tenant_id,
                row_number() OVER (PARTITION BY d.tenant_id
                                   ORDER BY p.available_at, p.queue_seq) AS nth
-        FROM demand AS d CROSS JOIN now
+        FROM live AS d CROSS JOIN now
         CROSS JOIN LATERAL (
             SELECT runs.run_id, runs.available_at, runs.queue_seq
             FROM statek.runs
@@ -117,6 +132,7 @@ const CLAIM_FOR_SLOTS: &str = concat!(
         SELECT DISTINCT s.tenant_id
         FROM slots AS s CROSS JOIN cutoff
         WHERE s.ord <= cutoff.ord AND s.ord NOT IN (SELECT ord FROM pairs)
+          AND s.tenant_id IN (SELECT tenant_id FROM live)
     ),
     contention AS MATERIALIZED (
         SELECT short.tenant_id, left_over.run_id IS NOT NULL AS contended
