@@ -224,12 +224,12 @@ impl Counters {
 }
 
 /// Sizes reservation batches from what the Worker observes: a batch is as
-/// large as the free permits plus an eighth of the pool, divided by the
-/// fraction of recent slots that claimed a run (an exponentially weighted
-/// mean over batches, weight 1/2), so its expected claims fill the free
-/// permits and a few more slots wait for the next permits to free (each
-/// claimed by the batch at once, without a reservation in between);
-/// 1..=`max` slots.
+/// large as the free permits plus an eighth of the busy ones, divided by
+/// the fraction of recent slots that claimed a run (an exponentially
+/// weighted mean over batches, weight 1/2), so its expected claims fill
+/// the free permits and, when runs hold permits longer than a batch takes,
+/// a few more slots wait for the next permits to free (each claimed by the
+/// batch at once, without a reservation in between); 1..=`max` slots.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct BatchSizer {
     max: u32,
@@ -247,7 +247,8 @@ impl BatchSizer {
     /// The next batch's size for `free` free permits of a pool of
     /// `capacity`.
     pub(crate) fn next(&self, free: usize, capacity: usize) -> u32 {
-        let expected = free.max(1) + capacity / 8;
+        let free = free.max(1);
+        let expected = free + capacity.saturating_sub(free) / 8;
         let wanted = (expected as f64 / self.claimed_fraction).ceil();
         if wanted >= f64::from(self.max) {
             self.max
@@ -312,9 +313,9 @@ struct Shared<E> {
 /// is decided.
 ///
 /// **Adaptive batches.** Each batch is sized so that its expected claims
-/// fill the free permits, with an eighth of the pool more: (free permits +
-/// concurrency / 8) divided by the fraction of recent slots that claimed a
-/// run, 1..=[`WorkerOptions::max_batch`]. The few slots beyond the free
+/// fill the free permits, with an eighth of the busy permits more: (free +
+/// busy / 8) divided by the fraction of recent slots that claimed a run,
+/// 1..=[`WorkerOptions::max_batch`]. The few slots beyond the free
 /// permits wait for the next permits to free and are claimed then, within
 /// one claim statement, without a reservation in between. Under a full
 /// backlog a batch is about the number of free permits; when most slots
@@ -885,20 +886,22 @@ mod tests {
     #[test]
     fn batches_are_sized_so_expected_claims_fill_the_free_permits() {
         let mut sizer = BatchSizer::new(1024);
-        // No history: one slot per free permit, and an eighth of the pool.
-        assert_eq!(sizer.next(16, 16), 18);
+        // No history: one slot per free permit, and an eighth of the busy
+        // ones.
+        assert_eq!(sizer.next(16, 16), 16);
         assert_eq!(sizer.next(4, 4), 4);
         assert_eq!(sizer.next(0, 1), 1);
-        assert_eq!(sizer.next(1, 64), 9);
+        assert_eq!(sizer.next(1, 64), 8);
+        assert_eq!(sizer.next(8, 24), 10);
         // Every slot claimed: unchanged.
         sizer.observe(16, 16);
-        assert_eq!(sizer.next(16, 16), 18);
+        assert_eq!(sizer.next(16, 16), 16);
         // A fifth claimed (the demo's noisy neighbour): fraction (1 + 0.2)
         // / 2 = 0.6, then (0.6 + 0.2) / 2 = 0.4.
         sizer.observe(80, 16);
-        assert_eq!(sizer.next(16, 16), 30); // ceil(18 / 0.6)
+        assert_eq!(sizer.next(16, 16), 27); // ceil(16 / 0.6)
         sizer.observe(40, 8);
-        assert_eq!(sizer.next(16, 16), 45); // ceil(18 / 0.4)
+        assert_eq!(sizer.next(16, 16), 40); // ceil(16 / 0.4)
                                             // Nothing claimed, repeatedly: up to the cap, never beyond.
         for _ in 0..20 {
             sizer.observe(1024, 0);
