@@ -291,9 +291,12 @@ async fn trial(
     let runs_completed = worker.await??;
 
     // What the promoted server holds.
+    // A row is one reservation or one batch (a range of `sequence_count`
+    // sequences from `sequence`, migration V5: the Worker reserves in
+    // batches); `held` maps each row's id to its first sequence.
     let rows = promoted
         .query(
-            "SELECT reservation_id, sequence FROM statek.scheduler_reservations
+            "SELECT reservation_id, sequence, sequence_count FROM statek.scheduler_reservations
              WHERE shard_id = 'failover-v1' ORDER BY sequence",
             &[],
         )
@@ -307,10 +310,12 @@ async fn trial(
             )
         })
         .collect();
-    let sequences: Vec<u64> = rows
-        .iter()
-        .map(|row| u64::try_from(row.get::<_, i64>(1)).unwrap_or(u64::MAX))
-        .collect();
+    let mut sequences: Vec<u64> = Vec::new();
+    for row in &rows {
+        let first = u64::try_from(row.get::<_, i64>(1)).unwrap_or(u64::MAX);
+        let count = u64::try_from(row.get::<_, i32>(2)).unwrap_or(0);
+        sequences.extend(first..first.saturating_add(count));
+    }
     let cursor: i64 = promoted
         .query_one(
             "SELECT next_sequence FROM statek.scheduler_shards WHERE shard_id = 'failover-v1'",
