@@ -406,6 +406,27 @@ pub(crate) fn failure_text(error: &str) -> String {
     error
 }
 
+/// The claimed run in a row of a claim statement (columns `payload`,
+/// `attempt`, `max_attempts`, `enqueued_at`, `available_at`, `claimed_at`,
+/// `lease_expires_at`), leased by `lease`.
+pub(crate) fn claimed_run(
+    row: &tokio_postgres::Row,
+    tenant: &TenantId,
+    lease: RunLease,
+) -> Result<ClaimedRun, StoreError> {
+    Ok(ClaimedRun {
+        tenant: tenant.clone(),
+        payload: row.try_get("payload")?,
+        attempt: non_negative_u32(row.try_get("attempt")?, "attempt")?,
+        max_attempts: non_negative_u32(row.try_get("max_attempts")?, "max_attempts")?,
+        enqueued_at: row.try_get("enqueued_at")?,
+        available_at: row.try_get("available_at")?,
+        claimed_at: row.try_get("claimed_at")?,
+        lease_expires_at: row.try_get("lease_expires_at")?,
+        lease,
+    })
+}
+
 fn non_negative_u32(value: i32, what: &'static str) -> Result<u32, StoreError> {
     u32::try_from(value).map_err(|_| StoreError::corrupt("run", format!("{what} {value}")))
 }
@@ -613,17 +634,11 @@ impl PgStore {
                     ClaimOutcome::Idle
                 });
             };
-            Ok(ClaimOutcome::Claimed(Box::new(ClaimedRun {
-                tenant: tenant.clone(),
-                payload: row.try_get("payload")?,
-                attempt: non_negative_u32(row.try_get("attempt")?, "attempt")?,
-                max_attempts: non_negative_u32(row.try_get("max_attempts")?, "max_attempts")?,
-                enqueued_at: row.try_get("enqueued_at")?,
-                available_at: row.try_get("available_at")?,
-                claimed_at: row.try_get("claimed_at")?,
-                lease_expires_at: row.try_get("lease_expires_at")?,
-                lease: RunLease { run_id, token },
-            })))
+            Ok(ClaimOutcome::Claimed(Box::new(claimed_run(
+                &row,
+                tenant,
+                RunLease { run_id, token },
+            )?)))
         })
         .await
     }

@@ -95,10 +95,11 @@ pub async fn start(
     Ok((tasks, counts))
 }
 
-/// Waits for every task of [`start`]; the first error wins.
-pub async fn join(mut tasks: tokio::task::JoinSet<Result<()>>) -> Result<()> {
+/// Waits for every task of a baseline (`what` names it in a panic's
+/// error); the first error wins.
+pub async fn join(mut tasks: tokio::task::JoinSet<Result<()>>, what: &str) -> Result<()> {
     while let Some(joined) = tasks.join_next().await {
-        joined.context("a claimer panicked")??;
+        joined.with_context(|| format!("{what} panicked"))??;
     }
     Ok(())
 }

@@ -176,7 +176,7 @@ pub async fn plain(url: &str, claimers: usize, duration: Duration) -> Result<Que
     let started = Instant::now();
     tokio::time::sleep(duration).await;
     stop.cancel();
-    super::plain_claimer::join(tasks).await?;
+    super::plain_claimer::join(tasks, "a plain claimer").await?;
     Ok(phase(
         "plain SKIP LOCKED claimer",
         claimers,

@@ -8,7 +8,7 @@ use statek_policy::TenantId;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use super::{lease_secs, non_negative_u32, ClaimedRun, RunLease};
+use super::{claimed_run, lease_secs, ClaimedRun, RunLease};
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
@@ -316,20 +316,14 @@ impl PgStore {
                 ));
             }
             claimed_count += 1;
-            out.push(SlotClaim::Claimed(Box::new(ClaimedRun {
-                tenant: tenant.clone(),
-                payload: row.try_get("payload")?,
-                attempt: non_negative_u32(row.try_get("attempt")?, "attempt")?,
-                max_attempts: non_negative_u32(row.try_get("max_attempts")?, "max_attempts")?,
-                enqueued_at: row.try_get("enqueued_at")?,
-                available_at: row.try_get("available_at")?,
-                claimed_at: row.try_get("claimed_at")?,
-                lease_expires_at: row.try_get("lease_expires_at")?,
-                lease: RunLease {
+            out.push(SlotClaim::Claimed(Box::new(claimed_run(
+                row,
+                tenant,
+                RunLease {
                     run_id,
                     token: row.try_get("lease_token")?,
                 },
-            })));
+            )?)));
         }
         let recorded: i64 = rows
             .first()

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -140,12 +140,4 @@ pub async fn start(
         Ok(())
     });
     Ok((tasks, counts))
-}
-
-/// Waits for the producer and the completer; the first error wins.
-pub async fn join(mut tasks: tokio::task::JoinSet<Result<()>>) -> Result<()> {
-    while let Some(joined) = tasks.join_next().await {
-        joined.context("the batched queue panicked")??;
-    }
-    Ok(())
 }

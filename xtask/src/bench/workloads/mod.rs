@@ -168,8 +168,8 @@ impl Running {
     async fn join(self) -> Result<()> {
         match self {
             Self::Fair(side) => side.join().await.map(|_| ()),
-            Self::Plain(tasks) => plain_claimer::join(tasks).await,
-            Self::Batched(tasks) => batched::join(tasks).await,
+            Self::Plain(tasks) => plain_claimer::join(tasks, "a plain claimer").await,
+            Self::Batched(tasks) => plain_claimer::join(tasks, "the batched queue").await,
         }
     }
 }
