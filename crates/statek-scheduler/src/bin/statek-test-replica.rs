@@ -3,7 +3,7 @@
 //!
 //! Usage: `statek-test-replica "<connection string>"`. Registers policy
 //! tenant-a:3/tenant-b:1 on shard `primary-v1`, runs a [`Worker`] with 2
-//! ticks in flight, a 1 s lease and heartbeats, and prints one line per
+//! runs executing at once, a 1 s lease and heartbeats, and prints one line per
 //! event to stdout:
 //! - `executed <run_id> <attempt>` after a run completed;
 //! - `hang <run_id> <attempt>` when a run with payload `hang` starts its
