@@ -94,6 +94,8 @@ pub const METRICS: &[Metric] = &[
         &["shard", "tenant"],
     ),
     metric("statek_run_outcomes_total", Counter, &["tenant", "outcome"]),
+    metric("statek_worker_runs_executing", Gauge, &["shard"]),
+    metric("statek_worker_batch_slots", Histogram, &["shard"]),
     metric("statek_prune_deleted_total", Counter, &[]),
     metric("statek_prune_cutoff_timestamp_seconds", Gauge, &[]),
     metric("statek_prune_batch_duration_seconds", Histogram, &[]),

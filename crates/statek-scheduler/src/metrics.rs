@@ -36,6 +36,15 @@ pub const GAP_ABOVE_BOUND_TOTAL: &str = "statek_gap_above_bound_total";
 /// the [`crate::Worker`]'s housekeeping).
 pub const RETAINED_OLDEST_TIMESTAMP_SECONDS: &str = "statek_retained_oldest_timestamp_seconds";
 
+/// Gauge, labels `shard`: runs a [`crate::Worker`] is executing now (its
+/// execution permits in use), sampled at every reservation batch and
+/// housekeeping pass; against [`crate::WorkerOptions::concurrency`] it
+/// tells whether the replica is saturated.
+pub const WORKER_RUNS_EXECUTING: &str = "statek_worker_runs_executing";
+/// Histogram, labels `shard`: slots per reservation batch of a
+/// [`crate::Worker`] (its adaptive batch size).
+pub const WORKER_BATCH_SLOTS: &str = "statek_worker_batch_slots";
+
 /// Publishes a fairness report's per-tenant figures as
 /// [`SELECTION_GAP_MAX_RESERVATIONS`] and [`GAP_ABOVE_BOUND_TOTAL`].
 pub fn publish_fairness(shard: &statek_policy::SchedulerShardId, report: &crate::FairnessReport) {
@@ -65,4 +74,6 @@ pub const ALL: &[&str] = &[
     STARVATION_BOUND_RESERVATIONS,
     SERVICE_LAG_SECONDS,
     RUN_OUTCOMES_TOTAL,
+    WORKER_RUNS_EXECUTING,
+    WORKER_BATCH_SLOTS,
 ];

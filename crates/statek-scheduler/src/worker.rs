@@ -424,9 +424,8 @@ impl<E: TenantExecutor + 'static> Worker<E> {
         let listener = self
             .notifications
             .map(|n| tokio::spawn(listen(Arc::clone(&shared), n, stop.clone())));
-        let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
-
         let pool = RunPool::new(shared.options.concurrency);
+        let maintenance = tokio::spawn(maintain(Arc::clone(&shared), pool.clone(), stop.clone()));
         let mut batches = tokio::task::JoinSet::new();
         let produced = produce(&shared, &pool, &mut batches, &stop, &hard).await;
         stop.cancel();
@@ -574,6 +573,10 @@ async fn produce<E: TenantExecutor + 'static>(
         };
         failing_reservations = 0;
         shared.counters.batches.fetch_add(1, Ordering::Relaxed);
+        let shard = shared.scheduler.policy().shard_id().to_string();
+        metrics::histogram!(crate::metrics::WORKER_BATCH_SLOTS, "shard" => shard.clone())
+            .record(batch.len() as f64);
+        publish_executing(&shard, pool);
         let in_flight = InFlight {
             len: batch.len(),
             without_run: Arc::new(AtomicUsize::new(0)),
@@ -751,15 +754,29 @@ async fn listen<E: TenantExecutor>(
     }
 }
 
-/// The executor's housekeeping and the retention gauge, periodically.
-async fn maintain<E: TenantExecutor>(shared: Arc<Shared<E>>, stop: CancellationToken) {
+/// Sets the executing-runs gauge: the pool's permits in use.
+fn publish_executing(shard: &str, pool: &RunPool) {
+    let executing = pool.capacity().saturating_sub(pool.available());
+    metrics::gauge!(crate::metrics::WORKER_RUNS_EXECUTING, "shard" => shard.to_owned())
+        .set(executing as f64);
+}
+
+/// The executor's housekeeping, the retention gauge and the executing-runs
+/// gauge, periodically.
+async fn maintain<E: TenantExecutor>(
+    shared: Arc<Shared<E>>,
+    pool: RunPool,
+    stop: CancellationToken,
+) {
     let every = shared.options.maintenance_every;
+    let shard = shared.scheduler.policy().shard_id().to_string();
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {
                 shared.scheduler.executor().maintain().await;
                 publish_oldest(&shared.scheduler).await;
+                publish_executing(&shard, &pool);
             }
         }
     }
