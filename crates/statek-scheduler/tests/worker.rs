@@ -825,3 +825,48 @@ async fn an_executor_error_in_a_batch_costs_only_its_slot() {
     // Every consumed slot is a tick, the failed one too.
     assert_eq!(report.ticks, reserved - 16, "{report:?}");
 }
+
+#[tokio::test]
+async fn notifications_for_tenants_outside_the_policy_do_not_wake_an_idle_worker() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = scheduler(&store, Sleepy::default(), ExecutorOptions::new()).await;
+    let options = WorkerOptions::new().concurrency(4).unwrap();
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(Arc::clone(&scheduler), options)
+        .with_notifications(store.listen_for_runs().await.unwrap())
+        .with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // The first lap (L = 4) comes back idle; then the worker backs off.
+    for _ in 0..4 {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), outcomes.recv())
+            .await
+            .expect("an outcome")
+            .expect("worker running");
+        assert_eq!(outcome.tenant_outcome().label(), "idle");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = store
+        .next_sequence(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    assert_eq!(before, 4);
+    // Runs of a tenant of another shard's policy: each notifies
+    // `statek_runs`, but no slot of this policy could run them.
+    for _ in 0..5 {
+        store
+            .enqueue(&NewRun::new(tenant("other-shard-tenant"), vec![]))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = store
+        .next_sequence(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!((after, report.wakeups), (4, 0), "{report:?}");
+}
