@@ -285,7 +285,20 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
         let Some(mut permits) = permits else {
             break;
         };
-        let decided = match claim(&slots[next..], permits.len()).await {
+        // The runs already started keep executing while the claim is under
+        // way (a slow statement, a lock wait): none waits for a claim.
+        let claimed = {
+            let claiming = claim(&slots[next..], permits.len());
+            tokio::pin!(claiming);
+            loop {
+                tokio::select! {
+                    biased;
+                    claimed = &mut claiming => break claimed,
+                    Some(()) = running.next(), if !running.is_empty() => {}
+                }
+            }
+        };
+        let decided = match claimed {
             Ok(decided) if !decided.is_empty() && decided.len() <= slots.len() - next => decided,
             Ok(decided) => {
                 batch.abandon_from(
@@ -304,9 +317,15 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
                 drop(permits);
                 let pause = CLAIM_PAUSE * 2u32.pow(failures);
                 failures += 1;
-                tokio::select! {
-                    () = batch.stop.cancelled() => {}
-                    () = tokio::time::sleep(pause) => {}
+                let pausing = tokio::time::sleep(pause);
+                tokio::pin!(pausing);
+                loop {
+                    tokio::select! {
+                        biased;
+                        () = batch.stop.cancelled() => break,
+                        () = &mut pausing => break,
+                        Some(()) = running.next(), if !running.is_empty() => {}
+                    }
                 }
                 continue;
             }

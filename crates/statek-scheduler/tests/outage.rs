@@ -165,7 +165,9 @@ async fn a_worker_survives_a_short_outage_mid_batch_and_finishes_every_run() {
     let executor = PgRunQueueExecutor::new(
         store.clone(),
         handler,
-        ExecutorOptions::new().lease(Duration::from_secs(3)).unwrap(),
+        ExecutorOptions::new()
+            .lease(Duration::from_secs(3))
+            .unwrap(),
     );
     let scheduler = Arc::new(
         DurableFairScheduler::register(store.clone(), policy(), executor, SchedulerOptions::new())
@@ -179,7 +181,12 @@ async fn a_worker_survives_a_short_outage_mid_batch_and_finishes_every_run() {
     );
     let running = tokio::spawn(worker.run(shutdown.clone()));
     // Mid-backlog: the server goes away for 1 s.
-    while count(&client, "SELECT count(*) FROM statek.runs WHERE state = 'completed'").await < 100
+    while count(
+        &client,
+        "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
+    )
+    .await
+        < 100
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -188,13 +195,21 @@ async fn a_worker_survives_a_short_outage_mid_batch_and_finishes_every_run() {
     switch.up();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let done = count(&client, "SELECT count(*) FROM statek.runs WHERE state = 'completed'").await;
+        let done = count(
+            &client,
+            "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
+        )
+        .await;
         if done == 600 || running.is_finished() || tokio::time::Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(!running.is_finished(), "the worker ended: {:?}", running.await);
+    assert!(
+        !running.is_finished(),
+        "the worker ended: {:?}",
+        running.await
+    );
     shutdown.cancel();
     let report = tokio::time::timeout(Duration::from_secs(120), running)
         .await
@@ -202,7 +217,11 @@ async fn a_worker_survives_a_short_outage_mid_batch_and_finishes_every_run() {
         .unwrap()
         .expect("the worker survives a 1 s outage");
     eprintln!("{report:?}");
-    let executions = scheduler.executor().handler().executions.load(Ordering::SeqCst);
+    let executions = scheduler
+        .executor()
+        .handler()
+        .executions
+        .load(Ordering::SeqCst);
     let states: Vec<(String, i64)> = client
         .query("SELECT state, count(*) FROM statek.runs GROUP BY 1", &[])
         .await
@@ -223,7 +242,9 @@ async fn a_lasting_outage_ends_the_worker_with_a_retryable_error() {
     let executor = PgRunQueueExecutor::new(
         store.clone(),
         Counting::default(),
-        ExecutorOptions::new().lease(Duration::from_secs(3)).unwrap(),
+        ExecutorOptions::new()
+            .lease(Duration::from_secs(3))
+            .unwrap(),
     );
     let scheduler = Arc::new(
         DurableFairScheduler::register(store.clone(), policy(), executor, SchedulerOptions::new())
@@ -240,7 +261,12 @@ async fn a_lasting_outage_ends_the_worker_with_a_retryable_error() {
             .unwrap(),
     );
     let running = tokio::spawn(worker.run(shutdown.clone()));
-    while count(&client, "SELECT count(*) FROM statek.runs WHERE state = 'completed'").await < 100
+    while count(
+        &client,
+        "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
+    )
+    .await
+        < 100
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
