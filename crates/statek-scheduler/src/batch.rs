@@ -257,7 +257,9 @@ const CLAIM_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 /// least one slot), start every claimed run at once through `run` with its
 /// permit (`run` drops it when the run's handler has finished, before its
 /// outcome is recorded), give unused permits back, and go
-/// on until every slot is decided. A claim that fails transiently is
+/// on until every slot is decided; runs already started keep executing
+/// while a later claim of the batch (or its retry pause) is under way. A
+/// claim that fails transiently is
 /// retried (3 attempts, 50 ms doubling); one that fails for good abandons
 /// the rest of the batch ([`SlotBatch::abandon_from`]).
 pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
