@@ -257,7 +257,9 @@ const CLAIM_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 /// least one slot), start every claimed run at once through `run` with its
 /// permit (`run` drops it when the run's handler has finished, before its
 /// outcome is recorded), give unused permits back, and go
-/// on until every slot is decided. A claim that fails transiently is
+/// on until every slot is decided; runs already started keep executing
+/// while a later claim of the batch (or its retry pause) is under way. A
+/// claim that fails transiently is
 /// retried (3 attempts, 50 ms doubling); one that fails for good abandons
 /// the rest of the batch ([`SlotBatch::abandon_from`]).
 pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
@@ -285,7 +287,20 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
         let Some(mut permits) = permits else {
             break;
         };
-        let decided = match claim(&slots[next..], permits.len()).await {
+        // The runs already started keep executing while the claim is under
+        // way (a slow statement, a lock wait): none waits for a claim.
+        let claimed = {
+            let claiming = claim(&slots[next..], permits.len());
+            tokio::pin!(claiming);
+            loop {
+                tokio::select! {
+                    biased;
+                    claimed = &mut claiming => break claimed,
+                    Some(()) = running.next(), if !running.is_empty() => {}
+                }
+            }
+        };
+        let decided = match claimed {
             Ok(decided) if !decided.is_empty() && decided.len() <= slots.len() - next => decided,
             Ok(decided) => {
                 batch.abandon_from(
@@ -304,9 +319,15 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
                 drop(permits);
                 let pause = CLAIM_PAUSE * 2u32.pow(failures);
                 failures += 1;
-                tokio::select! {
-                    () = batch.stop.cancelled() => {}
-                    () = tokio::time::sleep(pause) => {}
+                let pausing = tokio::time::sleep(pause);
+                tokio::pin!(pausing);
+                loop {
+                    tokio::select! {
+                        biased;
+                        () = batch.stop.cancelled() => break,
+                        () = &mut pausing => break,
+                        Some(()) = running.next(), if !running.is_empty() => {}
+                    }
                 }
                 continue;
             }

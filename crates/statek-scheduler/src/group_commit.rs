@@ -3,9 +3,11 @@
 //! A caller submits an item and waits for its own outcome. The first
 //! caller to find no flush under way leads: it waits up to `linger` (or
 //! until `max` items wait), takes up to `max` items, flushes them in one
-//! call and hands every caller its outcome, then leads again while items
-//! wait. Items submitted during a flush form the next one, so under load
-//! flushes grow by themselves. If a leader is dropped mid-flush, a waiting
+//! call and hands every caller its outcome; when items wait by then, it
+//! hands the lead to their callers (one of them takes over), so no caller
+//! leads for longer than its own flush while items keep coming. Items
+//! submitted during a flush form the next one, so under load flushes grow
+//! by themselves. If a leader is dropped mid-flush, a waiting
 //! caller takes over; the items of the interrupted flush get no outcome.
 
 use std::future::Future;
@@ -145,6 +147,18 @@ impl<T, O> GroupCommit<T, O> {
                 guard.done = true;
                 return;
             }
+            // Items wait: hand the lead to their callers (one takes over)
+            // rather than keep it, so this caller, whose item may have
+            // gone out, is not held leading for as long as items keep
+            // coming. Keep it only when no caller of theirs is left to
+            // take over.
+            if state.queue.iter().any(|(_, sender)| !sender.is_closed()) {
+                state.leading = false;
+                guard.done = true;
+                drop(state);
+                self.handoff.notify_waiters();
+                return;
+            }
         }
     }
 }
@@ -234,5 +248,64 @@ mod tests {
             .expect("the follower took over")
             .unwrap();
         assert_eq!(outcome, Some(2));
+    }
+
+    #[tokio::test]
+    async fn the_leader_gets_its_outcome_while_others_keep_submitting() {
+        // Each flush brings one more item (a run finishing while the
+        // previous write is under way), 50 times. The first caller's item
+        // is in the first flush: it must have its outcome then, not only
+        // once the queue happens to be empty.
+        let commit = Arc::new(GroupCommit::<u32, u32>::new(8, Duration::ZERO));
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let followers = Arc::new(Mutex::new(Vec::new()));
+        let flush = {
+            let (commit, spawned, followers) = (
+                Arc::clone(&commit),
+                Arc::clone(&spawned),
+                Arc::clone(&followers),
+            );
+            move |items: Vec<u32>| {
+                let (commit, spawned, followers) = (
+                    Arc::clone(&commit),
+                    Arc::clone(&spawned),
+                    Arc::clone(&followers),
+                );
+                async move {
+                    if spawned.fetch_add(1, Ordering::SeqCst) < 50 {
+                        let (queued_tx, queued_rx) = oneshot::channel();
+                        let follower = tokio::spawn(async move {
+                            let mut submit = std::pin::pin!(
+                                commit.submit(1, |items: Vec<u32>| async move { items })
+                            );
+                            // Queued at its first poll.
+                            let first = std::future::poll_fn(|cx| {
+                                std::task::Poll::Ready(submit.as_mut().poll(cx))
+                            })
+                            .await;
+                            let _ = queued_tx.send(());
+                            match first {
+                                std::task::Poll::Ready(outcome) => outcome,
+                                std::task::Poll::Pending => submit.await,
+                            }
+                        });
+                        followers.lock().unwrap().push(follower);
+                        let _ = queued_rx.await;
+                    }
+                    items
+                }
+            }
+        };
+        let outcome = tokio::time::timeout(Duration::from_secs(10), commit.submit(0, &flush))
+            .await
+            .expect("the leader's submit returned");
+        // Its own item went out in the first flush; the leader must not
+        // keep leading the 50 flushes after it.
+        let flushes_before_return = spawned.load(Ordering::SeqCst);
+        assert_eq!((outcome, flushes_before_return), (Some(0), 1));
+        let followers: Vec<_> = std::mem::take(&mut *followers.lock().unwrap());
+        for follower in followers {
+            assert_eq!(follower.await.unwrap(), Some(1));
+        }
     }
 }

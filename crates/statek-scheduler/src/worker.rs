@@ -179,7 +179,7 @@ pub struct WorkerReport {
     pub cancelled: u64,
     /// Idle backoff sleeps taken.
     pub backoffs: u64,
-    /// Wake-ups by notification.
+    /// Wake-ups by notification (of a run of the policy's tenants).
     pub wakeups: u64,
     /// Times the notification connection failed (or stopped answering its
     /// probe) and was opened again.
@@ -716,7 +716,12 @@ async fn listen<E: TenantExecutor>(
             message = n.recv() => message,
         };
         match message {
-            Some(Ok(_tenant)) => {
+            Some(Ok(tenant)) => {
+                // Only the policy's tenants: runs of others can never take
+                // a slot, so their notifications must not end a backoff.
+                if shared.scheduler.policy().tenant_index(&tenant).is_none() {
+                    continue;
+                }
                 shared.counters.wakeups.fetch_add(1, Ordering::Relaxed);
                 shared.idle_streak.store(0, Ordering::Relaxed);
                 shared.backoff_micros.store(0, Ordering::Relaxed);

@@ -825,3 +825,144 @@ async fn an_executor_error_in_a_batch_costs_only_its_slot() {
     // Every consumed slot is a tick, the failed one too.
     assert_eq!(report.ticks, reserved - 16, "{report:?}");
 }
+
+#[tokio::test]
+async fn notifications_for_tenants_outside_the_policy_do_not_wake_an_idle_worker() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = scheduler(&store, Sleepy::default(), ExecutorOptions::new()).await;
+    let options = WorkerOptions::new().concurrency(4).unwrap();
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(Arc::clone(&scheduler), options)
+        .with_notifications(store.listen_for_runs().await.unwrap())
+        .with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // The first lap (L = 4) comes back idle; then the worker backs off.
+    for _ in 0..4 {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), outcomes.recv())
+            .await
+            .expect("an outcome")
+            .expect("worker running");
+        assert_eq!(outcome.tenant_outcome().label(), "idle");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = store
+        .next_sequence(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    assert_eq!(before, 4);
+    // Runs of a tenant of another shard's policy: each notifies
+    // `statek_runs`, but no slot of this policy could run them.
+    for _ in 0..5 {
+        store
+            .enqueue(&NewRun::new(tenant("other-shard-tenant"), vec![]))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = store
+        .next_sequence(scheduler.policy().shard_id())
+        .await
+        .unwrap();
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!((after, report.wakeups), (4, 0), "{report:?}");
+}
+
+/// Claims the first slot of its first batch (a run that sleeps 10 ms),
+/// then, for the rest of that batch, makes a slow claim (a claim
+/// statement waiting on a lock, a slow server) that waits up to 3 s for
+/// the run claimed before it to finish.
+#[derive(Default)]
+struct SlowSecondClaim {
+    claims: AtomicU32,
+    run_finished: tokio::sync::Notify,
+    /// Whether the run finished while the slow claim was under way.
+    finished_during_claim: Mutex<Option<bool>>,
+}
+
+impl TenantExecutor for SlowSecondClaim {
+    type Error = Transient;
+
+    async fn execute_one(
+        &self,
+        _tenant: &TenantId,
+        _shutdown: &CancellationToken,
+    ) -> Result<TenantTickOutcome, Transient> {
+        Ok(TenantTickOutcome::Idle)
+    }
+
+    async fn execute_batch(&self, batch: &SlotBatch<'_, Transient>) {
+        statek_scheduler::claim_and_run(
+            batch,
+            |_| true,
+            |slots: &[statek_scheduler::BatchSlot], _max_runs: usize| {
+                let n = slots.len();
+                async move {
+                    let call = self.claims.fetch_add(1, Ordering::SeqCst);
+                    if call == 0 {
+                        return Ok(vec![statek_scheduler::SlotStart::Claimed(())]);
+                    }
+                    if call == 1 {
+                        let finished = tokio::time::timeout(
+                            Duration::from_secs(3),
+                            self.run_finished.notified(),
+                        )
+                        .await
+                        .is_ok();
+                        *self.finished_during_claim.lock().unwrap() = Some(finished);
+                    }
+                    Ok((0..n)
+                        .map(|_| statek_scheduler::SlotStart::Done(TenantTickOutcome::Idle))
+                        .collect())
+                }
+            },
+            |(): (), permit| async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                drop(permit);
+                self.run_finished.notify_one();
+                Ok(TenantTickOutcome::Contended)
+            },
+        )
+        .await;
+    }
+
+    fn is_retryable(_: &Transient) -> bool {
+        true
+    }
+}
+
+/// A run claimed for a batch keeps executing while the batch claims for
+/// its later slots: it never waits for another claim of its batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_run_executes_while_its_batch_claims_for_later_slots() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = Arc::new(
+        DurableFairScheduler::register(
+            store.clone(),
+            policy(),
+            SlowSecondClaim::default(),
+            SchedulerOptions::new(),
+        )
+        .await
+        .unwrap(),
+    );
+    let options = WorkerOptions::new().concurrency(4).unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(Worker::new(Arc::clone(&scheduler), options).run(shutdown.clone()));
+    let finished = loop {
+        if let Some(finished) = *scheduler.executor().finished_during_claim.lock().unwrap() {
+            break finished;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    assert!(
+        finished,
+        "the run claimed for slot 0 did not execute while the batch claimed for its later slots"
+    );
+}
