@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use statek_policy::{SchedulerShardId, TenantId};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -363,7 +364,11 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
 /// The default [`TenantExecutor::execute_batch`]: for each slot in
 /// sequence order, wait for a permit, then start
 /// [`TenantExecutor::execute_one`] for its tenant; runs of a batch execute
-/// concurrently, each holding its permit until it returns.
+/// concurrently, each holding its permit until it returns. A slot counts
+/// as decided once its `execute_one` has been polled once; claims stay in
+/// sequence order for an `execute_one` that sends its claim before its
+/// first await (the claims themselves are separate statements, so two in
+/// flight at once may commit in either order).
 pub async fn execute_each<X: TenantExecutor + ?Sized>(
     executor: &X,
     batch: &SlotBatch<'_, X::Error>,
@@ -385,7 +390,6 @@ pub async fn execute_each<X: TenantExecutor + ?Sized>(
         drop(permits);
         let index = next;
         next += 1;
-        batch.decided(next);
         let tenant = &batch.slots()[index].tenant;
         running.push(async move {
             let outcome = executor.execute_one(tenant, batch.cancel()).await;
@@ -394,6 +398,11 @@ pub async fn execute_each<X: TenantExecutor + ?Sized>(
             batch.report(index, outcome);
             drop(permit);
         });
+        // Its first poll (an `execute_one` that claims first runs up to
+        // its claim's first await) before the slot counts as decided, so
+        // the batch after this one, which waits for that, claims later.
+        while let Some(Some(())) = running.next().now_or_never() {}
+        batch.decided(next);
     }
     batch.cancel_from(next);
     while running.next().await.is_some() {}

@@ -185,7 +185,10 @@ pub struct WorkerReport {
     /// probe) and was opened again.
     pub listen_reconnects: u64,
     /// Transient errors survived (a reservation that failed after its
-    /// retries, or a slot whose claim or completion failed).
+    /// retries, or a slot whose claim failed for good or whose executor
+    /// returned a retryable error). A completion that could not be written
+    /// within a lease is not counted here: its slot is `ExecutionFailed`
+    /// (lease lost) and the run executes again.
     pub transient_errors: u64,
 }
 
