@@ -98,7 +98,7 @@ pub use monitor::{
 pub use options::SchedulerOptions;
 pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler};
 pub use scheduler::{DurableFairScheduler, TickOutcome};
-pub use worker::{Worker, WorkerOptions, WorkerReport};
+pub use worker::{Worker, WorkerOptions, WorkerReport, DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
 
 /// The README's library example, compiled as a doctest so it cannot rot.
 #[doc = include_str!("../../../README.md")]

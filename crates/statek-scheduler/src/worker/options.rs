@@ -1,0 +1,179 @@
+//! [`WorkerOptions`]: the validated options of a [`crate::Worker`].
+
+use std::time::Duration;
+
+use crate::SchedulerError;
+
+/// Options of a [`crate::Worker`].
+///
+/// Defaults: at most 16 runs executing at once; reservation batches sized
+/// by the Worker up to 1,024 slots; back off after one full cycle of idle
+/// slots (`L` consecutive `Idle` outcomes); idle backoff from 10 ms
+/// doubling to 1 s; 30 s for running handlers to finish at shutdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerOptions {
+    pub(crate) concurrency: usize,
+    pub(crate) max_batch: u32,
+    pub(crate) idle_threshold: Option<u64>,
+    pub(crate) backoff_initial: Duration,
+    pub(crate) backoff_max: Duration,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) maintenance_every: Duration,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self {
+            concurrency: DEFAULT_CONCURRENCY,
+            max_batch: statek_store_pg::MAX_RESERVATION_BATCH,
+            idle_threshold: None,
+            backoff_initial: Duration::from_millis(10),
+            backoff_max: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(30),
+            maintenance_every: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The default [`WorkerOptions::concurrency`]: 16 runs executing at once.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// The largest [`WorkerOptions::concurrency`].
+pub const MAX_CONCURRENCY: usize = 4096;
+
+impl WorkerOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs executing at once on this replica (1..=4,096; default 16): the
+    /// size of the Worker's pool of execution permits. A slot claims a run
+    /// only with a free permit, so a claimed run never waits; a slot whose
+    /// claim must wait for a permit waits before its claim (its run is not
+    /// taken from the queue meanwhile, so another replica with capacity
+    /// may serve its tenant's next slot). Size it for the runs' work: runs
+    /// that wait on I/O (HTTP, LLM calls) can use many permits per core;
+    /// CPU-bound runs about one per core. Each permit may hold one run's
+    /// lease; heartbeats and completions share the store's pool.
+    pub fn concurrency(mut self, runs: usize) -> Result<Self, SchedulerError> {
+        if !(1..=MAX_CONCURRENCY).contains(&runs) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "concurrency must be 1..={MAX_CONCURRENCY}, got {runs}"
+            )));
+        }
+        self.concurrency = runs;
+        Ok(self)
+    }
+
+    /// The largest reservation batch (1..=1,024 slots; default 1,024). The
+    /// Worker sizes each batch itself (see [`crate::Worker`]); this caps it. A
+    /// smaller cap bounds the slots one replica holds ahead of the others
+    /// and the slots consumed unused at shutdown (at most one batch).
+    pub fn max_batch(mut self, slots: u32) -> Result<Self, SchedulerError> {
+        if !(1..=statek_store_pg::MAX_RESERVATION_BATCH).contains(&slots) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "max batch must be 1..={} slots, got {slots}",
+                statek_store_pg::MAX_RESERVATION_BATCH
+            )));
+        }
+        self.max_batch = slots;
+        Ok(self)
+    }
+
+    /// Consecutive `Idle` outcomes (1..=1,000,000) after which the worker
+    /// stops reserving and backs off. Default: the cycle length, so every
+    /// tenant's slot came up empty once.
+    pub fn idle_threshold(mut self, slots: u64) -> Result<Self, SchedulerError> {
+        if !(1..=1_000_000).contains(&slots) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "idle threshold must be 1..=1000000 slots, got {slots}"
+            )));
+        }
+        self.idle_threshold = Some(slots);
+        Ok(self)
+    }
+
+    /// Idle backoff: starts at `initial` (1 ms..=1 s), doubles while idle,
+    /// capped at `max` (`initial`..=60 s). The cap is also the longest a
+    /// run that became claimable without a notification (e.g. a delayed
+    /// run) waits to be noticed.
+    pub fn idle_backoff(
+        mut self,
+        initial: Duration,
+        max: Duration,
+    ) -> Result<Self, SchedulerError> {
+        if initial < Duration::from_millis(1)
+            || initial > Duration::from_secs(1)
+            || max < initial
+            || max > Duration::from_secs(60)
+        {
+            return Err(SchedulerError::InvalidOption(format!(
+                "idle backoff needs 1 ms <= initial <= 1 s and initial <= max <= 60 s, got {initial:?} and {max:?}"
+            )));
+        }
+        self.backoff_initial = initial;
+        self.backoff_max = max;
+        Ok(self)
+    }
+
+    /// How often the executor's housekeeping runs
+    /// ([`TenantExecutor::maintain`]; 100 ms..=1 hour, default 10 s).
+    pub fn maintenance_every(mut self, every: Duration) -> Result<Self, SchedulerError> {
+        if every < Duration::from_millis(100) || every > Duration::from_secs(3600) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "maintenance period must be 100 ms..=1 hour, got {every:?}"
+            )));
+        }
+        self.maintenance_every = every;
+        Ok(self)
+    }
+
+    /// How long running handlers may take to finish after shutdown is
+    /// requested before they are cancelled (0..=1 hour).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Result<Self, SchedulerError> {
+        if grace > Duration::from_secs(3600) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "shutdown grace must be at most 1 hour, got {grace:?}"
+            )));
+        }
+        self.shutdown_grace = grace;
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn option_limits() {
+        let o = WorkerOptions::new();
+        assert_eq!(o.concurrency, 16);
+        assert_eq!(o.max_batch, 1024);
+        assert!(o.concurrency(0).is_err());
+        assert!(o.concurrency(4096).is_ok());
+        assert!(o.concurrency(4097).is_err());
+        assert!(o.max_batch(0).is_err());
+        assert_eq!(o.max_batch(16).unwrap().max_batch, 16);
+        assert!(o.max_batch(1025).is_err());
+        assert!(o.idle_threshold(0).is_err());
+        assert!(o.idle_threshold(1_000_001).is_err());
+        assert!(o
+            .idle_backoff(Duration::ZERO, Duration::from_secs(1))
+            .is_err());
+        assert!(o
+            .idle_backoff(Duration::from_millis(10), Duration::from_millis(5))
+            .is_err());
+        assert!(o
+            .idle_backoff(Duration::from_millis(10), Duration::from_secs(61))
+            .is_err());
+        assert!(o.shutdown_grace(Duration::from_secs(3601)).is_err());
+        assert!(o.maintenance_every(Duration::from_millis(99)).is_err());
+        assert!(o.maintenance_every(Duration::from_secs(3601)).is_err());
+        assert_eq!(
+            o.shutdown_grace(Duration::ZERO).unwrap().shutdown_grace,
+            Duration::ZERO
+        );
+    }
+}
