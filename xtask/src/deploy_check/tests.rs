@@ -1,0 +1,295 @@
+//! Tests of `cargo xtask deploy-check`.
+
+use super::catalogue::MetricKind::{Counter, Histogram};
+use super::catalogue::HISTOGRAM_SUFFIXES;
+use super::promql::Reference;
+use super::*;
+
+#[test]
+fn the_metric_list_is_exactly_what_the_code_emits() {
+    let mut listed: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
+    let mut emitted: Vec<&str> = statek_scheduler::metrics::ALL.to_vec();
+    emitted.extend([
+        statek_store_pg::PRUNE_DELETED_TOTAL,
+        statek_store_pg::PRUNE_CUTOFF_TIMESTAMP_SECONDS,
+        statek_store_pg::PRUNE_BATCH_DURATION_SECONDS,
+        statek_store_pg::DURABILITY_RISK,
+        statek_store_pg::RESERVATIONS_LOST_TOTAL,
+        statek_store_pg::TIMELINE_CHANGES_TOTAL,
+    ]);
+    listed.sort_unstable();
+    emitted.sort_unstable();
+    assert_eq!(listed, emitted);
+}
+
+/// The real `deploy/` tree and `docs/operations.md`.
+#[test]
+fn deploy_files_use_exactly_the_emitted_metrics() {
+    let report = check_tree(&workspace::root()).unwrap();
+    assert_eq!(report.violations, Vec::<String>::new());
+    assert!(report.alerts > 0, "no alert rule found under deploy/");
+    assert!(report.panels > 0, "no dashboard panel found under deploy/");
+}
+
+fn refs(expr: &str) -> Vec<(String, Vec<String>)> {
+    metric_references(expr)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.name, r.labels))
+        .collect()
+}
+
+fn check_refs(expr: &str, expected: &[(&str, &[&str])]) {
+    let expected: Vec<(String, Vec<String>)> = expected
+        .iter()
+        .map(|(name, labels)| {
+            (
+                (*name).to_owned(),
+                labels.iter().map(|l| (*l).to_owned()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(refs(expr), expected, "{expr}");
+}
+
+#[test]
+fn references_in_promql() {
+    check_refs("up", &[]);
+    check_refs(
+        "statek_reservations_total",
+        &[("statek_reservations_total", &[])],
+    );
+    check_refs(
+        r#"sum by (shard) (rate(statek_reservations_total{shard=~"$shard"}[$__rate_interval]))"#,
+        &[("statek_reservations_total", &["shard"])],
+    );
+    check_refs(
+        r#"statek_tick_errors_total { kind = "store" , shard!="a,b}" }"#,
+        &[("statek_tick_errors_total", &["kind", "shard"])],
+    );
+    check_refs(
+        r#"histogram_quantile(0.99, sum by (le) (rate(statek_service_lag_seconds_bucket{tenant!~'x'}[5m])))"#,
+        &[("statek_service_lag_seconds_bucket", &["tenant"])],
+    );
+    check_refs(
+        r#"label_values(statek_selections_total{shard=~"$shard"}, tenant)"#,
+        &[("statek_selections_total", &["shard"])],
+    );
+    check_refs(r#"up{job="statek_worker"}"#, &[]);
+    check_refs(
+        "time() - statek_prune_cutoff_timestamp_seconds > 171 * 3600",
+        &[("statek_prune_cutoff_timestamp_seconds", &[])],
+    );
+    check_refs("my_statek_total + statek:recorded", &[]);
+    check_refs(
+        "a / on () group_left statek_x offset 1h",
+        &[("statek_x", &[])],
+    );
+    check_refs("statek_Bad_name", &[("statek_Bad_name", &[])]);
+}
+
+#[test]
+fn malformed_expressions() {
+    assert!(metric_references(r#"statek_x{shard="a}"#).is_err());
+    assert!(metric_references(r#"statek_x{shard}"#).is_err());
+    assert!(metric_references(r#"statek_x{shard=a}"#).is_err());
+    assert!(metric_references(r#"statek_x{shard="a" tenant="b"}"#).is_err());
+    assert!(metric_references(r#"up{job="x"#).is_err());
+}
+
+fn check_resolve(name: &str, labels: &[&str], expected: Result<&str, &str>) {
+    let reference = Reference {
+        name: name.to_owned(),
+        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+    };
+    match (resolve(&reference), expected) {
+        (Ok(metric), Ok(want)) => assert_eq!(metric.name, want, "{name}"),
+        (Err(error), Err(want)) => assert!(error.contains(want), "{name}: {error}"),
+        (got, want) => panic!("{name} {labels:?}: got {got:?}, want {want:?}"),
+    }
+}
+
+#[test]
+fn resolving_names_suffixes_and_labels() {
+    check_resolve(
+        "statek_reservations_total",
+        &["shard"],
+        Ok("statek_reservations_total"),
+    );
+    check_resolve(
+        "statek_service_lag_seconds_bucket",
+        &["le", "tenant"],
+        Ok("statek_service_lag_seconds"),
+    );
+    check_resolve(
+        "statek_service_lag_seconds_sum",
+        &[],
+        Ok("statek_service_lag_seconds"),
+    );
+    check_resolve(
+        "statek_prune_batch_duration_seconds_count",
+        &[],
+        Ok("statek_prune_batch_duration_seconds"),
+    );
+    check_resolve("statek_service_lag_seconds", &[], Err("is a histogram"));
+    check_resolve(
+        "statek_service_lag_seconds_sum",
+        &["le"],
+        Err("has no label le"),
+    );
+    check_resolve(
+        "statek_reservations_total_count",
+        &[],
+        Err("has no _count series"),
+    );
+    check_resolve("statek_reservations", &[], Err("not a metric statek emits"));
+    check_resolve(
+        "statek_reservations_total",
+        &["tenant"],
+        Err("has no label tenant"),
+    );
+    check_resolve(
+        "statek_prune_deleted_total",
+        &["shard"],
+        Err("labels: none"),
+    );
+    check_resolve("statek_Bad", &[], Err("not a statek metric name"));
+    check_resolve("statek_", &[], Err("not a statek metric name"));
+}
+
+#[test]
+fn metrics_are_listed_once_with_conventional_names() {
+    let names: BTreeSet<&str> = METRICS.iter().map(|m| m.name).collect();
+    assert_eq!(names.len(), METRICS.len());
+    for m in METRICS {
+        assert_eq!(m.kind == Counter, m.name.ends_with("_total"), "{}", m.name);
+        assert!(
+            !HISTOGRAM_SUFFIXES.iter().any(|s| m.name.ends_with(s)),
+            "{}",
+            m.name
+        );
+    }
+}
+
+#[test]
+fn heading_anchors() {
+    let md = "# Operating statek\n## Failure modes\n### StatekTenantAboveBound\n\
+                  ```sh\n# not a heading\n```\n## Failure modes\n#nospace\n\
+                  ## `statek policy verify` as readiness\n";
+    let expected: BTreeSet<String> = [
+        "operating-statek",
+        "failure-modes",
+        "statektenantabovebound",
+        "failure-modes-1",
+        "statek-policy-verify-as-readiness",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    assert_eq!(anchors(md), expected);
+}
+
+fn file(name: &str, text: &str) -> SourceFile {
+    SourceFile::parse(name.to_owned(), text)
+}
+
+/// A rules file and a dashboard that together use every metric once.
+fn complete_dashboard() -> SourceFile {
+    let targets: Vec<Value> = METRICS
+        .iter()
+        .map(|m| {
+            let series = if m.kind == Histogram {
+                format!("{}_count", m.name)
+            } else {
+                m.name.to_owned()
+            };
+            serde_json::json!({ "expr": format!("sum({series})") })
+        })
+        .collect();
+    let dashboard = serde_json::json!({
+        "panels": [{ "id": 1, "title": "row", "panels": [
+            { "id": 2, "title": "all", "targets": targets }
+        ]}],
+        "templating": { "list": [
+            { "name": "shard", "query": { "query": "label_values(statek_reservations_total, shard)" } }
+        ]}
+    });
+    file("d.json", &dashboard.to_string())
+}
+
+const ALERT: &str = "
+groups:
+  - name: statek
+    rules:
+      - alert: StatekX
+        expr: statek_reservations_total > 0
+        labels: { severity: warning }
+        annotations:
+          summary: s
+          description: d
+          runbook: docs/operations.md#statekx
+";
+
+fn violations(files: &[SourceFile]) -> Vec<String> {
+    let anchors = BTreeSet::from(["statekx".to_owned()]);
+    check_files(files, &anchors).violations
+}
+
+#[test]
+fn a_complete_set_passes_and_counts() {
+    let files = [file("a.yaml", ALERT), complete_dashboard()];
+    let report = check_files(&files, &BTreeSet::from(["statekx".to_owned()]));
+    assert_eq!(report.violations, Vec::<String>::new());
+    assert_eq!((report.alerts, report.panels, report.files), (1, 1, 2));
+}
+
+#[test]
+fn problems_are_each_named() {
+    let bad_alert = ALERT
+        .replace("statek_reservations_total > 0", "statek_nope_total > 0")
+        .replace("runbook: docs/operations.md#statekx", "runbook: http://x")
+        .replace("summary: s", "summary: ''");
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: { name: s }\n\
+                      stringData: { url: 'postgres://u:hunter2@h/db' }\n---\nkind: ConfigMap\n";
+    let got = violations(&[
+        file("a.yaml", &bad_alert),
+        file("b.yaml", ALERT),
+        file("s.yaml", secret),
+        file("broken.json", "{"),
+        complete_dashboard(),
+    ]);
+    let expected = [
+        "a.yaml: rule StatekX: statek_nope_total is not a metric statek emits",
+        "a.yaml: alert StatekX has no summary annotation",
+        "a.yaml: alert StatekX: runbook \"http://x\" must be docs/operations.md#ANCHOR",
+        "b.yaml: alert StatekX is also defined in a.yaml",
+        "s.yaml (document 1): Secret s key url holds no CHANGE_ME placeholder",
+        "broken.json: does not parse",
+    ];
+    assert_eq!(got.len(), expected.len(), "{got:#?}");
+    for want in expected {
+        assert!(
+            got.iter().any(|v| v.starts_with(want)),
+            "missing {want:?} in {got:#?}"
+        );
+    }
+}
+
+#[test]
+fn unused_metrics_are_named() {
+    let got = violations(&[file("a.yaml", ALERT)]);
+    assert_eq!(got.len(), METRICS.len() - 1, "{got:#?}");
+    assert!(got.contains(
+        &"metric statek_service_lag_seconds is used by no alert rule and no dashboard panel"
+            .to_owned()
+    ));
+    // A dashboard variable alone is not a use.
+    let variable_only = serde_json::json!({ "templating": { "list": [
+        { "name": "s", "query": "label_values(statek_service_lag_seconds_count, shard)" }
+    ]}});
+    let got = violations(&[
+        file("a.yaml", ALERT),
+        file("v.json", &variable_only.to_string()),
+    ]);
+    assert_eq!(got.len(), METRICS.len() - 1, "{got:#?}");
+}
