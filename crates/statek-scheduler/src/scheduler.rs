@@ -389,30 +389,16 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                 );
                 return;
             }
-            let sequence = reservation.sequence();
             let result = match result {
-                SlotResult::Outcome(Ok(tenant_outcome)) => {
-                    self.count_selection(tenant, &tenant_outcome);
-                    tracing::debug!(
-                        shard = %self.policy.shard_id(), sequence, slot = reservation.slot(),
-                        tenant = %tenant, outcome = tenant_outcome.label(), retries, "tick"
-                    );
-                    Ok(TickOutcome {
-                        reservation: reservation.clone(),
-                        tenant: tenant.clone(),
-                        starvation_bound: bound.clone(),
-                        retries,
-                        tenant_outcome,
-                    })
-                }
-                SlotResult::Outcome(Err(e)) => Err(SchedulerError::Executor {
-                    sequence,
-                    tenant: tenant.clone(),
-                    retryable: E::is_retryable(&e),
-                    source: Box::new(e),
-                }),
+                SlotResult::Outcome(outcome) => self.slot_result(
+                    reservation.clone(),
+                    tenant.clone(),
+                    bound.clone(),
+                    retries,
+                    outcome,
+                ),
                 SlotResult::Abandoned(reason) => Err(SchedulerError::Executor {
-                    sequence,
+                    sequence: reservation.sequence(),
                     tenant: tenant.clone(),
                     retryable: true,
                     source: Box::new(SlotAbandoned(reason)),
@@ -534,21 +520,33 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         span.record("slot", slot);
         let (tenant, starvation_bound) = self.tenant_of(&reservation, retries)?;
         span.record("tenant", tracing::field::display(&tenant));
-        let tenant_outcome = self
-            .executor
-            .execute_one(&tenant, shutdown)
-            .await
-            .map_err(|e| SchedulerError::Executor {
-                sequence,
-                tenant: tenant.clone(),
-                retryable: E::is_retryable(&e),
-                source: Box::new(e),
-            })?;
+        let result = self.executor.execute_one(&tenant, shutdown).await;
+        self.slot_result(reservation, tenant, starvation_bound, retries, result)
+    }
+
+    /// A slot's result from its executor's: the executor's error as
+    /// [`SchedulerError::Executor`], or the outcome, counted in the
+    /// metrics and logged.
+    fn slot_result(
+        &self,
+        reservation: Reservation,
+        tenant: TenantId,
+        starvation_bound: TenantStarvationBound,
+        retries: u32,
+        result: Result<TenantTickOutcome, E::Error>,
+    ) -> Result<TickOutcome, SchedulerError> {
+        let sequence = reservation.sequence();
+        let tenant_outcome = result.map_err(|e| SchedulerError::Executor {
+            sequence,
+            tenant: tenant.clone(),
+            retryable: E::is_retryable(&e),
+            source: Box::new(e),
+        })?;
         self.count_selection(&tenant, &tenant_outcome);
         tracing::debug!(
             shard = %self.policy.shard_id(),
             sequence,
-            slot,
+            slot = reservation.slot(),
             tenant = %tenant,
             outcome = tenant_outcome.label(),
             retries,
