@@ -7,8 +7,9 @@ use crate::id::TenantId;
 
 /// Which rule of the id grammar an id broke.
 ///
-/// The grammar is shared by [`TenantId`] and
-/// [`SchedulerShardId`](crate::SchedulerShardId): 1..=128 bytes of ASCII
+/// The grammar is shared by [`TenantId`],
+/// [`SchedulerShardId`](crate::SchedulerShardId) and
+/// [`ScheduleId`](crate::ScheduleId): 1..=128 bytes of ASCII
 /// `[A-Za-z0-9._:-]`, and not `.` or `..`. The rules are checked in the
 /// order of the variants below, so an id that breaks several rules reports
 /// the first one.
@@ -56,6 +57,12 @@ pub enum PolicyError {
     /// A scheduler shard id does not follow the id grammar.
     #[error("invalid shard id: {reason}")]
     InvalidShardId {
+        /// The rule the id broke.
+        reason: IdError,
+    },
+    /// A schedule id does not follow the id grammar.
+    #[error("invalid schedule id: {reason}")]
+    InvalidScheduleId {
         /// The rule the id broke.
         reason: IdError,
     },

@@ -1,6 +1,6 @@
-//! Identifiers: [`TenantId`] and [`SchedulerShardId`].
+//! Identifiers: [`TenantId`], [`SchedulerShardId`] and [`ScheduleId`].
 //!
-//! Both follow one grammar: 1..=[`MAX_ID_LENGTH`] bytes of ASCII
+//! All three follow one grammar: 1..=[`MAX_ID_LENGTH`] bytes of ASCII
 //! `[A-Za-z0-9._:-]`, and not `.` or `..`. Ids are case-sensitive, never
 //! normalised, and ordered by their raw bytes (so `"B" < "a"`).
 
@@ -11,7 +11,8 @@ use core::str::FromStr;
 
 use crate::error::{IdError, PolicyError};
 
-/// The largest length of a [`TenantId`] or [`SchedulerShardId`], in bytes.
+/// The largest length of a [`TenantId`], [`SchedulerShardId`] or
+/// [`ScheduleId`], in bytes.
 pub const MAX_ID_LENGTH: usize = 128;
 
 /// Whether `byte` may appear in an id.
@@ -174,6 +175,42 @@ id_type! {
     SchedulerShardId, InvalidShardId, "shard id"
 }
 
+id_type! {
+    /// Names a schedule: the chain of shards that succeed each other in
+    /// rollouts (for example `primary`, served by `primary-v1`, then
+    /// `primary-v2`). At most one shard of a schedule accepts reservations
+    /// at any moment, and the bound across a rollout's seam
+    /// ([`PolicySeam`](crate::PolicySeam)) holds only between two shards of
+    /// one schedule.
+    ///
+    /// Same grammar as [`TenantId`] and [`SchedulerShardId`], but a separate
+    /// type. Built only through `TryFrom<&str>`, `TryFrom<String>` or
+    /// `FromStr`, which fail with [`PolicyError::InvalidScheduleId`], or
+    /// from a shard with [`of_shard`](Self::of_shard).
+    ///
+    /// ```
+    /// use statek_policy::{ScheduleId, SchedulerShardId};
+    /// let schedule: ScheduleId = "primary".parse()?;
+    /// assert_eq!(schedule.as_str(), "primary");
+    /// // A shard registered without a schedule is alone in the one named
+    /// // after it.
+    /// let shard = SchedulerShardId::try_from("primary-v1")?;
+    /// assert_eq!(ScheduleId::of_shard(&shard).to_string(), "primary-v1");
+    /// # Ok::<(), statek_policy::PolicyError>(())
+    /// ```
+    ScheduleId, InvalidScheduleId, "schedule id"
+}
+
+impl ScheduleId {
+    /// The schedule a shard registered without one belongs to: the one
+    /// named like the shard id (the grammars are the same, so this never
+    /// fails).
+    #[must_use]
+    pub fn of_shard(shard: &SchedulerShardId) -> ScheduleId {
+        ScheduleId(String::from(shard.as_str()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use alloc::format;
@@ -185,6 +222,7 @@ mod tests {
     fn check(input: &str, expected: Result<(), IdError>) {
         let tenant = TenantId::try_from(input);
         let shard = SchedulerShardId::try_from(input);
+        let schedule = ScheduleId::try_from(input);
         match expected {
             Ok(()) => {
                 assert_eq!(
@@ -197,6 +235,20 @@ mod tests {
                     Ok(input),
                     "{input:?}"
                 );
+                assert_eq!(
+                    schedule.as_ref().map(ScheduleId::as_str),
+                    Ok(input),
+                    "{input:?}"
+                );
+                assert_eq!(input.parse::<ScheduleId>(), schedule, "{input:?}");
+                assert_eq!(
+                    ScheduleId::try_from(input.to_string()),
+                    schedule,
+                    "{input:?}"
+                );
+                if let Ok(shard) = &shard {
+                    assert_eq!(Ok(ScheduleId::of_shard(shard)), schedule, "{input:?}");
+                }
                 assert_eq!(TenantId::try_from(input.to_string()), tenant, "{input:?}");
                 assert_eq!(input.parse::<TenantId>(), tenant, "{input:?}");
                 assert_eq!(tenant.map(|t| t.to_string()), Ok(input.to_string()));
@@ -211,6 +263,19 @@ mod tests {
                     shard,
                     Err(PolicyError::InvalidShardId { reason }),
                     "{input:?}"
+                );
+                assert_eq!(
+                    schedule,
+                    Err(PolicyError::InvalidScheduleId { reason }),
+                    "{input:?}"
+                );
+                assert_eq!(
+                    input.parse::<ScheduleId>(),
+                    Err(PolicyError::InvalidScheduleId { reason })
+                );
+                assert_eq!(
+                    ScheduleId::try_from(input.to_string()),
+                    Err(PolicyError::InvalidScheduleId { reason })
                 );
                 assert_eq!(
                     TenantId::try_from(input.to_string()),
@@ -388,5 +453,14 @@ mod tests {
         let shard = SchedulerShardId::try_from("primary-v1").unwrap();
         assert_eq!(format!("{shard}"), "primary-v1");
         assert_eq!(format!("{shard:?}"), "SchedulerShardId(\"primary-v1\")");
+        let schedule = ScheduleId::of_shard(&shard);
+        assert_eq!(format!("{schedule}"), "primary-v1");
+        assert_eq!(format!("{schedule:?}"), "ScheduleId(\"primary-v1\")");
+        assert_eq!(String::from(schedule.clone()), "primary-v1");
+        assert_eq!(schedule.as_ref() as &str, "primary-v1");
+        assert_eq!(schedule.into_string(), "primary-v1");
+        let primary = ScheduleId::try_from("primary").unwrap();
+        assert_eq!(primary.to_string(), "primary");
+        assert_ne!(ScheduleId::of_shard(&shard), primary);
     }
 }
