@@ -3,6 +3,7 @@
 //! ```toml
 //! # deploy/policies/example.toml
 //! shard = "primary-v1"
+//! schedule = "primary"   # optional, default: the shard id
 //! algorithm = "swrr-v1"   # optional, default swrr-v1; or "min-gap-v1", "min-gap-v2"
 //! [[tenants]]
 //! id = "tenant-a"
@@ -13,15 +14,22 @@
 //! ```
 //!
 //! The top level has exactly the keys `shard` (required string),
-//! `algorithm` (optional string: `swrr-v1`, the default, `min-gap-v1` or
-//! `min-gap-v2`;
-//! see [`PolicyAlgorithm`](crate::PolicyAlgorithm)) and `tenants` (required
+//! `schedule` (optional string, a [`ScheduleId`]: the schedule whose
+//! succession of shards this one joins; without it the shard is alone in
+//! the schedule named like its shard id, see
+//! [`PolicyFile::schedule_or_default`]), `algorithm` (optional string:
+//! `swrr-v1`, the default, `min-gap-v1` or `min-gap-v2`;
+//! see [`PolicyAlgorithm`]) and `tenants` (required
 //! array of tables); each tenant has exactly `id` (string) and `weight`
 //! (integer). Unknown keys are errors. Every error is a [`PolicyFileError`]
 //! that names the file, the 1-based line and column, and the field, as
 //! `{file}:{line}:{column}: {field}: {what}`. Fields are written like
 //! `tenants[2].weight`, where `tenants[n]` is the `n`-th `[[tenants]]`
 //! table of the file, counting from 1 like lines and columns.
+//!
+//! The schedule is not part of the policy: a policy's canonical bytes and
+//! digest are the same with or without it, and
+//! [`PolicyFile::policy`] does not carry it.
 //!
 //! Reading the file is the caller's job: this module does no I/O.
 //!
@@ -48,7 +56,7 @@ use toml::Spanned;
 use crate::algorithm::PolicyAlgorithm;
 use crate::cycle::MAX_CYCLE_LENGTH;
 use crate::error::PolicyError;
-use crate::id::{SchedulerShardId, TenantId};
+use crate::id::{ScheduleId, SchedulerShardId, TenantId};
 use crate::policy::{WeightedFairnessPolicy, MAX_TENANTS};
 use crate::weight::{TenantFairnessWeight, MAX_WEIGHT, MIN_WEIGHT};
 
@@ -56,6 +64,7 @@ use crate::weight::{TenantFairnessWeight, MAX_WEIGHT, MIN_WEIGHT};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyFile {
     file_name: String,
+    schedule: Option<ScheduleId>,
     policy: WeightedFairnessPolicy,
 }
 
@@ -67,7 +76,7 @@ impl PolicyFile {
     ///
     /// A [`PolicyFileError`] for the first problem found: invalid TOML, an
     /// unknown or missing key, a value of the wrong type, or a policy error
-    /// (invalid id, weight out of range, duplicate tenant, too many tenants,
+    /// (invalid shard, schedule or tenant id, weight out of range, duplicate tenant, too many tenants,
     /// cycle too long, unknown algorithm). Semantic errors point at the
     /// offending value; a duplicate tenant points at its second occurrence.
     pub fn parse(file_name: &str, text: &str) -> Result<PolicyFile, PolicyFileError> {
@@ -76,9 +85,10 @@ impl PolicyFile {
             location: source.locate(error.span().map_or(0, |span| span.start), "document"),
             message: one_line(error.message()),
         })?;
-        let policy = source.policy(root)?;
+        let (schedule, policy) = source.policy(root)?;
         Ok(PolicyFile {
             file_name: file_name.to_string(),
+            schedule,
             policy,
         })
     }
@@ -87,6 +97,36 @@ impl PolicyFile {
     #[must_use]
     pub fn file_name(&self) -> &str {
         &self.file_name
+    }
+
+    /// The schedule the file names with `schedule = "…"`, or `None` if it
+    /// names none.
+    #[must_use]
+    pub fn schedule(&self) -> Option<&ScheduleId> {
+        self.schedule.as_ref()
+    }
+
+    /// The schedule the shard belongs to: the one the file names, or else
+    /// the one named like the shard id ([`ScheduleId::of_shard`]).
+    ///
+    /// ```
+    /// use statek_policy::policy_file::PolicyFile;
+    /// let tenants = "[[tenants]]\nid = \"tenant-a\"\nweight = 1\n";
+    /// let named = PolicyFile::parse("a.toml", &format!("shard = \"primary-v2\"\nschedule = \"primary\"\n{tenants}"))?;
+    /// assert_eq!(named.schedule_or_default().as_str(), "primary");
+    /// let alone = PolicyFile::parse("b.toml", &format!("shard = \"primary-v2\"\n{tenants}"))?;
+    /// assert_eq!(alone.schedule(), None);
+    /// assert_eq!(alone.schedule_or_default().as_str(), "primary-v2");
+    /// // The schedule is not part of the policy.
+    /// assert_eq!(named.policy().digest(), alone.policy().digest());
+    /// # Ok::<(), statek_policy::policy_file::PolicyFileError>(())
+    /// ```
+    #[must_use]
+    pub fn schedule_or_default(&self) -> ScheduleId {
+        match &self.schedule {
+            Some(schedule) => schedule.clone(),
+            None => ScheduleId::of_shard(self.policy.shard_id()),
+        }
     }
 
     /// The policy the file describes.
@@ -236,7 +276,7 @@ impl PolicyFileError {
     }
 }
 
-const TOP_LEVEL_KEYS: &str = "shard, algorithm, tenants";
+const TOP_LEVEL_KEYS: &str = "shard, schedule, algorithm, tenants";
 const TENANT_KEYS: &str = "id, weight";
 
 /// Joins the lines of a multi-line TOML parser message with `; `, so every
@@ -310,7 +350,11 @@ impl Source<'_> {
         }
     }
 
-    fn policy(&self, root: Raw) -> Result<WeightedFairnessPolicy, PolicyFileError> {
+    /// The schedule the file names, if any, and the policy.
+    fn policy(
+        &self,
+        root: Raw,
+    ) -> Result<(Option<ScheduleId>, WeightedFairnessPolicy), PolicyFileError> {
         let Raw::Table(entries) = root else {
             return Err(PolicyFileError::WrongType {
                 location: self.locate(0, "document"),
@@ -318,10 +362,11 @@ impl Source<'_> {
                 found: root.kind(),
             });
         };
-        let (mut shard, mut algorithm, mut tenants) = (None, None, None);
+        let (mut shard, mut schedule, mut algorithm, mut tenants) = (None, None, None, None);
         for (key, node) in entries {
             match key.as_str() {
                 "shard" => shard = Some(node),
+                "schedule" => schedule = Some(node),
                 "algorithm" => algorithm = Some(node),
                 "tenants" => tenants = Some(node),
                 _ => {
@@ -337,6 +382,13 @@ impl Source<'_> {
         })?;
         let shard = SchedulerShardId::try_from(self.string(&shard, "shard")?)
             .map_err(|error| self.policy_error(shard.span.start, "shard", error))?;
+        let schedule = match schedule {
+            None => None,
+            Some(node) => Some(
+                ScheduleId::try_from(self.string(&node, "schedule")?)
+                    .map_err(|error| self.policy_error(node.span.start, "schedule", error))?,
+            ),
+        };
         let algorithm = match algorithm {
             None => PolicyAlgorithm::SwrrV1,
             Some(node) => self
@@ -350,8 +402,9 @@ impl Source<'_> {
         let tenants_at = tenants.span.start;
         let file_tenants = self.tenants(tenants)?;
         let weights = file_tenants.into_iter().map(|tenant| tenant.weight);
-        WeightedFairnessPolicy::with_algorithm(shard, algorithm, weights)
-            .map_err(|error| self.policy_error(tenants_at, "tenants", error))
+        let policy = WeightedFairnessPolicy::with_algorithm(shard, algorithm, weights)
+            .map_err(|error| self.policy_error(tenants_at, "tenants", error))?;
+        Ok((schedule, policy))
     }
 
     /// Validates the `tenants` array in file order: each tenant's shape, id

@@ -5,7 +5,9 @@
 #![cfg(feature = "toml")]
 
 use statek_policy::policy_file::{PolicyFile, PolicyFileError};
-use statek_policy::{PolicyAlgorithm, PolicyError, TenantId, WeightedFairnessPolicy};
+use statek_policy::{
+    IdError, PolicyAlgorithm, PolicyError, ScheduleId, TenantId, WeightedFairnessPolicy,
+};
 
 const EXAMPLE: &str = r#"# deploy/policies/example.toml
 shard = "primary-v1"
@@ -81,6 +83,108 @@ fn min_gap_algorithm() {
     );
 }
 
+/// The example with `schedule = {value}` (TOML text) after the shard.
+fn with_schedule(value: &str) -> String {
+    EXAMPLE.replace(
+        "shard = \"primary-v1\"\n",
+        &format!("shard = \"primary-v1\"\nschedule = {value}\n"),
+    )
+}
+
+#[test]
+fn schedule() {
+    let named = parse(&with_schedule("\"primary\"")).unwrap();
+    let primary = ScheduleId::try_from("primary").unwrap();
+    assert_eq!(named.schedule(), Some(&primary));
+    assert_eq!(named.schedule_or_default(), primary);
+    // Not part of the policy: the same bytes and digest as without it.
+    assert_eq!(named.policy(), &example_policy());
+    assert_eq!(
+        named.policy().canonical_bytes(),
+        br#"{"algorithm":"swrr-v1","tenants":[{"id":"tenant-a","weight":3},{"id":"tenant-b","weight":1}]}"#
+    );
+    assert_eq!(
+        named.policy().digest().to_string(),
+        "6acf11c1d16fcb2ec8754466b5d93ff654598189fbddce650b94514f19aa7965"
+    );
+    // Absent: the schedule named like the shard.
+    let alone = parse(EXAMPLE).unwrap();
+    assert_eq!(alone.schedule(), None);
+    assert_eq!(alone.schedule_or_default().as_str(), "primary-v1");
+    // The grammar of ids, nothing more: the shard's own name is allowed.
+    let same = parse(&with_schedule("\"primary-v1\"")).unwrap();
+    assert_eq!(same.schedule().map(ScheduleId::as_str), Some("primary-v1"));
+    let last = &[
+        SHARD,
+        "[[tenants]]\nid = \"a\"\nweight = 1\nschedule = \"s\"\n",
+    ]
+    .concat();
+    check(
+        last,
+        "example.toml:5:12: tenants[1].schedule: unknown key, expected one of id, weight",
+    );
+    let top = parse(
+        &[
+            SHARD,
+            "schedule = \"s\"\n[[tenants]]\nid = \"a\"\nweight = 1\n",
+        ]
+        .concat(),
+    )
+    .unwrap();
+    assert_eq!(top.schedule().map(ScheduleId::as_str), Some("s"));
+}
+
+#[test]
+fn schedule_errors() {
+    check(
+        &with_schedule("\"primary/b\""),
+        "example.toml:3:12: schedule: invalid schedule id: has byte 0x2f at index 7, only ASCII [A-Za-z0-9._:-] is allowed",
+    );
+    check(
+        &with_schedule("\"\""),
+        "example.toml:3:12: schedule: invalid schedule id: is empty",
+    );
+    check(
+        &with_schedule("\"..\""),
+        "example.toml:3:12: schedule: invalid schedule id: is \".\" or \"..\"",
+    );
+    check(
+        &with_schedule(&format!("\"{}\"", "s".repeat(129))),
+        "example.toml:3:12: schedule: invalid schedule id: is 129 bytes long, the maximum is 128",
+    );
+    check(
+        &with_schedule("2"),
+        "example.toml:3:12: schedule: expected a string, found an integer",
+    );
+    check(
+        &with_schedule("[\"primary\"]"),
+        "example.toml:3:12: schedule: expected a string, found an array",
+    );
+    check(
+        &with_schedule("{ name = \"primary\" }"),
+        "example.toml:3:12: schedule: expected a string, found a table",
+    );
+    // The shard is checked before the schedule.
+    check(
+        &with_schedule("1").replace("primary-v1", "a b"),
+        "example.toml:2:9: shard: invalid shard id: has byte 0x20 at index 1, only ASCII [A-Za-z0-9._:-] is allowed",
+    );
+    let error = parse(&with_schedule("\"a b\"")).unwrap_err();
+    assert_eq!(
+        error.policy_error(),
+        Some(&PolicyError::InvalidScheduleId {
+            reason: IdError::InvalidByte {
+                index: 1,
+                byte: b' '
+            }
+        })
+    );
+    assert_eq!(
+        (error.location().line(), error.location().field()),
+        (3, "schedule")
+    );
+}
+
 #[test]
 fn equivalent_spellings() {
     let without_algorithm = EXAMPLE.replace(
@@ -124,11 +228,11 @@ fn key_errors() {
     check(SHARD, "example.toml:1:1: tenants: missing required key");
     check(
         &[SHARD, "shrad = 1\n"].concat(),
-        "example.toml:2:9: shrad: unknown key, expected one of shard, algorithm, tenants",
+        "example.toml:2:9: shrad: unknown key, expected one of shard, schedule, algorithm, tenants",
     );
     check(
         &[SHARD, "[extra]\nx = 1\n"].concat(),
-        "example.toml:2:1: extra: unknown key, expected one of shard, algorithm, tenants",
+        "example.toml:2:1: extra: unknown key, expected one of shard, schedule, algorithm, tenants",
     );
     check(
         &[SHARD, "[[tenants]]\nid = \"a\"\nweight = 3\nextra = true\n"].concat(),
