@@ -58,6 +58,13 @@
 //!   `a:5, b:2, c:1` compiles to `a b a a c a b a`, where `b` waits up to 5
 //!   slots although `ceil(8 / 2) = 4`.
 //!
+//! # Across a rollout
+//!
+//! A policy change needs a new shard; the shards that succeed each other
+//! form one [`ScheduleId`]'s chain. [`PolicySeam`] gives each tenant's exact
+//! gap in reservations across the seam where a sealed shard's sequences end
+//! and its successor's begin, for any seal point and in the worst case.
+//!
 //! # Algorithms
 //!
 //! The [`PolicyAlgorithm`] is part of the policy, its canonical bytes and
@@ -142,6 +149,7 @@ mod policy;
 #[cfg(feature = "toml")]
 pub mod policy_file;
 mod ratio;
+mod seam;
 mod swrr;
 mod swrr_properties;
 #[cfg(test)]
@@ -160,6 +168,7 @@ pub use id::{ScheduleId, SchedulerShardId, TenantId, MAX_ID_LENGTH};
 pub use policy::{WeightedFairnessPolicy, MAX_TENANTS};
 #[cfg(feature = "toml")]
 pub use policy_file::{PolicyFile, PolicyFileError, PolicyFileLocation};
+pub use seam::{PolicySeam, SeamBound};
 pub use weight::{TenantFairnessWeight, MAX_WEIGHT, MIN_WEIGHT};
 
 /// The raw SWRR kernels, for the crate's benchmarks (`cargo bench -p
