@@ -20,6 +20,10 @@ pub const TICK_OUTCOMES_TOTAL: &str = "statek_tick_outcomes_total";
 pub const TICK_ERRORS_TOTAL: &str = "statek_tick_errors_total";
 /// Gauge `{shard, tenant}`, reservations: the policy's starvation bound.
 pub const STARVATION_BOUND_RESERVATIONS: &str = "statek_starvation_bound_reservations";
+/// Gauge `{shard, tenant}`, reservations: the tenant's exact gap across the
+/// seam into `shard` (its last pick in the sealed predecessor to its first
+/// pick in `shard`), set when a replica follows a rollout.
+pub const SEAM_BOUND_RESERVATIONS: &str = "statek_seam_bound_reservations";
 /// Histogram `{shard, tenant}`, seconds: a run's availability to its claim.
 pub const SERVICE_LAG_SECONDS: &str = "statek_service_lag_seconds";
 /// Counter `{tenant, outcome}`: what happened to claimed runs (`completed`,
@@ -72,6 +76,7 @@ pub const ALL: &[&str] = &[
     TICK_OUTCOMES_TOTAL,
     TICK_ERRORS_TOTAL,
     STARVATION_BOUND_RESERVATIONS,
+    SEAM_BOUND_RESERVATIONS,
     SERVICE_LAG_SECONDS,
     RUN_OUTCOMES_TOTAL,
     WORKER_RUNS_EXECUTING,

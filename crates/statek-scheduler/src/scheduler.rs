@@ -1,9 +1,13 @@
 //! [`DurableFairScheduler`]: register, then tick.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use statek_policy::{PolicyDigest, TenantId, TenantStarvationBound, WeightedFairnessPolicy};
-use statek_store_pg::{PgStore, Registration, Reservation, ReservationBatch, StoreError};
+use statek_policy::{
+    ScheduleId, SchedulerShardId, TenantId, TenantStarvationBound, WeightedFairnessPolicy,
+};
+use statek_store_pg::{
+    PgStore, Registration, Reservation, ReservationBatch, StoreError, StoredShard,
+};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -71,14 +75,64 @@ impl TickOutcome {
 /// consecutive reservations. The guarantee is a share of *slots*
 /// (scheduling opportunities), not of CPU time or completed runs, and the
 /// bound counts reservations, not seconds.
+///
+/// **Rollouts.** The scheduler ticks the *live* shard of its schedule. When
+/// a reservation meets a seal (`statek rollout` sealed the shard and
+/// registered its successor), the scheduler loads the successor's policy
+/// from the database (decoded fail-closed, digest and compiled cycle
+/// checked), checks the stored seam bounds, and goes on ticking the
+/// successor with the same tick: no restart, no slot lost. A replica
+/// started with a sealed shard's policy follows the chain to the live
+/// shard at [`register`](Self::register). Outcomes, metrics and spans carry
+/// the shard of the reservation they came from.
 #[derive(Debug)]
 pub struct DurableFairScheduler<E> {
     store: PgStore,
-    policy: Arc<WeightedFairnessPolicy>,
-    digest: PolicyDigest,
+    live: RwLock<Arc<WeightedFairnessPolicy>>,
+    /// Serialises following the chain (one load per seal, not one per task).
+    following: tokio::sync::Mutex<()>,
     executor: E,
     options: SchedulerOptions,
     registration: Registration,
+}
+
+/// Sealed shards followed in one go before giving up: far more than any
+/// rollout rate can produce between two reservations.
+const MAX_FOLLOWED_SEALS: usize = 64;
+
+/// The policy of a stored shard, after checking that this replica compiles
+/// the cycle the shard was registered with.
+fn checked_policy(stored: &StoredShard) -> Result<WeightedFairnessPolicy, SchedulerError> {
+    let policy = stored.policy();
+    match stored.cycle_digest() {
+        Some(stored_digest) if stored_digest != policy.cycle_digest() => {
+            Err(SchedulerError::CycleMismatch {
+                shard: policy.shard_id().to_string(),
+                stored: stored_digest,
+                local: policy.cycle_digest(),
+            })
+        }
+        Some(_) => Ok(policy.clone()),
+        None => {
+            tracing::warn!(
+                shard = %policy.shard_id(),
+                "shard registered before cycle digests were stored: this replica's cycle is not checked against it"
+            );
+            Ok(policy.clone())
+        }
+    }
+}
+
+/// Publishes a shard's starvation bounds.
+fn publish_bounds(policy: &WeightedFairnessPolicy) {
+    for bound in policy.starvation_bounds() {
+        metrics::gauge!(
+            crate::metrics::STARVATION_BOUND_RESERVATIONS,
+            "shard" => policy.shard_id().to_string(),
+            "tenant" => bound.tenant().to_string()
+        )
+        .set(f64::from(bound.maximum_reservations_until_selection()));
+    }
 }
 
 impl<E: TenantExecutor> DurableFairScheduler<E> {
@@ -95,56 +149,110 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     /// differs; [`SchedulerError::CycleMismatch`] if the shard's stored
     /// cycle digest is not the digest of this replica's compiled cycle
     /// (shards registered before migration V6 store none and are not
-    /// checked).
+    /// checked), for the shard or any successor it follows.
+    ///
+    /// When the shard is sealed, the scheduler follows the chain to the
+    /// live shard (see the type's docs) before it returns.
     pub async fn register(
         store: PgStore,
         policy: WeightedFairnessPolicy,
         executor: E,
         options: SchedulerOptions,
     ) -> Result<Self, SchedulerError> {
-        let registration = store.register(&policy).await?;
+        Self::register_in(store, policy, None, executor, options).await
+    }
+
+    /// [`register`](Self::register) into the schedule `schedule` (a policy
+    /// file's `schedule` key; `None`: the shard's own, see
+    /// `PgStore::register_in`).
+    ///
+    /// # Errors
+    /// As [`register`](Self::register), and the store's
+    /// `ScheduleConflict` / `ScheduleHasLiveShard`.
+    pub async fn register_in(
+        store: PgStore,
+        policy: WeightedFairnessPolicy,
+        schedule: Option<ScheduleId>,
+        executor: E,
+        options: SchedulerOptions,
+    ) -> Result<Self, SchedulerError> {
+        let registration = store.register_in(&policy, schedule.as_ref()).await?;
         let stored = store.load_shard(policy.shard_id()).await?;
         if stored.policy() != &policy {
             return Err(SchedulerError::PolicyMismatch {
                 shard: policy.shard_id().to_string(),
             });
         }
-        match stored.cycle_digest() {
-            Some(stored_digest) if stored_digest != policy.cycle_digest() => {
-                return Err(SchedulerError::CycleMismatch {
-                    shard: policy.shard_id().to_string(),
-                    stored: stored_digest,
-                    local: policy.cycle_digest(),
-                });
-            }
-            Some(_) => {}
-            None => tracing::warn!(
-                shard = %policy.shard_id(),
-                "shard registered before cycle digests were stored: this replica's cycle is not checked against it"
-            ),
-        }
-        let digest = policy.digest();
-        for bound in policy.starvation_bounds() {
-            metrics::gauge!(
-                crate::metrics::STARVATION_BOUND_RESERVATIONS,
-                "shard" => policy.shard_id().to_string(),
-                "tenant" => bound.tenant().to_string()
-            )
-            .set(f64::from(bound.maximum_reservations_until_selection()));
-        }
-        Ok(Self {
+        checked_policy(&stored)?;
+        let scheduler = Self {
             store,
-            policy: Arc::new(policy),
-            digest,
+            live: RwLock::new(Arc::new(policy)),
+            following: tokio::sync::Mutex::new(()),
             executor,
             options,
             registration,
-        })
+        };
+        if stored.seal().is_some() {
+            scheduler.follow(stored.policy().shard_id()).await?;
+        } else {
+            publish_bounds(&scheduler.policy());
+        }
+        Ok(scheduler)
     }
 
-    /// The shard's policy.
-    pub fn policy(&self) -> &WeightedFairnessPolicy {
-        &self.policy
+    /// The policy of the shard the scheduler ticks now: the live shard of
+    /// its schedule as far as this replica has seen (it changes when a
+    /// reservation meets a seal).
+    pub fn policy(&self) -> Arc<WeightedFairnessPolicy> {
+        Arc::clone(
+            &self
+                .live
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Follows the chain from `sealed` (the shard a reservation found
+    /// sealed) to the live shard, unless another task already moved this
+    /// replica past it: loads each successor fail-closed (decoded, digest
+    /// and cycle checked, its predecessor named, the stored seam bounds
+    /// equal to the recomputed ones) and makes the last one live.
+    async fn follow(&self, sealed: &SchedulerShardId) -> Result<(), SchedulerError> {
+        let _one_at_a_time = self.following.lock().await;
+        let mut from = self.policy();
+        if from.shard_id() != sealed {
+            // Another task followed this seal already.
+            return Ok(());
+        }
+        for _ in 0..MAX_FOLLOWED_SEALS {
+            let stored = self.store.load_shard(from.shard_id()).await?;
+            if stored.seal().is_none() {
+                break;
+            }
+            let seam = self.store.load_seam(from.shard_id()).await?;
+            let next = Arc::new(checked_policy(seam.successor())?);
+            for bound in seam.seam() {
+                metrics::gauge!(
+                    crate::metrics::SEAM_BOUND_RESERVATIONS,
+                    "shard" => next.shard_id().to_string(),
+                    "tenant" => bound.tenant().to_string()
+                )
+                .set(bound.reservations_across_seam() as f64);
+            }
+            tracing::info!(
+                sealed = %from.shard_id(),
+                successor = %next.shard_id(),
+                sealed_at_sequence = seam.sealed_at_sequence(),
+                "the shard is sealed: following the rollout to its successor"
+            );
+            publish_bounds(&next);
+            *self
+                .live
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::clone(&next);
+            from = next;
+        }
+        Ok(())
     }
 
     /// How registration went (`Registered` for the first replica,
@@ -196,7 +304,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     fn tick_span(&self) -> tracing::Span {
         tracing::info_span!(
             "tick",
-            shard = %self.policy.shard_id(),
+            shard = tracing::field::Empty,
             sequence = tracing::field::Empty,
             slot = tracing::field::Empty,
             tenant = tracing::field::Empty,
@@ -225,7 +333,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         if let Some(kind) = kind {
             metrics::counter!(
                 crate::metrics::TICK_ERRORS_TOTAL,
-                "shard" => self.policy.shard_id().to_string(),
+                "shard" => self.policy().shard_id().to_string(),
                 "kind" => kind
             )
             .increment(1);
@@ -236,8 +344,8 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         &self,
         shutdown: &CancellationToken,
     ) -> Result<TickOutcome, SchedulerError> {
-        let (reservation, retries) = self.reserve().await?;
-        self.run_slot(reservation, retries, shutdown).await
+        let (reservation, retries, policy) = self.reserve().await?;
+        self.run_slot(&policy, reservation, retries, shutdown).await
     }
 
     /// Reserves `k` contiguous slots in one statement (one range row, one
@@ -284,7 +392,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         if stop.is_cancelled() {
             return Err(SchedulerError::ShuttingDown);
         }
-        let (batch, retries) = match self.reserve_batch(k).await {
+        let (batch, retries, policy) = match self.reserve_batch(k).await {
             Ok(reserved) => reserved,
             Err(e) => {
                 self.count_error(&e);
@@ -299,8 +407,18 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                 *place = Some(result);
             }
         };
-        self.run_reserved_batch(batch, retries, &pool, None, stop, cancel, &sink, &|_| {})
-            .await;
+        self.run_reserved_batch(
+            &policy,
+            batch,
+            retries,
+            &pool,
+            None,
+            stop,
+            cancel,
+            &sink,
+            &|_| {},
+        )
+        .await;
         Ok(results
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -309,8 +427,9 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             .collect())
     }
 
-    /// Runs a reserved batch through [`TenantExecutor::execute_batch`]:
-    /// maps every slot to its tenant (fail-closed), lets the executor claim
+    /// Runs a batch reserved on `policy`'s shard through
+    /// [`TenantExecutor::execute_batch`]: maps every slot to its tenant
+    /// (fail-closed), lets the executor claim
     /// and run with permits of `pool` (`first` already held), and hands
     /// `sink` one result per slot, by index in the batch, as it arrives
     /// (counted in the metrics). `on_decided` hears the number of slots
@@ -318,6 +437,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_reserved_batch(
         &self,
+        policy: &WeightedFairnessPolicy,
         batch: ReservationBatch,
         retries: u32,
         pool: &RunPool,
@@ -331,7 +451,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         let mut mapped = Vec::with_capacity(reservations.len());
         let mut corrupt = None;
         for (index, reservation) in reservations.iter().enumerate() {
-            match self.tenant_of(reservation, retries) {
+            match tenant_of(policy, reservation, retries) {
                 Ok(tenant) => mapped.push(tenant),
                 Err(e) => {
                     corrupt = Some((index, e));
@@ -391,6 +511,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             }
             let result = match result {
                 SlotResult::Outcome(outcome) => self.slot_result(
+                    policy,
                     reservation.clone(),
                     tenant.clone(),
                     bound.clone(),
@@ -411,12 +532,12 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         };
         let span = tracing::info_span!(
             "batch",
-            shard = %self.policy.shard_id(),
+            shard = %policy.shard_id(),
             first_sequence = slots.first().map(|s| s.sequence),
             slots = slots.len(),
         );
         let slot_batch = SlotBatch::new(
-            self.policy.shard_id(),
+            policy.shard_id(),
             &slots,
             pool,
             first,
@@ -443,8 +564,13 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
 
     /// Counts a slot mapped to `tenant` and its outcome (and the service
     /// lag of a claimed run).
-    fn count_selection(&self, tenant: &TenantId, tenant_outcome: &TenantTickOutcome) {
-        let shard_label = self.policy.shard_id().to_string();
+    fn count_selection(
+        &self,
+        policy: &WeightedFairnessPolicy,
+        tenant: &TenantId,
+        tenant_outcome: &TenantTickOutcome,
+    ) {
+        let shard_label = policy.shard_id().to_string();
         metrics::counter!(
             crate::metrics::SELECTIONS_TOTAL,
             "shard" => shard_label.clone(),
@@ -474,41 +600,10 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         }
     }
 
-    /// The tenant and bound of a reserved slot, after checking, fail-closed,
-    /// that the stored cycle agrees with the local one.
-    fn tenant_of(
-        &self,
-        reservation: &Reservation,
-        retries: u32,
-    ) -> Result<(TenantId, TenantStarvationBound), SchedulerError> {
-        let sequence = reservation.sequence();
-        let slot = reservation.slot();
-        let local_length = self.policy.cycle_length();
-        if reservation.cycle_length() != local_length
-            || u64::from(slot) != sequence % u64::from(local_length)
-        {
-            // Fail closed: never run a tenant for a slot the local cycle
-            // does not agree with.
-            return Err(SchedulerError::Store {
-                source: StoreError::CorruptData {
-                    what: "reservation",
-                    detail: format!(
-                        "sequence {sequence} slot {slot} under stored L = {} disagrees with the local cycle L = {local_length}",
-                        reservation.cycle_length()
-                    ),
-                },
-                retries,
-            });
-        }
-        self.policy
-            .tenant_for_slot(u64::from(slot))
-            .and_then(|t| Some((t.clone(), self.policy.starvation_bound(t)?)))
-            .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })
-    }
-
     /// Maps a reserved slot to its tenant and runs one executor tick for it.
     async fn run_slot(
         &self,
+        policy: &WeightedFairnessPolicy,
         reservation: Reservation,
         retries: u32,
         shutdown: &CancellationToken,
@@ -516,12 +611,20 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         let sequence = reservation.sequence();
         let slot = reservation.slot();
         let span = tracing::Span::current();
+        span.record("shard", tracing::field::display(policy.shard_id()));
         span.record("sequence", sequence);
         span.record("slot", slot);
-        let (tenant, starvation_bound) = self.tenant_of(&reservation, retries)?;
+        let (tenant, starvation_bound) = tenant_of(policy, &reservation, retries)?;
         span.record("tenant", tracing::field::display(&tenant));
         let result = self.executor.execute_one(&tenant, shutdown).await;
-        self.slot_result(reservation, tenant, starvation_bound, retries, result)
+        self.slot_result(
+            policy,
+            reservation,
+            tenant,
+            starvation_bound,
+            retries,
+            result,
+        )
     }
 
     /// A slot's result from its executor's: the executor's error as
@@ -529,6 +632,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     /// metrics and logged.
     fn slot_result(
         &self,
+        policy: &WeightedFairnessPolicy,
         reservation: Reservation,
         tenant: TenantId,
         starvation_bound: TenantStarvationBound,
@@ -542,9 +646,9 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             retryable: E::is_retryable(&e),
             source: Box::new(e),
         })?;
-        self.count_selection(&tenant, &tenant_outcome);
+        self.count_selection(policy, &tenant, &tenant_outcome);
         tracing::debug!(
-            shard = %self.policy.shard_id(),
+            shard = %policy.shard_id(),
             sequence,
             slot = reservation.slot(),
             tenant = %tenant,
@@ -561,11 +665,54 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         })
     }
 
-    async fn reserve(&self) -> Result<(Reservation, u32), SchedulerError> {
-        let id = Uuid::now_v7();
-        let shard = self.policy.shard_id();
-        self.with_retries(id, 1, || self.store.reserve(shard, &self.digest, id))
+    /// Reserves one slot on the live shard, following the chain when the
+    /// shard turns out sealed (a new id on the successor: nothing was
+    /// written on the sealed shard). Returns the policy it was reserved on.
+    async fn reserve(
+        &self,
+    ) -> Result<(Reservation, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
+        self.on_live_shard(|policy| async move {
+            let id = Uuid::now_v7();
+            let digest = policy.digest();
+            self.with_retries(policy.shard_id(), id, 1, || {
+                self.store.reserve(policy.shard_id(), &digest, id)
+            })
             .await
+        })
+        .await
+    }
+
+    /// Runs `reserve` against the live shard; a `ShardSealed` answer makes
+    /// the scheduler follow the chain and run it again on the successor.
+    async fn on_live_shard<T, F, Fut>(
+        &self,
+        reserve: F,
+    ) -> Result<(T, u32, Arc<WeightedFairnessPolicy>), SchedulerError>
+    where
+        F: Fn(Arc<WeightedFairnessPolicy>) -> Fut,
+        Fut: std::future::Future<Output = Result<(T, u32), SchedulerError>>,
+    {
+        for _ in 0..MAX_FOLLOWED_SEALS {
+            let policy = self.policy();
+            match reserve(Arc::clone(&policy)).await {
+                Ok((value, retries)) => return Ok((value, retries, policy)),
+                Err(SchedulerError::Store {
+                    source: StoreError::ShardSealed { shard, .. },
+                    ..
+                }) => self.follow(&shard).await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(SchedulerError::Store {
+            source: StoreError::CorruptData {
+                what: "shard chain",
+                detail: format!(
+                    "still meeting seals after following {MAX_FOLLOWED_SEALS} of them from shard {}",
+                    self.policy().shard_id()
+                ),
+            },
+            retries: 0,
+        })
     }
 
     /// Reserves a batch of `k` slots for the Worker (retried like
@@ -574,7 +721,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     pub(crate) async fn reserve_batch_counted(
         &self,
         k: u32,
-    ) -> Result<(ReservationBatch, u32), SchedulerError> {
+    ) -> Result<(ReservationBatch, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
         let reserved = self.reserve_batch(k).await;
         if let Err(e) = &reserved {
             self.count_error(e);
@@ -582,11 +729,17 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         reserved
     }
 
-    async fn reserve_batch(&self, k: u32) -> Result<(ReservationBatch, u32), SchedulerError> {
-        let id = Uuid::now_v7();
-        let shard = self.policy.shard_id();
-        self.with_retries(id, u64::from(k), || {
-            self.store.reserve_batch(shard, &self.digest, id, k)
+    async fn reserve_batch(
+        &self,
+        k: u32,
+    ) -> Result<(ReservationBatch, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
+        self.on_live_shard(|policy| async move {
+            let id = Uuid::now_v7();
+            let digest = policy.digest();
+            self.with_retries(policy.shard_id(), id, u64::from(k), || {
+                self.store.reserve_batch(policy.shard_id(), &digest, id, k)
+            })
+            .await
         })
         .await
     }
@@ -596,6 +749,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     /// `reservations` reservations and the call's latency on success.
     async fn with_retries<T, F, Fut>(
         &self,
+        shard: &SchedulerShardId,
         id: Uuid,
         reservations: u64,
         call: F,
@@ -604,7 +758,6 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, StoreError>>,
     {
-        let shard = self.policy.shard_id();
         let started = std::time::Instant::now();
         let mut retries = 0;
         loop {
@@ -636,4 +789,37 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             }
         }
     }
+}
+
+/// The tenant and bound of a slot reserved on `policy`'s shard, after
+/// checking, fail-closed, that the stored cycle agrees with the local one.
+fn tenant_of(
+    policy: &WeightedFairnessPolicy,
+    reservation: &Reservation,
+    retries: u32,
+) -> Result<(TenantId, TenantStarvationBound), SchedulerError> {
+    let sequence = reservation.sequence();
+    let slot = reservation.slot();
+    let local_length = policy.cycle_length();
+    if reservation.shard() != policy.shard_id()
+        || reservation.cycle_length() != local_length
+        || u64::from(slot) != sequence % u64::from(local_length)
+    {
+        // Fail closed: never run a tenant for a slot the local cycle
+        // does not agree with.
+        return Err(SchedulerError::Store {
+                source: StoreError::CorruptData {
+                    what: "reservation",
+                    detail: format!(
+                        "sequence {sequence} slot {slot} under stored L = {} disagrees with the local cycle L = {local_length}",
+                        reservation.cycle_length()
+                    ),
+                },
+                retries,
+            });
+    }
+    policy
+        .tenant_for_slot(u64::from(slot))
+        .and_then(|t| Some((t.clone(), policy.starvation_bound(t)?)))
+        .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })
 }

@@ -373,7 +373,7 @@ async fn produce<E: TenantExecutor + 'static>(
         }
         let k = sizer.next(pool.available() + 1, pool.capacity());
         drop(free);
-        let (batch, retries) = match shared.scheduler.reserve_batch_counted(k).await {
+        let (batch, retries, policy) = match shared.scheduler.reserve_batch_counted(k).await {
             Ok(reserved) => reserved,
             Err(e) => {
                 if !e.is_retryable() || failing_reservations >= 10 {
@@ -390,7 +390,7 @@ async fn produce<E: TenantExecutor + 'static>(
         };
         failing_reservations = 0;
         shared.counters.batches.fetch_add(1, Ordering::Relaxed);
-        let shard = shared.scheduler.policy().shard_id().to_string();
+        let shard = policy.shard_id().to_string();
         metrics::histogram!(crate::metrics::WORKER_BATCH_SLOTS, "shard" => shard.clone())
             .record(batch.len() as f64);
         publish_executing(&shard, pool);
@@ -427,6 +427,7 @@ async fn produce<E: TenantExecutor + 'static>(
                 shared
                     .scheduler
                     .run_reserved_batch(
+                        &policy,
                         batch,
                         retries,
                         &pool,
@@ -591,14 +592,13 @@ async fn maintain<E: TenantExecutor>(
     stop: CancellationToken,
 ) {
     let every = shared.options.maintenance_every;
-    let shard = shared.scheduler.policy().shard_id().to_string();
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {
                 shared.scheduler.executor().maintain().await;
                 publish_oldest(&shared.scheduler).await;
-                publish_executing(&shard, &pool);
+                publish_executing(shared.scheduler.policy().shard_id().as_str(), &pool);
             }
         }
     }
@@ -606,7 +606,8 @@ async fn maintain<E: TenantExecutor>(
 
 /// Sets the oldest-retained-reservation gauge of the worker's shard.
 async fn publish_oldest<E: TenantExecutor>(scheduler: &DurableFairScheduler<E>) {
-    let shard = scheduler.policy().shard_id();
+    let policy = scheduler.policy();
+    let shard = policy.shard_id();
     match scheduler.store().oldest_reservation(shard).await {
         Ok(Some(oldest)) => {
             if let Ok(at) = oldest.duration_since(std::time::SystemTime::UNIX_EPOCH) {

@@ -752,7 +752,7 @@ async fn sixteen_tickers_execute_each_run_once<H: Harness>() {
     );
 
     // The monitor, fed in completion order, sees the cycle a b c d.
-    let mut monitor = FairnessMonitor::new(s.scheduler.policy());
+    let mut monitor = FairnessMonitor::new(&s.scheduler.policy());
     for o in &outcomes {
         monitor.observe(o);
     }

@@ -19,8 +19,8 @@ use uuid::Uuid;
 use crate::durability::SynchronousCommit;
 use crate::failover::Guarded;
 use crate::reservation::{
-    check_locked_shard, check_uuid_v7, expand_rows, guard_columns, nothing_inserted,
-    reservation_write_error, Reservation,
+    check_locked_shard, check_uuid_v7, expand_rows, guard_columns, reservation_write_error,
+    why_nothing_inserted, Reservation,
 };
 use crate::shard::slot_of;
 use crate::statement::Db;
@@ -253,7 +253,7 @@ async fn reserve_batch_on(
             };
             return Err(StoreError::BatchConflict { batch_id, detail });
         }
-        return Err(nothing_inserted(shard, digest, &row, count));
+        return Err(why_nothing_inserted(db, shard, digest, &row, count).await);
     };
     let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
     // The sequences the range covers after its first.

@@ -1,7 +1,7 @@
 //! The store's one error type, and the single place where SQLSTATE codes are
 //! mapped to conditions.
 
-use statek_policy::{PolicyDigest, SchedulerShardId};
+use statek_policy::{PolicyDigest, ScheduleId, SchedulerShardId};
 
 use crate::durability::{DurabilityReport, DurabilityRisk, SynchronousCommit};
 use crate::failover::LostReservations;
@@ -36,6 +36,75 @@ pub enum StoreError {
     UnknownShard {
         /// The shard.
         shard: SchedulerShardId,
+    },
+    /// The shard is sealed (a rollout moved its schedule on): it accepts no
+    /// new reservation. Its sequences are `0..sealed_at_sequence`; the
+    /// schedule goes on at `successor`. Nothing was written. Replicas follow
+    /// the chain to the successor.
+    #[error(
+        "shard {shard} is sealed at sequence {sealed_at_sequence} (its last sequence is the one before): its successor is {successor}"
+    )]
+    ShardSealed {
+        /// The sealed shard.
+        shard: SchedulerShardId,
+        /// `N`: the cursor at the seal.
+        sealed_at_sequence: u64,
+        /// The shard that goes on from the seal.
+        successor: SchedulerShardId,
+    },
+    /// The shard succeeds a shard that is not sealed naming it, so it
+    /// accepts no reservation yet (the database prevents this state; see
+    /// migration V8). Nothing was written.
+    #[error("shard {shard} accepts no reservation before its predecessor {predecessor} is sealed")]
+    PredecessorNotSealed {
+        /// The successor.
+        shard: SchedulerShardId,
+        /// Its predecessor.
+        predecessor: SchedulerShardId,
+    },
+    /// A rollout from a shard that is not the live shard of its schedule
+    /// (it is sealed already). Nothing was written.
+    #[error(
+        "shard {shard} is not the live shard of schedule {schedule}: it was sealed at sequence {sealed_at_sequence}; roll out from {live}"
+    )]
+    NotLiveShard {
+        /// The shard the rollout was asked from.
+        shard: SchedulerShardId,
+        /// Its schedule.
+        schedule: ScheduleId,
+        /// Where it was sealed.
+        sealed_at_sequence: u64,
+        /// The live shard of the schedule.
+        live: SchedulerShardId,
+    },
+    /// A rollout's successor shard id is already registered: a successor is
+    /// always a new shard id. Nothing was written.
+    #[error("shard {shard} is already registered: a rollout needs a new shard id as successor")]
+    SuccessorExists {
+        /// The successor's shard id.
+        shard: SchedulerShardId,
+    },
+    /// The shard belongs to another schedule than the one asked for (a
+    /// different chain). Nothing was written.
+    #[error("shard {shard} belongs to schedule {stored}, not {offered}")]
+    ScheduleConflict {
+        /// The shard.
+        shard: SchedulerShardId,
+        /// Its stored schedule.
+        stored: ScheduleId,
+        /// The schedule the caller named.
+        offered: ScheduleId,
+    },
+    /// A new shard cannot join a schedule that already has shards except as
+    /// the successor of its live shard. Nothing was written.
+    #[error(
+        "schedule {schedule} already has the live shard {live}: change its policy with `statek rollout` (a new shard joins a schedule only as a successor)"
+    )]
+    ScheduleHasLiveShard {
+        /// The schedule.
+        schedule: ScheduleId,
+        /// Its live shard.
+        live: SchedulerShardId,
     },
     /// A reservation was asked for with a policy digest other than the one
     /// the shard is bound to (a replica running another policy).

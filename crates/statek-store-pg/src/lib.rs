@@ -122,6 +122,7 @@ mod run_queue;
 mod shard;
 mod statement;
 mod store;
+mod succession;
 #[cfg(feature = "test-support")]
 pub mod testing;
 mod tls;
@@ -150,5 +151,6 @@ pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
     RunLease, SlotClaim, MAX_ATTEMPTS_LIMIT, MAX_CLAIM_SLOTS, MAX_PAYLOAD_BYTES,
 };
-pub use shard::{Registration, ShardStatus, StoredShard};
+pub use shard::{Registration, ShardSeal, ShardStatus, StoredShard};
 pub use store::PgStore;
+pub use succession::{Rollout, ShardSeam};

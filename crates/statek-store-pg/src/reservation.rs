@@ -350,6 +350,26 @@ pub(crate) fn nothing_inserted(
     )
 }
 
+/// [`nothing_inserted`] after the digest checks and the seal (migration
+/// V8): a sealed shard, or a successor whose predecessor is not sealed, is
+/// its own typed error naming the shard that goes on.
+pub(crate) async fn why_nothing_inserted(
+    db: &Db<'_>,
+    shard: &SchedulerShardId,
+    digest: &PolicyDigest,
+    locked: &Row,
+    count: i64,
+) -> StoreError {
+    if let Err(e) = check_locked_shard(shard, digest, locked) {
+        return e;
+    }
+    match crate::succession::refusal(db, shard).await {
+        Ok(Some(refused)) => refused,
+        Ok(None) => nothing_inserted(shard, digest, locked, count),
+        Err(e) => e,
+    }
+}
+
 /// Rejects ids that are not UUIDv7 (`what`: "reservation id", "batch id").
 pub(crate) fn check_uuid_v7(id: Uuid, what: &str) -> Result<(), StoreError> {
     if id.get_version_num() != 7 || id.get_variant() != uuid::Variant::RFC4122 {
@@ -518,7 +538,7 @@ async fn reserve_on(
                 value: found,
             });
         }
-        return Err(nothing_inserted(shard, digest, &row, 1));
+        return Err(why_nothing_inserted(db, shard, digest, &row, 1).await);
     };
     let (cycle_length, next) = check_locked_shard(shard, digest, &row)?;
     let advanced: i64 = row.try_get("advanced")?;

@@ -21,6 +21,8 @@ ALTER FUNCTION statek.refuse_young_reservation_delete() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_shard_cycle_digest_change() OWNER TO {owner};
 ALTER FUNCTION statek.require_cycle_digest() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_run_claim_change() OWNER TO {owner};
+ALTER FUNCTION statek.check_new_shard_succession() OWNER TO {owner};
+ALTER FUNCTION statek.refuse_reservation_on_sealed_shard() OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -34,6 +36,9 @@ GRANT USAGE ON SCHEMA statek TO {runtime}, {retention};
 -- only at the locked cursor with the shard's slot and digest and move the
 -- cursor by exactly the rows written), run queue (insert, claim, update).
 -- No INSERT of reservation rows, no UPDATE of shards, no DELETE anywhere.
+-- Register (INSERT) but never seal: a seal (UPDATE of the seal columns,
+-- `statek rollout`) needs the owner, so a runtime credential cannot change
+-- which policy schedules a fleet (migration V8).
 GRANT SELECT, INSERT ON statek.scheduler_shards TO {runtime};
 GRANT SELECT ON statek.scheduler_reservations TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.server_timeline() TO {runtime};

@@ -2,22 +2,30 @@
 
 use std::time::SystemTime;
 
-use statek_policy::{CycleDigest, PolicyDigest, SchedulerShardId, WeightedFairnessPolicy};
+use statek_policy::{
+    CycleDigest, PolicyDigest, ScheduleId, SchedulerShardId, WeightedFairnessPolicy,
+};
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
 use crate::pooling::check_session_settings;
 use crate::statement::Db;
+use crate::succession::live_shard_of_schedule;
 use crate::{PgStore, StoreError};
 
-/// Inserts the shard row (with the digest of the compiled cycle, V6) unless
-/// the shard exists; returns the time it was registered when this call
+/// Inserts the shard row (with the digest of the compiled cycle, V6) unless the time it was registered when this call
 /// inserted it.
+/// the shard exists; returns the time it was registered when this call
+/// inserted it. `$6` is the schedule (NULL: the one named like the shard,
+/// set by the V8 insert trigger). `ON CONFLICT` without a target: a
+/// second first shard of a schedule (`scheduler_shards_one_chain_per_schedule`,
+/// V8) inserts nothing either, and the caller then finds no row of its
+/// shard.
 const INSERT_SHARD: &str = "
     INSERT INTO statek.scheduler_shards
-        (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest)
-    VALUES ($1, $2, $3, $4, $5)
-    ON CONFLICT (shard_id) DO NOTHING
+        (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest, schedule_id)
+    VALUES ($1, $2, $3, $4, $5, $6)
+    ON CONFLICT DO NOTHING
     RETURNING registered_at";
 
 /// The store's `synchronous_commit` for this transaction only (it holds
@@ -45,7 +53,8 @@ const SELECT_OLDEST: &str = "
     SELECT min(reserved_at) FROM statek.scheduler_reservations WHERE shard_id = $1";
 
 const SELECT_SHARD: &str = "
-    SELECT policy_bytes, policy_digest, cycle_length, cycle_digest, next_sequence, registered_at
+    SELECT policy_bytes, policy_digest, cycle_length, cycle_digest, next_sequence, registered_at,
+           schedule_id, predecessor_id, sealed_at_sequence, successor_id, sealed_at
     FROM statek.scheduler_shards
     WHERE shard_id = $1";
 
@@ -82,13 +91,43 @@ impl Registration {
     }
 }
 
-/// A shard as stored: its policy (decoded and verified) and its cursor.
+/// A shard as stored: its policy (decoded and verified), its cursor, its
+/// schedule and its place in the schedule's chain (migration V8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredShard {
     policy: WeightedFairnessPolicy,
     cycle_digest: Option<CycleDigest>,
     next_sequence: u64,
     registered_at: SystemTime,
+    schedule: ScheduleId,
+    predecessor: Option<SchedulerShardId>,
+    seal: Option<ShardSeal>,
+}
+
+/// The seal of a shard: where its sequences end and which shard goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardSeal {
+    pub(crate) sealed_at_sequence: u64,
+    pub(crate) successor: SchedulerShardId,
+    pub(crate) sealed_at: SystemTime,
+}
+
+impl ShardSeal {
+    /// `N`: the cursor when the shard was sealed. The shard's sequences are
+    /// `0..N` (its last is `N - 1`); it never hands out another.
+    pub fn sealed_at_sequence(&self) -> u64 {
+        self.sealed_at_sequence
+    }
+
+    /// The shard that goes on from the seal, from its own sequence 0.
+    pub fn successor(&self) -> &SchedulerShardId {
+        &self.successor
+    }
+
+    /// Database time of the sealing transaction.
+    pub fn sealed_at(&self) -> SystemTime {
+        self.sealed_at
+    }
 }
 
 impl StoredShard {
@@ -125,8 +164,24 @@ impl StoredShard {
         self.registered_at
     }
 
+    /// The schedule the shard belongs to (the one named like the shard
+    /// unless it was registered into another).
+    pub fn schedule(&self) -> &ScheduleId {
+        &self.schedule
+    }
+
+    /// The shard this one succeeds, if it was registered by a rollout.
+    pub fn predecessor(&self) -> Option<&SchedulerShardId> {
+        self.predecessor.as_ref()
+    }
+
+    /// The seal, once the shard is sealed (`None` while it is live).
+    pub fn seal(&self) -> Option<&ShardSeal> {
+        self.seal.as_ref()
+    }
+
     /// Decodes a shard row, checking every stored fact against the others.
-    fn from_row(shard: &SchedulerShardId, row: &Row) -> Result<Self, StoreError> {
+    pub(crate) fn from_row(shard: &SchedulerShardId, row: &Row) -> Result<Self, StoreError> {
         let bytes: Vec<u8> = row.try_get("policy_bytes")?;
         let digest: Vec<u8> = row.try_get("policy_digest")?;
         let cycle_length: i32 = row.try_get("cycle_length")?;
@@ -171,13 +226,65 @@ impl StoredShard {
                 format!("shard {shard}: negative cursor {next_sequence}"),
             )
         })?;
+        let schedule: String = row.try_get("schedule_id")?;
+        let schedule = ScheduleId::try_from(schedule.as_str()).map_err(|e| {
+            StoreError::corrupt("shard schedule", format!("shard {shard}: schedule: {e}"))
+        })?;
+        let predecessor = row
+            .try_get::<_, Option<String>>("predecessor_id")?
+            .map(|p| shard_id_column(shard, "predecessor", &p))
+            .transpose()?;
+        let seal = match (
+            row.try_get::<_, Option<i64>>("sealed_at_sequence")?,
+            row.try_get::<_, Option<String>>("successor_id")?,
+            row.try_get::<_, Option<SystemTime>>("sealed_at")?,
+        ) {
+            (None, None, None) => None,
+            (Some(at), Some(successor), Some(sealed_at)) => {
+                let at = u64::try_from(at)
+                    .ok()
+                    .filter(|at| *at == next_sequence)
+                    .ok_or_else(|| {
+                        StoreError::corrupt(
+                            "shard seal",
+                            format!(
+                                "shard {shard}: sealed at {at} but its cursor is {next_sequence}"
+                            ),
+                        )
+                    })?;
+                Some(ShardSeal {
+                    sealed_at_sequence: at,
+                    successor: shard_id_column(shard, "successor", &successor)?,
+                    sealed_at,
+                })
+            }
+            _ => {
+                return Err(StoreError::corrupt(
+                    "shard seal",
+                    format!("shard {shard}: seal columns set in part"),
+                ))
+            }
+        };
         Ok(Self {
             policy,
             cycle_digest,
             next_sequence,
             registered_at,
+            schedule,
+            predecessor,
+            seal,
         })
     }
+}
+
+/// A stored shard id column of `shard`'s row, fail-closed.
+fn shard_id_column(
+    shard: &SchedulerShardId,
+    what: &str,
+    value: &str,
+) -> Result<SchedulerShardId, StoreError> {
+    SchedulerShardId::try_from(value)
+        .map_err(|e| StoreError::corrupt("shard chain", format!("shard {shard}: {what}: {e}")))
 }
 
 pub(crate) fn slot_of(sequence: u64, cycle_length: u32) -> u32 {
@@ -206,10 +313,17 @@ impl PgStore {
     /// Runs the durability check first ([`PgStore::ensure_durable`]) and
     /// commits with the store's `synchronous_commit`.
     ///
+    /// A new shard becomes the first shard of the schedule named like it;
+    /// an existing one is confirmed whatever its schedule. See
+    /// [`register_in`](Self::register_in) to name the schedule.
+    ///
     /// # Errors
     /// [`StoreError::DurabilityRefused`] when the server can lose
     /// acknowledged reservations and the store's policy refuses it (nothing
     /// is written); [`StoreError::PolicyConflict`];
+    /// [`StoreError::ScheduleHasLiveShard`] when the schedule named like
+    /// the shard already has a chain (a shard of it was registered under
+    /// that name: roll out instead);
     /// [`StoreError::CorruptData`] if the stored row fails its checks;
     /// [`StoreError::SessionSettingMismatch`] under transaction pooling;
     /// connection and server errors.
@@ -217,7 +331,33 @@ impl PgStore {
         &self,
         policy: &WeightedFairnessPolicy,
     ) -> Result<Registration, StoreError> {
+        self.register_in(policy, None).await
+    }
+
+    /// [`register`](Self::register) into the schedule `schedule` (`None`:
+    /// the shard's own schedule when it is new, whichever it has when it
+    /// exists; a policy file's optional `schedule` key).
+    ///
+    /// A schedule is one chain of shards (migration V8): the first shard is
+    /// registered, every later one is the successor a rollout
+    /// ([`PgStore::rollout`]) registers. So registering a new shard into a
+    /// schedule that already has one is refused: at most one shard of a
+    /// schedule accepts reservations at any moment.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register), and
+    /// [`StoreError::ScheduleConflict`] when the shard exists in another
+    /// schedule than `schedule` (nothing is written: registering the same
+    /// bytes into another schedule is a conflict, not idempotent);
+    /// [`StoreError::ScheduleHasLiveShard`] when `schedule` already has a
+    /// chain (its live shard is named: change the policy with a rollout).
+    pub async fn register_in(
+        &self,
+        policy: &WeightedFairnessPolicy,
+        schedule: Option<&ScheduleId>,
+    ) -> Result<Registration, StoreError> {
         let shard = policy.shard_id();
+        let schedule_name = schedule.map(ScheduleId::as_str);
         let cycle_length = i32::try_from(policy.cycle_length())
             .map_err(|_| StoreError::InvalidArgument("cycle length exceeds i32".into()))?;
         let digest = policy.digest();
@@ -247,6 +387,7 @@ impl PgStore {
                                 (&digest_bytes, Type::BYTEA),
                                 (&cycle_length, Type::INT4),
                                 (&cycle_digest_bytes, Type::BYTEA),
+                                (&schedule_name, Type::TEXT),
                             ],
                         )
                         .await?;
@@ -255,13 +396,20 @@ impl PgStore {
                     }
                     // The shard exists (possibly inserted by a concurrent
                     // caller that has committed by now: ON CONFLICT waited
-                    // for it).
-                    db.query_opt(SELECT_SHARD, &[(&shard.as_str(), Type::TEXT)])
+                    // for it), or its schedule already has a first shard.
+                    match db
+                        .query_opt(SELECT_SHARD, &[(&shard.as_str(), Type::TEXT)])
                         .await?
-                        .ok_or_else(|| {
-                            StoreError::corrupt("shard policy", format!("shard {shard} vanished"))
-                        })
-                        .map(Bound::Existing)
+                    {
+                        Some(row) => Ok(Bound::Existing(row)),
+                        None => {
+                            let schedule = schedule
+                                .cloned()
+                                .unwrap_or_else(|| ScheduleId::of_shard(shard));
+                            let live = live_shard_of_schedule(db, &schedule).await?;
+                            Err(StoreError::ScheduleHasLiveShard { schedule, live })
+                        }
+                    }
                 },
             )
             .await?;
@@ -282,6 +430,15 @@ impl PgStore {
             });
         }
         let stored = StoredShard::from_row(shard, &row)?;
+        if let Some(offered) = schedule {
+            if offered != stored.schedule() {
+                return Err(StoreError::ScheduleConflict {
+                    shard: shard.clone(),
+                    stored: stored.schedule().clone(),
+                    offered: offered.clone(),
+                });
+            }
+        }
         Ok(Registration::Idempotent {
             registered_at: stored.registered_at,
         })

@@ -78,6 +78,19 @@ fn every_migration_opens_with_a_comment_saying_why() {
     }
 }
 
+async fn has_column(db: &TestDatabase, column: &str) -> bool {
+    db.client()
+        .await
+        .query_opt(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = 'statek' \
+             AND table_name = 'scheduler_shards' AND column_name = $1",
+            &[&column],
+        )
+        .await
+        .unwrap()
+        .is_some()
+}
+
 #[tokio::test]
 async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
     let versions: Vec<u32> = embedded_migrations().iter().map(|(v, _)| *v).collect();
@@ -118,9 +131,28 @@ async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
             )
             .await
             .unwrap();
+    } else if !has_column(&db, "schedule_id").await {
+        // Before V8: no schedule column, which today's register writes.
+        db.client()
+            .await
+            .execute(
+                "INSERT INTO statek.scheduler_shards
+                     (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest)
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &p.shard_id().as_str(),
+                    &p.canonical_bytes(),
+                    &&p.digest().as_bytes()[..],
+                    &i32::try_from(p.cycle_length()).unwrap(),
+                    &&p.cycle_digest().as_bytes()[..],
+                ],
+            )
+            .await
+            .unwrap();
     } else {
         store.register(&p).await.unwrap();
     }
+    let schedules_before = has_column(&db, "schedule_id").await;
     store
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
         .await
@@ -164,6 +196,21 @@ async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
         .await
         .unwrap();
     assert_eq!(next.sequence(), 1);
+    // A shard from before V8 is the first shard of the schedule named like
+    // it, live.
+    let upgraded = store.load_shard(p.shard_id()).await.unwrap();
+    assert_eq!(upgraded.schedule().as_str(), "primary-v1");
+    assert_eq!((upgraded.predecessor(), upgraded.seal()), (None, None));
+    if !schedules_before {
+        let q = WeightedFairnessPolicy::new(
+            SchedulerShardId::try_from("primary-v3").unwrap(),
+            [TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), 1).unwrap()],
+        )
+        .unwrap();
+        let rollout = store.rollout(&p, &q, None).await.unwrap();
+        assert_eq!(rollout.sealed_at_sequence(), 2);
+        assert_eq!(rollout.schedule().as_str(), "primary-v1");
+    }
     if registered_before {
         // A shard registered before V6 has no cycle digest to check; a
         // shard registered after it has its own.
