@@ -134,13 +134,19 @@ pub struct FairnessReport {
     /// Observations for a tenant the policy does not know (they still
     /// advance the watermark).
     pub unknown_tenant: u64,
+    /// Observations of a shard the monitor does not follow (a successor
+    /// fed before [`crate::FairnessMonitor::follow_rollout`]), or of a
+    /// sealed shard at or after its seal.
+    pub unknown_shard: u64,
     /// Claims whose run was recorded runnable for another tenant: a tenant
     /// slot ran another tenant's run.
     pub isolation_violations: u64,
     /// Runnable records forgotten because [`crate::MonitorOptions::max_tracked_runs`]
     /// was reached.
     pub runnable_evicted: u64,
-    /// One row per tenant of the policy, in the policy's tenant order.
+    /// One row per tenant of the policy, in the policy's tenant order;
+    /// after [`crate::FairnessMonitor::follow_rollout`], rows of tenants
+    /// that join follow, and rows of tenants that left stay.
     pub tenants: Vec<TenantFairnessRow>,
     /// Gap violations, oldest processed first, at most
     /// [`crate::MonitorOptions::max_violations`].

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, SystemTime};
 
-use statek_policy::{TenantId, WeightedFairnessPolicy};
+use statek_policy::{PolicySeam, SchedulerShardId, TenantId, WeightedFairnessPolicy};
 use uuid::Uuid;
 
 use crate::executor::{ExecutedRun, TenantTickOutcome};
@@ -113,17 +113,30 @@ struct Claim {
 /// What is kept of one outcome: no strings, a few dozen bytes.
 #[derive(Debug, Clone, Copy)]
 struct Observation {
-    tenant: Option<usize>,
+    /// The tenant's row and its index in its shard's policy.
+    tenant: Option<(usize, usize)>,
     kind: Kind,
     claim: Option<Claim>,
 }
 
+/// One shard of the schedule as the monitor follows it: its sequences are
+/// the monitor's sequences `offset..end` (`end` once sealed).
+#[derive(Debug, Clone)]
+struct Segment {
+    shard: SchedulerShardId,
+    offset: u64,
+    end: Option<u64>,
+    policy: WeightedFairnessPolicy,
+    /// Row of each tenant of `policy`, by tenant index.
+    rows: Vec<usize>,
+    /// Starvation bound of each tenant, by tenant index.
+    bounds: Vec<u32>,
+    /// Seam bound of each tenant into this shard (empty for the first).
+    seam: Vec<u64>,
+}
+
 impl Observation {
-    fn new(
-        policy: &WeightedFairnessPolicy,
-        tenant: &TenantId,
-        outcome: &TenantTickOutcome,
-    ) -> Self {
+    fn new(segment: &Segment, tenant: &TenantId, outcome: &TenantTickOutcome) -> Self {
         let claim = |run: &ExecutedRun| Claim {
             run_id: run.run_id,
             available_at: run.available_at,
@@ -139,7 +152,10 @@ impl Observation {
             TenantTickOutcome::Cancelled => (Kind::Cancelled, None),
         };
         Self {
-            tenant: policy.tenant_index(tenant),
+            tenant: segment
+                .policy
+                .tenant_index(tenant)
+                .and_then(|i| Some((*segment.rows.get(i)?, i))),
             kind,
             claim,
         }
@@ -230,6 +246,7 @@ impl TenantState {
 
 #[derive(Debug, Clone, Copy)]
 struct Runnable {
+    /// The tenant's row.
     tenant: Option<usize>,
     cursor: u64,
     at: SystemTime,
@@ -315,8 +332,11 @@ struct Runnable {
 /// ```
 #[derive(Debug, Clone)]
 pub struct FairnessMonitor {
-    policy: WeightedFairnessPolicy,
-    bounds: Vec<u32>,
+    /// The shards followed, oldest first (one until a rollout).
+    segments: Vec<Segment>,
+    /// Tenant, weight and bound of each row, as in the newest shard that
+    /// schedules the tenant.
+    rows: Vec<(TenantId, u32, u32)>,
     options: MonitorOptions,
     watermark: u64,
     pending: BTreeMap<u64, Observation>,
@@ -326,6 +346,7 @@ pub struct FairnessMonitor {
     missing: u64,
     late: u64,
     unknown_tenant: u64,
+    unknown_shard: u64,
     isolation_violations: u64,
     tenants: Vec<TenantState>,
     runnable: HashMap<Uuid, Runnable>,
@@ -350,13 +371,29 @@ impl FairnessMonitor {
         first_sequence: u64,
         options: MonitorOptions,
     ) -> Self {
-        let bounds = policy
+        let rows: Vec<(TenantId, u32, u32)> = policy
             .starvation_bounds()
-            .map(|b| b.maximum_reservations_until_selection())
+            .map(|b| {
+                (
+                    b.tenant().clone(),
+                    b.weight(),
+                    b.maximum_reservations_until_selection(),
+                )
+            })
             .collect();
-        Self {
+        let segment = Segment {
+            shard: policy.shard_id().clone(),
+            offset: 0,
+            end: None,
             policy: policy.clone(),
-            bounds,
+            rows: (0..rows.len()).collect(),
+            bounds: rows.iter().map(|(_, _, bound)| *bound).collect(),
+            seam: Vec::new(),
+        };
+        Self {
+            segments: vec![segment],
+            tenants: vec![TenantState::default(); rows.len()],
+            rows,
             options,
             watermark: first_sequence,
             pending: BTreeMap::new(),
@@ -365,8 +402,8 @@ impl FairnessMonitor {
             missing: 0,
             late: 0,
             unknown_tenant: 0,
+            unknown_shard: 0,
             isolation_violations: 0,
-            tenants: vec![TenantState::default(); policy.tenants().len()],
             runnable: HashMap::new(),
             runnable_order: VecDeque::new(),
             runnable_evicted: 0,
@@ -381,23 +418,147 @@ impl FairnessMonitor {
         self.watermark
     }
 
-    /// Feeds one tick outcome.
+    /// Follows a rollout: the newest shard the monitor follows was sealed
+    /// at `sealed_at_sequence` (`N`) and `successor` goes on from its own
+    /// sequence 0, which the monitor numbers `offset + N` (sequences of
+    /// the first shard keep their numbers; later shards follow on, so the
+    /// watermark, gaps and violations count across the seam in one
+    /// numbering). From here on a tenant's gap from its last pick in the
+    /// sealed shard to its first in `successor` is judged against its
+    /// exact seam bound ([`PolicySeam::at`]); gaps inside a shard against
+    /// that shard's starvation bound; a gap spanning a whole shard (a
+    /// tenant absent from it) is not measured. Tenants new in `successor`
+    /// get rows of their own; rows of tenants that left stay.
+    ///
+    /// Call it before feeding the successor's outcomes (they are counted
+    /// as [`unknown_shard`](FairnessReport::unknown_shard) until then), as
+    /// soon as the seal is known (`PgStore::load_seam`, or the scheduler's
+    /// log of following the rollout).
+    ///
+    /// # Errors
+    /// [`SchedulerError::InvalidOption`] when `successor` is a shard the
+    /// monitor follows already, or an outcome of the sealed shard at or
+    /// after `N` was already fed (the seal cannot be there).
+    pub fn follow_rollout(
+        &mut self,
+        successor: &WeightedFairnessPolicy,
+        sealed_at_sequence: u64,
+    ) -> Result<(), SchedulerError> {
+        if self
+            .segments
+            .iter()
+            .any(|s| &s.shard == successor.shard_id())
+        {
+            return Err(SchedulerError::InvalidOption(format!(
+                "the monitor already follows shard {}",
+                successor.shard_id()
+            )));
+        }
+        let Some(last) = self.segments.last() else {
+            return Err(SchedulerError::InvalidOption(
+                "the monitor follows no shard".into(),
+            ));
+        };
+        let end = last.offset.checked_add(sealed_at_sequence).ok_or_else(|| {
+            SchedulerError::InvalidOption(format!("seal at {sealed_at_sequence} overflows"))
+        })?;
+        let beyond = self.pending.range(end..).next().map(|(&s, _)| s);
+        if let Some(seen) = beyond.or_else(|| (self.watermark > end).then(|| self.watermark - 1)) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "shard {} cannot be sealed at {sealed_at_sequence}: its sequence {} was observed",
+                last.shard,
+                seen - last.offset
+            )));
+        }
+        let seam = PolicySeam::new(&last.policy, successor).at(sealed_at_sequence);
+        let mut rows = Vec::with_capacity(successor.tenants().len());
+        let mut bounds = Vec::with_capacity(successor.tenants().len());
+        for bound in successor.starvation_bounds() {
+            let entry = (
+                bound.tenant().clone(),
+                bound.weight(),
+                bound.maximum_reservations_until_selection(),
+            );
+            let row = match self.rows.iter().position(|(t, _, _)| t == bound.tenant()) {
+                Some(row) => {
+                    self.rows[row] = entry;
+                    row
+                }
+                None => {
+                    self.rows.push(entry);
+                    self.tenants.push(TenantState::default());
+                    self.rows.len() - 1
+                }
+            };
+            rows.push(row);
+            bounds.push(bound.maximum_reservations_until_selection());
+        }
+        if let Some(last) = self.segments.last_mut() {
+            last.end = Some(end);
+        }
+        self.segments.push(Segment {
+            shard: successor.shard_id().clone(),
+            offset: end,
+            end: None,
+            policy: successor.clone(),
+            rows,
+            bounds,
+            seam: seam.iter().map(|b| b.reservations_across_seam()).collect(),
+        });
+        Ok(())
+    }
+
+    /// Feeds one tick outcome (of any shard the monitor follows).
     pub fn observe(&mut self, outcome: &TickOutcome) {
-        self.observe_parts(
+        self.observe_on(
+            outcome.reservation().shard(),
             outcome.reservation().sequence(),
             outcome.tenant(),
             outcome.tenant_outcome(),
         );
     }
 
-    /// Feeds one outcome given as its parts: the reservation's sequence,
-    /// the tenant its slot selected, and what the executor did.
+    /// Feeds one outcome given as its parts: the reservation's sequence in
+    /// the monitor's first shard, the tenant its slot selected, and what
+    /// the executor did. After a rollout use
+    /// [`observe_on`](Self::observe_on).
     pub fn observe_parts(&mut self, sequence: u64, tenant: &TenantId, outcome: &TenantTickOutcome) {
+        if let Some(first) = self.segments.first().map(|s| s.shard.clone()) {
+            self.observe_on(&first, sequence, tenant, outcome);
+        }
+    }
+
+    /// Feeds one outcome of `shard` (the monitor's first shard or one it
+    /// follows, see [`follow_rollout`](Self::follow_rollout)) given as its
+    /// parts: the reservation's sequence in `shard`, the tenant its slot
+    /// selected, and what the executor did. An outcome of another shard,
+    /// or of a sealed shard at or after its seal, is only counted
+    /// ([`FairnessReport::unknown_shard`]).
+    pub fn observe_on(
+        &mut self,
+        shard: &SchedulerShardId,
+        sequence: u64,
+        tenant: &TenantId,
+        outcome: &TenantTickOutcome,
+    ) {
+        let Some(segment) = self.segments.iter().find(|s| &s.shard == shard) else {
+            self.unknown_shard += 1;
+            return;
+        };
+        let Some(global) = segment
+            .offset
+            .checked_add(sequence)
+            .filter(|g| segment.end.is_none_or(|end| *g < end))
+        else {
+            self.unknown_shard += 1;
+            return;
+        };
+        let observation = Observation::new(segment, tenant, outcome);
+        let sequence = global;
         if sequence < self.watermark || self.pending.contains_key(&sequence) {
             self.late += 1;
             return;
         }
-        let observation = Observation::new(&self.policy, tenant, outcome);
         if sequence == self.watermark {
             self.process(sequence, observation);
             self.watermark += 1;
@@ -415,7 +576,8 @@ impl FairnessMonitor {
     /// (enqueued available, or made available by a delay) when the shard's
     /// next sequence was `cursor`, at time `at` (database time, to compare
     /// with claim times). Its first claim then yields its claim lag. A
-    /// second record for the same run replaces the first.
+    /// second record for the same run replaces the first. `cursor` is of
+    /// the newest shard the monitor follows.
     pub fn record_runnable(
         &mut self,
         run_id: Uuid,
@@ -423,9 +585,10 @@ impl FairnessMonitor {
         cursor: u64,
         at: SystemTime,
     ) {
+        let offset = self.segments.last().map_or(0, |s| s.offset);
         let record = Runnable {
-            tenant: self.policy.tenant_index(tenant),
-            cursor,
+            tenant: self.rows.iter().position(|(t, _, _)| t == tenant),
+            cursor: offset.saturating_add(cursor),
             at,
         };
         if self.runnable.insert(run_id, record).is_none() {
@@ -459,15 +622,13 @@ impl FairnessMonitor {
     /// A snapshot of everything processed below the watermark.
     pub fn report(&self) -> FairnessReport {
         let tenants = self
-            .policy
-            .tenants()
+            .rows
             .iter()
             .zip(&self.tenants)
-            .zip(&self.bounds)
-            .map(|((weight, state), &bound)| TenantFairnessRow {
-                tenant: weight.tenant().clone(),
-                weight: weight.weight(),
-                bound,
+            .map(|((tenant, weight, bound), state)| TenantFairnessRow {
+                tenant: tenant.clone(),
+                weight: *weight,
+                bound: *bound,
                 selections: state.selections,
                 executed: state.executed,
                 execution_failed: state.execution_failed,
@@ -506,6 +667,7 @@ impl FairnessMonitor {
             pending: self.pending.len(),
             late: self.late,
             unknown_tenant: self.unknown_tenant,
+            unknown_shard: self.unknown_shard,
             isolation_violations: self.isolation_violations,
             runnable_evicted: self.runnable_evicted,
             tenants,
@@ -539,17 +701,31 @@ impl FairnessMonitor {
 
     fn process(&mut self, sequence: u64, observation: Observation) {
         self.observed += 1;
-        let Some(index) = observation.tenant else {
+        let Some((index, in_policy)) = observation.tenant else {
             self.unknown_tenant += 1;
             return;
         };
-        let (Some(&bound), Some(weight), Some(state)) = (
-            self.bounds.get(index),
-            self.policy.tenants().get(index),
+        let position = self
+            .segments
+            .iter()
+            .rposition(|s| s.offset <= sequence)
+            .unwrap_or(0);
+        let Some(segment) = self.segments.get(position) else {
+            return;
+        };
+        let previous_offset = position
+            .checked_sub(1)
+            .and_then(|p| self.segments.get(p))
+            .map(|s| s.offset);
+        let (Some(&bound), Some((tenant, _, _)), Some(state)) = (
+            segment.bounds.get(in_policy),
+            self.rows.get(index),
             self.tenants.get_mut(index),
         ) else {
             return;
         };
+        let seam_bound = segment.seam.get(in_policy).copied();
+        let segment_offset = segment.offset;
         let last_missing = self.last_missing;
         state.selections += 1;
         *match observation.kind {
@@ -562,20 +738,30 @@ impl FairnessMonitor {
         let had_work = observation.kind.had_work();
         let mut violation = None;
         if let Some((previous, previous_had_work)) = state.last {
-            if last_missing.is_some_and(|missing| missing > previous) {
-                state.gaps_unmeasured += 1;
+            // Inside the shard: its starvation bound; across the seam
+            // from the shard before: the exact seam bound; across a whole
+            // shard: not measured.
+            let judged = if previous >= segment_offset {
+                Some(u64::from(bound))
+            } else if previous_offset.is_some_and(|o| previous >= o) {
+                seam_bound
             } else {
+                None
+            };
+            if last_missing.is_some_and(|missing| missing > previous) || judged.is_none() {
+                state.gaps_unmeasured += 1;
+            } else if let Some(judged) = judged {
                 let gap = sequence - previous;
                 state.add_gap(gap);
-                if gap > u64::from(bound) {
+                if gap > judged {
                     if previous_had_work && had_work {
                         state.violations += 1;
                         violation = Some(GapViolation {
-                            tenant: weight.tenant().clone(),
+                            tenant: tenant.clone(),
                             from_sequence: previous,
                             to_sequence: sequence,
                             gap,
-                            bound,
+                            bound: u32::try_from(judged).unwrap_or(u32::MAX),
                         });
                     } else {
                         state.above_bound_without_work += 1;

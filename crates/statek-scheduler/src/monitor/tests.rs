@@ -353,3 +353,114 @@ fn option_limits() {
         .is_err());
     assert!(MonitorOptions::new().max_violations(0).is_err());
 }
+
+/// Policy a:1 / b:1 / c:2, cycle `c a b c`: the successor in the seam
+/// tests (v1 is [`policy`], `a a b a`).
+fn successor() -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v2").unwrap(),
+        [
+            TenantFairnessWeight::new(tenant("a"), 1).unwrap(),
+            TenantFairnessWeight::new(tenant("b"), 1).unwrap(),
+            TenantFairnessWeight::new(tenant("c"), 2).unwrap(),
+        ],
+    )
+    .unwrap()
+}
+
+/// Feeds v1's sequences `0..n` and v2's `0..m` (each slot's own tenant,
+/// all contended), with `swap` replacing v2's tenant at some sequences,
+/// in reverse order so that everything is buffered first.
+fn seam_report(n: u64, m: u64, swap: &[(u64, &str)]) -> FairnessReport {
+    let (v1, v2) = (policy(), successor());
+    let mut monitor = FairnessMonitor::new(&v1);
+    monitor.follow_rollout(&v2, n).unwrap();
+    for s in (0..m).rev() {
+        let own = v2
+            .tenant_for_slot(u64::from(v2.slot_for_sequence(s)))
+            .unwrap()
+            .clone();
+        let name = swap
+            .iter()
+            .find(|(at, _)| *at == s)
+            .map_or(own, |(_, t)| tenant(t));
+        monitor.observe_on(v2.shard_id(), s, &name, &outcome('c'));
+    }
+    for s in (0..n).rev() {
+        let own = v1
+            .tenant_for_slot(u64::from(v1.slot_for_sequence(s)))
+            .unwrap()
+            .clone();
+        monitor.observe_on(v1.shard_id(), s, &own, &outcome('c'));
+    }
+    monitor.report()
+}
+
+#[test]
+fn gaps_across_a_seam_are_judged_against_the_seam_bound() {
+    // v1 0..5 = a a b a a, then v2 (numbered from 5) = c a b c c a b c.
+    // a: picks 0 1 3 4 | 6 10 -> gaps 1 2 1 | 2 (seam bound 2) 4 (bound 4).
+    // b: picks 2 | 7 11 -> seam gap 5 (seam bound 5), then 4.
+    // c joins: picks 5 8 9 12 -> gaps 3 1 3.
+    let report = seam_report(5, 8, &[]);
+    assert_eq!(report.watermark, 13);
+    assert_eq!(
+        (report.observed, report.unknown_shard, report.late),
+        (13, 0, 0)
+    );
+    assert!(report.is_fair(), "{:?}", report.violations);
+    let row = |t: &str| report.tenant(&tenant(t)).unwrap().clone();
+    assert_eq!(
+        (row("a").selections, row("a").gaps.max, row("a").bound),
+        (6, 4, 4)
+    );
+    assert_eq!(
+        (row("b").selections, row("b").gaps.max, row("b").bound),
+        (3, 5, 4)
+    );
+    assert_eq!(
+        (row("c").selections, row("c").gaps.max, row("c").weight),
+        (4, 3, 2)
+    );
+    assert_eq!(
+        report
+            .tenants
+            .iter()
+            .map(|r| r.tenant.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
+}
+
+#[test]
+fn a_slot_misrouted_after_the_seam_is_a_violation_of_the_seam_bound() {
+    // v2's sequence 2 (b's) given to a: b's gap runs from 2 (v1) to 11, 9 > 5.
+    let report = seam_report(5, 8, &[(2, "a")]);
+    assert_eq!(
+        report.violations,
+        [GapViolation {
+            tenant: tenant("b"),
+            from_sequence: 2,
+            to_sequence: 11,
+            gap: 9,
+            bound: 5,
+        }]
+    );
+}
+
+#[test]
+fn following_a_rollout_is_checked() {
+    let (v1, v2) = (policy(), successor());
+    let mut monitor = FairnessMonitor::new(&v1);
+    // v2's outcomes before the seal is known are counted, not processed.
+    monitor.observe_on(v2.shard_id(), 0, &tenant("c"), &outcome('c'));
+    monitor.observe_parts(6, &tenant("b"), &outcome('c'));
+    assert_eq!(monitor.report().unknown_shard, 1);
+    // v1's sequence 6 was observed: it cannot be sealed at 5.
+    assert!(monitor.follow_rollout(&v2, 5).is_err());
+    monitor.follow_rollout(&v2, 7).unwrap();
+    assert!(monitor.follow_rollout(&v2, 9).is_err(), "followed already");
+    // v1 at or after its seal is not v1's.
+    monitor.observe_on(v1.shard_id(), 7, &tenant("a"), &outcome('c'));
+    assert_eq!(monitor.report().unknown_shard, 2);
+}
