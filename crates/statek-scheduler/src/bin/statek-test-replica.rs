@@ -10,6 +10,12 @@
 //!   first attempt (it then hangs until cancelled; later attempts succeed).
 //!
 //! Runs with payload `work` sleep 2 ms. Closing stdin shuts it down.
+//!
+//! `statek-test-replica "<connection string>" ticks <k>` instead ticks the
+//! scheduler in a loop (`tick` for k = 1, else `tick_batch(k)`), following
+//! rollouts, and prints one line per slot: `tick <shard> <sequence>
+//! <tenant> <outcome>`, or `error <message>` for a failed tick. Runs
+//! complete at once.
 
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
@@ -30,6 +36,9 @@ struct Handler;
 
 impl RunHandler for Handler {
     async fn handle(&self, run: &ClaimedRun, cancel: CancellationToken) -> Result<(), RunError> {
+        if run.payload.is_empty() {
+            return Ok(());
+        }
         if run.payload == b"hang" && run.attempt == 1 {
             println!("hang {} {}", run.lease.run_id(), run.attempt);
             let _ = std::io::stdout().flush();
@@ -67,6 +76,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         DurableFairScheduler::register(store.clone(), policy()?, executor, SchedulerOptions::new())
             .await?,
     );
+    if std::env::args().nth(2).as_deref() == Some("ticks") {
+        let k: u32 = std::env::args()
+            .nth(3)
+            .ok_or("ticks needs a batch size")?
+            .parse()?;
+        return tick_until_stdin_closes(&scheduler, k).await;
+    }
     let (sink, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
     let worker = Worker::new(scheduler, WorkerOptions::new().concurrency(2)?)
         .with_notifications(store.listen_for_runs().await?)
@@ -88,5 +104,45 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = running.await??;
     let _ = printer.await;
     eprintln!("replica done: {report:?}");
+    Ok(())
+}
+
+/// The `ticks` mode: tick until stdin closes, one line per slot.
+async fn tick_until_stdin_closes<E: statek_scheduler::TenantExecutor>(
+    scheduler: &DurableFairScheduler<E>,
+    k: u32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let stop = CancellationToken::new();
+    let closed = stop.clone();
+    tokio::spawn(async move {
+        let mut sink = Vec::new();
+        let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+        closed.cancel();
+    });
+    let never = CancellationToken::new();
+    let print =
+        |result: Result<statek_scheduler::TickOutcome, statek_scheduler::SchedulerError>| {
+            match result {
+                Ok(o) => println!(
+                    "tick {} {} {} {}",
+                    o.reservation().shard(),
+                    o.reservation().sequence(),
+                    o.tenant(),
+                    o.tenant_outcome().label()
+                ),
+                Err(e) => println!("error {e}"),
+            }
+        };
+    while !stop.is_cancelled() {
+        if k == 1 {
+            print(scheduler.tick(&never).await);
+        } else {
+            match scheduler.tick_batch(k, &never).await {
+                Ok(results) => results.into_iter().for_each(print),
+                Err(e) => println!("error {e}"),
+            }
+        }
+        let _ = std::io::stdout().flush();
+    }
     Ok(())
 }
