@@ -966,3 +966,110 @@ async fn a_claimed_run_executes_while_its_batch_claims_for_later_slots() {
         "the run claimed for slot 0 did not execute while the batch claimed for its later slots"
     );
 }
+
+/// A Worker meets a rollout mid-run: it follows the chain without a
+/// restart, its outcomes carry the successor's shard from the seam on, and
+/// a tenant that only the successor schedules gets its slots (its
+/// notification wakes the Worker once it is in the live policy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_follows_a_rollout_without_a_restart() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = scheduler(
+        &store,
+        Sleepy {
+            work: Duration::from_millis(1),
+            ..Sleepy::default()
+        },
+        ExecutorOptions::new(),
+    )
+    .await;
+    let v2 = WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v2").unwrap(),
+        [
+            TenantFairnessWeight::new(tenant("tenant-a"), 1).unwrap(),
+            TenantFairnessWeight::new(tenant("tenant-c"), 1).unwrap(),
+        ],
+    )
+    .unwrap();
+    for _ in 0..200 {
+        store
+            .enqueue(&NewRun::new(tenant("tenant-a"), vec![]))
+            .await
+            .unwrap();
+    }
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(
+        Arc::clone(&scheduler),
+        WorkerOptions::new().concurrency(4).unwrap(),
+    )
+    .with_notifications(store.listen_for_runs().await.unwrap())
+    .with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let mut seen: Vec<(String, u64, String)> = Vec::new();
+    async fn next(
+        outcomes: &mut mpsc::UnboundedReceiver<statek_scheduler::TickOutcome>,
+    ) -> (String, u64, String) {
+        let o = tokio::time::timeout(Duration::from_secs(30), outcomes.recv())
+            .await
+            .expect("an outcome within 30 s")
+            .expect("the worker runs");
+        (
+            o.reservation().shard().to_string(),
+            o.reservation().sequence(),
+            o.tenant().to_string(),
+        )
+    }
+    while seen.iter().filter(|(s, _, _)| s == "primary-v1").count() < 20 {
+        seen.push(next(&mut outcomes).await);
+    }
+    let rollout = store.rollout(&policy(), &v2, None).await.unwrap();
+    // tenant-c exists only in v2.
+    for _ in 0..20 {
+        store
+            .enqueue(&NewRun::new(tenant("tenant-c"), vec![]))
+            .await
+            .unwrap();
+    }
+    while seen
+        .iter()
+        .filter(|(s, _, t)| s == "primary-v2" && t == "tenant-c")
+        .count()
+        < 10
+    {
+        seen.push(next(&mut outcomes).await);
+    }
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    while let Ok(o) = outcomes.try_recv() {
+        seen.push((
+            o.reservation().shard().to_string(),
+            o.reservation().sequence(),
+            o.tenant().to_string(),
+        ));
+    }
+    assert_eq!(scheduler.policy().shard_id(), v2.shard_id());
+    // Every slot of v1 is below the seal, every slot of v2 from 0 on.
+    let n = rollout.sealed_at_sequence();
+    let mut v1_slots: Vec<u64> = seen
+        .iter()
+        .filter(|(s, _, _)| s == "primary-v1")
+        .map(|(_, q, _)| *q)
+        .collect();
+    v1_slots.sort_unstable();
+    assert_eq!(v1_slots, (0..n).collect::<Vec<_>>());
+    let mut v2_slots: Vec<u64> = seen
+        .iter()
+        .filter(|(s, _, _)| s == "primary-v2")
+        .map(|(_, q, _)| *q)
+        .collect();
+    v2_slots.sort_unstable();
+    assert_eq!(v2_slots, (0..v2_slots.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        store.next_sequence(v2.shard_id()).await.unwrap(),
+        v2_slots.len() as u64
+    );
+    assert_eq!(report.transient_errors, 0, "{report:?}");
+    assert_eq!(report.ticks, seen.len() as u64, "{report:?}");
+}
