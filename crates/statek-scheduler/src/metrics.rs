@@ -24,6 +24,10 @@ pub const STARVATION_BOUND_RESERVATIONS: &str = "statek_starvation_bound_reserva
 /// seam into `shard` (its last pick in the sealed predecessor to its first
 /// pick in `shard`), set when a replica follows a rollout.
 pub const SEAM_BOUND_RESERVATIONS: &str = "statek_seam_bound_reservations";
+/// Gauge `{shard}`: 1 once this process has followed a rollout away from
+/// `shard` (sealed: it takes no reservation again). Alerts on a shard's
+/// reservation rate ignore sealed shards with it.
+pub const SHARD_SEALED: &str = "statek_shard_sealed";
 /// Histogram `{shard, tenant}`, seconds: a run's availability to its claim.
 pub const SERVICE_LAG_SECONDS: &str = "statek_service_lag_seconds";
 /// Counter `{tenant, outcome}`: what happened to claimed runs (`completed`,
@@ -77,6 +81,7 @@ pub const ALL: &[&str] = &[
     TICK_ERRORS_TOTAL,
     STARVATION_BOUND_RESERVATIONS,
     SEAM_BOUND_RESERVATIONS,
+    SHARD_SEALED,
     SERVICE_LAG_SECONDS,
     RUN_OUTCOMES_TOTAL,
     WORKER_RUNS_EXECUTING,

@@ -245,6 +245,11 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
                 sealed_at_sequence = seam.sealed_at_sequence(),
                 "the shard is sealed: following the rollout to its successor"
             );
+            metrics::gauge!(
+                crate::metrics::SHARD_SEALED,
+                "shard" => from.shard_id().to_string()
+            )
+            .set(1.0);
             publish_bounds(&next);
             *self
                 .live
