@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::db::DbArgs;
-use crate::{policy_cmd, store_cmd};
+use crate::{policy_cmd, rollout_cmd, store_cmd};
 
 /// statek: fair, weighted, durable tenant scheduling on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -22,6 +22,8 @@ use crate::{policy_cmd, store_cmd};
   statek policy diff policy.toml --algorithm min-gap-v1 --against min-gap-v2
   DATABASE_URL=postgres://owner@db/statek statek migrate
   statek register deploy/policies/two-tenants.toml --database-url postgres://runtime@db/statek
+  statek rollout primary-v1.toml primary-v2.toml --dry-run
+  statek rollout primary-v1.toml primary-v2.toml --database-url postgres://owner@db/statek
   statek status --shard primary-v1 --format json
   statek prune --retain 24h --batch 1000 --until-empty
   statek demo"
@@ -34,7 +36,8 @@ pub struct Cli {
 /// Output format of read commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// Human-readable text.
+    /// Human-readable text (alias: table).
+    #[value(alias = "table")]
     Text,
     /// One JSON document.
     Json,
@@ -57,10 +60,33 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Change the policy live: seal FROM's shard at its cursor and register
+    /// TO's shard as its successor, in one transaction (owner role).
+    ///
+    /// TO.toml needs a new shard id; its `schedule`, if any, must be FROM's.
+    /// Replicas follow the chain within one tick of meeting the seal: no
+    /// drain, no restart. Prints every tenant's exact seam bound (a retry
+    /// after a lost acknowledgement prints `replayed`). `--dry-run` needs no
+    /// database: each tenant's seam bound at its worst over every seal point.
+    Rollout {
+        /// The policy of the live shard (TOML).
+        from: PathBuf,
+        /// The successor's policy (TOML), with a new shard id.
+        to: PathBuf,
+        /// Print the seam at its worst over every seal point; write nothing
+        /// (no database needed).
+        #[arg(long)]
+        dry_run: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
     /// Least-privilege roles.
     #[command(subcommand)]
     Roles(RolesCommand),
-    /// Cursor, recent reservation rate and retained evidence of a shard.
+    /// Cursor, seal and chain, recent reservation rate and retained evidence of a shard.
     Status {
         /// The shard.
         #[arg(long)]
@@ -210,7 +236,13 @@ pub fn run(cli: Cli) -> Result<()> {
         }) => {
             let diff = match (new, against) {
                 (Some(new), None) => {
-                    policy_cmd::diff(&policy_cmd::load(&old)?, &policy_cmd::load(&new)?)
+                    let (old, new) = (policy_cmd::load_file(&old)?, policy_cmd::load_file(&new)?);
+                    let mut diff = policy_cmd::diff(old.policy(), new.policy());
+                    diff.schedule = (
+                        old.schedule().map(ToString::to_string),
+                        new.schedule().map(ToString::to_string),
+                    );
+                    diff
                 }
                 (None, Some(against)) => {
                     let policy = policy_cmd::load(&old)?;
@@ -243,6 +275,20 @@ pub fn run(cli: Cli) -> Result<()> {
         }) => runtime()?.block_on(store_cmd::verify(&file, shard.as_deref(), format, &db)),
         Command::Migrate { db } => runtime()?.block_on(store_cmd::migrate(&db)),
         Command::Register { file, db } => runtime()?.block_on(store_cmd::register(&file, &db)),
+        Command::Rollout {
+            from,
+            to,
+            dry_run,
+            format,
+            db,
+        } => {
+            let plan = rollout_cmd::RolloutPlan::load(&from, &to)?;
+            if dry_run {
+                plan.dry_run(format)
+            } else {
+                runtime()?.block_on(plan.run(format, &db))
+            }
+        }
         Command::Roles(RolesCommand::Apply {
             owner,
             runtime: runtime_role,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 use statek_policy::policy_file::PolicyFile;
-use statek_policy::{TenantId, WeightedFairnessPolicy};
+use statek_policy::{ScheduleId, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
     SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
@@ -147,14 +147,14 @@ impl Workload {
 ///
 /// # Errors
 /// The file cannot be read or is not a valid policy file.
-pub fn load_policy(args: &DemoArgs) -> Result<WeightedFairnessPolicy> {
+pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
     let Some(path) = &args.policy else {
-        return Ok(
-            PolicyFile::parse("noisy-neighbour.toml (built in)", DEFAULT_POLICY)?.into_policy(),
-        );
+        return Ok(PolicyFile::parse(
+            "noisy-neighbour.toml (built in)",
+            DEFAULT_POLICY,
+        )?);
     };
-    let text = crate::policy_cmd::read_policy_text(path)?;
-    Ok(PolicyFile::parse(&path.display().to_string(), &text)?.into_policy())
+    crate::policy_cmd::load_file(path)
 }
 
 /// The default demo policy, deploy/policies/noisy-neighbour.toml.
@@ -167,15 +167,22 @@ const DEFAULT_POLICY: &str = include_str!("../../../deploy/policies/noisy-neighb
 /// Connection, registration or policy-file errors; [`crate::exit::CheckFailed`]
 /// when a check fails.
 pub fn run(args: DemoArgs, database_url: &str) -> Result<()> {
-    let policy = load_policy(&args)?;
+    let file = load_policy(&args)?;
+    let schedule = file.schedule().cloned();
+    let policy = file.into_policy();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
-    runtime.block_on(run_demo(args, policy, database_url))
+    runtime.block_on(run_demo(args, policy, schedule, database_url))
 }
 
-async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> Result<()> {
+async fn run_demo(
+    args: DemoArgs,
+    policy: WeightedFairnessPolicy,
+    schedule: Option<ScheduleId>,
+    url: &str,
+) -> Result<()> {
     let shard = policy.shard_id().clone();
     let workload = Workload::for_policy(&policy);
     outln!(
@@ -243,9 +250,10 @@ async fn run_demo(args: DemoArgs, policy: WeightedFairnessPolicy, url: &str) -> 
     for i in 0..args.replicas {
         let store = PgStore::new(demo_store_config(url)?)?;
         let executor = PgRunQueueExecutor::new(store.clone(), NoopHandler, ExecutorOptions::new());
-        let scheduler = DurableFairScheduler::register(
+        let scheduler = DurableFairScheduler::register_in(
             store,
             policy.clone(),
+            schedule.clone(),
             executor,
             SchedulerOptions::new(),
         )

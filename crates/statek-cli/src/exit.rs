@@ -32,6 +32,21 @@ pub const DURABILITY_REFUSED: u8 = 10;
 /// server certificate, or the server refused the role, password or
 /// database (SQLSTATE 28000, 28P01, 3D000). Fix the settings.
 pub const CONFIGURATION: u8 = 9;
+/// The shard is not the live shard of its schedule: a rollout from a shard
+/// that is sealed already (the error names the live shard to roll out
+/// from), or a reservation on a sealed shard. Nothing was written.
+pub const NOT_LIVE_SHARD: u8 = 11;
+/// A rollout's successor shard id is already registered: a successor is
+/// always a new shard id. Nothing was written.
+pub const SUCCESSOR_EXISTS: u8 = 12;
+/// A different chain: the shard belongs to another schedule than the one
+/// the policy file names, or the two files of a rollout name different
+/// schedules. Nothing was written.
+pub const SCHEDULE_CONFLICT: u8 = 13;
+/// `register` of a new shard into a schedule that already has a live
+/// shard: change the policy with `statek rollout` instead. Nothing was
+/// written.
+pub const SCHEDULE_HAS_LIVE_SHARD: u8 = 14;
 
 /// Every exit code with its name, for docs and tests.
 pub const ALL: &[(u8, &str)] = &[
@@ -46,6 +61,10 @@ pub const ALL: &[(u8, &str)] = &[
     (CHECK_FAILED, "CHECK_FAILED"),
     (CONFIGURATION, "CONFIGURATION"),
     (DURABILITY_REFUSED, "DURABILITY_REFUSED"),
+    (NOT_LIVE_SHARD, "NOT_LIVE_SHARD"),
+    (SUCCESSOR_EXISTS, "SUCCESSOR_EXISTS"),
+    (SCHEDULE_CONFLICT, "SCHEDULE_CONFLICT"),
+    (SCHEDULE_HAS_LIVE_SHARD, "SCHEDULE_HAS_LIVE_SHARD"),
 ];
 
 /// A connection setting given to the CLI is missing or unusable (exit
@@ -66,6 +85,24 @@ pub fn is_stdout_closed(error: &anyhow::Error) -> bool {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct CheckFailed(pub String);
+
+/// The two policy files of a rollout name different schedules (exit code
+/// [`SCHEDULE_CONFLICT`]); found before any connection.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{from_file} names schedule {from}, {to_file} names schedule {to}: a rollout continues one \
+     schedule (give {to_file} schedule = \"{from}\", or leave the key out)"
+)]
+pub struct ScheduleMismatch {
+    /// The sealed shard's file.
+    pub from_file: String,
+    /// Its schedule.
+    pub from: String,
+    /// The successor's file.
+    pub to_file: String,
+    /// Its schedule.
+    pub to: String,
+}
 
 /// Invalid user input detected by the CLI itself (exit code [`INVALID_INPUT`]).
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +157,9 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
         if cause.downcast_ref::<CheckFailed>().is_some() {
             return CHECK_FAILED;
         }
+        if cause.downcast_ref::<ScheduleMismatch>().is_some() {
+            return SCHEDULE_CONFLICT;
+        }
         if let Some(store) = cause.downcast_ref::<StoreError>() {
             return classify(store);
         }
@@ -145,6 +185,12 @@ fn classify(store: &StoreError) -> u8 {
         StoreError::DurabilityRefused { .. } => DURABILITY_REFUSED,
         StoreError::PermissionDenied { .. } => PERMISSION_DENIED,
         StoreError::InvalidArgument(_) => INVALID_INPUT,
+        StoreError::ShardSealed { .. }
+        | StoreError::NotLiveShard { .. }
+        | StoreError::PredecessorNotSealed { .. } => NOT_LIVE_SHARD,
+        StoreError::SuccessorExists { .. } => SUCCESSOR_EXISTS,
+        StoreError::ScheduleConflict { .. } => SCHEDULE_CONFLICT,
+        StoreError::ScheduleHasLiveShard { .. } => SCHEDULE_HAS_LIVE_SHARD,
         e if e.is_configuration() => CONFIGURATION,
         e if e.is_retryable() => UNAVAILABLE,
         _ => FAILURE,
@@ -221,6 +267,74 @@ mod tests {
             }
             .into(),
             DURABILITY_REFUSED,
+        );
+        let shard = |s: &str| statek_policy::SchedulerShardId::try_from(s).unwrap();
+        let schedule = |s: &str| statek_policy::ScheduleId::try_from(s).unwrap();
+        check(
+            StoreError::ShardSealed {
+                shard: shard("v1"),
+                sealed_at_sequence: 3,
+                successor: shard("v2"),
+            }
+            .into(),
+            NOT_LIVE_SHARD,
+        );
+        check(
+            StoreError::NotLiveShard {
+                shard: shard("v1"),
+                schedule: schedule("primary"),
+                sealed_at_sequence: 3,
+                live: shard("v2"),
+            }
+            .into(),
+            NOT_LIVE_SHARD,
+        );
+        check(
+            StoreError::PredecessorNotSealed {
+                shard: shard("v2"),
+                predecessor: shard("v1"),
+            }
+            .into(),
+            NOT_LIVE_SHARD,
+        );
+        check(
+            StoreError::SuccessorExists { shard: shard("v2") }.into(),
+            SUCCESSOR_EXISTS,
+        );
+        check(
+            StoreError::ScheduleConflict {
+                shard: shard("v1"),
+                stored: schedule("a"),
+                offered: schedule("b"),
+            }
+            .into(),
+            SCHEDULE_CONFLICT,
+        );
+        check(
+            ScheduleMismatch {
+                from_file: "a.toml".into(),
+                from: "a".into(),
+                to_file: "b.toml".into(),
+                to: "b".into(),
+            }
+            .into(),
+            SCHEDULE_CONFLICT,
+        );
+        check(
+            StoreError::ScheduleHasLiveShard {
+                schedule: schedule("primary"),
+                live: shard("v1"),
+            }
+            .into(),
+            SCHEDULE_HAS_LIVE_SHARD,
+        );
+        check(
+            statek_scheduler::SchedulerError::Store {
+                source: StoreError::SuccessorExists { shard: shard("v2") },
+                retries: 0,
+            }
+            .into(),
+            SUCCESSOR_EXISTS,
         );
     }
 

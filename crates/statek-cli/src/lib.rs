@@ -1,14 +1,16 @@
 //! The `statek` operator tool, as a library (the binary is a thin `main`).
 //!
 //! Commands: `policy compile|diff|verify`, `migrate`, `register`,
-//! `roles apply`, `status`, `prune`, `demo`. Read commands take
+//! `rollout`, `roles apply`, `status`, `prune`, `demo`. Read commands take
 //! `--format json`. Database URLs come from `--database-url` or
 //! `DATABASE_URL` and are never printed with their password. Exit codes
 //! (see [`exit`]): 0 ok, 1 other failure, 2 usage, 3 invalid input, 4 policy
 //! conflict, 5 corrupt data, 6 database unavailable, 7 permission denied,
 //! 8 a demo check failed, 9 configuration (connection settings: no or a bad
 //! URL, TLS, the server refused the role, password or database; retrying
-//! does not help). A closed standard output (`statek status | head -1`)
+//! does not help), 10 durability refused, 11 not the live shard (sealed),
+//! 12 successor exists, 13 schedule conflict (a different chain), 14 the
+//! schedule already has a live shard (use `rollout`). A closed standard output (`statek status | head -1`)
 //! ends the command quietly with 0. Database URLs accept libpq's TLS
 //! parameters (`sslmode=verify-full&sslrootcert=...`, see
 //! `statek_store_pg::StoreConfig::from_url`).
@@ -31,6 +33,7 @@ pub mod demo;
 pub mod exit;
 mod out;
 pub mod policy_cmd;
+mod rollout_cmd;
 mod store_cmd;
 
 pub use cli::{run, Cli};

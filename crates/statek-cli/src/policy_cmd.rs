@@ -9,7 +9,9 @@ use anyhow::Result;
 use serde::Serialize;
 use statek_policy::analysis::SetMeasure;
 use statek_policy::policy_file::PolicyFile;
-use statek_policy::{PolicyAlgorithm, WeightedFairnessPolicy};
+use statek_policy::{
+    PolicyAlgorithm, PolicySeam, ScheduleId, SeamBound, TenantId, WeightedFairnessPolicy,
+};
 
 /// The largest policy file read, in bytes. The largest policy (1,024
 /// tenants with 128-byte ids) is about 170 KB of TOML; a larger input (or
@@ -40,9 +42,131 @@ pub fn read_policy_text(path: &Path) -> Result<String> {
 
 /// Reads and parses a policy file; errors name the file, line and field.
 pub fn load(path: &Path) -> Result<WeightedFairnessPolicy> {
+    Ok(load_file(path)?.into_policy())
+}
+
+/// Reads and parses a policy file, keeping its optional `schedule` key.
+pub fn load_file(path: &Path) -> Result<PolicyFile> {
     let text = read_policy_text(path)?;
-    let file = PolicyFile::parse(&path.display().to_string(), &text)?;
-    Ok(file.into_policy())
+    Ok(PolicyFile::parse(&path.display().to_string(), &text)?)
+}
+
+/// The schedule a rollout from `from` to `to` continues, as the two files
+/// name it: `from`'s, else `to`'s, else `None` (whichever schedule the
+/// sealed shard belongs to).
+///
+/// # Errors
+/// [`crate::exit::ScheduleMismatch`] (exit 13) when both files name a
+/// schedule and they differ.
+pub fn rollout_schedule(from: &PolicyFile, to: &PolicyFile) -> Result<Option<ScheduleId>> {
+    match (from.schedule(), to.schedule()) {
+        (Some(a), Some(b)) if a != b => Err(crate::exit::ScheduleMismatch {
+            from_file: from.file_name().to_owned(),
+            from: a.to_string(),
+            to_file: to.file_name().to_owned(),
+            to: b.to_string(),
+        }
+        .into()),
+        (a, b) => Ok(a.or(b).cloned()),
+    }
+}
+
+/// The starvation bound of `tenant` in `policy`, if it schedules it.
+fn bound_of(policy: &WeightedFairnessPolicy, tenant: &TenantId) -> Option<u32> {
+    policy
+        .starvation_bound(tenant)
+        .map(|b| b.maximum_reservations_until_selection())
+}
+
+/// One tenant of the successor across a rollout's seam, as `rollout`
+/// and `policy diff` report it.
+#[derive(Debug, Serialize, PartialEq, Eq, Clone)]
+pub struct SeamRow {
+    /// Tenant id.
+    pub tenant: String,
+    /// `N`: the seal point these values are for (the sealed shard's cursor
+    /// at the seal; its last sequence is `N - 1`). For a dry run and `policy
+    /// diff`, the smallest `N` at which the tenant's gap is largest.
+    pub seal_sequence: u64,
+    /// The tenant's last pick in the sealed shard (`p < N`), or null when it
+    /// joins or was not picked there before `N`.
+    pub last_pick_before_seal: Option<u64>,
+    /// Its first pick in the successor, a sequence of the successor (`q`).
+    pub first_pick_after_seal: u64,
+    /// The gap across the seam in reservations, counting the picking one:
+    /// `(N - p) + q`; `N + 1 + q` when not picked before `N`; `q + 1` for a
+    /// joining tenant.
+    pub reservations_across_seam: u64,
+    /// New in the successor.
+    pub joining: bool,
+    /// Old (null for a joining tenant) and new starvation bound, in
+    /// reservations.
+    pub bound: (Option<u32>, u32),
+}
+
+/// The rows of `bounds` (from [`PolicySeam::at`] or [`PolicySeam::worst`]).
+pub fn seam_rows(
+    old: &WeightedFairnessPolicy,
+    new: &WeightedFairnessPolicy,
+    bounds: &[SeamBound],
+) -> Vec<SeamRow> {
+    bounds
+        .iter()
+        .map(|b| SeamRow {
+            tenant: b.tenant().to_string(),
+            seal_sequence: b.seal_sequence(),
+            last_pick_before_seal: b.last_pick_before_seal(),
+            first_pick_after_seal: b.first_pick_after_seal(),
+            reservations_across_seam: b.reservations_across_seam(),
+            joining: b.joining(),
+            bound: (
+                bound_of(old, b.tenant()),
+                bound_of(new, b.tenant()).unwrap_or(0),
+            ),
+        })
+        .collect()
+}
+
+/// The row with the largest gap (the first in tenant order on a tie).
+pub fn worst_row(rows: &[SeamRow]) -> Option<&SeamRow> {
+    rows.iter()
+        .fold(None, |best: Option<&SeamRow>, row| match best {
+            Some(b) if b.reservations_across_seam >= row.reservations_across_seam => Some(b),
+            _ => Some(row),
+        })
+}
+
+/// The seam table of `rollout` and `policy diff`, one line per tenant.
+pub fn seam_table(rows: &[SeamRow], out: &mut String) {
+    let width = rows
+        .iter()
+        .map(|r| r.tenant.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>9}  {:>10}  {:>10}  {:>10}  bound old -> new",
+        "tenant", "seal at N", "last pick", "first pick", "seam bound"
+    );
+    for r in rows {
+        let last = match (r.joining, r.last_pick_before_seal) {
+            (true, _) => "joining".to_owned(),
+            (false, Some(p)) => p.to_string(),
+            (false, None) => "-".to_owned(),
+        };
+        let old = r.bound.0.map_or_else(|| "-".to_owned(), |b| b.to_string());
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>9}  {:>10}  {:>10}  {:>10}  {old} -> {}",
+            r.tenant,
+            r.seal_sequence,
+            last,
+            r.first_pick_after_seal,
+            r.reservations_across_seam,
+            r.bound.1
+        );
+    }
 }
 
 /// `policy` compiled with the algorithm named `name` instead of its own.
@@ -242,6 +366,17 @@ pub struct Diff {
     pub removed: Vec<(String, u32, u32)>,
     /// Tenants in both policies.
     pub kept: Vec<KeptTenant>,
+    /// Tenants in both policies whose weight changes.
+    pub reweighted: Vec<String>,
+    /// The schedules the two files name (`schedule = "…"`), null where a
+    /// file names none.
+    pub schedule: (Option<String>, Option<String>),
+    /// Each tenant of the new policy across the seam of a rollout from the
+    /// old one, at its worst over every seal point `N` (as `rollout
+    /// --dry-run`; the rollout itself prints the exact value for its `N`).
+    pub seam: Vec<SeamRow>,
+    /// The largest seam bound of all tenants (null without tenants).
+    pub worst_seam: Option<SeamRow>,
     /// Whether the policies differ at all.
     pub changed: bool,
 }
@@ -276,18 +411,28 @@ pub fn diff(old: &WeightedFairnessPolicy, new: &WeightedFairnessPolicy) -> Diff 
         added: Vec::new(),
         removed: Vec::new(),
         kept: Vec::new(),
+        reweighted: Vec::new(),
+        schedule: (None, None),
+        seam: seam_rows(old, new, &PolicySeam::new(old, new).worst()),
+        worst_seam: None,
         changed: old.canonical_bytes() != new.canonical_bytes(),
     };
+    diff.worst_seam = worst_row(&diff.seam).cloned();
     for (tenant, weight) in &new_tenants {
         match old_tenants.get(tenant) {
             None => diff
                 .added
                 .push((tenant.to_string(), *weight, bound(new, tenant))),
-            Some(old_weight) => diff.kept.push(KeptTenant {
-                id: tenant.to_string(),
-                weight: (*old_weight, *weight),
-                bound: (bound(old, tenant), bound(new, tenant)),
-            }),
+            Some(old_weight) => {
+                if old_weight != weight {
+                    diff.reweighted.push(tenant.to_string());
+                }
+                diff.kept.push(KeptTenant {
+                    id: tenant.to_string(),
+                    weight: (*old_weight, *weight),
+                    bound: (bound(old, tenant), bound(new, tenant)),
+                });
+            }
         }
     }
     for (tenant, weight) in &old_tenants {
@@ -310,6 +455,14 @@ pub fn diff_text(d: &Diff) -> String {
         }
     };
     let _ = writeln!(out, "shard        {}", pair(&d.shard));
+    let schedule_conflict = matches!(&d.schedule, (Some(a), Some(b)) if a != b);
+    match &d.schedule {
+        (None, None) => {}
+        (a, b) => {
+            let name = |s: &Option<String>| s.clone().unwrap_or_else(|| "(none)".to_owned());
+            let _ = writeln!(out, "schedule     {}", pair(&(name(a), name(b))));
+        }
+    }
     let _ = writeln!(out, "algorithm    {}", pair(&d.algorithm));
     let _ = writeln!(
         out,
@@ -342,6 +495,35 @@ pub fn diff_text(d: &Diff) -> String {
     if unchanged > 0 {
         let _ = writeln!(out, "  = {unchanged} tenants unchanged (weight and bound)");
     }
+    let rollout = d.changed && d.shard.0 != d.shard.1;
+    if rollout && !d.seam.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "seam of a rollout {} -> {}: each tenant's gap at its worst over every seal point N",
+            d.shard.0, d.shard.1
+        );
+        seam_table(&d.seam, &mut out);
+        if !d.removed.is_empty() {
+            let _ = writeln!(
+                out,
+                "leaving: {} (no slot after the seal)",
+                d.removed
+                    .iter()
+                    .map(|(id, _, _)| id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        if let Some(w) = &d.worst_seam {
+            let _ = writeln!(
+                out,
+                "worst seam bound: {} reservations ({}, at N = {}); the rollout prints the exact \
+                 bound for its N",
+                w.reservations_across_seam, w.tenant, w.seal_sequence
+            );
+        }
+    }
     let _ = writeln!(out);
     if !d.changed {
         let _ = writeln!(out, "no change: identical canonical bytes");
@@ -362,15 +544,21 @@ pub fn diff_text(d: &Diff) -> String {
     } else if d.shard.0 == d.shard.1 {
         let _ = writeln!(
             out,
-            "REFUSED ON REGISTER: the new policy reuses shard id {}; a shard is bound to its policy forever. \
-             Give the new policy a new shard id (e.g. {}-next), drain the old deployment, then activate the new shard.",
+            "REFUSED BY ROLLOUT AND REGISTER: the new policy reuses shard id {}; a shard is bound to its policy forever. \
+             Give the new policy a new shard id (e.g. {}-next) and roll it out: statek rollout OLD.toml NEW.toml.",
             d.shard.1, d.shard.1
+        );
+    } else if schedule_conflict {
+        let _ = writeln!(
+            out,
+            "REFUSED BY ROLLOUT: the files name different schedules; a rollout continues one schedule \
+             (give the new file the old one's schedule, or leave the key out)."
         );
     } else {
         let _ = writeln!(
             out,
-            "rollout: drain the deployment serving {} before activating {}: two shard ids serving one worker pool \
-             are two independent schedules, and neither bound then holds.",
+            "rollout: statek rollout OLD.toml NEW.toml seals {} at its cursor and registers {} as its successor \
+             in one transaction; replicas follow within one tick, no drain (statek rollout --dry-run shows the seam).",
             d.shard.0, d.shard.1
         );
     }
@@ -491,7 +679,7 @@ mod tests {
         );
         assert!(
             diff_text(&diff(&old, &policy("primary-v1", &[("tenant-a", 1)])))
-                .contains("REFUSED ON REGISTER")
+                .contains("REFUSED BY ROLLOUT AND REGISTER")
         );
     }
 }

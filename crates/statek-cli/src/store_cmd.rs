@@ -1,5 +1,5 @@
 //! Commands that talk to PostgreSQL: verify, migrate, register, roles,
-//! status, prune.
+//! status, prune (rollout: `rollout_cmd.rs`).
 
 use crate::out::{out, outln};
 use std::path::Path;
@@ -125,11 +125,12 @@ pub async fn migrate(db: &DbArgs) -> Result<()> {
     Ok(())
 }
 
-/// `statek register FILE`.
+/// `statek register FILE`: into the file's `schedule` (`register_in`).
 pub async fn register(file: &Path, db: &DbArgs) -> Result<()> {
-    let policy = policy_cmd::load(file)?;
+    let policy_file = policy_cmd::load_file(file)?;
+    let policy = policy_file.policy();
     let store = db.store(1)?;
-    let how = match store.register(&policy).await? {
+    let how = match store.register_in(policy, policy_file.schedule()).await? {
         Registration::Registered { .. } => "registered",
         Registration::Idempotent { .. } => "already registered with identical bytes",
         _ => "registered",
@@ -148,11 +149,24 @@ pub async fn register(file: &Path, db: &DbArgs) -> Result<()> {
         }
     }
     outln!(
-        "shard {}: {how} (policy {}, L = {})",
+        "shard {}: {how} (schedule {}, policy {}, L = {})",
         policy.shard_id(),
+        stored.schedule(),
         policy.digest(),
         policy.cycle_length()
     )?;
+    if let Some(seal) = stored.seal() {
+        let live = store.live_shard(policy.shard_id()).await?;
+        outln!(
+            "shard {} is sealed at sequence {} (successor {}): the live shard of schedule {} is {}; \
+             replicas started with this file follow the chain to it",
+            policy.shard_id(),
+            seal.sealed_at_sequence(),
+            seal.successor(),
+            stored.schedule(),
+            live
+        )?;
+    }
     // What the durability check accepted by an explicit opt-in is said,
     // not only what it refused.
     let durability = store.durability_report().await?;
@@ -192,6 +206,19 @@ pub async fn roles_apply(
 #[derive(Serialize)]
 struct StatusReport {
     shard: String,
+    /// The schedule (chain of shards) the shard belongs to.
+    schedule: String,
+    /// `N` of the seal (the shard's last sequence is `N - 1`); null while
+    /// the shard is live.
+    sealed_at_sequence: Option<u64>,
+    /// When it was sealed; null while live.
+    sealed_at: Option<String>,
+    /// The shard that succeeds it; null while live.
+    successor: Option<String>,
+    /// The shard it succeeds; null for the first shard of its schedule.
+    predecessor: Option<String>,
+    /// The live shard of the chain (this shard while it is not sealed).
+    live_shard: String,
     digest: String,
     algorithm: String,
     cycle_length: u32,
@@ -217,9 +244,17 @@ pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) 
     let retain = SchedulerFairnessRetentionPolicy::new(retain, 1)?.retain_for();
     let store = db.store(1)?;
     let s = store.shard_status(&shard, retain).await?;
+    let live_shard = store.live_shard(&shard).await?;
     let policy = s.stored.policy();
+    let seal = s.stored.seal();
     let report = StatusReport {
         shard: shard.to_string(),
+        schedule: s.stored.schedule().to_string(),
+        sealed_at_sequence: seal.map(statek_store_pg::ShardSeal::sealed_at_sequence),
+        sealed_at: seal.map(|seal| rfc3339(seal.sealed_at())),
+        successor: seal.map(|seal| seal.successor().to_string()),
+        predecessor: s.stored.predecessor().map(ToString::to_string),
+        live_shard: live_shard.to_string(),
         digest: policy.digest().to_string(),
         algorithm: policy.algorithm().to_string(),
         cycle_length: policy.cycle_length(),
@@ -251,6 +286,19 @@ pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) 
                 report.tenants
             )?;
             outln!("registered at      {}", report.registered_at)?;
+            outln!(
+                "schedule           {} (predecessor {}, live shard {})",
+                report.schedule,
+                report.predecessor.as_deref().unwrap_or("none"),
+                report.live_shard
+            )?;
+            match (report.sealed_at_sequence, &report.successor) {
+                (Some(n), Some(successor)) => outln!(
+                    "sealed             at sequence {n} ({}), successor {successor}: takes no new reservation",
+                    report.sealed_at.as_deref().unwrap_or("-")
+                )?,
+                _ => outln!("sealed             no (live)")?,
+            }
             outln!(
                 "cursor             sequence {} (next slot {})",
                 report.next_sequence,

@@ -117,7 +117,14 @@ tenants
   - tenant-b: weight 1, bound 4 (removed)
   = 1 tenants unchanged (weight and bound)
 
-rollout: drain the deployment serving primary-v1 before activating primary-v2: two shard ids serving one worker pool are two independent schedules, and neither bound then holds.
+seam of a rollout primary-v1 -> primary-v2: each tenant's gap at its worst over every seal point N
+tenant    seal at N   last pick  first pick  seam bound  bound old -> new
+tenant-a          3           1           0           2  2 -> 2
+tenant-c          0     joining           1           2  - -> 3
+leaving: tenant-b (no slot after the seal)
+worst seam bound: 2 reservations (tenant-a, at N = 3); the rollout prints the exact bound for its N
+
+rollout: statek rollout OLD.toml NEW.toml seals primary-v1 at its cursor and registers primary-v2 as its successor in one transaction; replicas follow within one tick, no drain (statek rollout --dry-run shows the seam).
 "
     );
 }

@@ -1,0 +1,205 @@
+//! `statek rollout FROM.toml TO.toml [--dry-run]`: change a schedule's
+//! policy live. The real rollout seals FROM's shard at its cursor and
+//! registers TO's shard as its successor in one transaction
+//! (`PgStore::rollout`, owner role) and prints the exact seam bounds; a dry
+//! run needs no database and prints each tenant's seam bound at its worst
+//! over every seal point.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+use statek_policy::policy_file::PolicyFile;
+use statek_policy::{PolicySeam, ScheduleId};
+
+use crate::cli::Format;
+use crate::db::DbArgs;
+use crate::out::{out, outln};
+use crate::policy_cmd::{self, SeamRow};
+
+/// What `statek rollout` prints (`--format json`), dry run or not.
+#[derive(Debug, Serialize)]
+struct RolloutReport {
+    /// True for `--dry-run`: nothing was written, no database was asked.
+    dry_run: bool,
+    /// The schedule: the sealed shard's (as stored) for a rollout; for a
+    /// dry run the one the files name, or null when neither names one.
+    schedule: Option<String>,
+    /// The shard sealed (FROM's).
+    predecessor: String,
+    /// The new live shard (TO's).
+    successor: String,
+    /// `N`, the predecessor's cursor at the seal (its last sequence is
+    /// `N - 1`; the successor starts at 0). Null for a dry run.
+    sealed_at_sequence: Option<u64>,
+    /// Database time of the seal (RFC 3339). Null for a dry run.
+    sealed_at: Option<String>,
+    /// True when the shard was already sealed to this successor with these
+    /// policies (a retry after a lost acknowledgement): nothing was written.
+    replayed: bool,
+    /// Each tenant of the successor, in its tenant order: for a rollout
+    /// its exact seam bound at `sealed_at_sequence`; for a dry run its
+    /// worst over every seal point, with the smallest `N` reaching it.
+    seam: Vec<SeamRow>,
+    /// Tenants of FROM that TO does not schedule (no bound after the seal).
+    leaving: Vec<String>,
+}
+
+/// The two files of a rollout, read and checked before any connection.
+pub struct RolloutPlan {
+    from: PolicyFile,
+    to: PolicyFile,
+    schedule: Option<ScheduleId>,
+}
+
+impl RolloutPlan {
+    /// Reads both files and checks what needs no database: TO has a new
+    /// shard id, and the files do not name different schedules.
+    ///
+    /// # Errors
+    /// A file that does not parse or TO with FROM's shard id (exit 3);
+    /// [`crate::exit::ScheduleMismatch`] (exit 13).
+    pub fn load(from: &Path, to: &Path) -> Result<Self> {
+        let (from, to) = (policy_cmd::load_file(from)?, policy_cmd::load_file(to)?);
+        if from.policy().shard_id() == to.policy().shard_id() {
+            return Err(crate::exit::InvalidInput(format!(
+                "{} and {} both name shard {}: a rollout needs a new shard id in {} (a shard is \
+                 bound to its policy forever)",
+                from.file_name(),
+                to.file_name(),
+                to.policy().shard_id(),
+                to.file_name()
+            ))
+            .into());
+        }
+        let schedule = policy_cmd::rollout_schedule(&from, &to)?;
+        Ok(Self { from, to, schedule })
+    }
+
+    fn leaving(&self) -> Vec<String> {
+        PolicySeam::new(self.from.policy(), self.to.policy())
+            .leaving()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// `--dry-run`: every tenant's seam bound at its worst over every seal
+    /// point ([`PolicySeam::worst`]); no database.
+    ///
+    /// # Errors
+    /// Writing to standard output.
+    pub fn dry_run(&self, format: Format) -> Result<()> {
+        let (old, new) = (self.from.policy(), self.to.policy());
+        let report = RolloutReport {
+            dry_run: true,
+            schedule: self.schedule.as_ref().map(ToString::to_string),
+            predecessor: old.shard_id().to_string(),
+            successor: new.shard_id().to_string(),
+            sealed_at_sequence: None,
+            sealed_at: None,
+            replayed: false,
+            seam: policy_cmd::seam_rows(old, new, &PolicySeam::new(old, new).worst()),
+            leaving: self.leaving(),
+        };
+        print(&report, format)
+    }
+
+    /// The rollout: seals FROM's shard and registers TO's as its successor.
+    ///
+    /// # Errors
+    /// The store's typed errors (see [`crate::exit`]): `PolicyConflict`
+    /// (4), `UnknownShard` (1), `NotLiveShard` (11), `SuccessorExists` (12),
+    /// `ScheduleConflict` (13), `PermissionDenied` (7, a role other than the
+    /// owner), `DurabilityRefused` (10), connection errors (6, 9).
+    pub async fn run(&self, format: Format, db: &DbArgs) -> Result<()> {
+        let (old, new) = (self.from.policy(), self.to.policy());
+        let store = db.store(1)?;
+        let rollout = store.rollout(old, new, self.schedule.as_ref()).await?;
+        let report = RolloutReport {
+            dry_run: false,
+            schedule: Some(rollout.schedule().to_string()),
+            predecessor: rollout.predecessor().to_string(),
+            successor: rollout.successor().to_string(),
+            sealed_at_sequence: Some(rollout.sealed_at_sequence()),
+            sealed_at: Some(humantime::format_rfc3339_millis(rollout.sealed_at()).to_string()),
+            replayed: rollout.replayed(),
+            seam: policy_cmd::seam_rows(old, new, rollout.seam()),
+            leaving: rollout.leaving().iter().map(ToString::to_string).collect(),
+        };
+        print(&report, format)
+    }
+}
+
+fn print(report: &RolloutReport, format: Format) -> Result<()> {
+    match format {
+        Format::Json => outln!("{}", serde_json::to_string_pretty(report)?),
+        Format::Text => out!("{}", text(report)),
+    }
+}
+
+fn text(r: &RolloutReport) -> String {
+    let mut out = String::new();
+    match (r.dry_run, r.sealed_at_sequence) {
+        (false, Some(n)) => {
+            let _ = writeln!(
+                out,
+                "{}: schedule {}: sealed {} at sequence {n} (it handed out sequences 0..{n}); \
+                 {} goes on from sequence 0",
+                if r.replayed {
+                    "replayed (already rolled out, nothing written)"
+                } else {
+                    "rolled out"
+                },
+                r.schedule.as_deref().unwrap_or("-"),
+                r.predecessor,
+                r.successor
+            );
+            let _ = writeln!(
+                out,
+                "sealed at    {}",
+                r.sealed_at.as_deref().unwrap_or("-")
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "dry run (nothing written, no database asked): {} -> {}, schedule {}",
+                r.predecessor,
+                r.successor,
+                r.schedule
+                    .as_deref()
+                    .unwrap_or("(the one the sealed shard belongs to)")
+            );
+        }
+    }
+    let _ = writeln!(out);
+    policy_cmd::seam_table(&r.seam, &mut out);
+    if !r.leaving.is_empty() {
+        let _ = writeln!(
+            out,
+            "leaving: {} (no slot after the seal)",
+            r.leaving.join(", ")
+        );
+    }
+    let _ = writeln!(out);
+    if r.dry_run {
+        let _ = writeln!(
+            out,
+            "seam bound = reservations from the tenant's last pick in {} to its first pick in {}, counting \
+             the picking one; shown at its worst over every seal point N (the smallest N reaching it). \
+             The rollout prints the exact bound for the N it seals at.",
+            r.predecessor, r.successor
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "seam bound = reservations from the tenant's last pick in {} to its first pick in {}, counting \
+             the picking one: exact for this seal (docs/guarantees.md). Replicas follow the chain \
+             within one tick of meeting the seal.",
+            r.predecessor, r.successor
+        );
+    }
+    out
+}
