@@ -406,3 +406,275 @@ async fn status_register_verify_and_prune_against_postgres() {
     let out = statek(&["migrate"], Some(&secret));
     assert!(!stdout(&out).contains("hunter2") && !stderr(&out).contains("hunter2"));
 }
+
+/// Two policy files of one schedule, `primary`: v1 = tenant-a:3,
+/// tenant-b:1 (cycle a a b a) and v2 = tenant-a:1, tenant-b:1, tenant-c:2
+/// (cycle c a b c), the example of statek-policy's `PolicySeam`.
+fn rollout_files() -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("statek-cli-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (v1, v2) = (dir.join("v1.toml"), dir.join("v2.toml"));
+    std::fs::write(
+        &v1,
+        "shard = \"primary-v1\"\nschedule = \"primary\"\n[[tenants]]\nid = \"tenant-a\"\nweight = 3\n[[tenants]]\nid = \"tenant-b\"\nweight = 1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &v2,
+        "shard = \"primary-v2\"\nschedule = \"primary\"\n[[tenants]]\nid = \"tenant-a\"\nweight = 1\n[[tenants]]\nid = \"tenant-b\"\nweight = 1\n[[tenants]]\nid = \"tenant-c\"\nweight = 2\n",
+    )
+    .unwrap();
+    (v1, v2)
+}
+
+fn parsed(path: &std::path::Path) -> statek_policy::WeightedFairnessPolicy {
+    statek_policy::policy_file::PolicyFile::parse("f.toml", &std::fs::read_to_string(path).unwrap())
+        .unwrap()
+        .into_policy()
+}
+
+/// The `seam` rows `rollout` and `policy diff` print for `bounds`.
+fn seam_json(
+    old: &statek_policy::WeightedFairnessPolicy,
+    new: &statek_policy::WeightedFairnessPolicy,
+    bounds: &[statek_policy::SeamBound],
+) -> serde_json::Value {
+    let bound = |p: &statek_policy::WeightedFairnessPolicy, t| {
+        p.starvation_bound(t)
+            .map(|b| b.maximum_reservations_until_selection())
+    };
+    bounds
+        .iter()
+        .map(|b| {
+            serde_json::json!({
+                "tenant": b.tenant().as_str(),
+                "seal_sequence": b.seal_sequence(),
+                "last_pick_before_seal": b.last_pick_before_seal(),
+                "first_pick_after_seal": b.first_pick_after_seal(),
+                "reservations_across_seam": b.reservations_across_seam(),
+                "joining": b.joining(),
+                "bound": [bound(old, b.tenant()), bound(new, b.tenant()).unwrap()],
+            })
+        })
+        .collect()
+}
+
+fn json_of(o: &Output) -> serde_json::Value {
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn rollout_dry_run_and_policy_diff_print_the_worst_seam_without_a_database() {
+    let (v1, v2) = rollout_files();
+    let (from, to) = (v1.to_str().unwrap(), v2.to_str().unwrap());
+    let (old, new) = (parsed(&v1), parsed(&v2));
+    let worst = statek_policy::PolicySeam::new(&old, &new).worst();
+    // By hand: a's worst is 3 at N = 3 (last pick 1, first pick 1),
+    // b's 6 at N = 6, joining c's q + 1 = 1.
+    assert_eq!(
+        worst
+            .iter()
+            .map(|b| (b.seal_sequence(), b.reservations_across_seam()))
+            .collect::<Vec<_>>(),
+        [(3, 3), (6, 6), (0, 1)]
+    );
+    let dry = json_of(&statek(
+        &["rollout", from, to, "--dry-run", "--format", "json"],
+        None,
+    ));
+    assert_eq!(
+        dry,
+        serde_json::json!({
+            "dry_run": true,
+            "schedule": "primary",
+            "predecessor": "primary-v1",
+            "successor": "primary-v2",
+            "sealed_at_sequence": null,
+            "sealed_at": null,
+            "replayed": false,
+            "seam": seam_json(&old, &new, &worst),
+            "leaving": [],
+        })
+    );
+    assert_eq!(
+        dry["seam"][1],
+        serde_json::json!({
+            "tenant": "tenant-b", "seal_sequence": 6, "last_pick_before_seal": 2,
+            "first_pick_after_seal": 2, "reservations_across_seam": 6, "joining": false,
+            "bound": [4, 4],
+        })
+    );
+    let text = statek(&["rollout", from, to, "--dry-run"], None);
+    assert_eq!(text.status.code(), Some(0), "{}", stderr(&text));
+    assert!(stdout(&text).contains(
+        "tenant    seal at N   last pick  first pick  seam bound  bound old -> new
+tenant-a          3           1           1           3  2 -> 4
+tenant-b          6           2           2           6  4 -> 4
+tenant-c          0     joining           0           1  - -> 3
+"
+    ));
+
+    let diff = json_of(&statek(
+        &["policy", "diff", from, to, "--format", "json"],
+        None,
+    ));
+    assert_eq!(diff["schedule"], serde_json::json!(["primary", "primary"]));
+    assert_eq!(diff["added"], serde_json::json!([["tenant-c", 2, 3]]));
+    assert_eq!(diff["removed"], serde_json::json!([]));
+    assert_eq!(diff["reweighted"], serde_json::json!(["tenant-a"]));
+    assert_eq!(
+        diff["kept"],
+        serde_json::json!([
+            {"id": "tenant-a", "weight": [3, 1], "bound": [2, 4]},
+            {"id": "tenant-b", "weight": [1, 1], "bound": [4, 4]},
+        ])
+    );
+    assert_eq!(diff["cycle_length"], serde_json::json!([4, 4]));
+    assert_eq!(diff["algorithm"], serde_json::json!(["swrr-v1", "swrr-v1"]));
+    assert_eq!(diff["seam"], seam_json(&old, &new, &worst));
+    assert_eq!(diff["worst_seam"], seam_json(&old, &new, &worst)[1]);
+    assert_eq!(diff["changed"], true);
+}
+
+#[tokio::test]
+async fn rollout_register_and_status_against_postgres() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let (v1, v2) = rollout_files();
+    let (from, to) = (v1.to_str().unwrap(), v2.to_str().unwrap());
+    let (old, new) = (parsed(&v1), parsed(&v2));
+    let none = ["--durability", "none"];
+    let register = statek(&[&["register", from][..], &none].concat(), Some(&url));
+    assert_eq!(register.status.code(), Some(0), "{}", stderr(&register));
+    assert!(
+        stdout(&register).starts_with("shard primary-v1: registered (schedule primary, policy "),
+        "{}",
+        stdout(&register)
+    );
+    let status = |shard: &str| {
+        json_of(&statek(
+            &["status", "--shard", shard, "--format", "json"],
+            Some(&url),
+        ))
+    };
+    let chain = |s: &serde_json::Value| {
+        [
+            "schedule",
+            "sealed_at_sequence",
+            "successor",
+            "predecessor",
+            "live_shard",
+        ]
+        .map(|k| s[k].clone())
+    };
+    let before = status("primary-v1");
+    assert_eq!(
+        chain(&before),
+        [
+            "primary".into(),
+            serde_json::Value::Null,
+            serde_json::Value::Null,
+            serde_json::Value::Null,
+            "primary-v1".into()
+        ]
+    );
+    assert_eq!(before["sealed_at"], serde_json::Value::Null);
+
+    // Nine reservations: sealed at N = 9.
+    let store = db.store();
+    for _ in 0..9 {
+        store
+            .reserve(old.shard_id(), &old.digest(), Uuid::now_v7())
+            .await
+            .unwrap();
+    }
+    let rollout = json_of(&statek(
+        &[&["rollout", from, to, "--format", "json"][..], &none].concat(),
+        Some(&url),
+    ));
+    let at_nine = statek_policy::PolicySeam::new(&old, &new).at(9);
+    // By hand (statek-policy's example): (9 - 8) + 1, (9 - 6) + 2, 0 + 1.
+    assert_eq!(
+        at_nine
+            .iter()
+            .map(statek_policy::SeamBound::reservations_across_seam)
+            .collect::<Vec<_>>(),
+        [2, 5, 1]
+    );
+    assert_eq!(rollout["dry_run"], false);
+    assert_eq!(rollout["schedule"], "primary");
+    assert_eq!(rollout["predecessor"], "primary-v1");
+    assert_eq!(rollout["successor"], "primary-v2");
+    assert_eq!(rollout["sealed_at_sequence"], 9);
+    assert_eq!(rollout["replayed"], false);
+    assert_eq!(rollout["seam"], seam_json(&old, &new, &at_nine));
+    assert_eq!(rollout["leaving"], serde_json::json!([]));
+    assert!(rollout["sealed_at"].as_str().unwrap().ends_with('Z'));
+
+    // A retry (a lost acknowledgement): replayed, the same seal.
+    let replay = statek(&[&["rollout", from, to][..], &none].concat(), Some(&url));
+    assert_eq!(replay.status.code(), Some(0), "{}", stderr(&replay));
+    assert!(
+        stdout(&replay).starts_with(
+            "replayed (already rolled out, nothing written): schedule primary: sealed primary-v1 at \
+             sequence 9 (it handed out sequences 0..9); primary-v2 goes on from sequence 0\n"
+        ),
+        "{}",
+        stdout(&replay)
+    );
+    let replay = json_of(&statek(
+        &[&["rollout", from, to, "--format", "json"][..], &none].concat(),
+        Some(&url),
+    ));
+    assert_eq!(replay["replayed"], true);
+    assert_eq!(replay["sealed_at_sequence"], 9);
+    assert_eq!(replay["seam"], rollout["seam"]);
+    assert_eq!(replay["sealed_at"], rollout["sealed_at"]);
+
+    let sealed = status("primary-v1");
+    assert_eq!(
+        chain(&sealed),
+        [
+            "primary".into(),
+            9.into(),
+            "primary-v2".into(),
+            serde_json::Value::Null,
+            "primary-v2".into()
+        ]
+    );
+    assert_eq!(sealed["sealed_at"], rollout["sealed_at"]);
+    assert_eq!(sealed["next_sequence"], 9);
+    let live = status("primary-v2");
+    assert_eq!(
+        chain(&live),
+        [
+            "primary".into(),
+            serde_json::Value::Null,
+            serde_json::Value::Null,
+            "primary-v1".into(),
+            "primary-v2".into()
+        ]
+    );
+    assert_eq!(live["next_sequence"], 0);
+    let text = statek(&["status", "--shard", "primary-v1"], Some(&url));
+    assert!(
+        stdout(&text)
+            .contains("schedule           primary (predecessor none, live shard primary-v2)\n"),
+        "{}",
+        stdout(&text)
+    );
+
+    // Registering the sealed shard's file again is idempotent and says
+    // where the schedule went.
+    let again = statek(&[&["register", from][..], &none].concat(), Some(&url));
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains(
+            "shard primary-v1 is sealed at sequence 9 (successor primary-v2): the live shard of \
+             schedule primary is primary-v2"
+        ),
+        "{}",
+        stdout(&again)
+    );
+}

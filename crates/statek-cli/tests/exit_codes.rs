@@ -291,3 +291,200 @@ async fn corrupt_5_permission_denied_7_and_a_closed_stdout_of_status() {
         .await
         .unwrap();
 }
+
+/// Writes a policy file named `name` in a fresh directory.
+fn policy_file(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn two_tenants(shard: &str, schedule: Option<&str>, weights: (u32, u32)) -> String {
+    format!(
+        "shard = \"{shard}\"\n{}[[tenants]]\nid = \"tenant-a\"\nweight = {}\n[[tenants]]\nid = \"tenant-b\"\nweight = {}\n",
+        schedule.map_or_else(String::new, |s| format!("schedule = \"{s}\"\n")),
+        weights.0,
+        weights.1
+    )
+}
+
+#[test]
+fn schedule_conflict_13_when_the_files_of_a_rollout_name_two_schedules() {
+    let dir = std::env::temp_dir().join(format!("statek-rollout-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let from = policy_file(
+        &dir,
+        "v1.toml",
+        &two_tenants("primary-v1", Some("primary"), (3, 1)),
+    );
+    let to = policy_file(
+        &dir,
+        "v2.toml",
+        &two_tenants("primary-v2", Some("other"), (1, 1)),
+    );
+    // Refused before any connection (there is no database here), dry run
+    // or not.
+    for dry_run in [true, false] {
+        let mut args = vec!["rollout", from.as_str(), to.as_str()];
+        if dry_run {
+            args.push("--dry-run");
+        }
+        assert_eq!(
+            outcome(&statek(&args, None)),
+            (
+                Some(13),
+                format!(
+                    "statek: error: {from} names schedule primary, {to} names schedule other: a \
+                     rollout continues one schedule (give {to} schedule = \"primary\", or leave \
+                     the key out)\n"
+                )
+            ),
+            "dry run {dry_run}"
+        );
+    }
+    // The same shard id on both sides: invalid input, before connecting.
+    let out = statek(&["rollout", &from, &from, "--dry-run"], None);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn rollout_refusals_11_12_13_14_and_7_for_the_runtime_role() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let dir = std::env::temp_dir().join(format!("statek-rollout-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let v1 = policy_file(
+        &dir,
+        "v1.toml",
+        &two_tenants("primary-v1", Some("primary"), (3, 1)),
+    );
+    let v2 = policy_file(
+        &dir,
+        "v2.toml",
+        &two_tenants("primary-v2", Some("primary"), (1, 1)),
+    );
+    let v3 = policy_file(
+        &dir,
+        "v3.toml",
+        &two_tenants("primary-v3", Some("primary"), (1, 2)),
+    );
+    let ok = |args: &[&str]| {
+        let out = statek(args, Some(&url));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    };
+    ok(&["register", &v1]);
+
+    // 7: the runtime role registers and reserves but cannot seal.
+    let suffix = &db.name()["statek_test_".len()..];
+    let (owner, runtime, retention) = (
+        format!("co_{suffix}"),
+        format!("crt_{suffix}"),
+        format!("crn_{suffix}"),
+    );
+    let admin = db.client().await;
+    for role in [&owner, &runtime, &retention] {
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN; GRANT CONNECT ON DATABASE {} TO {role}",
+                db.name()
+            ))
+            .await
+            .unwrap();
+    }
+    db.store()
+        .apply_role_profile(
+            &statek_store_pg::RoleProfile::new(&owner, &runtime, &retention).unwrap(),
+        )
+        .await
+        .unwrap();
+    let user = db.pg_config().get_user().unwrap();
+    let as_runtime = url.replace(&format!("user={user}"), &format!("user={runtime}"));
+    let out = statek(&["rollout", &v1, &v2], Some(&as_runtime));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("permission denied"),
+        "{}",
+        stderr(&out)
+    );
+
+    // 14: a second shard registered into a schedule with a live shard.
+    let out = statek(&["register", &v2], Some(&url));
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(14),
+            "statek: error: schedule primary already has the live shard primary-v1: change its \
+             policy with `statek rollout` (a new shard joins a schedule only as a successor)\n"
+                .to_owned()
+        )
+    );
+
+    // 13 from the database: the file names another schedule than the
+    // shard's (the same bytes; a different chain).
+    let v1_other = policy_file(
+        &dir,
+        "v1-other.toml",
+        &two_tenants("primary-v1", Some("other"), (3, 1)),
+    );
+    let v2_unnamed = policy_file(
+        &dir,
+        "v2-unnamed.toml",
+        &two_tenants("primary-v2", None, (1, 1)),
+    );
+    let out = statek(&["rollout", &v1_other, &v2_unnamed], Some(&url));
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(13),
+            "statek: error: shard primary-v1 belongs to schedule primary, not other\n".to_owned()
+        )
+    );
+    let out = statek(&["register", &v1_other], Some(&url));
+    assert_eq!(out.status.code(), Some(13), "{}", stderr(&out));
+
+    // 12: the successor's shard id is taken (here by a shard of its own
+    // schedule).
+    let taken = policy_file(&dir, "taken.toml", &two_tenants("taken-v1", None, (1, 3)));
+    ok(&["register", &taken]);
+    let out = statek(&["rollout", &v1, &taken], Some(&url));
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(12),
+            "statek: error: shard taken-v1 is already registered: a rollout needs a new shard id \
+             as successor\n"
+                .to_owned()
+        )
+    );
+
+    // 11: after v1 -> v2, a rollout from v1 again names the live shard.
+    ok(&["rollout", &v1, &v2]);
+    let out = statek(&["rollout", &v1, &v3], Some(&url));
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(11),
+            "statek: error: shard primary-v1 is not the live shard of schedule primary: it was \
+             sealed at sequence 0; roll out from primary-v2\n"
+                .to_owned()
+        )
+    );
+    // From the live shard it goes on; the chain is v1 -> v2 -> v3.
+    ok(&["rollout", &v2, &v3]);
+    let status = statek(
+        &["status", "--shard", "primary-v1", "--format", "json"],
+        Some(&url),
+    );
+    let s: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(s["live_shard"], "primary-v3");
+    // The refused rollouts wrote nothing: taken-v1 has no predecessor.
+    let status = statek(
+        &["status", "--shard", "taken-v1", "--format", "json"],
+        Some(&url),
+    );
+    let s: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(
+        (s["predecessor"].clone(), s["schedule"].clone()),
+        (serde_json::Value::Null, "taken-v1".into())
+    );
+}
