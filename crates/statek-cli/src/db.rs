@@ -8,8 +8,8 @@ use statek_store_pg::{DurabilityPolicy, PgStore, StoreConfig};
 #[derive(Debug, Clone, clap::Args)]
 pub struct DbArgs {
     /// PostgreSQL URL or key-value connection string. Default: $DATABASE_URL.
-    /// Use the owner role for migrate and roles, the runtime role for register,
-    /// status and demo, the retention role for prune.
+    /// Use the owner role for migrate, roles and rollout, the runtime role for
+    /// register, status and demo, the retention role for prune.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     pub database_url: Option<String>,
     /// The URL points at a pooler in transaction mode (PgBouncer
