@@ -25,8 +25,9 @@ pub const STARVATION_BOUND_RESERVATIONS: &str = "statek_starvation_bound_reserva
 /// pick in `shard`), set when a replica follows a rollout.
 pub const SEAM_BOUND_RESERVATIONS: &str = "statek_seam_bound_reservations";
 /// Gauge `{shard}`: 1 once this process has followed a rollout away from
-/// `shard` (sealed: it takes no reservation again). Alerts on a shard's
-/// reservation rate ignore sealed shards with it.
+/// `shard`, or started on its successor (sealed: it takes no reservation
+/// again). Alerts on a shard's reservation rate ignore sealed shards with
+/// it.
 pub const SHARD_SEALED: &str = "statek_shard_sealed";
 /// Histogram `{shard, tenant}`, seconds: a run's availability to its claim.
 pub const SERVICE_LAG_SECONDS: &str = "statek_service_lag_seconds";

@@ -196,6 +196,16 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             scheduler.follow(stored.policy().shard_id()).await?;
         } else {
             publish_bounds(&scheduler.policy());
+            // A replica started on a successor marks its predecessor sealed
+            // too, so alerts on reservation rates ignore it also when no
+            // replica ever followed the seal.
+            if let Some(predecessor) = stored.predecessor() {
+                metrics::gauge!(
+                    crate::metrics::SHARD_SEALED,
+                    "shard" => predecessor.to_string()
+                )
+                .set(1.0);
+            }
         }
         Ok(scheduler)
     }
