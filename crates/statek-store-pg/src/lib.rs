@@ -106,6 +106,7 @@
 #![forbid(unsafe_code)]
 
 mod batch;
+mod chain;
 mod completion;
 mod config;
 mod conninfo;

@@ -10,7 +10,7 @@ use tokio_postgres::Row;
 
 use crate::pooling::check_session_settings;
 use crate::statement::Db;
-use crate::succession::live_shard_of_schedule;
+use crate::chain::live_shard_of_schedule;
 use crate::{PgStore, StoreError};
 
 /// Inserts the shard row (with the digest of the compiled cycle, V6) unless the time it was registered when this call
