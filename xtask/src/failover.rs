@@ -106,7 +106,10 @@ fn store(url: &str, policy: DurabilityPolicy) -> Result<PgStore> {
         StoreConfig::from_url(url)?
             .pool_size(2)?
             .create_timeout(Duration::from_secs(2))?
-            .response_timeout(Duration::from_secs(3))?
+            // Generous: a synchronous commit on a loaded machine (CI, or
+            // builds beside it) waits for two fsyncs; a crashed primary
+            // closes its sockets, so the trials never wait this long for it.
+            .response_timeout(Duration::from_secs(10))?
             .durability_policy(policy),
     )?)
 }

@@ -8,13 +8,12 @@ use statek_policy::{
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
+use crate::chain::live_shard_of_schedule;
 use crate::pooling::check_session_settings;
 use crate::statement::Db;
-use crate::chain::live_shard_of_schedule;
 use crate::{PgStore, StoreError};
 
-/// Inserts the shard row (with the digest of the compiled cycle, V6) unless the time it was registered when this call
-/// inserted it.
+/// Inserts the shard row (with the digest of the compiled cycle, V6) unless
 /// the shard exists; returns the time it was registered when this call
 /// inserted it. `$6` is the schedule (NULL: the one named like the shard,
 /// set by the V8 insert trigger). `ON CONFLICT` without a target: a
