@@ -102,14 +102,25 @@ fn policy() -> Result<WeightedFairnessPolicy> {
 }
 
 fn store(url: &str, policy: DurabilityPolicy) -> Result<PgStore> {
+    store_waiting(url, policy, Duration::from_secs(10))
+}
+
+/// The set-up (migrations, registration, 2,000 enqueues) waits longer
+/// than the workload: on a loaded machine (CI, or builds beside it) a
+/// migration's or a synchronous commit's fsyncs on primary and standby
+/// took more than 10 s.
+fn setup_store(url: &str, policy: DurabilityPolicy) -> Result<PgStore> {
+    store_waiting(url, policy, Duration::from_secs(120))
+}
+
+fn store_waiting(url: &str, policy: DurabilityPolicy, response: Duration) -> Result<PgStore> {
     Ok(PgStore::new(
         StoreConfig::from_url(url)?
             .pool_size(2)?
             .create_timeout(Duration::from_secs(2))?
-            // Generous: a synchronous commit on a loaded machine (CI, or
-            // builds beside it) waits for two fsyncs; a crashed primary
-            // closes its sockets, so the trials never wait this long for it.
-            .response_timeout(Duration::from_secs(10))?
+            // A crashed primary closes its sockets, so the workload never
+            // waits this long for it.
+            .response_timeout(response)?
             .durability_policy(policy),
     )?)
 }
@@ -187,9 +198,12 @@ async fn trial(
     let url = pair.failover_url();
 
     // The durability check sees the standby as it is.
-    let strict = store(&pair.primary_url(), DurabilityPolicy::Require)?;
-    strict.migrate().await?;
-    let report = strict.durability_report().await?;
+    let strict = setup_store(&pair.primary_url(), DurabilityPolicy::Require)?;
+    strict.migrate().await.context("migrations")?;
+    let report = strict
+        .durability_report()
+        .await
+        .context("durability report")?;
     match replication {
         Replication::Asynchronous => {
             ensure!(
@@ -218,13 +232,14 @@ async fn trial(
         Replication::Asynchronous => DurabilityPolicy::AllowAsynchronousStandbys,
         Replication::Synchronous => DurabilityPolicy::Require,
     };
-    let admin = store(&url, accepted)?;
-    admin.register(&policy).await?;
+    let admin = setup_store(&url, accepted)?;
+    admin.register(&policy).await.context("registration")?;
     let tenant_a = TenantId::try_from("tenant-a")?;
     for _ in 0..2_000 {
         admin
             .enqueue(&NewRun::new(tenant_a.clone(), Vec::new()))
-            .await?;
+            .await
+            .context("enqueue")?;
     }
 
     let stop = Arc::new(AtomicBool::new(false));
