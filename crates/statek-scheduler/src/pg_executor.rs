@@ -459,7 +459,9 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         let run = match self.store.claim_run(tenant, self.options.lease).await? {
             ClaimOutcome::Claimed(run) => run,
             ClaimOutcome::Idle => return Ok(TenantTickOutcome::Idle),
-            ClaimOutcome::Contended => return Ok(TenantTickOutcome::Contended),
+            ClaimOutcome::Limited => return Ok(TenantTickOutcome::Limited),
+            // Contended, or any answer without a run.
+            _ => return Ok(TenantTickOutcome::Contended),
         };
         self.run_claimed(run, shutdown, claim_sent, None, Recording::Direct)
             .await
@@ -486,6 +488,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                         .map(|claim| match claim {
                             SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
                             SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
+                            SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
                             // Contended, or any answer without a run.
                             _ => SlotStart::Done(TenantTickOutcome::Contended),
                         })
