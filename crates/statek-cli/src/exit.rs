@@ -144,7 +144,12 @@ fn classify(store: &StoreError) -> u8 {
         StoreError::CorruptData { .. } | StoreError::ReservationsLostInFailover(_) => CORRUPT_DATA,
         StoreError::DurabilityRefused { .. } => DURABILITY_REFUSED,
         StoreError::PermissionDenied { .. } => PERMISSION_DENIED,
-        StoreError::InvalidArgument(_) => INVALID_INPUT,
+        StoreError::InvalidArgument(_)
+        | StoreError::InvalidLimit { .. }
+        | StoreError::InvalidPriority { .. }
+        | StoreError::EnqueueBatchTooLarge { .. }
+        | StoreError::RunNotFound { .. }
+        | StoreError::RunStateConflict { .. } => INVALID_INPUT,
         e if e.is_configuration() => CONFIGURATION,
         e if e.is_retryable() => UNAVAILABLE,
         _ => FAILURE,
