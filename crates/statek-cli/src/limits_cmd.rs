@@ -92,10 +92,9 @@ pub async fn set(
 ) -> Result<()> {
     let tenant = tenant_id(tenant)?;
     if max.is_none() && rate.is_none() {
-        return Err(InvalidInput(
-            "limits set needs --max-running N, --rate N/UNIT or both".into(),
-        )
-        .into());
+        return Err(
+            InvalidInput("limits set needs --max-running N, --rate N/UNIT or both".into()).into(),
+        );
     }
     let max = max.map(max_running).transpose()?;
     let rate = rate.map(str::parse::<RateLimit>).transpose()?;

@@ -20,8 +20,12 @@ fn rfc3339(t: SystemTime) -> String {
 }
 
 fn run_id(text: &str) -> Result<Uuid> {
-    Uuid::parse_str(text.trim())
-        .map_err(|_| anyhow!(InvalidInput(format!("run id {}: not a UUID", EchoedValue(text)))))
+    Uuid::parse_str(text.trim()).map_err(|_| {
+        anyhow!(InvalidInput(format!(
+            "run id {}: not a UUID",
+            EchoedValue(text)
+        )))
+    })
 }
 
 #[derive(Serialize)]
@@ -132,7 +136,12 @@ pub async fn list(
 fn print_one(run: &RunListing, what: &str, format: Format) -> Result<()> {
     match format {
         Format::Json => outln!("{}", serde_json::to_string_pretty(&RunRow::from(run))?)?,
-        Format::Text => outln!("{what} run {} of {} (now {})", run.run_id, run.tenant, run.state)?,
+        Format::Text => outln!(
+            "{what} run {} of {} (now {})",
+            run.run_id,
+            run.tenant,
+            run.state
+        )?,
     }
     Ok(())
 }

@@ -289,10 +289,10 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
         }
         let now = Instant::now();
         let available_at = now + delay;
-        let run_id = self
-            .shared
-            .queue()
-            .enqueue(tenant, payload, max_attempts, priority, now, available_at);
+        let run_id =
+            self.shared
+                .queue()
+                .enqueue(tenant, payload, max_attempts, priority, now, available_at);
         Ok(EnqueuedRun {
             run_id,
             enqueued_at: self.shared.clock.system(now),

@@ -455,7 +455,10 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
     async fn publish_run_counts(&self) {
         match self.store.count_runs().await {
             Ok(counts) => {
-                let mut seen = self.published_counts.lock().unwrap_or_else(|p| p.into_inner());
+                let mut seen = self
+                    .published_counts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
                 let now: std::collections::BTreeMap<(String, &'static str), u64> = counts
                     .iter()
                     .map(|c| ((c.tenant.to_string(), c.state.as_str()), c.runs))
