@@ -223,21 +223,10 @@ impl PgStore {
     /// As [`PgStore::enqueue_many_in`], and [`StoreError::ResponseTimeout`].
     pub async fn enqueue_many(&self, runs: &[NewRun]) -> Result<Vec<EnqueuedRun>, StoreError> {
         check_batch(runs)?;
-        let after = self.config().effective_response_timeout();
-        let mut client = self.client().await?;
-        let answered = tokio::time::timeout(after, async {
-            let tx = client.transaction().await?;
-            let out = insert_runs(&*tx, runs).await?;
-            tx.commit().await?;
-            Ok::<_, StoreError>(out)
-        })
-        .await;
-        match answered {
-            Ok(result) => result,
-            Err(_) => {
-                drop(deadpool_postgres::Object::take(client));
-                Err(StoreError::ResponseTimeout { after })
-            }
-        }
+        self.in_generic_transaction(
+            self.config().effective_response_timeout(),
+            async |tx: &tokio_postgres::Transaction<'_>| insert_runs(tx, runs).await,
+        )
+        .await
     }
 }
