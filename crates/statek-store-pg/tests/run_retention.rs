@@ -154,10 +154,15 @@ async fn pruning_deletes_only_old_finished_runs_whose_claim_history_may_go() {
         RunRetentionPolicy::new(Duration::from_secs(60), 10),
         Err(StoreError::InvalidArgument(_))
     ));
+    // The backlog: the kept run that finished first.
+    let slot_retained_finished: std::time::SystemTime = client
+        .query_one("SELECT finished_at FROM statek.runs WHERE run_id = $1", &[&slot_retained])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(
-        store.oldest_finished_run().await.unwrap().is_some(),
-        true,
-        "the kept finished runs"
+        store.oldest_finished_run().await.unwrap(),
+        Some(slot_retained_finished)
     );
 }
 

@@ -45,6 +45,10 @@ const SELECT_BY_KEYS: &str = "
     JOIN statek.runs AS r
       ON r.tenant_id = k.tenant_id AND r.idempotency_key = k.idempotency_key";
 
+/// The run holding a (tenant, key): id, payload, enqueued and available
+/// times.
+type Existing = (Uuid, Vec<u8>, SystemTime, SystemTime);
+
 /// Checks a batch before anything is sent.
 fn check_batch(runs: &[NewRun]) -> Result<(), StoreError> {
     let bytes: usize = runs.iter().map(|r| r.payload.len()).sum();
@@ -101,8 +105,7 @@ async fn insert_runs<C: GenericClient + Sync>(
         );
     }
     // Runs not inserted hold a key already taken: read the runs holding it.
-    let mut existing: HashMap<(String, String), (Uuid, Vec<u8>, SystemTime, SystemTime)> =
-        HashMap::new();
+    let mut existing: HashMap<(String, String), Existing> = HashMap::new();
     if inserted.len() < runs.len() {
         let (wanted_tenants, wanted_keys): (Vec<&str>, Vec<&str>) = runs
             .iter()

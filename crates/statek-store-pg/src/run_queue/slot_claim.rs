@@ -144,7 +144,7 @@ const CLAIM_FOR_SLOTS: &str = concat!(
     -- Tenants with a decided slot left without a run: is a claimable run
     -- of theirs left that this statement did not pick (locked by another
     -- claimer)? One probe per tenant, not per slot, and an ordered one
-    -- (ORDER BY ... LIMIT 1 on runs_claim_idx's order): a plain EXISTS
+    -- (ORDER BY ... LIMIT 1 on runs_claim_priority_idx's order): a plain EXISTS
     -- lets the planner pick a sequential scan when few tenants have runs,
     -- which reads the whole table for every tenant that has none.
     short AS MATERIALIZED (
