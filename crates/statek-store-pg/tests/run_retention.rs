@@ -156,7 +156,10 @@ async fn pruning_deletes_only_old_finished_runs_whose_claim_history_may_go() {
     ));
     // The backlog: the kept run that finished first.
     let slot_retained_finished: std::time::SystemTime = client
-        .query_one("SELECT finished_at FROM statek.runs WHERE run_id = $1", &[&slot_retained])
+        .query_one(
+            "SELECT finished_at FROM statek.runs WHERE run_id = $1",
+            &[&slot_retained],
+        )
         .await
         .unwrap()
         .get(0);

@@ -251,11 +251,17 @@ async fn a_single_claim_is_limited_by_a_cap_and_limits_apply_from_the_next_claim
         store.claim_run(&a, LEASE).await.unwrap(),
         ClaimOutcome::Limited
     );
-    assert!(!store.any_claimable_runs(std::slice::from_ref(&a)).await.unwrap());
+    assert!(!store
+        .any_claimable_runs(std::slice::from_ref(&a))
+        .await
+        .unwrap());
     // Raised to 3: the next claim for 3 slots gets 2 runs, the third slot
     // is limited.
     store.set_tenant_limits(&a, &cap(3)).await.unwrap();
-    assert!(store.any_claimable_runs(std::slice::from_ref(&a)).await.unwrap());
+    assert!(store
+        .any_claimable_runs(std::slice::from_ref(&a))
+        .await
+        .unwrap());
     let slots = [(0, a.clone()), (1, a.clone()), (2, a.clone())];
     let claims = store
         .claim_runs_for_slots(&slots, &shard(), LEASE)
