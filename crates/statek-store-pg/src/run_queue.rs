@@ -118,13 +118,18 @@ pub const MIN_PRIORITY: i32 = -100;
 pub const MAX_PRIORITY: i32 = 100;
 
 /// One claim of tenant $1: `allowance` is what its limits let it start now
-/// (1 without limits, 0 when capped or rate-limited; the call locks its
-/// limits row, see `limits.rs`), the candidate its best claimable run.
+/// (1 without limits, 0 when capped or rate-limited; for a tenant with a
+/// limits row the call locks it, see `limits.rs`; for one without, the
+/// one-time filter skips the call), the candidate its best claimable run.
 const CLAIM_RUN: &str = concat!(
     "
     WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
     allowance AS MATERIALIZED (
-        SELECT allowed FROM statek.claim_allowance(ARRAY[$1::text], ARRAY[1::bigint])
+        SELECT coalesce((
+            SELECT a.allowed
+            FROM statek.claim_allowance(ARRAY[$1::text], ARRAY[1::bigint]) AS a
+            WHERE EXISTS (SELECT 1 FROM statek.tenant_limits AS l WHERE l.tenant_id = $1)
+        ), 1) AS allowed
     ),
     candidate AS MATERIALIZED (
         SELECT run_id

@@ -79,15 +79,25 @@ const CLAIM_FOR_SLOTS: &str = concat!(
                LIMIT 1)
     ),
     -- How many runs each live tenant may start now (migration V9): as many
-    -- as it wants without limits, else what its cap and rate leave. Locks
-    -- the limited tenants' limits rows until commit, so every claimer of
-    -- such a tenant, on any replica, counts after the previous one
-    -- committed.
+    -- as it wants without limits, else what its cap and rate leave. The
+    -- function locks the limited tenants' limits rows until commit, so
+    -- every claimer of such a tenant, on any replica, counts after the
+    -- previous one committed; it is not called at all (a one-time filter)
+    -- when no live tenant has limits.
+    limited_live AS MATERIALIZED (
+        SELECT d.tenant_id, d.wanted FROM live AS d
+        WHERE EXISTS (SELECT 1 FROM statek.tenant_limits AS l WHERE l.tenant_id = d.tenant_id)
+    ),
     allowance AS MATERIALIZED (
-        SELECT a.tenant_id, a.allowed
-        FROM statek.claim_allowance(
-            ARRAY(SELECT tenant_id FROM live ORDER BY tenant_id),
-            ARRAY(SELECT wanted FROM live ORDER BY tenant_id)) AS a
+        SELECT d.tenant_id, coalesce(a.allowed, d.wanted) AS allowed
+        FROM live AS d
+        LEFT JOIN (
+            SELECT f.tenant_id, f.allowed
+            FROM statek.claim_allowance(
+                ARRAY(SELECT tenant_id FROM limited_live ORDER BY tenant_id),
+                ARRAY(SELECT wanted FROM limited_live ORDER BY tenant_id)) AS f
+            WHERE EXISTS (SELECT 1 FROM limited_live)
+        ) AS a ON a.tenant_id = d.tenant_id
     ),
     picked AS MATERIALIZED (
         SELECT p.run_id, d.tenant_id,
