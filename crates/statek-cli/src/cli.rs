@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::db::DbArgs;
-use crate::{policy_cmd, rollout_cmd, store_cmd};
+use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, store_cmd};
 
 /// statek: fair, weighted, durable tenant scheduling on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -26,6 +26,9 @@ use crate::{policy_cmd, rollout_cmd, store_cmd};
   statek rollout primary-v1.toml primary-v2.toml --database-url postgres://owner@db/statek
   statek status --shard primary-v1 --format json
   statek prune --retain 24h --batch 1000 --until-empty
+  statek limits set --tenant tenant-a --max-running 10 --rate 100/s
+  statek runs list --tenant tenant-a --state failed --limit 20
+  statek runs prune --retain 168h --until-empty
   statek demo"
 )]
 pub struct Cli {
@@ -117,6 +120,12 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Tenant limits: concurrency cap and rate limit, runtime settings checked in every claim.
+    #[command(subcommand)]
+    Limits(LimitsCommand),
+    /// The run queue: list, cancel, retry; prune finished runs.
+    #[command(subcommand)]
+    Runs(RunsCommand),
     /// The noisy-neighbour demo against your database (runtime role with migrate rights).
     Demo {
         #[command(flatten)]
@@ -166,6 +175,110 @@ enum PolicyCommand {
         #[arg(long)]
         shard: Option<String>,
         /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LimitsCommand {
+    /// Set a tenant's cap and/or rate; a limit not given is kept (owner role).
+    Set {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// At most this many runs of the tenant executing at once, across all replicas (1..=100000).
+        #[arg(long, value_name = "N", allow_hyphen_values = true)]
+        max_running: Option<String>,
+        /// At most N claims in any sliding window: 10/s, 100/m, 5000/h, 5/10s, 1/250ms (window 1ms..=1h).
+        #[arg(long, value_name = "N/WINDOW", allow_hyphen_values = true)]
+        rate: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Show one tenant's limits, or every tenant's (runtime role may read).
+    Show {
+        /// The tenant (default: all tenants with limits).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Remove a tenant's limits (owner role).
+    Clear {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// Runs newest first, one page at a time.
+    List {
+        /// Only this tenant's runs.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only runs in this state: available, running, completed, failed, cancelled.
+        #[arg(long)]
+        state: Option<String>,
+        /// Runs per page (1..=10000).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// The cursor printed after the previous page (`more: --after C`).
+        #[arg(long)]
+        after: Option<u64>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Cancel an available or running run (a running one learns it at its next heartbeat).
+    Cancel {
+        /// The run id.
+        id: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Make a failed or cancelled run available again now.
+    Retry {
+        /// The run id.
+        id: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Delete finished runs older than the retention, oldest first, in batches (retention role).
+    Prune {
+        /// Keep runs that finished less than this ago (1h..=366d), e.g. 168h.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        retain: Duration,
+        /// Runs per transaction (1..=10000).
+        #[arg(long, default_value_t = 1000)]
+        batch: u32,
+        /// Repeat until nothing is due (default: one batch).
+        #[arg(long)]
+        until_empty: bool,
+        /// Output format of the totals.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
         #[command(flatten)]
@@ -315,6 +428,53 @@ pub fn run(cli: Cli) -> Result<()> {
             format,
             db,
         } => runtime()?.block_on(store_cmd::prune(retain, batch, until_empty, format, &db)),
+        Command::Limits(LimitsCommand::Set {
+            tenant,
+            max_running,
+            rate,
+            format,
+            db,
+        }) => runtime()?.block_on(limits_cmd::set(
+            &tenant,
+            max_running.as_deref(),
+            rate.as_deref(),
+            format,
+            &db,
+        )),
+        Command::Limits(LimitsCommand::Show { tenant, format, db }) => {
+            runtime()?.block_on(limits_cmd::show(tenant.as_deref(), format, &db))
+        }
+        Command::Limits(LimitsCommand::Clear { tenant, format, db }) => {
+            runtime()?.block_on(limits_cmd::clear(&tenant, format, &db))
+        }
+        Command::Runs(RunsCommand::List {
+            tenant,
+            state,
+            limit,
+            after,
+            format,
+            db,
+        }) => runtime()?.block_on(runs_cmd::list(
+            tenant.as_deref(),
+            state.as_deref(),
+            limit,
+            after,
+            format,
+            &db,
+        )),
+        Command::Runs(RunsCommand::Cancel { id, format, db }) => {
+            runtime()?.block_on(runs_cmd::cancel(&id, format, &db))
+        }
+        Command::Runs(RunsCommand::Retry { id, format, db }) => {
+            runtime()?.block_on(runs_cmd::retry(&id, format, &db))
+        }
+        Command::Runs(RunsCommand::Prune {
+            retain,
+            batch,
+            until_empty,
+            format,
+            db,
+        }) => runtime()?.block_on(runs_cmd::prune(retain, batch, until_empty, format, &db)),
         Command::Demo { args, db } => crate::demo::run(args, db.url()?),
     }
 }

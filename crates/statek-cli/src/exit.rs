@@ -184,7 +184,12 @@ fn classify(store: &StoreError) -> u8 {
         StoreError::CorruptData { .. } | StoreError::ReservationsLostInFailover(_) => CORRUPT_DATA,
         StoreError::DurabilityRefused { .. } => DURABILITY_REFUSED,
         StoreError::PermissionDenied { .. } => PERMISSION_DENIED,
-        StoreError::InvalidArgument(_) => INVALID_INPUT,
+        StoreError::InvalidArgument(_)
+        | StoreError::InvalidLimit { .. }
+        | StoreError::InvalidPriority { .. }
+        | StoreError::EnqueueBatchTooLarge { .. }
+        | StoreError::RunNotFound { .. }
+        | StoreError::RunStateConflict { .. } => INVALID_INPUT,
         StoreError::ShardSealed { .. }
         | StoreError::NotLiveShard { .. }
         | StoreError::PredecessorNotSealed { .. } => NOT_LIVE_SHARD,

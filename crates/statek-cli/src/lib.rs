@@ -1,7 +1,8 @@
 //! The `statek` operator tool, as a library (the binary is a thin `main`).
 //!
 //! Commands: `policy compile|diff|verify`, `migrate`, `register`,
-//! `rollout`, `roles apply`, `status`, `prune`, `demo`. Read commands take
+//! `rollout`, `roles apply`, `status`, `prune`, `limits set|show|clear`,
+//! `runs list|cancel|retry|prune`, `demo`. Read commands take
 //! `--format json`. Database URLs come from `--database-url` or
 //! `DATABASE_URL` and are never printed with their password. Exit codes
 //! (see [`exit`]): 0 ok, 1 other failure, 2 usage, 3 invalid input, 4 policy
@@ -31,9 +32,11 @@ mod cli;
 pub mod db;
 pub mod demo;
 pub mod exit;
+mod limits_cmd;
 mod out;
 pub mod policy_cmd;
 mod rollout_cmd;
+mod runs_cmd;
 mod store_cmd;
 
 pub use cli::{run, Cli};

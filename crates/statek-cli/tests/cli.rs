@@ -678,3 +678,242 @@ async fn rollout_register_and_status_against_postgres() {
         stdout(&again)
     );
 }
+
+#[tokio::test]
+async fn limits_set_show_and_clear_against_postgres() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let url = Some(url.as_str());
+
+    let out = statek(
+        &[
+            "limits",
+            "set",
+            "--tenant",
+            "tenant-a",
+            "--max-running",
+            "2",
+            "--format",
+            "json",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let set: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(set[0]["tenant"], "tenant-a");
+    assert_eq!(set[0]["max_running"], 2);
+    assert_eq!(set[0]["rate"], serde_json::Value::Null);
+
+    // A rate added later keeps the cap.
+    let out = statek(
+        &[
+            "limits", "set", "--tenant", "tenant-a", "--rate", "10/s", "--format", "json",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = statek(&["limits", "show", "--format", "json"], url);
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(shown.as_array().unwrap().len(), 1);
+    assert_eq!(shown[0]["max_running"], 2);
+    assert_eq!(shown[0]["rate"], "10/s");
+    assert_eq!(shown[0]["rate_claims"], 10);
+    assert_eq!(shown[0]["rate_window_ms"], 1000);
+    let out = statek(&["limits", "show", "--tenant", "tenant-a"], url);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("tenant                   max running         rate  updated at\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tenant-a                           2         10/s  "),
+        "{text}"
+    );
+
+    // Bad values: typed errors, exit 3, nothing written.
+    for (args, message) in [
+        (
+            vec!["--max-running", "0"],
+            "invalid tenant limit: max running must be 1..=100000, got 0",
+        ),
+        (
+            vec!["--max-running", "-5"],
+            "invalid tenant limit: max running must be 1..=100000, got 0",
+        ),
+        (
+            vec!["--max-running", "99999999999999999999"],
+            "invalid tenant limit: max running must be 1..=100000, got 4294967295",
+        ),
+        (
+            vec!["--max-running", "two"],
+            "--max-running \"two\": not an integer",
+        ),
+        (
+            vec!["--rate", "0/s"],
+            "invalid tenant limit: a rate must allow 1..=1000000 claims, got 0",
+        ),
+        (
+            vec!["--rate", "10/d"],
+            "invalid tenant limit: rate \"10/d\": expected CLAIMS/WINDOW",
+        ),
+        (
+            vec![],
+            "limits set needs --max-running N, --rate N/UNIT or both",
+        ),
+    ] {
+        let mut full = vec!["limits", "set", "--tenant", "tenant-a"];
+        full.extend(args.iter().copied());
+        let out = statek(&full, url);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+    }
+    let out = statek(
+        &["limits", "set", "--tenant", "../x", "--max-running", "1"],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--tenant \"../x\""),
+        "{}",
+        stderr(&out)
+    );
+    let out = statek(
+        &["limits", "show", "--tenant", "tenant-a", "--format", "json"],
+        url,
+    );
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(shown[0]["max_running"], 2, "unchanged by the refused calls");
+
+    let out = statek(&["limits", "clear", "--tenant", "tenant-a"], url);
+    assert_eq!(stdout(&out), "cleared the limits of tenant-a\n");
+    let out = statek(&["limits", "clear", "--tenant", "tenant-a"], url);
+    assert_eq!(stdout(&out), "tenant-a had no limits\n");
+    let out = statek(&["limits", "show", "--format", "json"], url);
+    assert_eq!(stdout(&out), "[]\n");
+}
+
+#[tokio::test]
+async fn runs_list_cancel_retry_and_prune_against_postgres() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let url = Some(url.as_str());
+    let store = db.store();
+    let a = statek_policy::TenantId::try_from("tenant-a").unwrap();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(
+            store
+                .enqueue(&statek_store_pg::NewRun::new(a.clone(), format!("r{i}")).priority(i))
+                .await
+                .unwrap()
+                .run_id,
+        );
+    }
+
+    // Pages of 2, newest first, then the rest after the cursor.
+    let out = statek(
+        &[
+            "runs", "list", "--tenant", "tenant-a", "--limit", "2", "--format", "json",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let listed: Vec<&str> = page["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [ids[2].to_string(), ids[1].to_string()]);
+    assert_eq!(page["runs"][0]["priority"], 2);
+    assert_eq!(page["runs"][0]["state"], "available");
+    let next = page["next"].as_u64().unwrap();
+    let out = statek(
+        &[
+            "runs",
+            "list",
+            "--after",
+            &next.to_string(),
+            "--format",
+            "json",
+        ],
+        url,
+    );
+    let page: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(page["runs"][0]["run_id"], ids[0].to_string());
+    assert_eq!(page["next"], serde_json::Value::Null);
+    let out = statek(&["runs", "list", "--limit", "2"], url);
+    let text = stdout(&out);
+    assert!(text.starts_with("run                                   tenant               state     prio  attempts  enqueued at              last error\n"), "{text}");
+    assert!(text.ends_with(&format!("more: --after {next}\n")), "{text}");
+
+    // Cancel, cancel again (refused), retry.
+    let id = ids[0].to_string();
+    let out = statek(&["runs", "cancel", &id], url);
+    assert_eq!(
+        stdout(&out),
+        format!("cancelled run {id} of tenant-a (now cancelled)\n"),
+        "{}",
+        stderr(&out)
+    );
+    let out = statek(&["runs", "cancel", &id], url);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains(&format!(
+            "run {id} is cancelled: cancel needs a run that is available or running"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let out = statek(
+        &["runs", "list", "--state", "cancelled", "--format", "json"],
+        url,
+    );
+    let page: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(page["runs"].as_array().unwrap().len(), 1);
+    let out = statek(&["runs", "retry", &id, "--format", "json"], url);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let retried: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(retried["state"], "available");
+    let out = statek(&["runs", "retry", &id], url);
+    assert_eq!(out.status.code(), Some(3));
+    let unknown = Uuid::now_v7().to_string();
+    let out = statek(&["runs", "retry", &unknown], url);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains(&format!("run {unknown} does not exist")),
+        "{}",
+        stderr(&out)
+    );
+    for bad in [
+        vec!["runs", "cancel", "not-a-uuid"],
+        vec!["runs", "list", "--state", "done"],
+        vec!["runs", "list", "--limit", "0"],
+        vec!["runs", "list", "--tenant", ".."],
+        vec!["runs", "prune", "--retain", "10m"],
+    ] {
+        let out = statek(&bad, url);
+        assert_eq!(out.status.code(), Some(3), "{bad:?}: {}", stderr(&out));
+    }
+
+    // Nothing finished long enough ago: nothing pruned.
+    let out = statek(
+        &[
+            "runs",
+            "prune",
+            "--retain",
+            "1h",
+            "--until-empty",
+            "--format",
+            "json",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let totals: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        (totals["runs"].as_u64(), totals["batches"].as_u64()),
+        (Some(0), Some(1))
+    );
+}

@@ -42,6 +42,11 @@ pub enum TenantTickOutcome {
     Idle,
     /// The tenant had claimable runs, but other claimers held all of them.
     Contended,
+    /// The tenant had claimable runs, but its concurrency cap or rate
+    /// limit (PostgreSQL run queue: `statek_store_pg::TenantLimits`) let it
+    /// start none for this slot. The slot is consumed like an idle one: a
+    /// [`crate::Worker`] backs off on it as on `Idle`.
+    Limited,
     /// Shutdown was requested; no run was started, or the running one was
     /// cancelled and released.
     Cancelled,
@@ -49,13 +54,14 @@ pub enum TenantTickOutcome {
 
 impl TenantTickOutcome {
     /// A short lowercase label: `executed`, `execution_failed`, `idle`,
-    /// `contended`, `cancelled`.
+    /// `contended`, `limited`, `cancelled`.
     pub fn label(&self) -> &'static str {
         match self {
             TenantTickOutcome::Executed(_) => "executed",
             TenantTickOutcome::ExecutionFailed { .. } => "execution_failed",
             TenantTickOutcome::Idle => "idle",
             TenantTickOutcome::Contended => "contended",
+            TenantTickOutcome::Limited => "limited",
             TenantTickOutcome::Cancelled => "cancelled",
         }
     }
@@ -104,7 +110,9 @@ pub trait TenantExecutor: Send + Sync {
 
     /// Whether any of `tenants` (the policy's tenants) has claimable work
     /// now, if the executor can tell cheaply (`None`: unknown). Work of
-    /// other tenants does not count: no slot of the policy could run it.
+    /// other tenants does not count: no slot of the policy could run it;
+    /// neither does work its tenant's limits hold back now (a slot would
+    /// be [`TenantTickOutcome::Limited`]).
     /// An idle [`crate::Worker`] asks this instead of reserving slots to
     /// find out.
     fn has_claimable_work(

@@ -103,6 +103,8 @@ pub struct TenantFairnessRow {
     pub idle: u64,
     /// Outcomes `Contended`.
     pub contended: u64,
+    /// Outcomes `Limited`.
+    pub limited: u64,
     /// Outcomes `Cancelled`.
     pub cancelled: u64,
     /// Selection gaps.

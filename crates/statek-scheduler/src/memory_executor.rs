@@ -101,7 +101,8 @@ impl<H> Shared<H> {
 }
 
 /// A [`TenantExecutor`] on an in-process run queue with the PostgreSQL
-/// queue's semantics: per-tenant FIFO by (available time, insertion order),
+/// queue's semantics: per tenant, highest priority first, then FIFO by
+/// (available time, insertion order),
 /// leases with fencing tokens and heartbeats, attempts, retry backoff and
 /// `failed` after the last attempt. Statek's conformance suite runs the same
 /// cases against it and [`crate::PgRunQueueExecutor`].
@@ -240,6 +241,35 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
         max_attempts: u32,
         delay: Duration,
     ) -> Result<EnqueuedRun, SchedulerError> {
+        self.enqueue_prioritised(tenant, payload, max_attempts, delay, 0)
+    }
+
+    /// [`enqueue_with`](Self::enqueue_with) at `priority`
+    /// ([`statek_store_pg::MIN_PRIORITY`]..=[`statek_store_pg::MAX_PRIORITY`]),
+    /// as `statek_store_pg::NewRun::priority`: the tenant's highest
+    /// priority is claimed first, FIFO within one priority, never across
+    /// tenants. (Tenant limits, caps and rates, exist only in the
+    /// PostgreSQL run queue: this executor never reports
+    /// [`TenantTickOutcome::Limited`].)
+    ///
+    /// # Errors
+    /// As [`enqueue_with`](Self::enqueue_with), and
+    /// [`SchedulerError::InvalidOption`] for a priority out of range.
+    pub fn enqueue_prioritised(
+        &self,
+        tenant: &TenantId,
+        payload: impl Into<Vec<u8>>,
+        max_attempts: u32,
+        delay: Duration,
+        priority: i32,
+    ) -> Result<EnqueuedRun, SchedulerError> {
+        if !(statek_store_pg::MIN_PRIORITY..=statek_store_pg::MAX_PRIORITY).contains(&priority) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "priority must be {}..={}, got {priority}",
+                statek_store_pg::MIN_PRIORITY,
+                statek_store_pg::MAX_PRIORITY
+            )));
+        }
         let payload = payload.into();
         if payload.len() > MAX_PAYLOAD_BYTES {
             return Err(SchedulerError::InvalidOption(format!(
@@ -259,10 +289,10 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
         }
         let now = Instant::now();
         let available_at = now + delay;
-        let run_id = self
-            .shared
-            .queue()
-            .enqueue(tenant, payload, max_attempts, now, available_at);
+        let run_id =
+            self.shared
+                .queue()
+                .enqueue(tenant, payload, max_attempts, priority, now, available_at);
         Ok(EnqueuedRun {
             run_id,
             enqueued_at: self.shared.clock.system(now),

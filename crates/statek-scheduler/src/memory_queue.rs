@@ -1,5 +1,5 @@
-//! The in-process run queue behind [`crate::InMemoryExecutor`]: per-tenant
-//! FIFO by (available time, insertion order), leases with fencing tokens,
+//! The in-process run queue behind [`crate::InMemoryExecutor`]: per-tenant,
+//! highest priority first, then FIFO by (available time, insertion order), leases with fencing tokens,
 //! attempts and retry times, mirroring the PostgreSQL queue's predicates.
 //! All times are on tokio's clock.
 
@@ -55,13 +55,24 @@ struct Entry {
     enqueued_at: Instant,
     available_at: Instant,
     queue_seq: u64,
+    priority: i32,
     lease: Option<(Uuid, Instant)>,
     last_error: Option<String>,
 }
 
+/// A live run's place in its tenant's queue: highest priority first
+/// (negated, so that the set's order is the claim order), then available
+/// time, then insertion order.
+type Key = (i64, Instant, u64, Uuid);
+
 impl Entry {
-    fn key(&self, run_id: Uuid) -> (Instant, u64, Uuid) {
-        (self.available_at, self.queue_seq, run_id)
+    fn key(&self, run_id: Uuid) -> Key {
+        (
+            -i64::from(self.priority),
+            self.available_at,
+            self.queue_seq,
+            run_id,
+        )
     }
 
     /// The PostgreSQL queue's predicate: available (or running under an
@@ -86,9 +97,9 @@ pub(crate) enum Claim {
 pub(crate) struct Queue {
     next_seq: u64,
     runs: HashMap<Uuid, Entry>,
-    /// Live (available or running) runs per tenant, oldest first by
-    /// (available time, insertion order).
-    live: HashMap<TenantId, BTreeSet<(Instant, u64, Uuid)>>,
+    /// Live (available or running) runs per tenant, in claim order
+    /// ([`Key`]).
+    live: HashMap<TenantId, BTreeSet<Key>>,
     locked: HashSet<Uuid>,
 }
 
@@ -100,9 +111,10 @@ impl Queue {
         };
         let mut contended = false;
         let mut chosen = None;
-        for &(available_at, _, run_id) in live {
+        for &(_, available_at, _, run_id) in live {
+            // Not due yet; a lower priority may be.
             if available_at > now {
-                break;
+                continue;
             }
             let Some(entry) = self.runs.get(&run_id) else {
                 continue;
@@ -206,6 +218,7 @@ impl Queue {
         tenant: &TenantId,
         payload: Vec<u8>,
         max_attempts: u32,
+        priority: i32,
         enqueued_at: Instant,
         available_at: Instant,
     ) -> Uuid {
@@ -221,6 +234,7 @@ impl Queue {
             enqueued_at,
             available_at,
             queue_seq,
+            priority,
             lease: None,
             last_error: None,
         };
@@ -273,7 +287,7 @@ impl Queue {
             .iter()
             .filter_map(|tenant| self.live.get(tenant))
             .flatten()
-            .filter_map(|(_, _, run_id)| self.runs.get(run_id))
+            .filter_map(|(_, _, _, run_id)| self.runs.get(run_id))
             .any(|entry| entry.claimable(now))
     }
 
@@ -287,7 +301,7 @@ impl Queue {
         self.locked.remove(&run_id);
     }
 
-    fn unlist(&mut self, tenant: &TenantId, key: &(Instant, u64, Uuid)) {
+    fn unlist(&mut self, tenant: &TenantId, key: &Key) {
         if let Some(live) = self.live.get_mut(tenant) {
             live.remove(key);
             if live.is_empty() {

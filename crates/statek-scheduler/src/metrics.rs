@@ -13,7 +13,7 @@ pub const RESERVATION_DURATION_SECONDS: &str = "statek_reservation_duration_seco
 /// Counter `{shard, tenant}`: slots mapped to the tenant.
 pub const SELECTIONS_TOTAL: &str = "statek_selections_total";
 /// Counter `{shard, tenant, outcome}`: tick outcomes (`executed`,
-/// `execution_failed`, `idle`, `contended`, `cancelled`).
+/// `execution_failed`, `idle`, `contended`, `limited`, `cancelled`).
 pub const TICK_OUTCOMES_TOTAL: &str = "statek_tick_outcomes_total";
 /// Counter `{shard, kind}`: failed ticks (`policy_conflict`, `corrupt_data`,
 /// `store`, `executor`).
@@ -44,6 +44,16 @@ pub const GAP_ABOVE_BOUND_TOTAL: &str = "statek_gap_above_bound_total";
 /// Gauge `{shard}`, Unix seconds: the oldest retained reservation (set by
 /// the [`crate::Worker`]'s housekeeping).
 pub const RETAINED_OLDEST_TIMESTAMP_SECONDS: &str = "statek_retained_oldest_timestamp_seconds";
+
+/// Gauge `{tenant, state}`, runs: the run table's runs per tenant and state
+/// (`available`, `running`, `completed`, `failed`, `cancelled`), set by
+/// [`crate::PgRunQueueExecutor`]'s housekeeping.
+pub const RUNS: &str = "statek_runs";
+/// Gauge, Unix seconds: the finish time of the oldest finished run still
+/// kept, the backlog of run retention (`statek runs prune`); set by
+/// [`crate::PgRunQueueExecutor`]'s housekeeping while one is kept.
+pub const RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS: &str =
+    "statek_runs_finished_oldest_timestamp_seconds";
 
 /// Gauge, labels `shard`: runs a [`crate::Worker`] is executing now (its
 /// execution permits in use), sampled at every reservation batch and
@@ -87,4 +97,6 @@ pub const ALL: &[&str] = &[
     RUN_OUTCOMES_TOTAL,
     WORKER_RUNS_EXECUTING,
     WORKER_BATCH_SLOTS,
+    RUNS,
+    RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS,
 ];

@@ -90,6 +90,7 @@ enum Kind {
     ExecutionFailed,
     Idle,
     Contended,
+    Limited,
     Cancelled,
 }
 
@@ -98,7 +99,7 @@ impl Kind {
     fn had_work(self) -> bool {
         matches!(
             self,
-            Kind::Executed | Kind::ExecutionFailed | Kind::Contended
+            Kind::Executed | Kind::ExecutionFailed | Kind::Contended | Kind::Limited
         )
     }
 }
@@ -149,7 +150,9 @@ impl Observation {
             }
             TenantTickOutcome::Idle => (Kind::Idle, None),
             TenantTickOutcome::Contended => (Kind::Contended, None),
-            TenantTickOutcome::Cancelled => (Kind::Cancelled, None),
+            TenantTickOutcome::Limited => (Kind::Limited, None),
+            // Cancelled, and any outcome added later: no evidence.
+            _ => (Kind::Cancelled, None),
         };
         Self {
             tenant: segment
@@ -197,6 +200,7 @@ struct TenantState {
     execution_failed: u64,
     idle: u64,
     contended: u64,
+    limited: u64,
     cancelled: u64,
     /// The previous selection: its sequence and whether it had work.
     last: Option<(u64, bool)>,
@@ -272,7 +276,8 @@ struct Runnable {
 ///
 /// **Had work the whole time.** A gap `p → s` above the bound is reported
 /// as a [`GapViolation`] only when neither end was `Idle` or `Cancelled`,
-/// i.e. both selections were `Executed`, `ExecutionFailed` or `Contended`.
+/// i.e. both selections were `Executed`, `ExecutionFailed`, `Contended` or
+/// `Limited` (a limited tenant had claimable runs: its slot reached it).
 /// The tenant has no selection strictly between `p` and `s`, so this is
 /// exactly "no selection of the tenant from `p` to `s`, both included, was
 /// idle": it showed claimable work at `p` (it claimed a run or found one
@@ -634,6 +639,7 @@ impl FairnessMonitor {
                 execution_failed: state.execution_failed,
                 idle: state.idle,
                 contended: state.contended,
+                limited: state.limited,
                 cancelled: state.cancelled,
                 gaps: GapStats {
                     count: state.gap_count,
@@ -733,6 +739,7 @@ impl FairnessMonitor {
             Kind::ExecutionFailed => &mut state.execution_failed,
             Kind::Idle => &mut state.idle,
             Kind::Contended => &mut state.contended,
+            Kind::Limited => &mut state.limited,
             Kind::Cancelled => &mut state.cancelled,
         } += 1;
         let had_work = observation.kind.had_work();

@@ -222,8 +222,10 @@ impl ExecutorOptions {
     }
 }
 
-/// [`TenantExecutor`] on statek's PostgreSQL run queue: claims the oldest
-/// claimable run of the tenant (skipping locked ones), runs the handler with
+/// [`TenantExecutor`] on statek's PostgreSQL run queue: claims the tenant's
+/// highest-priority, oldest claimable run (skipping locked ones) within the
+/// tenant's limits (a capped or rate-limited tenant's slot is
+/// [`TenantTickOutcome::Limited`]), runs the handler with
 /// automatic heartbeats, then completes or fails the run under its fencing
 /// token.
 #[derive(Debug, Clone)]
@@ -232,6 +234,8 @@ pub struct PgRunQueueExecutor<H> {
     handler: H,
     options: ExecutorOptions,
     completions: Completions,
+    /// (tenant, state) pairs of [`crate::metrics::RUNS`] set so far.
+    published_counts: Arc<std::sync::Mutex<std::collections::BTreeSet<(String, &'static str)>>>,
 }
 
 impl<H: RunHandler> PgRunQueueExecutor<H> {
@@ -246,6 +250,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
             handler,
             options,
             completions,
+            published_counts: Arc::default(),
         }
     }
 
@@ -444,6 +449,51 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
     }
 }
 
+impl<H: RunHandler> PgRunQueueExecutor<H> {
+    /// Sets [`crate::metrics::RUNS`] (every tenant and state, 0 for a pair
+    /// seen before and now empty) and the run retention backlog gauge.
+    async fn publish_run_counts(&self) {
+        match self.store.count_runs().await {
+            Ok(counts) => {
+                let mut seen = self
+                    .published_counts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                let now: std::collections::BTreeMap<(String, &'static str), u64> = counts
+                    .iter()
+                    .map(|c| ((c.tenant.to_string(), c.state.as_str()), c.runs))
+                    .collect();
+                for key in seen.iter() {
+                    if !now.contains_key(key) {
+                        metrics::gauge!(crate::metrics::RUNS, "tenant" => key.0.clone(), "state" => key.1)
+                            .set(0.0);
+                    }
+                }
+                for ((tenant, state), runs) in &now {
+                    metrics::gauge!(crate::metrics::RUNS, "tenant" => tenant.clone(), "state" => *state)
+                        .set(*runs as f64);
+                }
+                seen.extend(now.into_keys());
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::error::chain(&e), "cannot count runs");
+            }
+        }
+        match self.store.oldest_finished_run().await {
+            Ok(Some(oldest)) => {
+                if let Ok(at) = oldest.duration_since(std::time::SystemTime::UNIX_EPOCH) {
+                    metrics::gauge!(crate::metrics::RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS)
+                        .set(at.as_secs_f64());
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %crate::error::chain(&e), "cannot read the oldest finished run");
+            }
+        }
+    }
+}
+
 impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
     type Error = StoreError;
 
@@ -459,7 +509,9 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         let run = match self.store.claim_run(tenant, self.options.lease).await? {
             ClaimOutcome::Claimed(run) => run,
             ClaimOutcome::Idle => return Ok(TenantTickOutcome::Idle),
-            ClaimOutcome::Contended => return Ok(TenantTickOutcome::Contended),
+            ClaimOutcome::Limited => return Ok(TenantTickOutcome::Limited),
+            // Contended, or any answer without a run.
+            _ => return Ok(TenantTickOutcome::Contended),
         };
         self.run_claimed(run, shutdown, claim_sent, None, Recording::Direct)
             .await
@@ -486,6 +538,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                         .map(|claim| match claim {
                             SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
                             SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
+                            SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
                             // Contended, or any answer without a run.
                             _ => SlotStart::Done(TenantTickOutcome::Contended),
                         })
@@ -505,6 +558,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
     }
 
     async fn maintain(&self) {
+        self.publish_run_counts().await;
         let expired = match self.store.find_expired_runs(EXPIRY_PASS_LIMIT).await {
             Ok(expired) => expired,
             Err(e) => {

@@ -42,6 +42,9 @@ pub struct WorkerReport {
     pub idle: u64,
     /// Slots whose outcome was `Contended`.
     pub contended: u64,
+    /// Slots whose outcome was `Limited` (the tenant's cap or rate held it
+    /// back); they count like idle slots towards the backoff.
+    pub limited: u64,
     /// Slots whose outcome was `Cancelled` (consumed unused at shutdown,
     /// or a run cancelled and released).
     pub cancelled: u64,
@@ -68,6 +71,7 @@ struct Counters {
     execution_failed: AtomicU64,
     idle: AtomicU64,
     contended: AtomicU64,
+    limited: AtomicU64,
     cancelled: AtomicU64,
     backoffs: AtomicU64,
     wakeups: AtomicU64,
@@ -85,6 +89,7 @@ impl Counters {
             execution_failed: get(&self.execution_failed),
             idle: get(&self.idle),
             contended: get(&self.contended),
+            limited: get(&self.limited),
             cancelled: get(&self.cancelled),
             backoffs: get(&self.backoffs),
             wakeups: get(&self.wakeups),
@@ -634,10 +639,16 @@ fn record<E>(shared: &Shared<E>, outcome: &TickOutcome) {
         TenantTickOutcome::ExecutionFailed { .. } => &c.execution_failed,
         TenantTickOutcome::Idle => &c.idle,
         TenantTickOutcome::Contended => &c.contended,
+        TenantTickOutcome::Limited => &c.limited,
         _ => &c.cancelled,
     };
     counter.fetch_add(1, Ordering::Relaxed);
-    if matches!(outcome.tenant_outcome(), TenantTickOutcome::Idle) {
+    // A limited slot is an idle one for the backoff: the tenant's limits,
+    // not the queue, decide when it can run again.
+    if matches!(
+        outcome.tenant_outcome(),
+        TenantTickOutcome::Idle | TenantTickOutcome::Limited
+    ) {
         shared.idle_streak.fetch_add(1, Ordering::Relaxed);
     } else {
         shared.idle_streak.store(0, Ordering::Relaxed);

@@ -159,6 +159,8 @@ trait Harness: Sized {
         settings: Settings,
     ) -> (Self, Self::Executor);
     async fn enqueue(&self, tenant: &TenantId, payload: &[u8], max_attempts: u32) -> Uuid;
+    /// A run at `priority` (5 attempts).
+    async fn enqueue_at(&self, tenant: &TenantId, payload: &[u8], priority: i32) -> Uuid;
     async fn status(&self, run_id: Uuid) -> Status;
     async fn lock(&self, run_id: Uuid) -> Self::Lock;
     async fn unlock(&self, lock: Self::Lock);
@@ -196,6 +198,11 @@ impl Harness for Pg {
 
     async fn enqueue(&self, tenant: &TenantId, payload: &[u8], max_attempts: u32) -> Uuid {
         let run = NewRun::new(tenant.clone(), payload.to_vec()).max_attempts(max_attempts);
+        self.store.enqueue(&run).await.unwrap().run_id
+    }
+
+    async fn enqueue_at(&self, tenant: &TenantId, payload: &[u8], priority: i32) -> Uuid {
+        let run = NewRun::new(tenant.clone(), payload.to_vec()).priority(priority);
         self.store.enqueue(&run).await.unwrap().run_id
     }
 
@@ -313,6 +320,13 @@ impl Harness for Memory {
     async fn enqueue(&self, tenant: &TenantId, payload: &[u8], max_attempts: u32) -> Uuid {
         self.executor
             .enqueue_with(tenant, payload.to_vec(), max_attempts, Duration::ZERO)
+            .unwrap()
+            .run_id
+    }
+
+    async fn enqueue_at(&self, tenant: &TenantId, payload: &[u8], priority: i32) -> Uuid {
+        self.executor
+            .enqueue_prioritised(tenant, payload.to_vec(), 5, Duration::ZERO, priority)
             .unwrap()
             .run_id
     }
@@ -447,6 +461,43 @@ async fn fifo_per_tenant<H: Harness>() {
     );
     assert_eq!(s.probe.payloads_of("tenant-a"), ["a0", "a1", "a2"]);
     assert_eq!(s.probe.payloads_of("tenant-b"), ["b0", "b1", "b2"]);
+}
+
+/// Within a tenant, the highest priority runs first, FIFO within one
+/// priority; another tenant's higher priority never takes this tenant's
+/// slot.
+async fn priorities_order_a_tenant_and_never_cross_tenants<H: Harness>() {
+    let s = setup::<H>(&[("tenant-a", 1), ("tenant-b", 1)], Settings::default()).await;
+    for (priority, label) in [
+        (0, "a0-1"),
+        (-5, "m5-1"),
+        (9, "a9-1"),
+        (0, "a0-2"),
+        (100, "a100"),
+        (-5, "m5-2"),
+        (9, "a9-2"),
+        (-100, "m100"),
+    ] {
+        s.harness
+            .enqueue_at(&tenant("tenant-a"), label.as_bytes(), priority)
+            .await;
+    }
+    for (priority, label) in [(-100, "b-low"), (100, "b-high")] {
+        s.harness
+            .enqueue_at(&tenant("tenant-b"), label.as_bytes(), priority)
+            .await;
+    }
+    // Slots alternate a, b: 16 give tenant-a 8 and tenant-b 8 (2 runs).
+    let mut labels = Vec::new();
+    for _ in 0..16 {
+        labels.push(s.tick().await.tenant_outcome().label());
+    }
+    assert_eq!(labels.iter().filter(|l| **l == "executed").count(), 10);
+    assert_eq!(
+        s.probe.payloads_of("tenant-a"),
+        ["a100", "a9-1", "a9-2", "a0-1", "a0-2", "m5-1", "m5-2", "m100"]
+    );
+    assert_eq!(s.probe.payloads_of("tenant-b"), ["b-high", "b-low"]);
 }
 
 /// A tenant's slot only ever runs that tenant's runs, and a busy tenant
@@ -879,6 +930,11 @@ macro_rules! conformance_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn tenant_isolation() {
                 super::tenant_isolation::<$harness>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn priorities_order_a_tenant_and_never_cross_tenants() {
+                super::priorities_order_a_tenant_and_never_cross_tenants::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

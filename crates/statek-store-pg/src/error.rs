@@ -171,6 +171,55 @@ pub enum StoreError {
         /// The existing run.
         run_id: Uuid,
     },
+    /// A tenant limit value is out of range or incomplete (a cap of 0, a
+    /// rate without a window, ...). Nothing was written.
+    #[error("invalid tenant limit: {detail}")]
+    InvalidLimit {
+        /// Which value and its range.
+        detail: String,
+    },
+    /// A run priority outside [`crate::MIN_PRIORITY`]..=[`crate::MAX_PRIORITY`].
+    #[error("priority must be {min}..={max}, got {priority}")]
+    InvalidPriority {
+        /// The priority given.
+        priority: i32,
+        /// The lowest accepted.
+        min: i32,
+        /// The highest accepted.
+        max: i32,
+    },
+    /// A bulk enqueue of more runs (or payload bytes) than one statement
+    /// takes. Nothing was written.
+    #[error("bulk enqueue of {runs} runs and {bytes} payload bytes, at most {max_runs} runs and {max_bytes} bytes per call")]
+    EnqueueBatchTooLarge {
+        /// Runs given.
+        runs: usize,
+        /// Payload bytes given.
+        bytes: usize,
+        /// Most runs per call.
+        max_runs: usize,
+        /// Most payload bytes per call.
+        max_bytes: usize,
+    },
+    /// No run has this id (never enqueued, or pruned).
+    #[error("run {run_id} does not exist")]
+    RunNotFound {
+        /// The run.
+        run_id: Uuid,
+    },
+    /// An operator action that the run's state does not allow (retrying a
+    /// run that is not failed or cancelled). Nothing changed.
+    #[error("run {run_id} is {state}: {action} needs a run that is {needs}")]
+    RunStateConflict {
+        /// The run.
+        run_id: Uuid,
+        /// Its state now.
+        state: String,
+        /// What was asked (`retry`, `cancel`).
+        action: &'static str,
+        /// The states the action accepts.
+        needs: &'static str,
+    },
     /// An immutability trigger refused an update or delete.
     #[error("refused by the database: {message}")]
     ImmutableRow {

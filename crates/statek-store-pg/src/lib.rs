@@ -25,9 +25,24 @@
 //!   [`PgStore::complete_run`], [`PgStore::fail_run`], and
 //!   [`PgStore::finish_runs`] (up to [`MAX_FINISH_BATCH`] completions and
 //!   failures in one statement, each fenced, safe to retry);
+//!   Runs carry a priority inside their tenant's queue
+//!   ([`NewRun::priority`]); [`PgStore::enqueue_in`] and
+//!   [`PgStore::enqueue_many_in`] enqueue in the caller's transaction
+//!   (any `tokio_postgres::GenericClient`), [`PgStore::enqueue_many`] up
+//!   to [`MAX_ENQUEUE_BATCH`] runs in one statement;
+//! - **tenant limits**: [`PgStore::set_tenant_limits`] gives a tenant a
+//!   concurrency cap and/or a rate limit ([`TenantLimits`],
+//!   [`RateLimit`]), runtime settings checked inside every claim
+//!   ([`SlotClaim::Limited`]);
+//! - **operator view**: [`PgStore::list_runs`] (paged),
+//!   [`PgStore::cancel_run`], [`PgStore::retry_run`],
+//!   [`PgStore::count_runs`];
 //! - **retention**: [`PgStore::prune_scheduler_fairness_reservations`]
 //!   deletes the oldest reservation rows past a
-//!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time.
+//!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time;
+//!   [`PgStore::prune_finished_runs`] deletes finished runs past a
+//!   [`RunRetentionPolicy`] the same way, never a live run nor claim
+//!   history still inside the reservation retention window.
 //!
 //! - **roles**: [`PgStore::apply_role_profile`] grants a [`RoleProfile`]:
 //!   an owner role for migrations, a runtime role for replicas (register,
@@ -113,6 +128,7 @@ mod conninfo;
 mod durability;
 mod error;
 mod failover;
+mod limits;
 mod migration;
 mod notifications;
 mod pooling;
@@ -120,6 +136,7 @@ mod reservation;
 mod retention;
 mod roles;
 mod run_queue;
+mod run_retention;
 mod shard;
 mod statement;
 mod store;
@@ -140,6 +157,10 @@ pub use failover::{
     LossEvidence, LostReservation, LostReservationAction, LostReservations,
     RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL,
 };
+pub use limits::{
+    RateLimit, StoredTenantLimits, TenantLimits, MAX_RATE_CLAIMS, MAX_RATE_WINDOW,
+    MAX_RUNNING_LIMIT, MIN_RATE_WINDOW,
+};
 pub use migration::{embedded_migrations, MigrationReport};
 pub use notifications::{RunNotifications, RUNS_CHANNEL};
 pub use reservation::Reservation;
@@ -150,8 +171,11 @@ pub use retention::{
 pub use roles::RoleProfile;
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
-    RunLease, SlotClaim, MAX_ATTEMPTS_LIMIT, MAX_CLAIM_SLOTS, MAX_PAYLOAD_BYTES,
+    RunCounts, RunLease, RunListing, RunPage, RunState, SlotClaim, MAX_ATTEMPTS_LIMIT,
+    MAX_CLAIM_SLOTS, MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES, MAX_LIST_LIMIT, MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY, MIN_PRIORITY,
 };
+pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
 pub use shard::{Registration, ShardSeal, ShardStatus, StoredShard};
 pub use store::PgStore;
 pub use succession::{Rollout, ShardSeam};

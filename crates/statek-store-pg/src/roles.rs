@@ -2,16 +2,20 @@
 //!
 //! | role | connects as | may |
 //! |---|---|---|
-//! | owner | migrations (`PgStore::migrate`) | own the `statek` schema and its tables |
-//! | runtime | scheduler replicas and enqueuers | register policies, reserve, use the run queue |
-//! | retention | the pruning job | read and delete reservation rows |
+//! | owner | migrations (`PgStore::migrate`), `statek limits set\|clear` | own the `statek` schema and its tables; change tenant limits |
+//! | runtime | scheduler replicas and enqueuers | register policies, reserve, use the run queue, read tenant limits |
+//! | retention | the pruning job | read and delete reservation rows; delete finished runs and their expired claim history |
 //!
 //! The runtime role cannot write reservation rows or move a cursor except
 //! through the SECURITY DEFINER functions `statek.reserve` and
 //! `statek.reserve_batch` (it holds EXECUTE on them and no INSERT on
 //! reservations, no UPDATE on shards), delete reservations, change policy
 //! columns or delete shards; the retention role cannot reserve, register
-//! or touch runs. PostgreSQL needs an `UPDATE` grant on at least one column
+//! or change runs, and may delete only finished runs and the claim rows the
+//! database lets go (`statek.run_claim_deletable`, migration V9). The
+//! runtime role reads tenant limits and locks their rows only through the
+//! SECURITY DEFINER `statek.claim_allowance`; it cannot change them.
+//! PostgreSQL needs an `UPDATE` grant on at least one column
 //! to take a row lock (`FOR UPDATE`): the retention role holds it on
 //! `reserved_at` only, and the immutability triggers refuse every actual
 //! update of a reservation row, whoever asks.

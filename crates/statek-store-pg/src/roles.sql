@@ -23,6 +23,11 @@ ALTER FUNCTION statek.require_cycle_digest() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_run_claim_change() OWNER TO {owner};
 ALTER FUNCTION statek.check_new_shard_succession() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_reservation_on_sealed_shard() OWNER TO {owner};
+ALTER TABLE statek.tenant_limits OWNER TO {owner};
+ALTER FUNCTION statek.claim_allowance(text[], bigint[]) OWNER TO {owner};
+ALTER FUNCTION statek.notify_runs_inserted() OWNER TO {owner};
+ALTER FUNCTION statek.run_claim_deletable(uuid, text, bigint, timestamptz) OWNER TO {owner};
+ALTER FUNCTION statek.refuse_kept_run_claim_delete() OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -49,9 +54,22 @@ GRANT SELECT, INSERT, UPDATE ON statek.runs TO {runtime};
 GRANT SELECT, INSERT ON statek.run_claims TO {runtime};
 GRANT UPDATE (finished_at) ON statek.run_claims TO {runtime};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA statek TO {runtime};
+-- Tenant limits: the runtime role reads them; claims lock their rows only
+-- through the SECURITY DEFINER `claim_allowance`. Only the owner changes
+-- them (`statek limits set|clear`).
+GRANT SELECT ON statek.tenant_limits TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.claim_allowance(text[], bigint[]) TO {runtime};
 
 -- Retention: find and delete old reservation rows. The column UPDATE grant
 -- exists only because FOR UPDATE row locks require one; the immutability
 -- trigger refuses every actual update.
 GRANT SELECT, DELETE ON statek.scheduler_reservations TO {retention};
 GRANT UPDATE (reserved_at) ON statek.scheduler_reservations TO {retention};
+-- Retention of finished runs: delete old finished runs and their claim
+-- history; a trigger lets only claims that `run_claim_deletable` agrees
+-- to go. UPDATE (finished_at) only for the FOR UPDATE row locks.
+GRANT SELECT, DELETE ON statek.runs TO {retention};
+GRANT UPDATE (finished_at) ON statek.runs TO {retention};
+GRANT SELECT, DELETE ON statek.run_claims TO {retention};
+GRANT EXECUTE ON FUNCTION statek.run_claim_deletable(uuid, text, bigint, timestamptz)
+    TO {retention};

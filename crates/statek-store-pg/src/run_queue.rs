@@ -1,8 +1,15 @@
 //! The per-tenant run queue behind the default tenant-isolated executor.
 //!
 //! A claim looks at one tenant only and is one statement: the candidate is
-//! chosen in a `MATERIALIZED` CTE with `FOR UPDATE SKIP LOCKED`, oldest first
-//! by (available time, per-insert sequence), and leased with a fresh token.
+//! chosen in a `MATERIALIZED` CTE with `FOR UPDATE SKIP LOCKED`, highest
+//! priority first, then oldest by (available time, per-insert sequence),
+//! and leased with a fresh token. A tenant's limits (`limits.rs`) are
+//! checked inside the same statement; a tenant they hold back is
+//! [`ClaimOutcome::Limited`].
+//!
+//! Runs may be enqueued in the caller's own transaction and many at a time
+//! in one statement (`run_queue/enqueue.rs`); operators list, cancel and
+//! retry them (`run_queue/operator.rs`).
 //! Heartbeat, complete and fail succeed only while that token still matches
 //! (fencing); otherwise they report [`StoreError::LeaseLost`]. An expired
 //! lease makes the run claimable again, so execution is at-least-once.
@@ -39,8 +46,8 @@ const LEASE_RANGE_SECS: (f64, f64) = (0.001, 86_400.0);
 /// inserts nothing (and the existing run is read with `SELECT_BY_KEY`).
 const INSERT_RUN: &str = "
     INSERT INTO statek.runs
-        (run_id, tenant_id, payload, max_attempts, available_at, idempotency_key)
-    VALUES ($1, $2, $3, $4, clock_timestamp() + make_interval(secs => $5), $6)
+        (run_id, tenant_id, payload, max_attempts, available_at, idempotency_key, priority)
+    VALUES ($1, $2, $3, $4, clock_timestamp() + make_interval(secs => $5), $6, $7)
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING enqueued_at, available_at";
 
@@ -98,20 +105,40 @@ macro_rules! claimable {
     };
 }
 
+mod enqueue;
+mod operator;
 mod slot_claim;
+pub use enqueue::{MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES};
+pub use operator::{RunCounts, RunListing, RunPage, RunState, MAX_LIST_LIMIT};
 pub use slot_claim::{SlotClaim, MAX_CLAIM_SLOTS};
 
+/// Lowest run priority.
+pub const MIN_PRIORITY: i32 = -100;
+/// Highest run priority.
+pub const MAX_PRIORITY: i32 = 100;
+
+/// One claim of tenant $1: `allowance` is what its limits let it start now
+/// (1 without limits, 0 when capped or rate-limited; for a tenant with a
+/// limits row the call locks it, see `limits.rs`; for one without, the
+/// one-time filter skips the call), the candidate its best claimable run.
 const CLAIM_RUN: &str = concat!(
     "
     WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+    allowance AS MATERIALIZED (
+        SELECT coalesce((
+            SELECT a.allowed
+            FROM statek.claim_allowance(ARRAY[$1::text], ARRAY[1::bigint]) AS a
+            WHERE EXISTS (SELECT 1 FROM statek.tenant_limits AS l WHERE l.tenant_id = $1)
+        ), 1) AS allowed
+    ),
     candidate AS MATERIALIZED (
         SELECT run_id
         FROM statek.runs CROSS JOIN now
         WHERE ",
     claimable!(),
     "
-        ORDER BY available_at, queue_seq
-        LIMIT 1
+        ORDER BY priority DESC, available_at, queue_seq
+        LIMIT (SELECT allowed FROM allowance)
         FOR UPDATE OF runs SKIP LOCKED
     ),
     claimed AS (
@@ -131,7 +158,8 @@ const CLAIM_RUN: &str = concat!(
         INSERT INTO statek.run_claims (run_id, attempt, tenant_id, lease_token, claimed_at)
         SELECT run_id, attempt, tenant_id, $2, claimed_at FROM claimed
     )
-    SELECT now.t AS judged_at, claimed.* FROM now LEFT JOIN claimed ON true"
+    SELECT now.t AS judged_at, (SELECT allowed FROM allowance) AS allowed, claimed.*
+    FROM now LEFT JOIN claimed ON true"
 );
 
 /// Is there a run claimable (locked or not) at the instant $2 the claim
@@ -143,25 +171,38 @@ const CLAIM_RUN: &str = concat!(
 const PROBE_CLAIMABLE: &str = concat!(
     "SELECT (SELECT true FROM statek.runs CROSS JOIN (SELECT $2::timestamptz AS t) AS now WHERE ",
     claimable!(),
-    " ORDER BY available_at, queue_seq LIMIT 1) IS NOT NULL"
+    " ORDER BY priority DESC, available_at, queue_seq LIMIT 1) IS NOT NULL"
 );
 
-/// Is any run of the tenants $1 claimable now? One ordered index probe per
-/// tenant (see [`PROBE_CLAIMABLE`] for why not `EXISTS`); used by idle
-/// workers instead of burning reservations.
+/// Is any run of the tenants $1 claimable now, limits included? One
+/// ordered index probe per tenant (see [`PROBE_CLAIMABLE`] for why not
+/// `EXISTS`), and for a tenant with limits whether its cap and rate leave
+/// room (read without the claim's lock: an answer, not a promise); used by
+/// idle workers instead of burning reservations, so a capped tenant's
+/// backlog does not keep a fleet reserving `Limited` slots.
 const ANY_CLAIMABLE: &str = concat!(
     "
     WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
     SELECT count(found.run_id) > 0
     FROM unnest($1::text[]) AS wanted(tenant_id) CROSS JOIN now
+    LEFT JOIN statek.tenant_limits AS l ON l.tenant_id = wanted.tenant_id
     CROSS JOIN LATERAL (
         SELECT runs.run_id FROM statek.runs
         WHERE runs.tenant_id = wanted.tenant_id AND ",
     claimable_now!(),
     "
-        ORDER BY runs.available_at, runs.queue_seq
+        ORDER BY runs.priority DESC, runs.available_at, runs.queue_seq
         LIMIT 1
-    ) AS found"
+    ) AS found
+    WHERE (l.max_running IS NULL
+           OR (SELECT count(*) FROM statek.runs AS r
+               WHERE r.tenant_id = wanted.tenant_id AND r.state = 'running'
+                 AND r.lease_expires_at > now.t) < l.max_running)
+      AND (l.rate_limit IS NULL
+           OR (SELECT count(*) FROM statek.run_claims AS c
+               WHERE c.tenant_id = wanted.tenant_id
+                 AND c.claimed_at > now.t - make_interval(secs => l.rate_window_ms / 1000.0))
+              < l.rate_limit)"
 );
 
 const HEARTBEAT_RUN: &str = "
@@ -226,6 +267,7 @@ pub struct NewRun {
     max_attempts: u32,
     delay: Duration,
     idempotency_key: Option<String>,
+    priority: i32,
 }
 
 impl NewRun {
@@ -238,7 +280,17 @@ impl NewRun {
             max_attempts: 5,
             delay: Duration::ZERO,
             idempotency_key: None,
+            priority: 0,
         }
+    }
+
+    /// The run's priority inside its tenant's queue,
+    /// [`MIN_PRIORITY`]..=[`MAX_PRIORITY`] (default 0): a claim takes the
+    /// tenant's highest priority first, FIFO within one priority. It never
+    /// crosses tenants: a slot of another tenant is never given to it.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
     }
 
     /// An idempotency key (1..=256 bytes), unique per tenant: enqueueing
@@ -264,6 +316,44 @@ impl NewRun {
     /// The tenant.
     pub fn tenant(&self) -> &TenantId {
         &self.tenant
+    }
+
+    /// Checks every limit of the run before anything is sent.
+    pub(crate) fn check(&self) -> Result<(), StoreError> {
+        if self.payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(StoreError::InvalidArgument(format!(
+                "payload is {} bytes, the limit is {MAX_PAYLOAD_BYTES}",
+                self.payload.len()
+            )));
+        }
+        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&self.max_attempts) {
+            return Err(StoreError::InvalidArgument(format!(
+                "max_attempts must be 1..={MAX_ATTEMPTS_LIMIT}, got {}",
+                self.max_attempts
+            )));
+        }
+        if self.delay > Duration::from_secs(366 * 86_400) {
+            return Err(StoreError::InvalidArgument(format!(
+                "delay must be at most 366 days, got {:?}",
+                self.delay
+            )));
+        }
+        if let Some(key) = &self.idempotency_key {
+            if !(1..=256).contains(&key.len()) {
+                return Err(StoreError::InvalidArgument(format!(
+                    "idempotency key must be 1..=256 bytes, got {}",
+                    key.len()
+                )));
+            }
+        }
+        if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&self.priority) {
+            return Err(StoreError::InvalidPriority {
+                priority: self.priority,
+                min: MIN_PRIORITY,
+                max: MAX_PRIORITY,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -344,6 +434,7 @@ pub struct ClaimedRun {
 
 /// The result of [`PgStore::claim_run`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClaimOutcome {
     /// A run was claimed.
     Claimed(Box<ClaimedRun>),
@@ -351,6 +442,9 @@ pub enum ClaimOutcome {
     Contended,
     /// The tenant has no claimable run.
     Idle,
+    /// Claimable runs exist, but the tenant's concurrency cap or rate
+    /// limit lets it start none now.
+    Limited,
 }
 
 /// The result of [`PgStore::fail_run`].
@@ -432,39 +526,16 @@ fn non_negative_u32(value: i32, what: &'static str) -> Result<u32, StoreError> {
 }
 
 impl PgStore {
-    /// Adds a run to its tenant's queue.
+    /// Adds a run to its tenant's queue, in a transaction of its own (to
+    /// enqueue in yours, [`PgStore::enqueue_in`]).
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] for a payload over
     /// [`MAX_PAYLOAD_BYTES`], `max_attempts` outside 1..=1000 or a delay over
-    /// one year; connection and server errors.
+    /// one year; [`StoreError::InvalidPriority`]; connection and server
+    /// errors.
     pub async fn enqueue(&self, run: &NewRun) -> Result<EnqueuedRun, StoreError> {
-        if run.payload.len() > MAX_PAYLOAD_BYTES {
-            return Err(StoreError::InvalidArgument(format!(
-                "payload is {} bytes, the limit is {MAX_PAYLOAD_BYTES}",
-                run.payload.len()
-            )));
-        }
-        if !(1..=MAX_ATTEMPTS_LIMIT).contains(&run.max_attempts) {
-            return Err(StoreError::InvalidArgument(format!(
-                "max_attempts must be 1..={MAX_ATTEMPTS_LIMIT}, got {}",
-                run.max_attempts
-            )));
-        }
-        if run.delay > Duration::from_secs(366 * 86_400) {
-            return Err(StoreError::InvalidArgument(format!(
-                "delay must be at most 366 days, got {:?}",
-                run.delay
-            )));
-        }
-        if let Some(key) = &run.idempotency_key {
-            if !(1..=256).contains(&key.len()) {
-                return Err(StoreError::InvalidArgument(format!(
-                    "idempotency key must be 1..=256 bytes, got {}",
-                    key.len()
-                )));
-            }
-        }
+        run.check()?;
         let run_id = Uuid::now_v7();
         let max_attempts = i32::try_from(run.max_attempts).unwrap_or(i32::MAX);
         let delay_secs = run.delay.as_secs_f64();
@@ -479,6 +550,7 @@ impl PgStore {
                         (&max_attempts, Type::INT4),
                         (&delay_secs, Type::FLOAT8),
                         (&run.idempotency_key, Type::TEXT),
+                        (&run.priority, Type::INT4),
                     ],
                 )
                 .await?;
@@ -590,9 +662,11 @@ impl PgStore {
         })
     }
 
-    /// Claims the oldest claimable run of `tenant` (and of no other tenant),
-    /// leasing it for `lease` (1 ms..=24 h, database clock). Locked
-    /// candidates are skipped, never waited for.
+    /// Claims the best claimable run of `tenant` (and of no other tenant):
+    /// highest priority, then oldest; leasing it for `lease` (1 ms..=24 h,
+    /// database clock). Locked candidates are skipped, never waited for.
+    /// A tenant whose limits leave no room is [`ClaimOutcome::Limited`]
+    /// when it has a claimable run.
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] for a lease out of range; connection
@@ -618,6 +692,7 @@ impl PgStore {
             let run_id: Option<Uuid> = row.try_get("run_id")?;
             let Some(run_id) = run_id else {
                 let judged_at: SystemTime = row.try_get("judged_at")?;
+                let allowed: i64 = row.try_get("allowed")?;
                 let exists: bool = db
                     .query_one(
                         PROBE_CLAIMABLE,
@@ -628,7 +703,9 @@ impl PgStore {
                     )
                     .await?
                     .try_get(0)?;
-                return Ok(if exists {
+                return Ok(if exists && allowed < 1 {
+                    ClaimOutcome::Limited
+                } else if exists {
                     ClaimOutcome::Contended
                 } else {
                     ClaimOutcome::Idle

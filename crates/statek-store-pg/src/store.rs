@@ -158,6 +158,33 @@ impl PgStore {
         }
     }
 
+    /// [`in_transaction`](Self::in_transaction) for code written against
+    /// `tokio_postgres::GenericClient` (the enqueue functions that also
+    /// run in a caller's transaction): `call` gets the transaction itself.
+    /// Its statements must be sent unnamed (`query_typed`), as they are
+    /// under transaction pooling.
+    pub(crate) async fn in_generic_transaction<T>(
+        &self,
+        after: Duration,
+        call: impl AsyncFnOnce(&tokio_postgres::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.client().await?;
+        let answered = tokio::time::timeout(after, async {
+            let tx = PgStore::begin(&mut client).await?;
+            let out = call(&tx).await?;
+            tx.commit().await?;
+            Ok(out)
+        })
+        .await;
+        match answered {
+            Ok(result) => result,
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(client));
+                Err(StoreError::ResponseTimeout { after })
+            }
+        }
+    }
+
     /// Starts a READ COMMITTED transaction on a pooled connection.
     async fn begin<'c>(
         client: &'c mut deadpool_postgres::Object,

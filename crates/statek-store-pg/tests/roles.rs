@@ -127,6 +127,62 @@ async fn the_role_matrix_holds() {
         1
     );
 
+    // Tenant limits: the owner changes them, the runtime role reads them
+    // and its claims lock them (through statek.claim_allowance) but may
+    // not change them; the retention role may not even read them.
+    let capped = TenantId::try_from("tenant-capped").unwrap();
+    let cap = statek_store_pg::TenantLimits::new(Some(1), None).unwrap();
+    own.set_tenant_limits(&capped, &cap).await.unwrap();
+    assert_eq!(
+        rt.tenant_limits(&capped).await.unwrap().unwrap().limits,
+        cap
+    );
+    denied(
+        "runtime sets limits",
+        rt.set_tenant_limits(&capped, &cap).await,
+    );
+    denied(
+        "runtime clears limits",
+        rt.clear_tenant_limits(&capped).await,
+    );
+    denied("retention reads limits", rn.tenant_limits(&capped).await);
+    let in_tx = rt
+        .enqueue_many(&[
+            NewRun::new(capped.clone(), vec![1]),
+            NewRun::new(capped.clone(), vec![2]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(in_tx.len(), 2);
+    let ClaimOutcome::Claimed(capped_run) = rt
+        .claim_run(&capped, Duration::from_secs(30))
+        .await
+        .unwrap()
+    else {
+        panic!("claim")
+    };
+    assert_eq!(
+        rt.claim_run(&capped, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        ClaimOutcome::Limited
+    );
+    rt.complete_run(&capped_run.lease).await.unwrap();
+    assert!(rt.cancel_run(in_tx[1].run_id).await.unwrap());
+    assert_eq!(
+        rt.retry_run(in_tx[1].run_id).await.unwrap().state,
+        statek_store_pg::RunState::Available
+    );
+    assert!(rt.cancel_run(in_tx[1].run_id).await.unwrap());
+    assert!(own.clear_tenant_limits(&capped).await.unwrap());
+    // Runtime may not prune runs.
+    let run_retention =
+        statek_store_pg::RunRetentionPolicy::new(Duration::from_secs(3600), 10).unwrap();
+    denied(
+        "runtime prunes runs",
+        rt.prune_finished_runs(&run_retention).await,
+    );
+
     // Runtime may not prune, migrate, delete reservations or shards, or
     // change policy columns.
     let retention_policy =
@@ -335,6 +391,13 @@ async fn the_role_matrix_holds() {
         .await
         .unwrap();
     assert_eq!(report.deleted, 0);
+    // Finished runs too (none is old enough yet), but no runs of its own.
+    let pruned = rn.prune_finished_runs(&run_retention).await.unwrap();
+    assert_eq!(pruned.deleted_runs, 0);
+    denied(
+        "retention retries a run",
+        rn.retry_run(in_tx[1].run_id).await,
+    );
     denied(
         "retention reserve",
         rn.reserve(p.shard_id(), &p.digest(), Uuid::now_v7()).await,

@@ -8,11 +8,13 @@
 //! (prune throughput, latency while pruning, latency with retained rows),
 //! policy compile time (criterion, `cargo bench -p statek-policy`), durable
 //! commits, and the workloads of issue 12 (a fair `Worker` against a plain
-//! and a batched unfair queue, on the fast settings and durable); `soak`
+//! and a batched unfair queue, on the fast settings and durable), enqueue
+//! throughput, one run per statement against bulk (issue 14); `soak`
 //! (a Worker's memory over 10 minutes) runs only when asked for.
 //! Nothing here asserts a timing: it measures and reports.
 
 mod charts;
+mod enqueue;
 mod load;
 mod plain_claimer;
 mod queue;
@@ -94,18 +96,22 @@ pub enum Section {
     /// Issue 12's workloads: a fair Worker against a plain and a batched
     /// unfair queue, fast settings and durable; one Worker's slot rate.
     Workloads,
+    /// Enqueue throughput: one run per statement against bulk enqueue
+    /// (issue 14).
+    Enqueue,
     /// Opt-in: one Worker's RSS over --soak-minutes at full load (not in
     /// the default run).
     Soak,
 }
 
 impl Section {
-    const ALL: [Self; 6] = [
+    const ALL: [Self; 7] = [
         Self::Reservations,
         Self::Queue,
         Self::Retention,
         Self::Durable,
         Self::Workloads,
+        Self::Enqueue,
         Self::Compile,
     ];
 }
@@ -201,6 +207,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 | Section::Retention
                 | Section::Durable
                 | Section::Workloads
+                | Section::Enqueue
                 | Section::Soak
         )
     });
@@ -428,6 +435,9 @@ async fn measure_in(
         report.workloads.window_seconds = args.workload_seconds;
         let window = Duration::from_secs(args.workload_seconds);
         workloads::run(url, "fast", window, &mut report.workloads).await?;
+    }
+    if args.only.contains(&Section::Enqueue) {
+        report.enqueue = enqueue::run(url, Duration::from_secs(args.seconds)).await?;
     }
     if args.only.contains(&Section::Soak) {
         eprintln!(

@@ -119,6 +119,9 @@ pub struct Report {
     /// Section `workloads` (issue 12).
     #[serde(default)]
     pub workloads: super::workloads::Workloads,
+    /// Section `enqueue` (issue 14).
+    #[serde(default)]
+    pub enqueue: Vec<super::enqueue::EnqueueRow>,
     /// Section `soak` (opt-in).
     #[serde(default)]
     pub soak: Option<super::soak::Soak>,
@@ -270,6 +273,7 @@ impl Report {
             prune: None,
             compile: None,
             workloads: super::workloads::Workloads::default(),
+            enqueue: Vec::new(),
             soak: None,
             targets: Vec::new(),
             total_seconds: 0.0,
@@ -387,6 +391,7 @@ impl Report {
             }
         }
         targets.extend(super::workloads::targets::judge(&self.workloads));
+        targets.extend(super::enqueue::target(&self.enqueue));
         targets.extend(self.soak.as_ref().map(super::soak::target));
         self.targets = targets;
     }
@@ -407,6 +412,7 @@ impl Report {
         write("compile.json", &self.compile)?;
         write("targets.json", &self.targets)?;
         write("workloads.json", &(&self.workloads, &self.soak))?;
+        write("enqueue.json", &self.enqueue)?;
         let markdown = out.join("workloads.md");
         std::fs::write(
             &markdown,
@@ -543,6 +549,19 @@ impl Report {
                     c.shape,
                     c.function,
                     c.mean_ns / 1000.0
+                );
+            }
+        }
+        if !self.enqueue.is_empty() {
+            println!();
+            println!(
+                "{:>14} | {:>12} | {:>10} | {:>12}",
+                "runs/statement", "runs/s", "statements", "ms/statement"
+            );
+            for e in &self.enqueue {
+                println!(
+                    "{:>14} | {:>12.0} | {:>10} | {:>12.2}",
+                    e.runs_per_statement, e.runs_per_second, e.statements, e.mean_statement_ms
                 );
             }
         }

@@ -86,6 +86,9 @@ pub const METRICS: &[Metric] = &[
     metric("statek_durability_risk", Gauge, &["risk"]),
     metric("statek_reservations_lost_total", Counter, &["shard"]),
     metric("statek_timeline_changes_total", Counter, &["shard"]),
+    metric("statek_runs", Gauge, &["tenant", "state"]),
+    metric("statek_runs_finished_oldest_timestamp_seconds", Gauge, &[]),
+    metric("statek_runs_pruned_total", Counter, &[]),
 ];
 
 pub(crate) const HISTOGRAM_SUFFIXES: &[&str] = &["_bucket", "_sum", "_count"];

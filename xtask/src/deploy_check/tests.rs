@@ -16,6 +16,7 @@ fn the_metric_list_is_exactly_what_the_code_emits() {
         statek_store_pg::DURABILITY_RISK,
         statek_store_pg::RESERVATIONS_LOST_TOTAL,
         statek_store_pg::TIMELINE_CHANGES_TOTAL,
+        statek_store_pg::RUNS_PRUNED_TOTAL,
     ]);
     listed.sort_unstable();
     emitted.sort_unstable();

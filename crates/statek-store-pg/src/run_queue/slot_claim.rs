@@ -23,6 +23,10 @@ pub enum SlotClaim {
     Contended,
     /// The tenant has no claimable run left for this slot.
     Idle,
+    /// The tenant has claimable runs, but its concurrency cap or rate
+    /// limit ([`crate::TenantLimits`]) lets it start none for this slot
+    /// now. The slot is consumed like an idle one.
+    Limited,
 }
 
 /// The largest number of slots one [`PgStore::claim_runs_for_slots`] call
@@ -32,9 +36,11 @@ pub const MAX_CLAIM_SLOTS: usize = crate::batch::MAX_RESERVATION_BATCH as usize;
 /// A claim for a batch of slots, in one statement. `$1` sequences, `$2`
 /// tenants, `$3` fresh lease tokens, one per slot in sequence order
 /// (`ord`); `$4` the lease in seconds; `$5` the shard; `$6` the most runs
-/// to claim. Per tenant, one `SKIP LOCKED` pick of as many of its oldest
-/// claimable runs as it has slots (by available time, then per-insert
-/// sequence); the tenant's k-th slot in sequence order takes its k-th
+/// to claim. Per tenant, one `SKIP LOCKED` pick of as many of its
+/// claimable runs as it has slots and its limits allow
+/// (`statek.claim_allowance`, which locks a limited tenant's limits row),
+/// highest priority first, then by available time, then per-insert
+/// sequence; the tenant's k-th slot in sequence order takes its k-th
 /// run. Of these pairs only the first `$6` in slot order are claimed
 /// (`kept`); the slots after the last kept pair are *undecided* when
 /// pairs were left over (their picked runs are unlocked at commit, nothing
@@ -43,7 +49,8 @@ pub const MAX_CLAIM_SLOTS: usize = crate::batch::MAX_RESERVATION_BATCH as usize;
 /// (`clock_timestamp()`), and one row of claim history naming the slot.
 /// A decided slot without a run is contended when a claimable run of its
 /// tenant exists that this statement did not take (locked by another
-/// claimer), else idle.
+/// claimer), else idle; limited instead of contended when the slot is
+/// beyond what the tenant's limits allowed.
 const CLAIM_FOR_SLOTS: &str = concat!(
     "
     WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -68,22 +75,44 @@ const CLAIM_FOR_SLOTS: &str = concat!(
                WHERE runs.tenant_id = d.tenant_id AND ",
     claimable_now!(),
     "
-               ORDER BY runs.available_at, runs.queue_seq
+               ORDER BY runs.priority DESC, runs.available_at, runs.queue_seq
                LIMIT 1)
+    ),
+    -- How many runs each live tenant may start now (migration V9): as many
+    -- as it wants without limits, else what its cap and rate leave. The
+    -- function locks the limited tenants' limits rows until commit, so
+    -- every claimer of such a tenant, on any replica, counts after the
+    -- previous one committed; it is not called at all (a one-time filter)
+    -- when no live tenant has limits.
+    limited_live AS MATERIALIZED (
+        SELECT d.tenant_id, d.wanted FROM live AS d
+        WHERE EXISTS (SELECT 1 FROM statek.tenant_limits AS l WHERE l.tenant_id = d.tenant_id)
+    ),
+    allowance AS MATERIALIZED (
+        SELECT d.tenant_id, coalesce(a.allowed, d.wanted) AS allowed
+        FROM live AS d
+        LEFT JOIN (
+            SELECT f.tenant_id, f.allowed
+            FROM statek.claim_allowance(
+                ARRAY(SELECT tenant_id FROM limited_live ORDER BY tenant_id),
+                ARRAY(SELECT wanted FROM limited_live ORDER BY tenant_id)) AS f
+            WHERE EXISTS (SELECT 1 FROM limited_live)
+        ) AS a ON a.tenant_id = d.tenant_id
     ),
     picked AS MATERIALIZED (
         SELECT p.run_id, d.tenant_id,
                row_number() OVER (PARTITION BY d.tenant_id
-                                  ORDER BY p.available_at, p.queue_seq) AS nth
-        FROM live AS d CROSS JOIN now
+                                  ORDER BY p.priority DESC, p.available_at, p.queue_seq) AS nth
+        FROM live AS d JOIN allowance AS a ON a.tenant_id = d.tenant_id
+        CROSS JOIN now
         CROSS JOIN LATERAL (
-            SELECT runs.run_id, runs.available_at, runs.queue_seq
+            SELECT runs.run_id, runs.priority, runs.available_at, runs.queue_seq
             FROM statek.runs
             WHERE runs.tenant_id = d.tenant_id AND ",
     claimable_now!(),
     "
-            ORDER BY runs.available_at, runs.queue_seq
-            LIMIT d.wanted
+            ORDER BY runs.priority DESC, runs.available_at, runs.queue_seq
+            LIMIT a.allowed
             FOR UPDATE OF runs SKIP LOCKED
         ) AS p
     ),
@@ -125,7 +154,7 @@ const CLAIM_FOR_SLOTS: &str = concat!(
     -- Tenants with a decided slot left without a run: is a claimable run
     -- of theirs left that this statement did not pick (locked by another
     -- claimer)? One probe per tenant, not per slot, and an ordered one
-    -- (ORDER BY ... LIMIT 1 on runs_claim_idx's order): a plain EXISTS
+    -- (ORDER BY ... LIMIT 1 on runs_claim_priority_idx's order): a plain EXISTS
     -- lets the planner pick a sequential scan when few tenants have runs,
     -- which reads the whole table for every tenant that has none.
     short AS MATERIALIZED (
@@ -144,7 +173,7 @@ const CLAIM_FOR_SLOTS: &str = concat!(
     claimable_now!(),
     "
               AND runs.run_id NOT IN (SELECT run_id FROM all_pairs)
-            ORDER BY runs.available_at, runs.queue_seq
+            ORDER BY runs.priority DESC, runs.available_at, runs.queue_seq
             LIMIT 1
         ) AS left_over ON true
     )
@@ -153,10 +182,13 @@ const CLAIM_FOR_SLOTS: &str = concat!(
            c.attempt, c.max_attempts, c.enqueued_at, c.available_at, c.claimed_at,
            c.lease_expires_at, c.lease_token,
            (SELECT count(*) FROM history) AS recorded,
-           c.run_id IS NULL AND coalesce(ct.contended, false) AS contended
+           c.run_id IS NULL AND coalesce(ct.contended, false) AS contended,
+           c.run_id IS NULL AND coalesce(ct.contended, false)
+               AND s.nth > coalesce(al.allowed, s.nth) AS limited
     FROM slots AS s CROSS JOIN cutoff
     LEFT JOIN claimed AS c ON c.ord = s.ord
     LEFT JOIN contention AS ct ON ct.tenant_id = s.tenant_id
+    LEFT JOIN allowance AS al ON al.tenant_id = s.tenant_id
     ORDER BY s.ord"
 );
 
@@ -165,9 +197,12 @@ impl PgStore {
     /// batch: `slots` are `(sequence, tenant)` in sequence order (the
     /// tenant the slot maps to), at most [`MAX_CLAIM_SLOTS`], each sequence
     /// once. For each slot the run comes from that slot's tenant only; a
-    /// tenant holding `n` slots gets up to `n` of its runs, oldest first
-    /// (available time, then insertion order), its earliest slot the
-    /// oldest run. Locked runs are skipped (`FOR UPDATE SKIP LOCKED`),
+    /// tenant holding `n` slots gets up to `n` of its runs, highest
+    /// priority first, then oldest (available time, then insertion order),
+    /// its earliest slot the first run. A tenant with limits
+    /// ([`crate::TenantLimits`]) gets no more runs than its cap and rate
+    /// leave; its slots beyond that are [`SlotClaim::Limited`] while it
+    /// has claimable runs. Locked runs are skipped (`FOR UPDATE SKIP LOCKED`),
     /// never waited for. Each claimed run gets its own lease token and
     /// expiry `lease` from its claim (1 ms..=24 h, database clock), and
     /// one row of claim history (`statek.run_claims`: shard, the slot's
@@ -301,7 +336,9 @@ impl PgStore {
             }
             let run_id: Option<Uuid> = row.try_get("run_id")?;
             let Some(run_id) = run_id else {
-                out.push(if row.try_get::<_, bool>("contended")? {
+                out.push(if row.try_get::<_, bool>("limited")? {
+                    SlotClaim::Limited
+                } else if row.try_get::<_, bool>("contended")? {
                     SlotClaim::Contended
                 } else {
                     SlotClaim::Idle

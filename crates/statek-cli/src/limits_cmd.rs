@@ -1,0 +1,148 @@
+//! `statek limits set|show|clear`: a tenant's concurrency cap and rate
+//! limit (runtime settings in `statek.tenant_limits`).
+
+use crate::out::outln;
+
+use anyhow::{anyhow, Result};
+use serde::Serialize;
+use statek_policy::{EchoedValue, TenantId};
+use statek_store_pg::{RateLimit, StoredTenantLimits, TenantLimits};
+
+use crate::cli::Format;
+use crate::db::DbArgs;
+use crate::exit::InvalidInput;
+
+/// `--tenant T` as a tenant id.
+pub fn tenant_id(text: &str) -> Result<TenantId> {
+    TenantId::try_from(text)
+        .map_err(|e| anyhow!(InvalidInput(format!("--tenant {}: {e}", EchoedValue(text)))))
+}
+
+/// `--max-running N`: any integer text, range-checked by [`TenantLimits`]
+/// (so 0, negative and absurd values are the same typed error).
+fn max_running(text: &str) -> Result<u32> {
+    let value: i128 = text.trim().parse().map_err(|_| {
+        anyhow!(InvalidInput(format!(
+            "--max-running {}: not an integer",
+            EchoedValue(text)
+        )))
+    })?;
+    // Out of u32: let TenantLimits name the range.
+    let value = u32::try_from(value).unwrap_or(if value < 0 { 0 } else { u32::MAX });
+    TenantLimits::new(Some(value), None)?;
+    Ok(value)
+}
+
+#[derive(Serialize)]
+struct LimitsRow {
+    tenant: String,
+    max_running: Option<u32>,
+    /// `10/s`, `100/m`, ...
+    rate: Option<String>,
+    rate_claims: Option<u32>,
+    rate_window_ms: Option<u128>,
+    updated_at: String,
+}
+
+impl From<&StoredTenantLimits> for LimitsRow {
+    fn from(s: &StoredTenantLimits) -> Self {
+        Self {
+            tenant: s.tenant.to_string(),
+            max_running: s.limits.max_running(),
+            rate: s.limits.rate().map(|r| r.to_string()),
+            rate_claims: s.limits.rate().map(|r| r.claims()),
+            rate_window_ms: s.limits.rate().map(|r| r.window().as_millis()),
+            updated_at: humantime::format_rfc3339_millis(s.updated_at).to_string(),
+        }
+    }
+}
+
+fn print(rows: &[LimitsRow], format: Format) -> Result<()> {
+    match format {
+        Format::Json => outln!("{}", serde_json::to_string_pretty(rows)?)?,
+        Format::Text => {
+            outln!(
+                "{:<24} {:>11} {:>12}  updated at",
+                "tenant",
+                "max running",
+                "rate"
+            )?;
+            for r in rows {
+                outln!(
+                    "{:<24} {:>11} {:>12}  {}",
+                    r.tenant,
+                    r.max_running.map_or("-".to_owned(), |c| c.to_string()),
+                    r.rate.as_deref().unwrap_or("-"),
+                    r.updated_at
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `statek limits set --tenant T [--max-running N] [--rate N/s]`: changes
+/// the given limits and keeps the others (owner role).
+pub async fn set(
+    tenant: &str,
+    max: Option<&str>,
+    rate: Option<&str>,
+    format: Format,
+    db: &DbArgs,
+) -> Result<()> {
+    let tenant = tenant_id(tenant)?;
+    if max.is_none() && rate.is_none() {
+        return Err(
+            InvalidInput("limits set needs --max-running N, --rate N/UNIT or both".into()).into(),
+        );
+    }
+    let max = max.map(max_running).transpose()?;
+    let rate = rate.map(str::parse::<RateLimit>).transpose()?;
+    let store = db.store(1)?;
+    let old = store.tenant_limits(&tenant).await?;
+    let limits = TenantLimits::new(
+        max.or(old.as_ref().and_then(|o| o.limits.max_running())),
+        rate.or(old.as_ref().and_then(|o| o.limits.rate())),
+    )?;
+    let stored = store.set_tenant_limits(&tenant, &limits).await?;
+    print(&[LimitsRow::from(&stored)], format)
+}
+
+/// `statek limits show [--tenant T]`.
+pub async fn show(tenant: Option<&str>, format: Format, db: &DbArgs) -> Result<()> {
+    let store = db.store(1)?;
+    let all = match tenant {
+        Some(t) => store
+            .tenant_limits(&tenant_id(t)?)
+            .await?
+            .into_iter()
+            .collect(),
+        None => store.all_tenant_limits().await?,
+    };
+    let rows: Vec<LimitsRow> = all.iter().map(LimitsRow::from).collect();
+    print(&rows, format)
+}
+
+#[derive(Serialize)]
+struct Cleared {
+    tenant: String,
+    cleared: bool,
+}
+
+/// `statek limits clear --tenant T` (owner role).
+pub async fn clear(tenant: &str, format: Format, db: &DbArgs) -> Result<()> {
+    let tenant = tenant_id(tenant)?;
+    let cleared = db.store(1)?.clear_tenant_limits(&tenant).await?;
+    match format {
+        Format::Json => outln!(
+            "{}",
+            serde_json::to_string_pretty(&Cleared {
+                tenant: tenant.to_string(),
+                cleared
+            })?
+        )?,
+        Format::Text if cleared => outln!("cleared the limits of {tenant}")?,
+        Format::Text => outln!("{tenant} had no limits")?,
+    }
+    Ok(())
+}

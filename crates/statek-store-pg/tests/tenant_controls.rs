@@ -1,0 +1,590 @@
+//! Tenant controls after the fair order (issue 14), against a real
+//! PostgreSQL: concurrency caps and rate limits inside the claim, run
+//! priority, enqueue in the caller's transaction and in bulk.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use statek_policy::{SchedulerShardId, TenantId};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::{
+    ClaimOutcome, NewRun, PgStore, RateLimit, SlotClaim, StoreError, TenantLimits, MAX_CLAIM_SLOTS,
+    MAX_RUNNING_LIMIT,
+};
+
+fn tenant(id: &str) -> TenantId {
+    TenantId::try_from(id).unwrap()
+}
+
+fn shard() -> SchedulerShardId {
+    SchedulerShardId::try_from("primary-v1").unwrap()
+}
+
+const LEASE: Duration = Duration::from_secs(60);
+
+fn cap(n: u32) -> TenantLimits {
+    TenantLimits::new(Some(n), None).unwrap()
+}
+
+async fn enqueue_n(store: &PgStore, tenant: &TenantId, n: usize) {
+    let runs: Vec<NewRun> = (0..n)
+        .map(|i| NewRun::new(tenant.clone(), i.to_string().into_bytes()))
+        .collect();
+    store.enqueue_many(&runs).await.unwrap();
+}
+
+/// Distinct slot sequences for claimers that share a shard.
+fn next_sequences(counter: &AtomicU64, n: u64) -> u64 {
+    counter.fetch_add(n, Ordering::SeqCst)
+}
+
+/// The largest number of a tenant's claims whose [claimed_at, finished_at]
+/// intervals overlap at one instant, from the claim history.
+async fn max_overlap(client: &tokio_postgres::Client, tenant: &str) -> usize {
+    let rows = client
+        .query(
+            "SELECT claimed_at, finished_at FROM statek.run_claims WHERE tenant_id = $1",
+            &[&tenant],
+        )
+        .await
+        .unwrap();
+    // +1 at a claim, -1 at a finish; at equal instants finishes first.
+    let mut events: Vec<(SystemTime, i32)> = Vec::new();
+    for row in &rows {
+        events.push((row.get("claimed_at"), 1));
+        let finished: Option<SystemTime> = row.get("finished_at");
+        events.push((finished.expect("every claim finished"), -1));
+    }
+    events.sort();
+    let (mut now, mut max) = (0_i32, 0_i32);
+    for (_, delta) in events {
+        now += delta;
+        max = max.max(now);
+    }
+    usize::try_from(max).unwrap()
+}
+
+#[tokio::test]
+async fn a_cap_of_two_holds_across_eight_concurrent_claimers_and_other_tenants_are_unaffected() {
+    let db = TestDatabase::create().await;
+    let owner = db.store();
+    let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+    owner.set_tenant_limits(&a, &cap(2)).await.unwrap();
+    enqueue_n(&owner, &a, 50).await;
+    enqueue_n(&owner, &b, 50).await;
+    // 8 claimers over 4 stores (4 pools, as 4 replicas would have).
+    let stores: Vec<PgStore> = (0..4).map(|_| db.store()).collect();
+    let sequences = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let client = db.client().await;
+        let done = Arc::clone(&done);
+        tokio::spawn(async move {
+            let mut max = 0_i64;
+            while !done.load(Ordering::SeqCst) {
+                let leased: i64 = client
+                    .query_one(
+                        "SELECT count(*) FROM statek.runs WHERE tenant_id = 'tenant-a'
+                         AND state = 'running' AND lease_expires_at > clock_timestamp()",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                max = max.max(leased);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            max
+        })
+    };
+    let mut claimers = Vec::new();
+    for i in 0..8 {
+        let store = stores[i % 4].clone();
+        let (a, b) = (a.clone(), b.clone());
+        let sequences = Arc::clone(&sequences);
+        claimers.push(tokio::spawn(async move {
+            let (mut limited_a, mut limited_b, mut ran) = (0_u64, 0_u64, 0_u64);
+            let mut empty_rounds = 0;
+            while empty_rounds < 20 {
+                let s = next_sequences(&sequences, 3);
+                let slots = [(s, a.clone()), (s + 1, a.clone()), (s + 2, b.clone())];
+                let claims = store
+                    .claim_runs_for_slots(&slots, &shard(), LEASE)
+                    .await
+                    .unwrap();
+                let mut any = false;
+                for (claim, (_, t)) in claims.iter().zip(&slots) {
+                    match claim {
+                        SlotClaim::Claimed(run) => {
+                            any = true;
+                            tokio::time::sleep(Duration::from_millis(3)).await;
+                            store.complete_run(&run.lease).await.unwrap();
+                            ran += 1;
+                        }
+                        SlotClaim::Limited if *t == a => limited_a += 1,
+                        SlotClaim::Limited => limited_b += 1,
+                        _ => {}
+                    }
+                }
+                empty_rounds = if any { 0 } else { empty_rounds + 1 };
+            }
+            (limited_a, limited_b, ran)
+        }));
+    }
+    let (mut limited_a, mut limited_b, mut ran) = (0, 0, 0);
+    for c in claimers {
+        let (la, lb, r) = c.await.unwrap();
+        limited_a += la;
+        limited_b += lb;
+        ran += r;
+    }
+    done.store(true, Ordering::SeqCst);
+    let sampled_max = sampler.await.unwrap();
+    let client = db.client().await;
+    assert_eq!(ran, 100, "every run of both tenants ran once");
+    assert!(
+        sampled_max <= 2,
+        "sampled {sampled_max} leased runs of tenant-a"
+    );
+    assert_eq!(max_overlap(&client, "tenant-a").await, 2);
+    assert!(
+        limited_a > 0,
+        "slots of tenant-a beyond its cap are limited"
+    );
+    assert_eq!(limited_b, 0, "tenant-b has no limits");
+    let completed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(completed, 100);
+}
+
+#[tokio::test]
+async fn a_rate_of_ten_per_second_holds_in_every_sliding_second_over_ten_seconds() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    let rate: RateLimit = "10/s".parse().unwrap();
+    store
+        .set_tenant_limits(&a, &TenantLimits::new(None, Some(rate)).unwrap())
+        .await
+        .unwrap();
+    enqueue_n(&store, &a, 400).await;
+    let sequences = Arc::new(AtomicU64::new(0));
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut claimers = Vec::new();
+    for _ in 0..8 {
+        let store = db.store();
+        let a = a.clone();
+        let sequences = Arc::clone(&sequences);
+        claimers.push(tokio::spawn(async move {
+            let mut limited = 0_u64;
+            while tokio::time::Instant::now() < until {
+                let s = next_sequences(&sequences, 2);
+                let slots = [(s, a.clone()), (s + 1, a.clone())];
+                for claim in store
+                    .claim_runs_for_slots(&slots, &shard(), LEASE)
+                    .await
+                    .unwrap()
+                {
+                    match claim {
+                        SlotClaim::Claimed(run) => store.complete_run(&run.lease).await.unwrap(),
+                        SlotClaim::Limited => limited += 1,
+                        other => panic!("tenant-a has runs left: {other:?}"),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            limited
+        }));
+    }
+    let mut limited = 0;
+    for c in claimers {
+        limited += c.await.unwrap();
+    }
+    let claimed: Vec<SystemTime> = db
+        .client()
+        .await
+        .query(
+            "SELECT claimed_at FROM statek.run_claims WHERE tenant_id = 'tenant-a' ORDER BY claimed_at",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // No window [t, t + 1 s) holds 11 claims: the 11th claim after any
+    // claim is at least 1 s later.
+    for pair in claimed.windows(11) {
+        let span = pair[10].duration_since(pair[0]).unwrap();
+        assert!(span >= Duration::from_secs(1), "11 claims within {span:?}");
+    }
+    // 10 s of claiming at 10/s: at most 10 per second plus one window.
+    assert!(
+        (90..=110).contains(&claimed.len()),
+        "{} claims",
+        claimed.len()
+    );
+    assert!(limited > 0);
+}
+
+#[tokio::test]
+async fn a_single_claim_is_limited_by_a_cap_and_limits_apply_from_the_next_claim() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    enqueue_n(&store, &a, 10).await;
+    store.set_tenant_limits(&a, &cap(1)).await.unwrap();
+    let first = match store.claim_run(&a, LEASE).await.unwrap() {
+        ClaimOutcome::Claimed(run) => run,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        store.claim_run(&a, LEASE).await.unwrap(),
+        ClaimOutcome::Limited
+    );
+    assert!(!store
+        .any_claimable_runs(std::slice::from_ref(&a))
+        .await
+        .unwrap());
+    // Raised to 3: the next claim for 3 slots gets 2 runs, the third slot
+    // is limited.
+    store.set_tenant_limits(&a, &cap(3)).await.unwrap();
+    assert!(store
+        .any_claimable_runs(std::slice::from_ref(&a))
+        .await
+        .unwrap());
+    let slots = [(0, a.clone()), (1, a.clone()), (2, a.clone())];
+    let claims = store
+        .claim_runs_for_slots(&slots, &shard(), LEASE)
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = claims
+        .iter()
+        .map(|c| match c {
+            SlotClaim::Claimed(_) => "claimed",
+            SlotClaim::Limited => "limited",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["claimed", "claimed", "limited"]);
+    // Completing the first frees one place.
+    store.complete_run(&first.lease).await.unwrap();
+    assert!(matches!(
+        store.claim_run(&a, LEASE).await.unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    // Cleared: no limit at all.
+    assert!(store.clear_tenant_limits(&a).await.unwrap());
+    assert!(!store.clear_tenant_limits(&a).await.unwrap());
+    let slots: Vec<(u64, TenantId)> = (10..16).map(|s| (s, a.clone())).collect();
+    let claims = store
+        .claim_runs_for_slots(&slots, &shard(), LEASE)
+        .await
+        .unwrap();
+    let claimed = claims
+        .iter()
+        .filter(|c| matches!(c, SlotClaim::Claimed(_)))
+        .count();
+    assert_eq!(claimed, 6);
+    // A capped tenant without claimable runs is idle, not limited.
+    let idle = tenant("tenant-idle");
+    store.set_tenant_limits(&idle, &cap(1)).await.unwrap();
+    assert_eq!(
+        store.claim_run(&idle, LEASE).await.unwrap(),
+        ClaimOutcome::Idle
+    );
+}
+
+#[tokio::test]
+async fn limits_are_read_back_exactly_and_bad_values_are_typed_errors() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    assert_eq!(store.tenant_limits(&a).await.unwrap(), None);
+    let limits = TenantLimits::new(Some(7), Some("100/m".parse().unwrap())).unwrap();
+    let stored = store.set_tenant_limits(&a, &limits).await.unwrap();
+    assert_eq!(stored.limits, limits);
+    assert_eq!(
+        store.tenant_limits(&a).await.unwrap().unwrap().limits,
+        limits
+    );
+    // Set again: exactly the new limits (the rate is gone).
+    let stored = store.set_tenant_limits(&a, &cap(3)).await.unwrap();
+    assert_eq!(stored.limits.max_running(), Some(3));
+    assert_eq!(stored.limits.rate(), None);
+    assert_eq!(store.all_tenant_limits().await.unwrap().len(), 1);
+
+    let invalid = |r: Result<TenantLimits, StoreError>| {
+        assert!(matches!(r, Err(StoreError::InvalidLimit { .. })), "{r:?}")
+    };
+    invalid(TenantLimits::new(Some(0), None));
+    invalid(TenantLimits::new(Some(MAX_RUNNING_LIMIT + 1), None));
+    invalid(TenantLimits::new(Some(u32::MAX), None));
+    invalid(TenantLimits::new(None, None));
+    for bad in ["0/s", "-1/s", "10/0s", "1000001/s", "10/2h", "ten/s", "10"] {
+        let parsed = bad.parse::<RateLimit>();
+        assert!(
+            matches!(parsed, Err(StoreError::InvalidLimit { .. })),
+            "{bad}: {parsed:?}"
+        );
+        assert_eq!(
+            parsed.unwrap_err().to_string(),
+            parsed_message(bad),
+            "{bad}"
+        );
+    }
+    // An invalid tenant id never becomes a TenantId.
+    for bad in ["", "..", "tenant a", "tenant/a"] {
+        assert!(TenantId::try_from(bad).is_err(), "{bad:?}");
+    }
+    // The database refuses out-of-range rows whoever writes them.
+    let client = db.client().await;
+    for sql in [
+        "INSERT INTO statek.tenant_limits (tenant_id, max_running) VALUES ('t', 0)",
+        "INSERT INTO statek.tenant_limits (tenant_id, rate_limit) VALUES ('t', 5)",
+        "INSERT INTO statek.tenant_limits (tenant_id) VALUES ('t')",
+        "INSERT INTO statek.tenant_limits (tenant_id, max_running) VALUES ('a b', 1)",
+    ] {
+        let e = client.execute(sql, &[]).await.unwrap_err();
+        assert_eq!(e.code().unwrap().code(), "23514", "{sql}");
+    }
+}
+
+fn parsed_message(bad: &str) -> String {
+    match bad {
+        "0/s" => "invalid tenant limit: a rate must allow 1..=1000000 claims, got 0".into(),
+        "1000001/s" => {
+            "invalid tenant limit: a rate must allow 1..=1000000 claims, got 1000001".into()
+        }
+        "10/0s" => "invalid tenant limit: a rate window must be whole milliseconds, 1 ms..=1 h, got 0ns".into(),
+        "10/2h" => "invalid tenant limit: a rate window must be whole milliseconds, 1 ms..=1 h, got 7200s".into(),
+        other => format!(
+            "invalid tenant limit: rate {other:?}: expected CLAIMS/WINDOW such as 10/s, 100/m, 5000/h, 5/10s or 1/250ms"
+        ),
+    }
+}
+
+#[tokio::test]
+async fn five_priorities_are_claimed_highest_first_fifo_within_and_never_across_tenants() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+    // (priority, label) in the order enqueued.
+    let order = [
+        (0, "p0-1"),
+        (-50, "m50-1"),
+        (100, "p100-1"),
+        (7, "p7-1"),
+        (0, "p0-2"),
+        (-100, "m100-1"),
+        (100, "p100-2"),
+        (-50, "m50-2"),
+        (7, "p7-2"),
+        (-100, "m100-2"),
+    ];
+    for (priority, label) in order {
+        store
+            .enqueue(&NewRun::new(a.clone(), label).priority(priority))
+            .await
+            .unwrap();
+    }
+    // Another tenant's highest priority, enqueued last.
+    store
+        .enqueue(&NewRun::new(b.clone(), "b-high").priority(100))
+        .await
+        .unwrap();
+    let mut claimed = Vec::new();
+    // Four slots of tenant-a, then six single claims.
+    let slots = [
+        (0, a.clone()),
+        (1, a.clone()),
+        (2, a.clone()),
+        (3, a.clone()),
+    ];
+    for claim in store
+        .claim_runs_for_slots(&slots, &shard(), LEASE)
+        .await
+        .unwrap()
+    {
+        match claim {
+            SlotClaim::Claimed(run) => claimed.push(String::from_utf8(run.payload).unwrap()),
+            other => panic!("{other:?}"),
+        }
+    }
+    for _ in 0..6 {
+        match store.claim_run(&a, LEASE).await.unwrap() {
+            ClaimOutcome::Claimed(run) => claimed.push(String::from_utf8(run.payload).unwrap()),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        claimed,
+        [
+            "p100-1", "p100-2", "p7-1", "p7-2", "p0-1", "p0-2", "m50-1", "m50-2", "m100-1",
+            "m100-2"
+        ]
+    );
+    assert_eq!(
+        store.claim_run(&a, LEASE).await.unwrap(),
+        ClaimOutcome::Idle
+    );
+    // tenant-b's run is still there, for tenant-b's slot only.
+    match store.claim_run(&b, LEASE).await.unwrap() {
+        ClaimOutcome::Claimed(run) => assert_eq!(run.payload, b"b-high"),
+        other => panic!("{other:?}"),
+    }
+    for bad in [101, -101, i32::MAX, i32::MIN] {
+        let r = store
+            .enqueue(&NewRun::new(a.clone(), "x").priority(bad))
+            .await;
+        assert!(
+            matches!(r, Err(StoreError::InvalidPriority { priority, .. }) if priority == bad),
+            "{r:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_enqueue_in_the_callers_transaction_rolls_back_with_it_and_notifies_only_after_commit() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    let mut notifications = store.listen_for_runs().await.unwrap();
+    let mut client = db.client().await;
+
+    // Rolled back: nothing stays, nothing is notified.
+    let tx = client.transaction().await.unwrap();
+    let rolled_back = PgStore::enqueue_in(&tx, &NewRun::new(a.clone(), "gone"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim_run(&a, LEASE).await.unwrap(),
+        ClaimOutcome::Idle
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(store.run(rolled_back.run_id).await.unwrap(), None);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), notifications.recv())
+            .await
+            .is_err(),
+        "a rolled-back enqueue notifies nobody"
+    );
+
+    // Committed: invisible and silent until the commit, then both.
+    let tx = client.transaction().await.unwrap();
+    let kept = PgStore::enqueue_in(&tx, &NewRun::new(a.clone(), "kept"))
+        .await
+        .unwrap();
+    assert!(!kept.deduplicated);
+    assert_eq!(
+        store.claim_run(&a, LEASE).await.unwrap(),
+        ClaimOutcome::Idle
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), notifications.recv())
+            .await
+            .is_err(),
+        "no notification before the commit"
+    );
+    tx.commit().await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(5), notifications.recv())
+        .await
+        .expect("notified at commit")
+        .unwrap()
+        .unwrap();
+    assert_eq!(woken, a);
+    match store.claim_run(&a, LEASE).await.unwrap() {
+        ClaimOutcome::Claimed(run) => assert_eq!(run.lease.run_id(), kept.run_id),
+        other => panic!("{other:?}"),
+    }
+
+    // A bulk enqueue in a transaction: idempotency keys inside one call
+    // and against an existing run.
+    store
+        .enqueue(&NewRun::new(a.clone(), "k1").idempotency_key("key-1"))
+        .await
+        .unwrap();
+    let tx = client.transaction().await.unwrap();
+    let runs = [
+        NewRun::new(a.clone(), "k1").idempotency_key("key-1"),
+        NewRun::new(a.clone(), "k2").idempotency_key("key-2"),
+        NewRun::new(a.clone(), "k2").idempotency_key("key-2"),
+        NewRun::new(a.clone(), "plain"),
+    ];
+    let out = PgStore::enqueue_many_in(&tx, &runs).await.unwrap();
+    tx.commit().await.unwrap();
+    let dedup: Vec<bool> = out.iter().map(|r| r.deduplicated).collect();
+    assert_eq!(dedup, [true, false, true, false]);
+    assert_eq!(out[1].run_id, out[2].run_id);
+    let conflict = store
+        .enqueue_many(&[NewRun::new(a.clone(), "other").idempotency_key("key-1")])
+        .await;
+    assert!(
+        matches!(conflict, Err(StoreError::IdempotencyConflict { .. })),
+        "{conflict:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_bulk_enqueue_of_100000_runs_is_one_notification_and_is_claimed_in_fifo_order() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    let mut notifications = store.listen_for_runs().await.unwrap();
+    let runs: Vec<NewRun> = (0..100_000_u32)
+        .map(|i| NewRun::new(a.clone(), i.to_be_bytes().to_vec()))
+        .collect();
+    let enqueued = store.enqueue_many(&runs).await.unwrap();
+    assert_eq!(enqueued.len(), 100_000);
+    let first = tokio::time::timeout(Duration::from_secs(5), notifications.recv())
+        .await
+        .expect("one notification")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, a);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), notifications.recv())
+            .await
+            .is_err(),
+        "only one notification for the whole statement"
+    );
+    let mut next = 0_u32;
+    let mut sequence = 0_u64;
+    while next < 100_000 {
+        let slots: Vec<(u64, TenantId)> = (0..MAX_CLAIM_SLOTS as u64)
+            .map(|i| (sequence + i, a.clone()))
+            .collect();
+        sequence += MAX_CLAIM_SLOTS as u64;
+        for claim in store
+            .claim_runs_for_slots(&slots, &shard(), LEASE)
+            .await
+            .unwrap()
+        {
+            match claim {
+                SlotClaim::Claimed(run) => {
+                    assert_eq!(run.payload, next.to_be_bytes(), "FIFO");
+                    assert_eq!(run.lease.run_id(), enqueued[next as usize].run_id);
+                    next += 1;
+                }
+                SlotClaim::Idle => assert_eq!(next, 100_000),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let too_many: Vec<NewRun> = (0..100_001)
+        .map(|_| NewRun::new(a.clone(), Vec::new()))
+        .collect();
+    assert!(matches!(
+        store.enqueue_many(&too_many).await,
+        Err(StoreError::EnqueueBatchTooLarge { runs: 100_001, .. })
+    ));
+}
