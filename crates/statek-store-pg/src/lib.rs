@@ -24,7 +24,8 @@
 //!   its slot in the claim history), [`PgStore::heartbeat_run`],
 //!   [`PgStore::complete_run`], [`PgStore::fail_run`], and
 //!   [`PgStore::finish_runs`] (up to [`MAX_FINISH_BATCH`] completions and
-//!   failures in one statement, each fenced, safe to retry);
+//!   failures in one statement, each fenced, safe to retry), and
+//!   [`PgStore::run_history`] (runs read back with their claim history);
 //! - **retention**: [`PgStore::prune_scheduler_fairness_reservations`]
 //!   deletes the oldest reservation rows past a
 //!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time.
@@ -101,10 +102,14 @@
 //!
 //! Features: `test-support` adds [`testing`], fixtures that create a fresh
 //! migrated database per test on the server named by
-//! `STATEK_TEST_DATABASE_URL`.
+//! `STATEK_TEST_DATABASE_URL`; `baseline` adds [`baseline`], the plain FIFO
+//! `SKIP LOCKED` queue that the demo and the bench compare statek with
+//! (the unfair comparison, not for production).
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "baseline")]
+pub mod baseline;
 mod batch;
 mod chain;
 mod completion;
@@ -119,6 +124,7 @@ mod pooling;
 mod reservation;
 mod retention;
 mod roles;
+mod run_history;
 mod run_queue;
 mod shard;
 mod statement;
@@ -148,6 +154,7 @@ pub use retention::{
     PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
 };
 pub use roles::RoleProfile;
+pub use run_history::{RunClaimRecord, RunRecord, MAX_RUN_HISTORY_BATCH};
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
     RunLease, SlotClaim, MAX_ATTEMPTS_LIMIT, MAX_CLAIM_SLOTS, MAX_PAYLOAD_BYTES,

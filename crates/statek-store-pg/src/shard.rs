@@ -8,9 +8,9 @@ use statek_policy::{
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
+use crate::chain::live_shard_of_schedule;
 use crate::pooling::check_session_settings;
 use crate::statement::Db;
-use crate::chain::live_shard_of_schedule;
 use crate::{PgStore, StoreError};
 
 /// Inserts the shard row (with the digest of the compiled cycle, V6) unless the time it was registered when this call

@@ -9,8 +9,8 @@ use statek_policy::{
 };
 use tokio_postgres::types::Type;
 
-use crate::shard::{decode_digest, StoredShard, SET_SYNCHRONOUS_COMMIT};
 use crate::chain::live_shard_of_chain;
+use crate::shard::{decode_digest, StoredShard, SET_SYNCHRONOUS_COMMIT};
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
 

@@ -51,7 +51,11 @@ pub const METRICS: &[Metric] = &[
         Gauge,
         &["shard", "tenant"],
     ),
-    metric("statek_seam_bound_reservations", Gauge, &["shard", "tenant"]),
+    metric(
+        "statek_seam_bound_reservations",
+        Gauge,
+        &["shard", "tenant"],
+    ),
     metric("statek_shard_sealed", Gauge, &["shard"]),
     metric(
         "statek_selection_gap_max_reservations",
