@@ -117,7 +117,7 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
-    /// The noisy-neighbour demo against your database (runtime role with migrate rights).
+    /// The noisy-neighbour demo against your database: statek, then a plain FIFO queue (owner role: it migrates and creates the FIFO baseline's index).
     Demo {
         #[command(flatten)]
         args: crate::demo::DemoArgs,
