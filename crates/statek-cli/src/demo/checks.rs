@@ -29,7 +29,7 @@ pub fn all(
     let mut checks = vec![
         contiguous(fair),
         ticks_in_postgres(fair),
-        claims_on_their_slots(policy, fair, statek),
+        claims_on_their_slots(policy, fair.start_sequence..fair.end_sequence, statek),
         gaps_within_bounds(policy, fair),
         monitor(fair),
         completed_once(statek, true),
@@ -97,7 +97,7 @@ fn ticks_in_postgres(fair: &FairSide) -> Check {
 /// whose tenant, by the policy, is the run's tenant.
 fn claims_on_their_slots(
     policy: &WeightedFairnessPolicy,
-    fair: &FairSide,
+    sequences: std::ops::Range<u64>,
     statek: &SideEvidence,
 ) -> Check {
     let l = u64::from(policy.cycle_length());
@@ -108,7 +108,7 @@ fn claims_on_their_slots(
             claims += 1;
             let ok = claim.slot.as_ref().is_some_and(|(shard, sequence)| {
                 shard == policy.shard_id()
-                    && (fair.start_sequence..fair.end_sequence).contains(sequence)
+                    && sequences.contains(sequence)
                     && policy.tenant_for_slot(sequence % l) == Some(&record.tenant)
             });
             if !ok && wrong.len() < 3 {
@@ -250,5 +250,104 @@ fn small_tenants_served_faster(
             "the small tenants' p99 service lag: no small-tenant run was claimed on both sides"
                 .to_owned(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::workload::Arrival;
+    use statek_policy::policy_file::PolicyFile;
+    use statek_policy::SchedulerShardId;
+    use statek_store_pg::{RunClaimRecord, RunRecord};
+    use std::time::{Duration, SystemTime};
+
+    fn policy() -> WeightedFairnessPolicy {
+        // Cycle [a, a, b, a].
+        PolicyFile::parse(
+            "t.toml",
+            "shard = \"primary-v1\"\n[[tenants]]\nid = \"a\"\nweight = 3\n[[tenants]]\nid = \"b\"\nweight = 1\n",
+        )
+        .unwrap()
+        .into_policy()
+    }
+
+    fn at(ms: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    /// One run of `tenant`, runnable at 0, claimed after `lag_ms` (at
+    /// `sequence`, under statek), `attempt` attempts, completed or not.
+    fn side(runs: &[(&str, u64, Option<u64>, u32, bool)]) -> SideEvidence {
+        let mut arrivals = Vec::new();
+        let mut records = HashMap::new();
+        for (tenant, lag_ms, sequence, attempt, completed) in runs {
+            let run_id = Uuid::now_v7();
+            let tenant = TenantId::try_from(*tenant).unwrap();
+            arrivals.push(Arrival {
+                run_id,
+                tenant: tenant.clone(),
+                cursor_at_enqueue: None,
+            });
+            let claims = sequence
+                .map(|s| RunClaimRecord {
+                    attempt: 1,
+                    slot: Some((SchedulerShardId::try_from("primary-v1").unwrap(), s)),
+                    claimed_at: at(*lag_ms),
+                    finished_at: Some(at(lag_ms + 10)),
+                })
+                .into_iter()
+                .collect();
+            records.insert(
+                run_id,
+                RunRecord {
+                    run_id,
+                    tenant,
+                    state: if *completed { "completed" } else { "running" }.into(),
+                    attempt: *attempt,
+                    available_at: at(0),
+                    claimed_at: Some(at(*lag_ms)),
+                    finished_at: completed.then(|| at(lag_ms + 10)),
+                    claims,
+                },
+            );
+        }
+        SideEvidence {
+            name: "test",
+            arrivals,
+            records,
+            origin: at(0),
+        }
+    }
+
+    #[test]
+    fn a_claim_on_another_tenants_slot_fails() {
+        let p = policy();
+        // Sequence 6: slot 2, b's.
+        assert!(claims_on_their_slots(&p, 0..8, &side(&[("b", 1, Some(6), 1, true)])).0);
+        assert!(!claims_on_their_slots(&p, 0..8, &side(&[("a", 1, Some(6), 1, true)])).0);
+        assert!(!claims_on_their_slots(&p, 0..6, &side(&[("b", 1, Some(6), 1, true)])).0);
+        assert!(!claims_on_their_slots(&p, 0..8, &side(&[("b", 1, None, 1, true)])).0);
+    }
+
+    #[test]
+    fn a_run_not_completed_exactly_once_fails() {
+        assert!(completed_once(&side(&[("a", 1, Some(0), 1, true)]), true).0);
+        assert!(!completed_once(&side(&[("a", 1, Some(0), 2, true)]), true).0);
+        assert!(!completed_once(&side(&[("a", 1, Some(0), 1, false)]), true).0);
+        assert!(!completed_once(&side(&[("a", 1, None, 1, true)]), true).0);
+        assert!(completed_once(&side(&[("a", 1, None, 1, true)]), false).0);
+        assert!(!completed_once(&side(&[]), false).0);
+    }
+
+    #[test]
+    fn small_tenants_not_faster_than_fifo_fails() {
+        let small = [TenantId::try_from("b").unwrap()];
+        let fast = side(&[("b", 5, Some(2), 1, true)]);
+        let slow = side(&[("b", 900, None, 1, true)]);
+        assert!(small_tenants_served_faster(&fast, &slow, &small).0);
+        assert!(!small_tenants_served_faster(&slow, &fast, &small).0);
+        assert!(!small_tenants_served_faster(&fast, &fast, &small).0);
+        assert!(!small_tenants_served_faster(&fast, &side(&[]), &small).0);
     }
 }
