@@ -8,11 +8,11 @@
 //! (ties: first by id) starts with a backlog of `--backlog` runs; the
 //! lightest tenant (ties: last by id) is registered but never gets a run;
 //! every other tenant gets `--trickle` runs that arrive one by one while the
-//! workers run. Steps: prepare the database ([`prepare`]), the statek side
-//! ([`fair_side`]: `--replicas` Workers tick one shard until every run is
-//! done or `--max-reservations` is reached), the FIFO side ([`fifo_side`]),
-//! the runs read back with their claim history ([`service`]), the tables
-//! ([`table`]), the charts, the checks ([`checks`]).
+//! workers run. Steps: prepare the database (`prepare`), the statek side
+//! (`fair_side`: `--replicas` Workers tick one shard until every run is
+//! done or `--max-reservations` is reached), the FIFO side (`fifo_side`),
+//! the runs read back with their claim history (`service`), the tables
+//! (`table`), the charts, the checks (`checks`).
 
 mod checks;
 mod fair_side;
