@@ -1,6 +1,7 @@
-//! The demo's PNG charts (plotters): cumulative slots per tenant against
-//! its entitlement, and each tenant's observed selection gaps against its
-//! starvation bound. Text uses the bundled DejaVu Sans (assets/, Bitstream
+//! The demo's PNG charts (plotters): statek against the plain FIFO queue
+//! (each tenant's runs completed over time on both sides, and its p99
+//! service lag on both), and each tenant's observed selection gaps against
+//! its starvation bound. Text uses the bundled DejaVu Sans (assets/, Bitstream
 //! Vera license), so no system font is needed.
 
 use std::collections::BTreeMap;
@@ -11,11 +12,11 @@ use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use statek_policy::{TenantId, WeightedFairnessPolicy};
 
+use crate::demo::service::{percentile, SideEvidence, TenantService};
+
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 const WIDTH: u32 = 1200;
 const HEIGHT: u32 = 700;
-/// Points per line at most (the cumulative chart samples the sequence).
-const MAX_POINTS: usize = 600;
 
 fn font() -> Result<()> {
     // Registering twice (a second demo in one process) is harmless.
@@ -45,10 +46,28 @@ fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("drawing a chart failed: {e}")
 }
 
-/// Writes both charts into `dir` and returns their paths.
+/// One side of the comparison as the chart draws it: per tenant, its
+/// completion times and its service lags.
+pub struct SideSeries {
+    name: &'static str,
+    tenants: BTreeMap<TenantId, TenantService>,
+}
+
+impl SideSeries {
+    /// The series of one side's evidence.
+    pub fn new(side: &SideEvidence) -> Self {
+        Self {
+            name: side.name,
+            tenants: side.service(),
+        }
+    }
+}
+
+/// Writes the charts into `dir` and returns their paths: statek against
+/// the plain FIFO queue (when `sides` holds both) and the selection gaps.
 ///
-/// `selections` is the tenant of every reservation of the run, in sequence
-/// order (from the reservation rows).
+/// `selections` is the tenant of every reservation of the statek side, in
+/// sequence order (from the reservation rows).
 ///
 /// # Errors
 /// The directory cannot be created or a PNG cannot be written.
@@ -56,96 +75,159 @@ pub fn write(
     dir: &Path,
     policy: &WeightedFairnessPolicy,
     selections: &[&TenantId],
+    sides: Option<&(SideSeries, SideSeries)>,
 ) -> Result<Vec<PathBuf>> {
     font()?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let cumulative = dir.join("cumulative-slots.png");
+    let mut paths = Vec::new();
+    if let Some((fair, fifo)) = sides {
+        let comparison = dir.join("fair-vs-fifo.png");
+        comparison_chart(&comparison, policy, fair, fifo)?;
+        paths.push(comparison);
+    }
     let gaps = dir.join("selection-gaps.png");
-    cumulative_chart(&cumulative, policy, selections)?;
     gap_chart(&gaps, policy, selections)?;
-    Ok(vec![cumulative, gaps])
+    paths.push(gaps);
+    Ok(paths)
 }
 
-fn cumulative_chart(
+/// Three panels: the share of each tenant's runs completed over time under
+/// statek and under FIFO, and each tenant's p99 service lag on both sides
+/// (log scale).
+fn comparison_chart(
     path: &Path,
     policy: &WeightedFairnessPolicy,
-    selections: &[&TenantId],
+    fair: &SideSeries,
+    fifo: &SideSeries,
 ) -> Result<()> {
-    let n = selections.len();
-    let step = (n / MAX_POINTS).max(1);
-    let index: BTreeMap<&TenantId, usize> = policy
+    let root = BitMapBackend::new(path, (WIDTH, HEIGHT + 300)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_error)?;
+    let (top, bottom) = root.split_vertically(HEIGHT / 2 + 150);
+    let halves = top.split_evenly((1, 2));
+    let end_ms = [fair, fifo]
+        .iter()
+        .flat_map(|s| s.tenants.values())
+        .filter_map(|t| t.completed_ms.last().copied())
+        .fold(1.0f64, f64::max);
+    for (area, side) in halves.iter().zip([fair, fifo]) {
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!("{}: share of each tenant's runs completed", side.name),
+                ("sans-serif", 20),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..end_ms / 1000.0 * 1.02, 0f64..101f64)
+            .map_err(draw_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds after the workers started")
+            .y_desc("% completed")
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(draw_error)?;
+        for (i, t) in policy.tenants().iter().enumerate() {
+            let Some(service) = side.tenants.get(t.tenant()) else {
+                continue;
+            };
+            let total = service.enqueued.max(1) as f64;
+            let c = color(i);
+            // A step per completion: flat until the next run completes.
+            let mut points = vec![(0.0, 0.0)];
+            for (n, ms) in service.completed_ms.iter().enumerate() {
+                let x = ms / 1000.0;
+                points.push((x, 100.0 * n as f64 / total));
+                points.push((x, 100.0 * (n + 1) as f64 / total));
+            }
+            chart
+                .draw_series(LineSeries::new(points, c.stroke_width(2)))
+                .map_err(draw_error)?
+                .label(format!("{} (w={})", t.tenant(), t.weight()))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .label_font(("sans-serif", 12))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(draw_error)?;
+    }
+    lag_panel(&bottom, policy, fair, fifo)?;
+    root.present().map_err(draw_error)?;
+    Ok(())
+}
+
+fn lag_panel(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    policy: &WeightedFairnessPolicy,
+    fair: &SideSeries,
+    fifo: &SideSeries,
+) -> Result<()> {
+    let p99 = |side: &SideSeries, t: &TenantId| {
+        side.tenants
+            .get(t)
+            .and_then(|s| percentile(&s.lag_ms, 99.0))
+            .map(|ms| ms.max(0.5))
+    };
+    let names: Vec<String> = policy
         .tenants()
         .iter()
-        .enumerate()
-        .map(|(i, t)| (t.tenant(), i))
+        .map(|t| t.tenant().to_string())
         .collect();
-    let mut counts = vec![0u64; policy.tenants().len()];
-    let mut series: Vec<Vec<(u64, u64)>> = vec![vec![(0, 0)]; counts.len()];
-    for (i, tenant) in selections.iter().enumerate() {
-        if let Some(&t) = index.get(tenant) {
-            counts[t] += 1;
-        }
-        if (i + 1) % step == 0 || i + 1 == n {
-            for (t, count) in counts.iter().enumerate() {
-                series[t].push(((i + 1) as u64, *count));
+    let max_ms = policy
+        .tenants()
+        .iter()
+        .flat_map(|t| [p99(fair, t.tenant()), p99(fifo, t.tenant())])
+        .flatten()
+        .fold(1.0f64, f64::max);
+    let tenants = names.len() as u32;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!(
+                "p99 service lag per tenant (runnable to claim, ms, log scale): {} (blue) against {} (orange)",
+                fair.name, fifo.name
+            ),
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            (0u32..tenants.saturating_sub(1)).into_segmented(),
+            (0.4f64..max_ms * 2.0).log_scale(),
+        )
+        .map_err(draw_error)?;
+    let labels = names.clone();
+    chart
+        .configure_mesh()
+        .y_desc("p99 lag, ms")
+        .x_labels(names.len())
+        .x_label_formatter(&move |v| match v {
+            SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(draw_error)?;
+    for (i, t) in policy.tenants().iter().enumerate() {
+        let i = i as u32;
+        for (side, c) in [(fair, color(0)), (fifo, color(1))] {
+            if let Some(ms) = p99(side, t.tenant()) {
+                chart
+                    .draw_series(std::iter::once(Circle::new(
+                        (SegmentValue::CenterOf(i), ms),
+                        7,
+                        c.filled(),
+                    )))
+                    .map_err(draw_error)?;
             }
         }
     }
-    let max_y = counts.iter().copied().max().unwrap_or(1).max(1);
-    let l = f64::from(policy.cycle_length());
-
-    let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-    root.fill(&WHITE).map_err(draw_error)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "Cumulative slots per tenant (solid) against entitlement weight/L (dashed), shard {}",
-                policy.shard_id()
-            ),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0u64..(n as u64).max(1), 0u64..max_y + max_y / 20 + 1)
-        .map_err(draw_error)?;
-    chart
-        .configure_mesh()
-        .x_desc("reservations since the demo started")
-        .y_desc("slots received")
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(draw_error)?;
-    for (t, weight) in policy.tenants().iter().enumerate() {
-        let c = color(t);
-        let share = f64::from(weight.weight()) / l;
-        chart
-            .draw_series(LineSeries::new(
-                series[t].iter().copied(),
-                c.stroke_width(2),
-            ))
-            .map_err(draw_error)?
-            .label(format!("{} (w={})", weight.tenant(), weight.weight()))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-        let end = n as u64;
-        chart
-            .draw_series(DashedLineSeries::new(
-                [(0u64, 0u64), (end, (end as f64 * share).round() as u64)],
-                6,
-                4,
-                c.stroke_width(1),
-            ))
-            .map_err(draw_error)?;
-    }
-    chart
-        .configure_series_labels()
-        .label_font(("sans-serif", 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(draw_error)?;
-    root.present().map_err(draw_error)?;
     Ok(())
 }
 
@@ -263,7 +345,7 @@ mod tests {
             .map(|s| policy.tenant_for_slot(s % 4).unwrap())
             .collect();
         let dir = std::env::temp_dir().join(format!("statek-charts-{}", std::process::id()));
-        let paths = write(&dir, &policy, &selections).unwrap();
+        let paths = write(&dir, &policy, &selections, None).unwrap();
         for path in &paths {
             let bytes = std::fs::read(path).unwrap();
             assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());

@@ -126,7 +126,7 @@ enum Command {
     /// The run queue: list, cancel, retry; prune finished runs.
     #[command(subcommand)]
     Runs(RunsCommand),
-    /// The noisy-neighbour demo against your database (runtime role with migrate rights).
+    /// The noisy-neighbour demo against your database: statek, then a plain FIFO queue (owner role: it migrates and creates the FIFO baseline's index).
     Demo {
         #[command(flatten)]
         args: crate::demo::DemoArgs,

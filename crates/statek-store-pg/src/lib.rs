@@ -24,7 +24,8 @@
 //!   its slot in the claim history), [`PgStore::heartbeat_run`],
 //!   [`PgStore::complete_run`], [`PgStore::fail_run`], and
 //!   [`PgStore::finish_runs`] (up to [`MAX_FINISH_BATCH`] completions and
-//!   failures in one statement, each fenced, safe to retry);
+//!   failures in one statement, each fenced, safe to retry), and
+//!   [`PgStore::run_history`] (runs read back with their claim history);
 //!   Runs carry a priority inside their tenant's queue
 //!   ([`NewRun::priority`]); [`PgStore::enqueue_in`] and
 //!   [`PgStore::enqueue_many_in`] enqueue in the caller's transaction
@@ -116,10 +117,14 @@
 //!
 //! Features: `test-support` adds [`testing`], fixtures that create a fresh
 //! migrated database per test on the server named by
-//! `STATEK_TEST_DATABASE_URL`.
+//! `STATEK_TEST_DATABASE_URL`; `baseline` adds [`baseline`], the plain FIFO
+//! `SKIP LOCKED` queue that the demo and the bench compare statek with
+//! (the unfair comparison, not for production).
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "baseline")]
+pub mod baseline;
 mod batch;
 mod chain;
 mod completion;
@@ -135,6 +140,7 @@ mod pooling;
 mod reservation;
 mod retention;
 mod roles;
+mod run_history;
 mod run_queue;
 mod run_retention;
 mod shard;
@@ -169,6 +175,7 @@ pub use retention::{
     PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
 };
 pub use roles::RoleProfile;
+pub use run_history::{RunClaimRecord, RunRecord, MAX_RUN_HISTORY_BATCH};
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
     RunCounts, RunLease, RunListing, RunPage, RunState, SlotClaim, MAX_ATTEMPTS_LIMIT,

@@ -634,11 +634,9 @@ async fn queue_section(
     eprintln!("    {:.0} runs/s", fair_batch.runs_per_second);
     eprintln!("==> queue: {QUEUE_WORKERS} plain SKIP LOCKED claimers");
     queue::refill(client, queue_policy).await?;
-    client.batch_execute(plain_claimer::PLAIN_INDEX).await?;
+    plain_claimer::create_index(url).await?;
     let plain = queue::plain(url, QUEUE_WORKERS, window).await?;
-    client
-        .batch_execute(plain_claimer::DROP_PLAIN_INDEX)
-        .await?;
+    plain_claimer::drop_index(url).await?;
     eprintln!("    {:.0} runs/s", plain.runs_per_second);
     eprintln!("==> queue: {QUEUE_WORKERS} fair replicas, every queue empty");
     queue::empty(client).await?;

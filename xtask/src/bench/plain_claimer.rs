@@ -2,46 +2,37 @@
 //! workloads sections: one connection per claimer, each looping "claim any
 //! tenant's oldest available run, run the handler, complete it" (one claim
 //! and one completion statement per run). No reservation, no fairness.
+//! Its SQL is statek-store-pg's baseline ([`PlainFifoQueue::claim_one`],
+//! [`PlainFifoQueue::complete_one`]), the one the demo compares with too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use statek_store_pg::baseline::PlainFifoQueue;
+use statek_store_pg::{PgStore, StoreConfig};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
-/// The plain claimer's own index: any tenant's oldest available run (the
-/// run queue does not need it otherwise). Created for the baseline phases
-/// only.
-pub const PLAIN_INDEX: &str = "CREATE INDEX IF NOT EXISTS bench_plain_claim_idx
-    ON statek.runs (available_at, queue_seq) WHERE state = 'available'";
+/// The baseline on a store of `connections` pooled connections to `url`
+/// (the bench's servers are not durable: the check reports, never refuses).
+pub fn queue(url: &str, connections: usize) -> Result<PlainFifoQueue> {
+    let config = StoreConfig::from_url(url)?
+        .pool_size(connections.max(1))?
+        .durability_policy(statek_store_pg::DurabilityPolicy::AllowNoDurability);
+    Ok(PlainFifoQueue::new(PgStore::new(config)?))
+}
 
-/// Drops [`PLAIN_INDEX`].
-pub const DROP_PLAIN_INDEX: &str = "DROP INDEX IF EXISTS statek.bench_plain_claim_idx";
+/// Creates the baseline's claim index (any tenant's oldest available run;
+/// the run queue does not need it otherwise), for the baseline phases only.
+pub async fn create_index(url: &str) -> Result<()> {
+    Ok(queue(url, 1)?.create_index().await?)
+}
 
-/// Claims any tenant's oldest run (the common `SKIP LOCKED` queue), with
-/// the same lease columns statek sets.
-const PLAIN_CLAIM: &str = "
-    WITH candidate AS MATERIALIZED (
-        SELECT run_id FROM statek.runs
-        WHERE state = 'available' AND available_at <= clock_timestamp()
-        ORDER BY available_at, queue_seq
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE statek.runs AS r
-    SET state = 'running', attempt = r.attempt + 1, lease_token = $1,
-        lease_expires_at = clock_timestamp() + interval '30 seconds',
-        claimed_at = clock_timestamp()
-    FROM candidate WHERE r.run_id = candidate.run_id
-    RETURNING r.run_id";
-
-const PLAIN_COMPLETE: &str = "
-    UPDATE statek.runs
-    SET state = 'completed', finished_at = clock_timestamp(), lease_token = NULL,
-        lease_expires_at = NULL
-    WHERE run_id = $1 AND lease_token = $2 AND state = 'running'";
+/// Drops the index of [`create_index`].
+pub async fn drop_index(url: &str) -> Result<()> {
+    Ok(queue(url, 1)?.drop_index().await?)
+}
 
 /// Pause after a claim that found nothing.
 const EMPTY_PAUSE: Duration = Duration::from_millis(5);
@@ -65,28 +56,28 @@ pub async fn start(
     stop: CancellationToken,
 ) -> Result<(tokio::task::JoinSet<Result<()>>, Arc<Counts>)> {
     let counts = Arc::new(Counts::default());
-    let mut clients = Vec::new();
+    let mut queues = Vec::new();
     for _ in 0..claimers {
-        clients.push(super::connect(url).await?);
+        // One connection each, opened before it returns (a claim of at
+        // most zero runs claims nothing).
+        let queue = queue(url, 1)?;
+        queue.claim_up_to(0).await?;
+        queues.push(queue);
     }
     let mut tasks = tokio::task::JoinSet::new();
-    for client in clients {
+    for queue in queues {
         let (counts, stop) = (Arc::clone(&counts), stop.clone());
         tasks.spawn(async move {
-            let claim = client.prepare(PLAIN_CLAIM).await?;
-            let complete = client.prepare(PLAIN_COMPLETE).await?;
             while !stop.is_cancelled() {
-                let token = Uuid::now_v7();
                 counts.attempts.fetch_add(1, Ordering::Relaxed);
-                let Some(row) = client.query_opt(&claim, &[&token]).await? else {
+                let Some(run) = queue.claim_one().await? else {
                     tokio::time::sleep(EMPTY_PAUSE).await;
                     continue;
                 };
-                let run_id: Uuid = row.try_get("run_id")?;
                 if !handler.is_zero() {
                     tokio::time::sleep(handler).await;
                 }
-                client.execute(&complete, &[&run_id, &token]).await?;
+                queue.complete_one(&run).await?;
                 counts.runs.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())

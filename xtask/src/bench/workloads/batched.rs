@@ -5,44 +5,18 @@
 //! marks finished runs completed in batches of up to `capacity` per
 //! statement. No reservation, no fairness. A run holds its capacity from
 //! its fetch until its completion is committed (as a claimer's run does),
-//! so "executing runs" means the same on every side. This is the bench's
-//! SQL, not product code.
+//! so "executing runs" means the same on every side. Its SQL is
+//! statek-store-pg's baseline ([`PlainFifoQueue::claim_up_to`](statek_store_pg::baseline::PlainFifoQueue::claim_up_to),
+//! [`PlainFifoQueue::complete`](statek_store_pg::baseline::PlainFifoQueue::complete)), not product code.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use statek_store_pg::baseline::PlainFifoRun;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
-
-/// Fetches up to `$2` of the oldest available runs of any tenant and
-/// leases them with token `$1`, in one statement.
-const FETCH: &str = "
-    WITH candidate AS MATERIALIZED (
-        SELECT run_id FROM statek.runs
-        WHERE state = 'available' AND available_at <= clock_timestamp()
-        ORDER BY available_at, queue_seq
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE statek.runs AS r
-    SET state = 'running', attempt = r.attempt + 1, lease_token = $1,
-        lease_expires_at = clock_timestamp() + interval '30 seconds',
-        claimed_at = clock_timestamp()
-    FROM candidate WHERE r.run_id = candidate.run_id
-    RETURNING r.run_id";
-
-/// Completes the runs `$1` (each still leased with its token in `$2`), in
-/// one statement.
-const COMPLETE: &str = "
-    UPDATE statek.runs AS r
-    SET state = 'completed', finished_at = clock_timestamp(), lease_token = NULL,
-        lease_expires_at = NULL
-    FROM unnest($1::uuid[], $2::uuid[]) AS done (run_id, lease_token)
-    WHERE r.run_id = done.run_id AND r.lease_token = done.lease_token
-      AND r.state = 'running'";
 
 /// Pause after a fetch that found nothing (River's poll interval is 1 s,
 /// woken by notifications; the workloads never run dry in a window).
@@ -70,15 +44,18 @@ pub async fn start(
     stop: CancellationToken,
 ) -> Result<(tokio::task::JoinSet<Result<()>>, Arc<Counts>)> {
     let counts = Arc::new(Counts::default());
-    let producer = crate::bench::connect(url).await?;
-    let completer = crate::bench::connect(url).await?;
+    // Two connections, opened before it returns (a claim of at most zero
+    // runs claims nothing).
+    let producer = crate::bench::plain_claimer::queue(url, 1)?;
+    producer.claim_up_to(0).await?;
+    let completer = crate::bench::plain_claimer::queue(url, 1)?;
+    completer.claim_up_to(0).await?;
     let slots = Arc::new(Semaphore::new(capacity));
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(Uuid, Uuid, OwnedSemaphorePermit)>();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(PlainFifoRun, OwnedSemaphorePermit)>();
     let mut tasks = tokio::task::JoinSet::new();
     {
         let counts = Arc::clone(&counts);
         tasks.spawn(async move {
-            let fetch = producer.prepare(FETCH).await?;
             loop {
                 let first = tokio::select! {
                     _ = stop.cancelled() => break,
@@ -88,9 +65,8 @@ pub async fn start(
                 while let Ok(permit) = Arc::clone(&slots).try_acquire_owned() {
                     permits.push(permit);
                 }
-                let token = Uuid::now_v7();
-                let limit = i64::try_from(permits.len())?;
-                let rows = producer.query(&fetch, &[&token, &limit]).await?;
+                let limit = u32::try_from(permits.len())?;
+                let rows = producer.claim_up_to(limit).await?;
                 counts.fetches.fetch_add(1, Ordering::Relaxed);
                 if rows.is_empty() {
                     drop(permits);
@@ -101,14 +77,13 @@ pub async fn start(
                 }
                 // Capacity not filled goes back at once.
                 permits.truncate(rows.len());
-                for (row, permit) in rows.iter().zip(permits) {
-                    let run_id: Uuid = row.try_get("run_id")?;
+                for (run, permit) in rows.into_iter().zip(permits) {
                     let done = done_tx.clone();
                     tokio::spawn(async move {
                         if !handler.is_zero() {
                             tokio::time::sleep(handler).await;
                         }
-                        done.send((run_id, token, permit)).ok();
+                        done.send((run, permit)).ok();
                     });
                 }
             }
@@ -118,7 +93,6 @@ pub async fn start(
     let completer_counts = Arc::clone(&counts);
     tasks.spawn(async move {
         let counts = completer_counts;
-        let complete = completer.prepare(COMPLETE).await?;
         // Ends when the producer and every run in flight have dropped their
         // senders.
         while let Some(first) = done_rx.recv().await {
@@ -129,9 +103,8 @@ pub async fn start(
                     Err(_) => break,
                 }
             }
-            let ids: Vec<Uuid> = batch.iter().map(|d| d.0).collect();
-            let tokens: Vec<Uuid> = batch.iter().map(|d| d.1).collect();
-            let completed = completer.execute(&complete, &[&ids, &tokens]).await?;
+            let runs: Vec<PlainFifoRun> = batch.iter().map(|d| d.0.clone()).collect();
+            let completed = completer.complete(&runs).await?;
             counts.completions.fetch_add(1, Ordering::Relaxed);
             counts.runs.fetch_add(completed, Ordering::Relaxed);
             // The permits go back with the batch, now that it is committed.

@@ -107,7 +107,7 @@ async fn measure_side(
     feeder::load(client, &workload.backlog(policy)).await?;
     let baseline = side != FAIR;
     if baseline {
-        client.batch_execute(plain_claimer::PLAIN_INDEX).await?;
+        plain_claimer::create_index(url).await?;
     }
     let shard = policy.shard_id().to_string();
     let stop = CancellationToken::new();
@@ -140,9 +140,7 @@ async fn measure_side(
     running.join().await?;
     let stopped = window::edge(client, &shard).await?.at;
     if baseline {
-        client
-            .batch_execute(plain_claimer::DROP_PLAIN_INDEX)
-            .await?;
+        plain_claimer::drop_index(url).await?;
     }
     let seconds = window::seconds(&from, &to);
     let runs = window::completed(client, &from, &to).await?;

@@ -1,0 +1,101 @@
+//! The plain FIFO baseline (feature `baseline`) and the run history,
+//! against a real PostgreSQL: the baseline claims any tenant's oldest run
+//! first, records no claim history, fences completions by its token; the
+//! run history shows a slot's claim with its shard and sequence.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use statek_policy::{SchedulerShardId, TenantId};
+use statek_store_pg::baseline::PlainFifoQueue;
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::{NewRun, SlotClaim, StoreError};
+use uuid::Uuid;
+
+fn tenant(id: &str) -> TenantId {
+    TenantId::try_from(id).unwrap()
+}
+
+#[tokio::test]
+async fn plain_fifo_claims_the_oldest_run_of_any_tenant_and_records_no_claim() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let queue = PlainFifoQueue::new(store.clone());
+    queue.create_index().await.unwrap();
+    let mut ids = Vec::new();
+    for t in ["noisy", "noisy", "small", "noisy"] {
+        ids.push(
+            store
+                .enqueue(&NewRun::new(tenant(t), Vec::new()))
+                .await
+                .unwrap()
+                .run_id,
+        );
+    }
+    // FIFO: the oldest first, whoever's it is.
+    let first = queue.claim_one().await.unwrap().unwrap();
+    assert_eq!((first.run_id, first.tenant.as_str()), (ids[0], "noisy"));
+    let next = queue.claim_up_to(2).await.unwrap();
+    let got: Vec<(Uuid, &str)> = next.iter().map(|r| (r.run_id, r.tenant.as_str())).collect();
+    assert_eq!(got, vec![(ids[1], "noisy"), (ids[2], "small")]);
+    assert!(next.iter().all(|r| r.claimed_at >= r.available_at));
+
+    assert!(queue.complete_one(&first).await.unwrap());
+    // A second completion of the same lease changes nothing.
+    assert!(!queue.complete_one(&first).await.unwrap());
+    assert_eq!(queue.complete(&next).await.unwrap(), 2);
+    assert_eq!(queue.complete(&next).await.unwrap(), 0);
+
+    let history = store.run_history(&ids).await.unwrap();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(history.iter().map(|r| r.run_id).collect::<Vec<_>>(), sorted);
+    for record in &history {
+        let done = record.run_id != ids[3];
+        assert_eq!(record.state, if done { "completed" } else { "available" });
+        assert_eq!(record.attempt, u32::from(done));
+        assert_eq!(record.finished_at.is_some(), done);
+        assert!(record.claims.is_empty(), "the baseline records no claims");
+    }
+    queue.drop_index().await.unwrap();
+    queue.drop_index().await.unwrap();
+}
+
+#[tokio::test]
+async fn run_history_shows_each_claim_with_its_slot() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let shard = SchedulerShardId::try_from("primary-v1").unwrap();
+    let run = store
+        .enqueue(&NewRun::new(tenant("a"), Vec::new()))
+        .await
+        .unwrap();
+    let claims = store
+        .claim_runs_for_slots(&[(7, tenant("a"))], &shard, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let SlotClaim::Claimed(claimed) = &claims[0] else {
+        panic!("expected a claim, got {claims:?}");
+    };
+    store.complete_run(&claimed.lease).await.unwrap();
+    let history = store
+        .run_history(&[run.run_id, Uuid::now_v7()])
+        .await
+        .unwrap();
+    assert_eq!(history.len(), 1, "an unknown id is left out");
+    let record = &history[0];
+    assert_eq!((record.state.as_str(), record.attempt), ("completed", 1));
+    assert_eq!(record.claims.len(), 1);
+    let claim = &record.claims[0];
+    assert_eq!(claim.attempt, 1);
+    assert_eq!(claim.slot, Some((shard, 7)));
+    assert_eq!(claim.claimed_at, claimed.claimed_at);
+    assert!(claim.finished_at.is_some());
+
+    let too_many = vec![Uuid::now_v7(); statek_store_pg::MAX_RUN_HISTORY_BATCH + 1];
+    assert!(matches!(
+        store.run_history(&too_many).await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+}
