@@ -157,7 +157,10 @@ enum PolicyCommand {
         new: Option<PathBuf>,
         /// With `--against`: the algorithm to compare from (default: the
         /// file's).
-        #[arg(long, requires = "against")]
+        // `requires` alone lets `OLD NEW --algorithm A` through (clap drops
+        // a requirement that conflicts with a given argument), and the
+        // algorithm would be ignored: refuse it with NEW as well.
+        #[arg(long, requires = "against", conflicts_with = "new")]
         algorithm: Option<String>,
         /// Compare the file compiled with `--algorithm` against this
         /// algorithm (`swrr-v1`, `min-gap-v1`, `min-gap-v2`).

@@ -125,6 +125,32 @@ fn usage_2() {
 }
 
 #[test]
+fn usage_2_for_diff_algorithm_with_two_files() {
+    // `--algorithm` only applies with `--against`; with two files it would
+    // be ignored silently, so it is refused.
+    let file = "deploy/policies/two-tenants.toml";
+    let out = statek(
+        &["policy", "diff", file, file, "--algorithm", "min-gap-v1"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--algorithm"), "{}", stderr(&out));
+    let out = statek(
+        &[
+            "policy",
+            "diff",
+            file,
+            "--algorithm",
+            "min-gap-v1",
+            "--against",
+            "min-gap-v2",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
 fn invalid_input_3_for_status_retain_like_prune() {
     for command in ["status", "prune"] {
         let mut args = vec![command, "--retain", "10000y"];
