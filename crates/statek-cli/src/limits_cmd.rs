@@ -6,7 +6,7 @@ use crate::out::outln;
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 use statek_policy::{EchoedValue, TenantId};
-use statek_store_pg::{RateLimit, StoredTenantLimits, TenantLimits};
+use statek_store_pg::{RateLimit, StoredTenantLimits, TenantLimits, MAX_RUNNING_LIMIT};
 
 use crate::cli::Format;
 use crate::db::DbArgs;
@@ -27,8 +27,13 @@ fn max_running(text: &str) -> Result<u32> {
             EchoedValue(text)
         )))
     })?;
-    // Out of u32: let TenantLimits name the range.
-    let value = u32::try_from(value).unwrap_or(if value < 0 { 0 } else { u32::MAX });
+    // Out of u32: the same range error, naming the value given (not a
+    // clamped one).
+    let Ok(value) = u32::try_from(value) else {
+        return Err(anyhow!(InvalidInput(format!(
+            "invalid tenant limit: max running must be 1..={MAX_RUNNING_LIMIT}, got {value}"
+        ))));
+    };
     TenantLimits::new(Some(value), None)?;
     Ok(value)
 }

@@ -738,11 +738,11 @@ async fn limits_set_show_and_clear_against_postgres() {
         ),
         (
             vec!["--max-running", "-5"],
-            "invalid tenant limit: max running must be 1..=100000, got 0",
+            "invalid tenant limit: max running must be 1..=100000, got -5\n",
         ),
         (
             vec!["--max-running", "99999999999999999999"],
-            "invalid tenant limit: max running must be 1..=100000, got 4294967295",
+            "invalid tenant limit: max running must be 1..=100000, got 99999999999999999999\n",
         ),
         (
             vec!["--max-running", "two"],
