@@ -104,12 +104,9 @@ pub async fn set(
     let max = max.map(max_running).transpose()?;
     let rate = rate.map(str::parse::<RateLimit>).transpose()?;
     let store = db.store(1)?;
-    let old = store.tenant_limits(&tenant).await?;
-    let limits = TenantLimits::new(
-        max.or(old.as_ref().and_then(|o| o.limits.max_running())),
-        rate.or(old.as_ref().and_then(|o| o.limits.rate())),
-    )?;
-    let stored = store.set_tenant_limits(&tenant, &limits).await?;
+    // Merged in the database: a limit not given is kept, also against a
+    // concurrent `limits set` of the other limit.
+    let stored = store.merge_tenant_limits(&tenant, max, rate).await?;
     print(&[LimitsRow::from(&stored)], format)
 }
 

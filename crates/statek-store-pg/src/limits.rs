@@ -45,6 +45,20 @@ const UPSERT_LIMITS: &str = "
         rate_window_ms = EXCLUDED.rate_window_ms, updated_at = now()
     RETURNING tenant_id, max_running, rate_limit, rate_window_ms, updated_at";
 
+/// Merges in one statement: a limit given replaces the stored one, a limit
+/// not given (NULL) keeps it, so two concurrent merges of different limits
+/// both hold (the row lock of `ON CONFLICT DO UPDATE` orders them).
+const MERGE_LIMITS: &str = "
+    INSERT INTO statek.tenant_limits (tenant_id, max_running, rate_limit, rate_window_ms)
+    VALUES ($1, $2, $3, $4)
+    ON CONFLICT (tenant_id) DO UPDATE
+    SET max_running = coalesce(EXCLUDED.max_running, tenant_limits.max_running),
+        rate_limit = coalesce(EXCLUDED.rate_limit, tenant_limits.rate_limit),
+        rate_window_ms = CASE WHEN EXCLUDED.rate_limit IS NULL THEN tenant_limits.rate_window_ms
+                              ELSE EXCLUDED.rate_window_ms END,
+        updated_at = now()
+    RETURNING tenant_id, max_running, rate_limit, rate_window_ms, updated_at";
+
 const SELECT_LIMITS: &str = "
     SELECT tenant_id, max_running, rate_limit, rate_window_ms, updated_at
     FROM statek.tenant_limits WHERE tenant_id = $1";
@@ -264,6 +278,47 @@ impl PgStore {
                 Ok(db
                     .query_one(
                         UPSERT_LIMITS,
+                        &[
+                            (&tenant.as_str(), Type::TEXT),
+                            (&cap, Type::INT4),
+                            (&claims, Type::INT4),
+                            (&window_ms, Type::INT4),
+                        ],
+                    )
+                    .await?)
+            })
+            .await?;
+        decode(&row)
+    }
+
+    /// Merges into `tenant`'s limits: a cap or rate given replaces the
+    /// stored one, one not given (`None`) is kept (`statek limits set`).
+    /// One statement, so concurrent merges of different limits all hold.
+    /// Needs the owner role, like [`set_tenant_limits`](Self::set_tenant_limits).
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidLimit`] when neither is given;
+    /// [`StoreError::PermissionDenied`]; connection and server errors.
+    pub async fn merge_tenant_limits(
+        &self,
+        tenant: &TenantId,
+        max_running: Option<u32>,
+        rate: Option<RateLimit>,
+    ) -> Result<StoredTenantLimits, StoreError> {
+        // Validates the values given (at least one, each in range).
+        let given = TenantLimits::new(max_running, rate)?;
+        let cap = given
+            .max_running
+            .map(|c| i32::try_from(c).unwrap_or(i32::MAX));
+        let claims = given
+            .rate
+            .map(|r| i32::try_from(r.claims).unwrap_or(i32::MAX));
+        let window_ms = given.rate.map(|r| r.window_ms());
+        let row = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query_one(
+                        MERGE_LIMITS,
                         &[
                             (&tenant.as_str(), Type::TEXT),
                             (&cap, Type::INT4),

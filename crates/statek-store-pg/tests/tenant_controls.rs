@@ -588,3 +588,43 @@ async fn a_bulk_enqueue_of_100000_runs_is_one_notification_and_is_claimed_in_fif
         Err(StoreError::EnqueueBatchTooLarge { runs: 100_001, .. })
     ));
 }
+
+/// `limits set` of the cap and of the rate at the same moment, for many
+/// tenants: both limits hold for every tenant (merged in one statement,
+/// not read in Rust and written back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_merges_of_different_limits_both_hold() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let rate: RateLimit = "10/s".parse().unwrap();
+    for round in 0..20 {
+        let t = tenant(&format!("race-{round}"));
+        let (a, b) = tokio::join!(
+            store.merge_tenant_limits(&t, Some(5), None),
+            store.merge_tenant_limits(&t, None, Some(rate))
+        );
+        a.unwrap();
+        b.unwrap();
+        let stored = store.tenant_limits(&t).await.unwrap().unwrap().limits;
+        assert_eq!(
+            (stored.max_running(), stored.rate()),
+            (Some(5), Some(rate)),
+            "{t}"
+        );
+    }
+    // A merge replaces only what it names.
+    let t = tenant("race-0");
+    let other: RateLimit = "3/m".parse().unwrap();
+    let merged = store
+        .merge_tenant_limits(&t, None, Some(other))
+        .await
+        .unwrap();
+    assert_eq!(
+        (merged.limits.max_running(), merged.limits.rate()),
+        (Some(5), Some(other))
+    );
+    assert!(matches!(
+        store.merge_tenant_limits(&t, None, None).await,
+        Err(StoreError::InvalidLimit { .. })
+    ));
+}
