@@ -27,12 +27,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, Worker, WorkerOptions,
 };
-use statek_store_pg::{
-    ClaimedRun, DurabilityPolicy, DurabilityRisk, NewRun, PgStore, StoreConfig, StoreError,
-};
+use statek_store_pg::{DurabilityPolicy, DurabilityRisk, NewRun, PgStore, StoreConfig, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -86,7 +84,7 @@ struct Trial {
 struct NoopHandler;
 
 impl RunHandler for NoopHandler {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         Ok(())
     }
 }

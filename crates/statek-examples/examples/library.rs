@@ -1,17 +1,17 @@
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions,
 };
-use statek_store_pg::{ClaimedRun, NewRun, PgStore};
+use statek_store_pg::{NewRun, PgStore};
 use tokio_util::sync::CancellationToken;
 
 struct MyHandler;
 
 impl RunHandler for MyHandler {
-    async fn handle(&self, run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         // Do the tenant's work; `_cancel` fires if the lease is lost or on shutdown.
-        println!("running {} for {}", run.lease.run_id(), run.tenant);
+        println!("running {} for {}", run.run_id, run.tenant);
         Ok(())
     }
 }

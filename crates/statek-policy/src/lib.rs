@@ -165,7 +165,7 @@ pub use digest::{PolicyDigest, POLICY_DIGEST_DOMAIN};
 pub use echo::{EchoedValue, MAX_ECHOED_CHARS};
 pub use error::{IdError, PolicyError};
 pub use id::{ScheduleId, SchedulerShardId, TenantId, MAX_ID_LENGTH};
-pub use policy::{WeightedFairnessPolicy, MAX_TENANTS};
+pub use policy::{slot_of, Pick, WeightedFairnessPolicy, MAX_TENANTS};
 #[cfg(feature = "toml")]
 pub use policy_file::{PolicyFile, PolicyFileError, PolicyFileLocation};
 pub use seam::{PolicySeam, SeamBound};

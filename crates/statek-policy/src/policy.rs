@@ -17,6 +17,62 @@ use crate::weight::TenantFairnessWeight;
 /// The largest number of tenants in one policy.
 pub const MAX_TENANTS: usize = 1024;
 
+/// The slot of the reservation with `sequence` in a cycle of
+/// `cycle_length` slots: `sequence mod L`, in `0..L`. The one definition of
+/// the slot: the policy ([`WeightedFairnessPolicy::pick`]), the scheduler
+/// and the store (which checks stored slots against it) all use it. A
+/// `cycle_length` of 0 (never valid) is taken as 1.
+///
+/// ```
+/// assert_eq!(statek_policy::slot_of(6, 4), 2);
+/// assert_eq!(statek_policy::slot_of(u64::MAX, 4096), 4095);
+/// ```
+#[must_use]
+pub fn slot_of(sequence: u64, cycle_length: u32) -> u32 {
+    let slot = sequence % u64::from(cycle_length.max(1));
+    // Below L, which is a u32, so it always fits.
+    u32::try_from(slot).unwrap_or(0)
+}
+
+/// What one reservation picks ([`WeightedFairnessPolicy::pick`]): its
+/// sequence, its slot (`sequence mod L`), and the tenant the cycle stores
+/// for the slot, with that tenant's index in
+/// [`WeightedFairnessPolicy::tenants`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pick<'a> {
+    sequence: u64,
+    slot: u32,
+    tenant_index: usize,
+    tenant: &'a TenantId,
+}
+
+impl<'a> Pick<'a> {
+    /// The reservation's sequence.
+    #[must_use]
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    /// The slot, `sequence mod L`, in `0..L`.
+    #[must_use]
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The picked tenant's index in [`WeightedFairnessPolicy::tenants`]
+    /// (as stored in the cycle).
+    #[must_use]
+    pub fn tenant_index(&self) -> usize {
+        self.tenant_index
+    }
+
+    /// The picked tenant.
+    #[must_use]
+    pub fn tenant(&self) -> &'a TenantId {
+        self.tenant
+    }
+}
+
 /// The tenants and weights of one shard plus the algorithm, compiled into a
 /// cycle; immutable.
 ///
@@ -232,12 +288,50 @@ impl WeightedFairnessPolicy {
         self.cycle_length
     }
 
-    /// The slot a reservation with `sequence` maps to: `sequence mod L`.
+    /// The slot a reservation with `sequence` maps to: `sequence mod L`
+    /// ([`slot_of`]).
     #[must_use]
     pub fn slot_for_sequence(&self, sequence: u64) -> u32 {
-        let slot = sequence % u64::from(self.cycle_length.max(1));
-        // Below L <= 4096, so it always fits.
-        u32::try_from(slot).unwrap_or(0)
+        slot_of(sequence, self.cycle_length)
+    }
+
+    /// What the reservation with `sequence` picks: its slot
+    /// ([`slot_of`]), and the tenant index and tenant the compiled cycle
+    /// stores for that slot, read once (no lookup by tenant id). This is
+    /// the one mapping from a sequence to its tenant that statek uses
+    /// everywhere (scheduler, monitor); the tenant's bound is then
+    /// [`starvation_bound_at`](Self::starvation_bound_at) of the index.
+    ///
+    /// `None` never happens for a policy built by [`new`](Self::new),
+    /// [`with_algorithm`](Self::with_algorithm) or [`decode`](Self::decode)
+    /// (every slot of the cycle holds a valid tenant index); it is an
+    /// `Option` instead of a panic.
+    ///
+    /// ```
+    /// use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+    /// let policy = WeightedFairnessPolicy::new(
+    ///     SchedulerShardId::try_from("primary-v1")?,
+    ///     [TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 3)?,
+    ///      TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?],
+    /// )?;
+    /// // Cycle a a b a: sequence 6 is slot 2, tenant-b (index 1).
+    /// let pick = policy.pick(6).expect("a compiled cycle");
+    /// assert_eq!((pick.slot(), pick.tenant_index(), pick.tenant().as_str()), (2, 1, "tenant-b"));
+    /// let bound = policy.starvation_bound_at(pick.tenant_index()).expect("an index of the policy");
+    /// assert_eq!(bound.maximum_reservations_until_selection(), 4);
+    /// # Ok::<(), statek_policy::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn pick(&self, sequence: u64) -> Option<Pick<'_>> {
+        let slot = slot_of(sequence, self.cycle_length);
+        let tenant_index = usize::from(*self.cycle.get(usize::try_from(slot).ok()?)?);
+        let tenant = self.tenants.get(tenant_index)?.tenant();
+        Some(Pick {
+            sequence,
+            slot,
+            tenant_index,
+            tenant,
+        })
     }
 
     /// The tenant picked in `slot`, or `None` if `slot >= L`.
@@ -266,6 +360,14 @@ impl WeightedFairnessPolicy {
                     bound,
                 )
             })
+    }
+
+    /// The measured starvation bound of the tenant at `tenant_index` (its
+    /// position in [`tenants`](Self::tenants), as [`Pick::tenant_index`]
+    /// gives it), or `None` for an index out of range.
+    #[must_use]
+    pub fn starvation_bound_at(&self, tenant_index: usize) -> Option<TenantStarvationBound> {
+        self.bound_at(tenant_index)
     }
 
     fn bound_at(&self, index: usize) -> Option<TenantStarvationBound> {

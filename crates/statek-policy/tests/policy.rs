@@ -349,3 +349,42 @@ fn equality_and_digest() {
         br#"{"algorithm":"swrr-v1","tenants":[{"id":"tenant-a","weight":2},{"id":"tenant-b","weight":1}]}"#
     );
 }
+
+/// `pick` is the one sequence -> (slot, tenant index, tenant) mapping: it
+/// agrees with `slot_of`, the cycle's stored indexes and the bound by index.
+#[test]
+fn pick_of_a_sequence() {
+    let check = |weights: &[(&str, u32)], sequence: u64, slot: u32, index: usize, id: &str| {
+        let policy = build(weights).unwrap();
+        let pick = policy.pick(sequence).unwrap();
+        assert_eq!(
+            (
+                pick.sequence(),
+                pick.slot(),
+                pick.tenant_index(),
+                pick.tenant().as_str()
+            ),
+            (sequence, slot, index, id),
+            "{weights:?} sequence {sequence}"
+        );
+        assert_eq!(
+            statek_policy::slot_of(sequence, policy.cycle_length()),
+            slot
+        );
+        assert_eq!(
+            policy.starvation_bound_at(index),
+            policy.starvation_bound(&tenant(id))
+        );
+    };
+    let ab = [("tenant-a", 3), ("tenant-b", 1)];
+    check(&ab, 0, 0, 0, "tenant-a");
+    check(&ab, 2, 2, 1, "tenant-b");
+    check(&ab, 6, 2, 1, "tenant-b");
+    check(&ab, 7, 3, 0, "tenant-a");
+    check(&ab, u64::MAX, 3, 0, "tenant-a");
+    check(&[("x", 1)], 41, 0, 0, "x");
+    check(&[("a", 1), ("b", 1), ("c", 1)], 5, 2, 2, "c");
+    let policy = build(&ab).unwrap();
+    assert_eq!(policy.starvation_bound_at(2), None);
+    assert_eq!(statek_policy::slot_of(9, 0), 0);
+}

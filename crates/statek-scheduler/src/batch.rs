@@ -2,7 +2,7 @@
 //! execution permits its runs take.
 //!
 //! The [`crate::Worker`] reserves slots in batches (one range row per
-//! batch) and hands each batch to [`TenantExecutor::execute_batch`] as a
+//! batch) and hands each batch to [`crate::TenantExecutor::execute_batch`] as a
 //! [`SlotBatch`]: the slots in sequence order, each mapped to its tenant,
 //! and the Worker's [`RunPool`]. An executor claims for the slots in
 //! sequence order, at most as many runs as it holds permits, so a claimed
@@ -15,12 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use futures_util::FutureExt;
 use statek_policy::{SchedulerShardId, TenantId};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::executor::{TenantExecutor, TenantTickOutcome};
+use crate::outcome::TenantTickOutcome;
 
 /// One reserved slot of a batch: its global sequence and the tenant the
 /// policy's cycle maps it to (`slot = sequence mod L`).
@@ -86,7 +85,7 @@ impl RunPool {
 #[derive(Debug)]
 pub struct RunPermit(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
 
-/// A reserved batch given to [`TenantExecutor::execute_batch`].
+/// A reserved batch given to [`crate::TenantExecutor::execute_batch`].
 ///
 /// Protocol for an implementation:
 /// 1. take permits with [`permits`](Self::permits) (waits for at least
@@ -356,53 +355,6 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
         }
         batch.decided(next);
         drop(permits);
-    }
-    batch.cancel_from(next);
-    while running.next().await.is_some() {}
-}
-
-/// The default [`TenantExecutor::execute_batch`]: for each slot in
-/// sequence order, wait for a permit, then start
-/// [`TenantExecutor::execute_one`] for its tenant; runs of a batch execute
-/// concurrently, each holding its permit until it returns. A slot counts
-/// as decided once its `execute_one` has been polled once; claims stay in
-/// sequence order for an `execute_one` that sends its claim before its
-/// first await (the claims themselves are separate statements, so two in
-/// flight at once may commit in either order).
-pub async fn execute_each<X: TenantExecutor + ?Sized>(
-    executor: &X,
-    batch: &SlotBatch<'_, X::Error>,
-) {
-    let mut running = FuturesUnordered::new();
-    let mut next = 0;
-    while next < batch.slots().len() {
-        // Poll the running ones first, so each started future runs to its
-        // first await (its claim) before the next slot is considered.
-        let permit = tokio::select! {
-            biased;
-            Some(()) = running.next(), if !running.is_empty() => continue,
-            permits = batch.permits(1) => permits,
-        };
-        let Some(mut permits) = permit else {
-            break;
-        };
-        let permit = permits.pop();
-        drop(permits);
-        let index = next;
-        next += 1;
-        let tenant = &batch.slots()[index].tenant;
-        running.push(async move {
-            let outcome = executor.execute_one(tenant, batch.cancel()).await;
-            // Reported before the permit returns, so whoever takes the
-            // permit next sees this slot's outcome.
-            batch.report(index, outcome);
-            drop(permit);
-        });
-        // Its first poll (an `execute_one` that claims first runs up to
-        // its claim's first await) before the slot counts as decided, so
-        // the batch after this one, which waits for that, claims later.
-        while let Some(Some(())) = running.next().now_or_never() {}
-        batch.decided(next);
     }
     batch.cancel_from(next);
     while running.next().await.is_some() {}

@@ -1,71 +1,15 @@
 //! The tenant-isolated executor: what runs behind a reserved slot.
 
 use std::future::Future;
-use std::time::SystemTime;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use statek_policy::TenantId;
+use statek_store_pg::{RunNotifications, StoreError};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::batch::SlotBatch;
-
-/// A run executed (successfully or not) for a slot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecutedRun {
-    /// The run.
-    pub run_id: Uuid,
-    /// 1 on the first execution of the run.
-    pub attempt: u32,
-    /// Database time from which the run was claimable.
-    pub available_at: SystemTime,
-    /// Database time of the claim.
-    pub claimed_at: SystemTime,
-}
-
-/// What the tenant's executor did with one slot. Whatever it is, the slot is
-/// consumed: an empty or contended queue never passes its slot to another
-/// tenant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TenantTickOutcome {
-    /// One run was claimed and its handler succeeded.
-    Executed(ExecutedRun),
-    /// One run was claimed and its handler failed (or its lease was lost);
-    /// the run is retried later or marked failed by the queue.
-    ExecutionFailed {
-        /// The run.
-        run: ExecutedRun,
-        /// The handler's error, or why the outcome could not be recorded.
-        error: String,
-    },
-    /// The tenant had no claimable run.
-    Idle,
-    /// The tenant had claimable runs, but other claimers held all of them.
-    Contended,
-    /// The tenant had claimable runs, but its concurrency cap or rate
-    /// limit (PostgreSQL run queue: `statek_store_pg::TenantLimits`) let it
-    /// start none for this slot. The slot is consumed like an idle one: a
-    /// [`crate::Worker`] backs off on it as on `Idle`.
-    Limited,
-    /// Shutdown was requested; no run was started, or the running one was
-    /// cancelled and released.
-    Cancelled,
-}
-
-impl TenantTickOutcome {
-    /// A short lowercase label: `executed`, `execution_failed`, `idle`,
-    /// `contended`, `limited`, `cancelled`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            TenantTickOutcome::Executed(_) => "executed",
-            TenantTickOutcome::ExecutionFailed { .. } => "execution_failed",
-            TenantTickOutcome::Idle => "idle",
-            TenantTickOutcome::Contended => "contended",
-            TenantTickOutcome::Limited => "limited",
-            TenantTickOutcome::Cancelled => "cancelled",
-        }
-    }
-}
+use crate::outcome::TenantTickOutcome;
 
 /// A tenant-isolated executor: given a tenant, claim and run at most one of
 /// that tenant's runs, never another tenant's.
@@ -98,11 +42,11 @@ pub trait TenantExecutor: Send + Sync {
     ///
     /// The default calls [`execute_one`](Self::execute_one) per slot,
     /// each after taking a permit, in sequence order
-    /// ([`crate::execute_each`]), so existing executors work
+    /// ([`execute_each`]), so existing executors work
     /// unchanged; [`crate::PgRunQueueExecutor`] claims for many slots in
     /// one statement instead.
     fn execute_batch(&self, batch: &SlotBatch<'_, Self::Error>) -> impl Future<Output = ()> + Send {
-        crate::batch::execute_each(self, batch)
+        execute_each(self, batch)
     }
 
     /// Whether an error of this executor is transient.
@@ -130,4 +74,64 @@ pub trait TenantExecutor: Send + Sync {
     fn maintain(&self) -> impl Future<Output = ()> + Send {
         std::future::ready(())
     }
+
+    /// Listens for wake-ups of this executor's queue (a run of a tenant
+    /// became claimable), for a [`crate::Worker`] whose notification
+    /// connection failed and that listens again (default: `None`, the
+    /// executor has none; the Worker then relies on its backoff probe,
+    /// [`has_claimable_work`](Self::has_claimable_work)).
+    /// [`crate::PgRunQueueExecutor`] opens `LISTEN statek_runs` through its
+    /// store ([`statek_store_pg::PgStore::listen_for_runs`]).
+    fn listen_for_runs(
+        &self,
+    ) -> impl Future<Output = Option<Result<RunNotifications, StoreError>>> + Send {
+        std::future::ready(None)
+    }
+}
+
+/// The default [`TenantExecutor::execute_batch`]: for each slot in
+/// sequence order, wait for a permit, then start
+/// [`TenantExecutor::execute_one`] for its tenant; runs of a batch execute
+/// concurrently, each holding its permit until it returns. A slot counts
+/// as decided once its `execute_one` has been polled once; claims stay in
+/// sequence order for an `execute_one` that sends its claim before its
+/// first await (the claims themselves are separate statements, so two in
+/// flight at once may commit in either order).
+pub async fn execute_each<X: TenantExecutor + ?Sized>(
+    executor: &X,
+    batch: &SlotBatch<'_, X::Error>,
+) {
+    let mut running = FuturesUnordered::new();
+    let mut next = 0;
+    while next < batch.slots().len() {
+        // Poll the running ones first, so each started future runs to its
+        // first await (its claim) before the next slot is considered.
+        let permit = tokio::select! {
+            biased;
+            Some(()) = running.next(), if !running.is_empty() => continue,
+            permits = batch.permits(1) => permits,
+        };
+        let Some(mut permits) = permit else {
+            break;
+        };
+        let permit = permits.pop();
+        drop(permits);
+        let index = next;
+        next += 1;
+        let tenant = &batch.slots()[index].tenant;
+        running.push(async move {
+            let outcome = executor.execute_one(tenant, batch.cancel()).await;
+            // Reported before the permit returns, so whoever takes the
+            // permit next sees this slot's outcome.
+            batch.report(index, outcome);
+            drop(permit);
+        });
+        // Its first poll (an `execute_one` that claims first runs up to
+        // its claim's first await) before the slot counts as decided, so
+        // the batch after this one, which waits for that, claims later.
+        while let Some(Some(())) = running.next().now_or_never() {}
+        batch.decided(next);
+    }
+    batch.cancel_from(next);
+    while running.next().await.is_some() {}
 }

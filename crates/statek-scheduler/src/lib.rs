@@ -19,16 +19,16 @@
 //! ```no_run
 //! use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 //! use statek_scheduler::{
-//!     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+//!     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
 //!     SchedulerOptions,
 //! };
-//! use statek_store_pg::{ClaimedRun, PgStore};
+//! use statek_store_pg::PgStore;
 //! use tokio_util::sync::CancellationToken;
 //!
 //! struct Print;
 //! impl RunHandler for Print {
-//!     async fn handle(&self, run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
-//!         println!("tenant {} run {}", run.tenant, run.lease.run_id());
+//!     async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+//!         println!("tenant {} run {}", run.tenant, run.run_id);
 //!         Ok(())
 //!     }
 //! }
@@ -71,32 +71,44 @@ mod error;
 mod executor;
 mod fairness_report;
 mod group_commit;
+mod handler;
 mod lease;
 mod memory_executor;
 mod memory_queue;
+mod memory_reservations;
 pub mod metrics;
 mod monitor;
 mod options;
+mod outcome;
 mod pg_executor;
+mod pg_reservations;
+mod reservation;
+mod reservation_source;
 mod scheduler;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod worker;
 
-pub use batch::{claim_and_run, execute_each, BatchSlot, RunPermit, RunPool, SlotBatch, SlotStart};
+pub use batch::{claim_and_run, BatchSlot, RunPermit, RunPool, SlotBatch, SlotStart};
 pub use error::SchedulerError;
-pub use executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
+pub use executor::{execute_each, TenantExecutor};
 pub use fairness_report::{
     ClaimLag, FairnessReport, GapStats, GapViolation, TenantFairnessRow, TimeLag,
 };
+pub use handler::{Run, RunError, RunHandler};
 pub use memory_executor::{
-    InMemoryExecutor, InMemoryExecutorOptions, MemoryRun, MemoryRunHandler, MemoryRunLock,
-    MemoryRunState, MemoryRunStatus,
+    InMemoryExecutor, InMemoryExecutorOptions, MemoryRunLock, MemoryRunState, MemoryRunStatus,
 };
+pub use memory_reservations::InMemoryReservations;
 pub use monitor::{
     FairnessMonitor, MonitorOptions, DEFAULT_MAX_PENDING, DEFAULT_MAX_TRACKED_RUNS,
     DEFAULT_MAX_VIOLATIONS,
 };
 pub use options::SchedulerOptions;
-pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler};
+pub use outcome::{ExecutedRun, TenantTickOutcome};
+pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor};
+pub use reservation::Reservation;
+pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use scheduler::{DurableFairScheduler, TickOutcome};
 pub use worker::{Worker, WorkerOptions, WorkerReport, DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
 

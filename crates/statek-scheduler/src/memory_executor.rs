@@ -1,9 +1,8 @@
 //! [`InMemoryExecutor`]: a [`TenantExecutor`] on an in-process run queue,
 //! for tests and for embedding statek's fair order without a run table.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use statek_policy::TenantId;
 use statek_store_pg::{EnqueuedRun, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES};
@@ -12,74 +11,18 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::batch::{claim_and_run, BatchSlot, RunPermit, SlotBatch, SlotStart};
-use crate::executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
+use crate::error::SchedulerError;
+use crate::executor::TenantExecutor;
+use crate::handler::{Run, RunError, RunHandler};
 use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::memory_queue::{lock, Claim, Clock, Queue};
-use crate::{RunError, SchedulerError};
+use crate::outcome::{ExecutedRun, TenantTickOutcome};
 
 pub use crate::memory_queue::{MemoryRunState, MemoryRunStatus};
 
 /// The longest accepted enqueue delay: 366 days (as in the PostgreSQL
 /// queue).
 const MAX_DELAY: Duration = Duration::from_secs(366 * 86_400);
-
-/// A run claimed from an [`InMemoryExecutor`], as its handler sees it.
-///
-/// Times are wall-clock times derived from tokio's clock (so a test with
-/// `tokio::time::pause` sees consistent, advancing times).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct MemoryRun {
-    /// The run.
-    pub run_id: Uuid,
-    /// The tenant it belongs to.
-    pub tenant: TenantId,
-    /// The payload given at enqueue.
-    pub payload: Vec<u8>,
-    /// 1 on the first execution, raised by every claim.
-    pub attempt: u32,
-    /// Executions allowed in total.
-    pub max_attempts: u32,
-    /// When it was enqueued.
-    pub enqueued_at: SystemTime,
-    /// From when it was claimable.
-    pub available_at: SystemTime,
-    /// When this claim happened.
-    pub claimed_at: SystemTime,
-    /// When the lease expires unless extended by a heartbeat.
-    pub lease_expires_at: SystemTime,
-}
-
-/// User code that executes one run claimed by an [`InMemoryExecutor`].
-///
-/// The in-memory counterpart of [`crate::RunHandler`], whose
-/// `statek_store_pg::ClaimedRun` carries a fencing token only the
-/// PostgreSQL store can mint. Any `Fn(MemoryRun, CancellationToken) -> Fut`
-/// closure with `Fut: Future<Output = Result<(), RunError>> + Send` is a
-/// handler. `cancel` fires when the run's lease is lost (a heartbeat found
-/// another owner) or on shutdown.
-pub trait MemoryRunHandler: Send + Sync {
-    /// Executes the run.
-    fn handle(
-        &self,
-        run: &MemoryRun,
-        cancel: CancellationToken,
-    ) -> impl Future<Output = Result<(), RunError>> + Send;
-}
-
-impl<F, Fut> MemoryRunHandler for F
-where
-    F: Fn(MemoryRun, CancellationToken) -> Fut + Send + Sync,
-    Fut: Future<Output = Result<(), RunError>> + Send,
-{
-    fn handle(
-        &self,
-        run: &MemoryRun,
-        cancel: CancellationToken,
-    ) -> impl Future<Output = Result<(), RunError>> + Send {
-        self(run.clone(), cancel)
-    }
-}
 
 /// Lease and retry settings of [`InMemoryExecutor`]: the same type, defaults
 /// and limits as [`crate::ExecutorOptions`] (lease 30 s, heartbeat every
@@ -108,8 +51,8 @@ impl<H> Shared<H> {
 /// cases against it and [`crate::PgRunQueueExecutor`].
 ///
 /// Use it to test code built on statek without a run table (the
-/// [`crate::DurableFairScheduler`] itself still reserves slots in
-/// PostgreSQL), or call [`TenantExecutor::execute_one`] directly. It is
+/// [`crate::DurableFairScheduler`] reserves them from a
+/// [`crate::InMemoryReservations`] then), or call [`TenantExecutor::execute_one`] directly. It is
 /// `Send + Sync` and cheap to clone (clones share one queue); concurrent
 /// ticks are safe: claims happen under a mutex that is never held across
 /// an await.
@@ -125,7 +68,7 @@ impl<H> Shared<H> {
 /// ```
 /// use statek_policy::TenantId;
 /// use statek_scheduler::{
-///     InMemoryExecutor, InMemoryExecutorOptions, MemoryRun, RunError, TenantExecutor,
+///     InMemoryExecutor, InMemoryExecutorOptions, Run, RunError, TenantExecutor,
 ///     TenantTickOutcome,
 /// };
 /// use tokio_util::sync::CancellationToken;
@@ -133,7 +76,7 @@ impl<H> Shared<H> {
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
 /// runtime.block_on(async {
-///     let handler = |run: MemoryRun, _cancel: CancellationToken| async move {
+///     let handler = |run: Run, _cancel: CancellationToken| async move {
 ///         if run.payload == b"bad" {
 ///             return Err(RunError::new("bad payload"));
 ///         }
@@ -196,7 +139,7 @@ impl Drop for MemoryRunLock {
     }
 }
 
-impl<H: MemoryRunHandler> InMemoryExecutor<H> {
+impl<H: RunHandler> InMemoryExecutor<H> {
     /// An empty queue whose runs `handler` executes.
     pub fn new(handler: H, options: InMemoryExecutorOptions) -> Self {
         Self {
@@ -339,7 +282,7 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
     /// heartbeats extend the lease in the in-memory queue.
     async fn run_with_heartbeats(
         &self,
-        run: &MemoryRun,
+        run: &Run,
         token: Uuid,
         cancel: &CancellationToken,
         claimed: Instant,
@@ -369,7 +312,7 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
     /// ended.
     async fn run_claimed(
         &self,
-        run: Box<MemoryRun>,
+        run: Box<Run>,
         token: Uuid,
         shutdown: &CancellationToken,
         claimed: Instant,
@@ -434,7 +377,7 @@ impl<H: MemoryRunHandler> InMemoryExecutor<H> {
     }
 }
 
-impl<H: MemoryRunHandler> TenantExecutor for InMemoryExecutor<H> {
+impl<H: RunHandler> TenantExecutor for InMemoryExecutor<H> {
     type Error = std::convert::Infallible;
 
     async fn execute_one(
@@ -490,7 +433,7 @@ impl<H: MemoryRunHandler> TenantExecutor for InMemoryExecutor<H> {
                 drop(queue);
                 std::future::ready(Ok(starts))
             },
-            |(run, token, claimed_at): (Box<MemoryRun>, Uuid, Instant),
+            |(run, token, claimed_at): (Box<Run>, Uuid, Instant),
              permit: Option<RunPermit>| async move {
                 Ok(self
                     .run_claimed(run, token, batch.cancel(), claimed_at, permit)

@@ -11,7 +11,7 @@ use statek_policy::TenantId;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::memory_executor::MemoryRun;
+use crate::handler::Run;
 
 /// The state of a run in an [`crate::InMemoryExecutor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl Entry {
 }
 
 pub(crate) enum Claim {
-    Claimed(Box<MemoryRun>, Uuid),
+    Claimed(Box<Run>, Uuid),
     Idle,
     Contended,
 }
@@ -144,7 +144,7 @@ impl Queue {
         entry.state = MemoryRunState::Running;
         entry.attempt += 1;
         entry.lease = Some((token, expires));
-        let run = MemoryRun {
+        let run = Run {
             run_id,
             tenant: entry.tenant.clone(),
             payload: entry.payload.clone(),

@@ -7,10 +7,10 @@ use std::time::{Duration, SystemTime};
 use statek_policy::{PolicySeam, SchedulerShardId, TenantId, WeightedFairnessPolicy};
 use uuid::Uuid;
 
-use crate::executor::{ExecutedRun, TenantTickOutcome};
 use crate::fairness_report::{
     ClaimLag, FairnessReport, GapStats, GapViolation, TenantFairnessRow, TimeLag,
 };
+use crate::outcome::{ExecutedRun, TenantTickOutcome};
 use crate::{SchedulerError, TickOutcome};
 
 /// Default [`MonitorOptions::max_pending`]: 4,096 buffered outcomes.
@@ -137,7 +137,16 @@ struct Segment {
 }
 
 impl Observation {
-    fn new(segment: &Segment, tenant: &TenantId, outcome: &TenantTickOutcome) -> Self {
+    /// The observation of `sequence` (of `segment`'s shard), selected for
+    /// `tenant`. The tenant's index comes from the policy's one mapping of
+    /// the sequence ([`WeightedFairnessPolicy::pick`]); only a tenant the
+    /// cycle did not pick there is looked up by id.
+    fn new(
+        segment: &Segment,
+        sequence: u64,
+        tenant: &TenantId,
+        outcome: &TenantTickOutcome,
+    ) -> Self {
         let claim = |run: &ExecutedRun| Claim {
             run_id: run.run_id,
             available_at: run.available_at,
@@ -157,7 +166,10 @@ impl Observation {
         Self {
             tenant: segment
                 .policy
-                .tenant_index(tenant)
+                .pick(sequence)
+                .filter(|pick| pick.tenant() == tenant)
+                .map(|pick| pick.tenant_index())
+                .or_else(|| segment.policy.tenant_index(tenant))
                 .and_then(|i| Some((*segment.rows.get(i)?, i))),
             kind,
             claim,
@@ -324,8 +336,7 @@ struct Runnable {
 /// let mut monitor = FairnessMonitor::new(&policy);
 /// // Outcomes of sequences 0..8 arriving out of order (cycle a a b a).
 /// for sequence in [3, 0, 7, 1, 2, 6, 5, 4] {
-///     let slot = policy.slot_for_sequence(sequence);
-///     let tenant = policy.tenant_for_slot(u64::from(slot)).expect("slot in the cycle");
+///     let tenant = policy.pick(sequence).expect("a compiled cycle").tenant();
 ///     monitor.observe_parts(sequence, tenant, &TenantTickOutcome::Contended);
 /// }
 /// let report = monitor.report();
@@ -558,7 +569,7 @@ impl FairnessMonitor {
             self.unknown_shard += 1;
             return;
         };
-        let observation = Observation::new(segment, tenant, outcome);
+        let observation = Observation::new(segment, sequence, tenant, outcome);
         let sequence = global;
         if sequence < self.watermark || self.pending.contains_key(&sequence) {
             self.late += 1;

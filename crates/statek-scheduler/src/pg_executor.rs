@@ -1,7 +1,6 @@
 //! The default [`TenantExecutor`]: statek's PostgreSQL run queue and a user
-//! [`RunHandler`].
+//! [`RunHandler`], which sees each claimed run as a [`Run`].
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,15 +9,17 @@ use tokio::time::Instant;
 use statek_policy::TenantId;
 use statek_store_pg::{
     ClaimOutcome, ClaimedRun, FailOutcome, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease,
-    SlotClaim, StoreError, MAX_FINISH_BATCH,
+    RunNotifications, SlotClaim, StoreError, MAX_FINISH_BATCH,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::{claim_and_run, BatchSlot, RunPermit, SlotBatch, SlotStart};
-use crate::executor::{ExecutedRun, TenantExecutor, TenantTickOutcome};
+use crate::error::SchedulerError;
+use crate::executor::TenantExecutor;
 use crate::group_commit::GroupCommit;
+use crate::handler::{Run, RunError, RunHandler};
 use crate::lease::{run_under_lease, Heartbeat, LeaseState};
-use crate::SchedulerError;
+use crate::outcome::{ExecutedRun, TenantTickOutcome};
 
 fn run_outcome(tenant: &TenantId, outcome: &'static str) {
     metrics::counter!(
@@ -76,37 +77,6 @@ async fn flush_finished(
 
 /// Expired runs handled per expiry pass.
 const EXPIRY_PASS_LIMIT: u32 = 100;
-
-/// A handler failure: the run is retried after a backoff while attempts
-/// remain.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct RunError {
-    message: String,
-}
-
-impl RunError {
-    /// A failure with a message (stored as the run's `last_error`).
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-        }
-    }
-}
-
-/// User code that executes one claimed run.
-///
-/// `cancel` fires when the run's lease is lost (a heartbeat found another
-/// owner) or on shutdown; a handler should stop promptly then. Heartbeats
-/// run automatically while the handler runs.
-pub trait RunHandler: Send + Sync {
-    /// Executes the run.
-    fn handle(
-        &self,
-        run: &ClaimedRun,
-        cancel: CancellationToken,
-    ) -> impl Future<Output = Result<(), RunError>> + Send;
-}
 
 /// Lease, retry and completion settings of [`PgRunQueueExecutor`].
 ///
@@ -263,11 +233,12 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
     /// heartbeats extend the lease in PostgreSQL.
     async fn run_with_heartbeats(
         &self,
-        run: &ClaimedRun,
+        run: &Run,
+        held: &RunLease,
         cancel: &CancellationToken,
         claim_sent: Instant,
     ) -> (Result<(), RunError>, LeaseState) {
-        let (store, held, lease) = (&self.store, &run.lease, self.options.lease);
+        let (store, lease) = (&self.store, self.options.lease);
         run_under_lease(
             self.handler.handle(run, cancel.clone()),
             held.run_id(),
@@ -299,15 +270,20 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         permit: Option<RunPermit>,
         recording: Recording,
     ) -> Result<TenantTickOutcome, StoreError> {
+        // The handler sees the run; the fencing token stays here.
+        let held = run.lease;
+        let run = Run::from(*run);
         let tenant = &run.tenant;
         let executed = ExecutedRun {
-            run_id: run.lease.run_id(),
+            run_id: run.run_id,
             attempt: run.attempt,
             available_at: run.available_at,
             claimed_at: run.claimed_at,
         };
         let cancel = shutdown.child_token();
-        let (result, lease_state) = self.run_with_heartbeats(&run, &cancel, claim_sent).await;
+        let (result, lease_state) = self
+            .run_with_heartbeats(&run, &held, &cancel, claim_sent)
+            .await;
         // The handler is done: its permit goes back before the outcome is
         // recorded.
         drop(permit);
@@ -321,10 +297,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         // Expired locally: the token may still hold (nobody re-claimed), so
         // the outcome is still recorded under it; the store says if not.
         match result {
-            Ok(()) => match self
-                .record(&run.lease, RunFinish::Complete, recording)
-                .await
-            {
+            Ok(()) => match self.record(&held, RunFinish::Complete, recording).await {
                 Ok(FinishOutcome::Completed | FinishOutcome::AlreadyRecorded) => {
                     run_outcome(tenant, "completed");
                     Ok(TenantTickOutcome::Executed(executed))
@@ -347,7 +320,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
                 };
                 let failed = self
                     .record(
-                        &run.lease,
+                        &held,
                         RunFinish::Fail {
                             error: error.to_string(),
                             retry_after,
@@ -577,6 +550,10 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                 }
             }
         }
+    }
+
+    async fn listen_for_runs(&self) -> Option<Result<RunNotifications, StoreError>> {
+        Some(self.store.listen_for_runs().await)
     }
 
     async fn has_claimable_work(&self, tenants: &[TenantId]) -> Option<bool> {

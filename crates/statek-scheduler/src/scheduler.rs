@@ -5,15 +5,17 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use statek_policy::{
     ScheduleId, SchedulerShardId, TenantId, TenantStarvationBound, WeightedFairnessPolicy,
 };
-use statek_store_pg::{
-    PgStore, Registration, Reservation, ReservationBatch, StoreError, StoredShard,
-};
+use statek_store_pg::{PgStore, Registration, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::batch::{BatchSlot, RunPermit, RunPool, SlotBatch, SlotResult};
-use crate::executor::{TenantExecutor, TenantTickOutcome};
-use crate::{SchedulerError, SchedulerOptions};
+use crate::error::SchedulerError;
+use crate::executor::TenantExecutor;
+use crate::options::SchedulerOptions;
+use crate::outcome::TenantTickOutcome;
+use crate::reservation::Reservation;
+use crate::reservation_source::{ReservationSource, SourceShard};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -64,7 +66,9 @@ impl TickOutcome {
 }
 
 /// A scheduler replica for one shard: every [`tick`](Self::tick) reserves
-/// the shard's next global slot in PostgreSQL, maps it to exactly one tenant
+/// the shard's next global slot from its [`ReservationSource`] (by default
+/// [`PgStore`], durable and shared by every replica; for unit tests
+/// [`crate::InMemoryReservations`]), maps it to exactly one tenant
 /// through the policy's cycle, and lets the tenant-isolated executor claim
 /// and run at most one of that tenant's runs.
 ///
@@ -86,8 +90,8 @@ impl TickOutcome {
 /// shard at [`register`](Self::register). Outcomes, metrics and spans carry
 /// the shard of the reservation they came from.
 #[derive(Debug)]
-pub struct DurableFairScheduler<E> {
-    store: PgStore,
+pub struct DurableFairScheduler<E, R = PgStore> {
+    source: R,
     live: RwLock<Arc<WeightedFairnessPolicy>>,
     /// Serialises following the chain (one load per seal, not one per task).
     following: tokio::sync::Mutex<()>,
@@ -102,9 +106,9 @@ const MAX_FOLLOWED_SEALS: usize = 64;
 
 /// The policy of a stored shard, after checking that this replica compiles
 /// the cycle the shard was registered with.
-fn checked_policy(stored: &StoredShard) -> Result<WeightedFairnessPolicy, SchedulerError> {
-    let policy = stored.policy();
-    match stored.cycle_digest() {
+fn checked_policy(stored: &SourceShard) -> Result<WeightedFairnessPolicy, SchedulerError> {
+    let policy = &stored.policy;
+    match stored.cycle_digest {
         Some(stored_digest) if stored_digest != policy.cycle_digest() => {
             Err(SchedulerError::CycleMismatch {
                 shard: policy.shard_id().to_string(),
@@ -135,7 +139,7 @@ fn publish_bounds(policy: &WeightedFairnessPolicy) {
     }
 }
 
-impl<E: TenantExecutor> DurableFairScheduler<E> {
+impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// Registers `policy` for its shard (or verifies that the shard already
     /// holds byte-identical canonical bytes), reads the stored policy back
     /// fail-closed, and returns a scheduler ready to tick. No run is claimed
@@ -153,13 +157,16 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     ///
     /// When the shard is sealed, the scheduler follows the chain to the
     /// live shard (see the type's docs) before it returns.
+    ///
+    /// `source` is where slots are reserved: a [`PgStore`] in production,
+    /// a [`crate::InMemoryReservations`] in a unit test.
     pub async fn register(
-        store: PgStore,
+        source: R,
         policy: WeightedFairnessPolicy,
         executor: E,
         options: SchedulerOptions,
     ) -> Result<Self, SchedulerError> {
-        Self::register_in(store, policy, None, executor, options).await
+        Self::register_in(source, policy, None, executor, options).await
     }
 
     /// [`register`](Self::register) into the schedule `schedule` (a policy
@@ -170,36 +177,35 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     /// As [`register`](Self::register), and the store's
     /// `ScheduleConflict` / `ScheduleHasLiveShard`.
     pub async fn register_in(
-        store: PgStore,
+        source: R,
         policy: WeightedFairnessPolicy,
         schedule: Option<ScheduleId>,
         executor: E,
         options: SchedulerOptions,
     ) -> Result<Self, SchedulerError> {
-        let registration = store.register_in(&policy, schedule.as_ref()).await?;
-        let stored = store.load_shard(policy.shard_id()).await?;
-        if stored.policy() != &policy {
+        let (registration, stored) = source.register(&policy, schedule.as_ref()).await?;
+        if stored.policy != policy {
             return Err(SchedulerError::PolicyMismatch {
                 shard: policy.shard_id().to_string(),
             });
         }
         checked_policy(&stored)?;
         let scheduler = Self {
-            store,
+            source,
             live: RwLock::new(Arc::new(policy)),
             following: tokio::sync::Mutex::new(()),
             executor,
             options,
             registration,
         };
-        if stored.seal().is_some() {
-            scheduler.follow(stored.policy().shard_id()).await?;
+        if stored.sealed {
+            scheduler.follow(stored.policy.shard_id()).await?;
         } else {
             publish_bounds(&scheduler.policy());
             // A replica started on a successor marks its predecessor sealed
             // too, so alerts on reservation rates ignore it also when no
             // replica ever followed the seal.
-            if let Some(predecessor) = stored.predecessor() {
+            if let Some(predecessor) = &stored.predecessor {
                 metrics::gauge!(
                     crate::metrics::SHARD_SEALED,
                     "shard" => predecessor.to_string()
@@ -235,13 +241,11 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             return Ok(());
         }
         for _ in 0..MAX_FOLLOWED_SEALS {
-            let stored = self.store.load_shard(from.shard_id()).await?;
-            if stored.seal().is_none() {
+            let Some(seam) = self.source.successor(from.shard_id()).await? else {
                 break;
-            }
-            let seam = self.store.load_seam(from.shard_id()).await?;
-            let next = Arc::new(checked_policy(seam.successor())?);
-            for bound in seam.seam() {
+            };
+            let next = Arc::new(checked_policy(&seam.successor)?);
+            for bound in &seam.seam {
                 metrics::gauge!(
                     crate::metrics::SEAM_BOUND_RESERVATIONS,
                     "shard" => next.shard_id().to_string(),
@@ -252,7 +256,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             tracing::info!(
                 sealed = %from.shard_id(),
                 successor = %next.shard_id(),
-                sealed_at_sequence = seam.sealed_at_sequence(),
+                sealed_at_sequence = seam.sealed_at_sequence,
                 "the shard is sealed: following the rollout to its successor"
             );
             metrics::gauge!(
@@ -281,9 +285,10 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         &self.executor
     }
 
-    /// The store.
-    pub fn store(&self) -> &PgStore {
-        &self.store
+    /// The reservation source (for [`PgStore`] also
+    /// [`store`](DurableFairScheduler::store)).
+    pub fn source(&self) -> &R {
+        &self.source
     }
 
     /// One tick: reserve the next slot with a new UUIDv7, retrying transient
@@ -453,7 +458,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     pub(crate) async fn run_reserved_batch(
         &self,
         policy: &WeightedFairnessPolicy,
-        batch: ReservationBatch,
+        reservations: Vec<Reservation>,
         retries: u32,
         pool: &RunPool,
         first: Option<RunPermit>,
@@ -462,7 +467,6 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
         sink: &(dyn Fn(usize, Result<TickOutcome, SchedulerError>) + Send + Sync),
         on_decided: &(dyn Fn(usize) + Send + Sync),
     ) {
-        let reservations = batch.into_reservations();
         let mut mapped = Vec::with_capacity(reservations.len());
         let mut corrupt = None;
         for (index, reservation) in reservations.iter().enumerate() {
@@ -690,7 +694,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
             let id = Uuid::now_v7();
             let digest = policy.digest();
             self.with_retries(policy.shard_id(), id, 1, || {
-                self.store.reserve(policy.shard_id(), &digest, id)
+                self.source.reserve(policy.shard_id(), &digest, id)
             })
             .await
         })
@@ -736,7 +740,7 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     pub(crate) async fn reserve_batch_counted(
         &self,
         k: u32,
-    ) -> Result<(ReservationBatch, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
+    ) -> Result<(Vec<Reservation>, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
         let reserved = self.reserve_batch(k).await;
         if let Err(e) = &reserved {
             self.count_error(e);
@@ -747,12 +751,12 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
     async fn reserve_batch(
         &self,
         k: u32,
-    ) -> Result<(ReservationBatch, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
+    ) -> Result<(Vec<Reservation>, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
         self.on_live_shard(|policy| async move {
             let id = Uuid::now_v7();
             let digest = policy.digest();
             self.with_retries(policy.shard_id(), id, u64::from(k), || {
-                self.store.reserve_batch(policy.shard_id(), &digest, id, k)
+                self.source.reserve_batch(policy.shard_id(), &digest, id, k)
             })
             .await
         })
@@ -807,7 +811,10 @@ impl<E: TenantExecutor> DurableFairScheduler<E> {
 }
 
 /// The tenant and bound of a slot reserved on `policy`'s shard, after
-/// checking, fail-closed, that the stored cycle agrees with the local one.
+/// checking, fail-closed, that the reservation agrees with the local
+/// cycle: the policy's one mapping ([`WeightedFairnessPolicy::pick`])
+/// gives the slot, the tenant index stored in the cycle, and the bound by
+/// that index.
 fn tenant_of(
     policy: &WeightedFairnessPolicy,
     reservation: &Reservation,
@@ -816,25 +823,35 @@ fn tenant_of(
     let sequence = reservation.sequence();
     let slot = reservation.slot();
     let local_length = policy.cycle_length();
+    let pick = policy
+        .pick(sequence)
+        .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })?;
     if reservation.shard() != policy.shard_id()
         || reservation.cycle_length() != local_length
-        || u64::from(slot) != sequence % u64::from(local_length)
+        || slot != pick.slot()
     {
         // Fail closed: never run a tenant for a slot the local cycle
         // does not agree with.
         return Err(SchedulerError::Store {
-                source: StoreError::CorruptData {
-                    what: "reservation",
-                    detail: format!(
-                        "sequence {sequence} slot {slot} under stored L = {} disagrees with the local cycle L = {local_length}",
-                        reservation.cycle_length()
-                    ),
-                },
-                retries,
-            });
+            source: StoreError::CorruptData {
+                what: "reservation",
+                detail: format!(
+                    "sequence {sequence} slot {slot} under stored L = {} disagrees with the local cycle L = {local_length}",
+                    reservation.cycle_length()
+                ),
+            },
+            retries,
+        });
     }
-    policy
-        .tenant_for_slot(u64::from(slot))
-        .and_then(|t| Some((t.clone(), policy.starvation_bound(t)?)))
-        .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })
+    let bound = policy
+        .starvation_bound_at(pick.tenant_index())
+        .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })?;
+    Ok((pick.tenant().clone(), bound))
+}
+
+impl<E> DurableFairScheduler<E, PgStore> {
+    /// The store (a scheduler reserving in PostgreSQL).
+    pub fn store(&self) -> &PgStore {
+        &self.source
+    }
 }

@@ -8,13 +8,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use statek_policy::TenantId;
-use statek_store_pg::RunNotifications;
+use statek_store_pg::{PgStore, RunNotifications};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::RunPool;
-use crate::executor::{TenantExecutor, TenantTickOutcome};
-use crate::{DurableFairScheduler, SchedulerError, TickOutcome};
+use crate::error::SchedulerError;
+use crate::executor::TenantExecutor;
+use crate::outcome::TenantTickOutcome;
+use crate::reservation_source::ReservationSource;
+use crate::scheduler::{DurableFairScheduler, TickOutcome};
 
 /// Pause before listening again after the notification connection failed,
 /// doubling from the first to the second value between attempts.
@@ -100,8 +103,8 @@ impl Counters {
 }
 
 /// State shared by a worker's producer, batches and listener.
-struct Shared<E> {
-    scheduler: Arc<DurableFairScheduler<E>>,
+struct Shared<E, R> {
+    scheduler: Arc<DurableFairScheduler<E, R>>,
     options: WorkerOptions,
     threshold: u64,
     /// Consecutive `Idle` outcomes; any other outcome resets it.
@@ -165,16 +168,16 @@ struct Shared<E> {
 /// unused and reported [`TenantTickOutcome::Cancelled`]; running handlers
 /// get `shutdown_grace` to finish, then their cancellation tokens fire and
 /// their runs are released.
-pub struct Worker<E> {
-    scheduler: Arc<DurableFairScheduler<E>>,
+pub struct Worker<E, R = PgStore> {
+    scheduler: Arc<DurableFairScheduler<E, R>>,
     options: WorkerOptions,
     notifications: Option<RunNotifications>,
     sink: Option<mpsc::UnboundedSender<TickOutcome>>,
 }
 
-impl<E: TenantExecutor + 'static> Worker<E> {
+impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
     /// A worker for `scheduler`.
-    pub fn new(scheduler: Arc<DurableFairScheduler<E>>, options: WorkerOptions) -> Self {
+    pub fn new(scheduler: Arc<DurableFairScheduler<E, R>>, options: WorkerOptions) -> Self {
         Self {
             scheduler,
             options,
@@ -187,7 +190,8 @@ impl<E: TenantExecutor + 'static> Worker<E> {
     /// [`statek_store_pg::PgStore::listen_for_runs`]). Without them the
     /// worker relies on its backoff timer and probe. When the notification
     /// connection fails or stops answering its probe, the worker listens
-    /// again through its scheduler's store (pausing 1 s doubling to 30 s
+    /// again through its executor ([`TenantExecutor::listen_for_runs`];
+    /// pausing 1 s doubling to 30 s
     /// between attempts; [`WorkerReport::listen_reconnects`]) and relies on
     /// the probe meanwhile.
     pub fn with_notifications(mut self, notifications: RunNotifications) -> Self {
@@ -205,8 +209,9 @@ impl<E: TenantExecutor + 'static> Worker<E> {
     /// Runs until `shutdown` fires (then drains as described on [`Worker`])
     /// or a non-retryable error occurs.
     ///
-    /// Before the first reservation it runs the store's durability check
-    /// ([`statek_store_pg::PgStore::ensure_durable`]).
+    /// Before the first reservation it runs its reservation source's
+    /// durability check ([`ReservationSource::ensure_durable`]; PostgreSQL:
+    /// [`statek_store_pg::PgStore::ensure_durable`]).
     ///
     /// # Errors
     /// [`SchedulerError::Store`] with `DurabilityRefused` when the store's
@@ -219,7 +224,7 @@ impl<E: TenantExecutor + 'static> Worker<E> {
         // The durability check of a Worker's start: refuse (by the store's
         // policy) a server that can lose acknowledged reservations.
         self.scheduler
-            .store()
+            .source()
             .ensure_durable()
             .await
             .map_err(|source| SchedulerError::Store { source, retries: 0 })?;
@@ -302,8 +307,8 @@ struct InFlight {
     decided: CancellationToken,
 }
 
-async fn produce<E: TenantExecutor + 'static>(
-    shared: &Arc<Shared<E>>,
+async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
+    shared: &Arc<Shared<E, R>>,
     pool: &RunPool,
     batches: &mut tokio::task::JoinSet<()>,
     stop: &CancellationToken,
@@ -454,8 +459,8 @@ async fn produce<E: TenantExecutor + 'static>(
 /// Slot errors since the last look: none (`Ok(None)`, and the count of
 /// failing rounds restarts), a pause of 50 ms per failing round in a row,
 /// or, after 10 such rounds, the last error, which stops the worker.
-fn slot_error_round<E>(
-    shared: &Shared<E>,
+fn slot_error_round<E, R>(
+    shared: &Shared<E, R>,
     rounds: &mut u32,
 ) -> Result<Option<Duration>, SchedulerError> {
     let errors = shared.slot_errors.swap(0, Ordering::Relaxed);
@@ -488,8 +493,8 @@ async fn pause_after_error(e: &SchedulerError, rounds: u32, stop: &CancellationT
 
 /// One slot's result: counted, sent to the sink; a non-retryable error
 /// stops the worker.
-fn deliver<E>(
-    shared: &Shared<E>,
+fn deliver<E, R>(
+    shared: &Shared<E, R>,
     stop: &CancellationToken,
     without_run: &AtomicUsize,
     result: Result<TickOutcome, SchedulerError>,
@@ -528,8 +533,8 @@ fn deliver<E>(
 }
 
 /// Wakes the worker on run notifications; listens again when they fail.
-async fn listen<E: TenantExecutor>(
-    shared: Arc<Shared<E>>,
+async fn listen<E: TenantExecutor, R: ReservationSource>(
+    shared: Arc<Shared<E, R>>,
     mut n: RunNotifications,
     stop: CancellationToken,
 ) {
@@ -566,9 +571,15 @@ async fn listen<E: TenantExecutor>(
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(pause) => {}
             }
-            match shared.scheduler.store().listen_for_runs().await {
-                Ok(fresh) => break fresh,
-                Err(e) => {
+            match shared.scheduler.executor().listen_for_runs().await {
+                Some(Ok(fresh)) => break fresh,
+                None => {
+                    tracing::warn!(
+                        "the executor has no run notifications; relying on the backoff probe"
+                    );
+                    return;
+                }
+                Some(Err(e)) => {
                     tracing::warn!(error = %crate::error::chain(&e), "cannot listen for runs yet");
                     pause = (pause * 2).min(RELISTEN_PAUSE.1);
                 }
@@ -591,8 +602,8 @@ fn publish_executing(shard: &str, pool: &RunPool) {
 
 /// The executor's housekeeping, the retention gauge and the executing-runs
 /// gauge, periodically.
-async fn maintain<E: TenantExecutor>(
-    shared: Arc<Shared<E>>,
+async fn maintain<E: TenantExecutor, R: ReservationSource>(
+    shared: Arc<Shared<E, R>>,
     pool: RunPool,
     stop: CancellationToken,
 ) {
@@ -610,10 +621,12 @@ async fn maintain<E: TenantExecutor>(
 }
 
 /// Sets the oldest-retained-reservation gauge of the worker's shard.
-async fn publish_oldest<E: TenantExecutor>(scheduler: &DurableFairScheduler<E>) {
+async fn publish_oldest<E: TenantExecutor, R: ReservationSource>(
+    scheduler: &DurableFairScheduler<E, R>,
+) {
     let policy = scheduler.policy();
     let shard = policy.shard_id();
-    match scheduler.store().oldest_reservation(shard).await {
+    match scheduler.source().oldest_reservation(shard).await {
         Ok(Some(oldest)) => {
             if let Ok(at) = oldest.duration_since(std::time::SystemTime::UNIX_EPOCH) {
                 metrics::gauge!(
@@ -631,7 +644,7 @@ async fn publish_oldest<E: TenantExecutor>(scheduler: &DurableFairScheduler<E>) 
     }
 }
 
-fn record<E>(shared: &Shared<E>, outcome: &TickOutcome) {
+fn record<E, R>(shared: &Shared<E, R>, outcome: &TickOutcome) {
     let c = &shared.counters;
     c.ticks.fetch_add(1, Ordering::Relaxed);
     let counter = match outcome.tenant_outcome() {
@@ -660,7 +673,10 @@ fn record<E>(shared: &Shared<E>, outcome: &TickOutcome) {
 /// notification or shutdown. Returns whether to reserve again: woken by a
 /// notification, or the executor says (or cannot tell whether) the
 /// policy's tenants have claimable work; then the idle streak is reset.
-async fn back_off<E: TenantExecutor>(shared: &Shared<E>, stop: &CancellationToken) -> bool {
+async fn back_off<E: TenantExecutor, R: ReservationSource>(
+    shared: &Shared<E, R>,
+    stop: &CancellationToken,
+) -> bool {
     let initial = u64::try_from(shared.options.backoff_initial.as_micros()).unwrap_or(u64::MAX);
     let max = u64::try_from(shared.options.backoff_max.as_micros()).unwrap_or(u64::MAX);
     let current = shared.backoff_micros.load(Ordering::Relaxed);

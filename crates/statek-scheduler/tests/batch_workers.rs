@@ -16,11 +16,10 @@ use std::time::{Duration, SystemTime};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::ClaimedRun;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -45,7 +44,7 @@ fn policy() -> WeightedFairnessPolicy {
 struct Sleep(Duration);
 
 impl RunHandler for Sleep {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         if !self.0.is_zero() {
             tokio::time::sleep(self.0).await;
         }

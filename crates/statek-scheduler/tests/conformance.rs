@@ -1,183 +1,38 @@
-//! The tenant-executor conformance suite: one set of behaviours, written
-//! once over a [`Harness`], run against every `TenantExecutor` statek
-//! ships (`PgRunQueueExecutor` and `InMemoryExecutor`).
-//!
-//! Slots always come from a real `DurableFairScheduler` on PostgreSQL
-//! (reservations live only there), so every case needs
-//! `STATEK_TEST_DATABASE_URL`, whichever executor runs behind the slots.
+//! statek's executor conformance suite
+//! (`statek_scheduler::testing::conformance`, feature `testing`) run
+//! against both executors statek ships: `PgRunQueueExecutor` (one fresh
+//! database per case, so it needs `STATEK_TEST_DATABASE_URL`) and
+//! `InMemoryExecutor` (no database). The harnesses below are also the
+//! model for a user's own executor.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::TenantId;
+use statek_scheduler::testing::conformance::{self, Harness, Settings, Status, SuiteHandler};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, FairnessMonitor, InMemoryExecutor,
-    InMemoryExecutorOptions, MemoryRun, MemoryRunHandler, MemoryRunLock, MemoryRunState,
-    PgRunQueueExecutor, RunError, RunHandler, SchedulerOptions, TenantExecutor, TenantTickOutcome,
-    TickOutcome,
+    ExecutorOptions, InMemoryExecutor, InMemoryExecutorOptions, MemoryRunLock, MemoryRunState,
+    PgRunQueueExecutor,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{ClaimedRun, NewRun, PgStore};
-use tokio::sync::{oneshot, Semaphore};
-use tokio_util::sync::CancellationToken;
+use statek_store_pg::{NewRun, PgStore};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
-// ---------------------------------------------------------------------------
-// The handler both executors run: records executions, fails on demand, and
-// can hold a run in flight until the test releases it.
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Execution {
-    tenant: String,
-    run_id: Uuid,
-    attempt: u32,
-    payload: Vec<u8>,
-}
-
-#[derive(Debug)]
-struct Probe {
-    log: Mutex<Vec<Execution>>,
-    fail: AtomicBool,
-    /// When set, attempt 1 of every run waits for a permit of `gate`.
-    hold_first_attempts: AtomicBool,
-    gate: Semaphore,
-    /// One permit per execution that started.
-    started: Semaphore,
-}
-
-impl Probe {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            log: Mutex::new(Vec::new()),
-            fail: AtomicBool::new(false),
-            hold_first_attempts: AtomicBool::new(false),
-            gate: Semaphore::new(0),
-            started: Semaphore::new(0),
-        })
-    }
-
-    async fn execute(
-        &self,
-        tenant: &TenantId,
-        run_id: Uuid,
-        attempt: u32,
-        payload: &[u8],
-    ) -> Result<(), RunError> {
-        self.started.add_permits(1);
-        if attempt == 1 && self.hold_first_attempts.load(Ordering::SeqCst) {
-            self.gate.acquire().await.unwrap().forget();
-        }
-        self.log.lock().unwrap().push(Execution {
-            tenant: tenant.as_str().to_owned(),
-            run_id,
-            attempt,
-            payload: payload.to_vec(),
-        });
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(RunError::new("handler says no"));
-        }
-        Ok(())
-    }
-
-    fn log(&self) -> Vec<Execution> {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn payloads_of(&self, tenant: &str) -> Vec<String> {
-        self.log()
-            .into_iter()
-            .filter(|e| e.tenant == tenant)
-            .map(|e| String::from_utf8(e.payload).unwrap())
-            .collect()
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Handler(Arc<Probe>);
-
-impl RunHandler for Handler {
-    async fn handle(&self, run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
-        self.0
-            .execute(&run.tenant, run.lease.run_id(), run.attempt, &run.payload)
-            .await
-    }
-}
-
-impl MemoryRunHandler for Handler {
-    async fn handle(&self, run: &MemoryRun, _cancel: CancellationToken) -> Result<(), RunError> {
-        self.0
-            .execute(&run.tenant, run.run_id, run.attempt, &run.payload)
-            .await
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The harness: what a case needs from an executor under test.
-
-/// Executor settings a case asks for (each harness maps them onto its
-/// executor's options).
-#[derive(Debug, Clone, Copy)]
-struct Settings {
-    lease: Duration,
-    heartbeat_every: Option<Duration>,
-    retry_initial: Duration,
-    retry_max: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            lease: Duration::from_secs(30),
-            heartbeat_every: Some(Duration::from_secs(10)),
-            retry_initial: Duration::from_secs(1),
-            retry_max: Duration::from_secs(300),
-        }
-    }
-}
-
-/// A run's state as the conformance suite compares it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Status {
-    state: &'static str,
-    attempt: u32,
-    last_error: Option<String>,
-}
-
-trait Harness: Sized {
-    type Executor: TenantExecutor + 'static;
-    /// A simulated or real row lock held by "another session".
-    type Lock;
-
-    async fn new(
-        db: &TestDatabase,
-        probe: Arc<Probe>,
-        settings: Settings,
-    ) -> (Self, Self::Executor);
-    async fn enqueue(&self, tenant: &TenantId, payload: &[u8], max_attempts: u32) -> Uuid;
-    /// A run at `priority` (5 attempts).
-    async fn enqueue_at(&self, tenant: &TenantId, payload: &[u8], priority: i32) -> Uuid;
-    async fn status(&self, run_id: Uuid) -> Status;
-    async fn lock(&self, run_id: Uuid) -> Self::Lock;
-    async fn unlock(&self, lock: Self::Lock);
-    /// How many of `ids` are in each (state, attempt).
-    async fn count_by_state(&self, ids: &[Uuid]) -> BTreeMap<(&'static str, u32), usize>;
-}
-
+/// The PostgreSQL run queue, one fresh database per case.
 struct Pg {
     store: PgStore,
     db: TestDatabase,
 }
 
 impl Harness for Pg {
-    type Executor = PgRunQueueExecutor<Handler>;
+    type Executor = PgRunQueueExecutor<SuiteHandler>;
     type Lock = (oneshot::Sender<()>, tokio::task::JoinHandle<()>);
 
-    async fn new(db: &TestDatabase, probe: Arc<Probe>, s: Settings) -> (Self, Self::Executor) {
+    async fn new(handler: SuiteHandler, s: Settings) -> (Self, Self::Executor) {
+        let db = TestDatabase::create().await;
         let options = ExecutorOptions::new()
             .lease(s.lease)
             .unwrap()
@@ -186,14 +41,8 @@ impl Harness for Pg {
             .retry_backoff(s.retry_initial, s.retry_max)
             .unwrap();
         let store = db.store();
-        let executor = PgRunQueueExecutor::new(db.store(), Handler(probe), options);
-        (
-            Self {
-                store,
-                db: db.clone(),
-            },
-            executor,
-        )
+        let executor = PgRunQueueExecutor::new(db.store(), handler, options);
+        (Self { store, db }, executor)
     }
 
     async fn enqueue(&self, tenant: &TenantId, payload: &[u8], max_attempts: u32) -> Uuid {
@@ -292,15 +141,16 @@ fn state_name(state: &str) -> &'static str {
     }
 }
 
+/// The in-process run queue.
 struct Memory {
-    executor: InMemoryExecutor<Handler>,
+    executor: InMemoryExecutor<SuiteHandler>,
 }
 
 impl Harness for Memory {
-    type Executor = InMemoryExecutor<Handler>;
+    type Executor = InMemoryExecutor<SuiteHandler>;
     type Lock = MemoryRunLock;
 
-    async fn new(_db: &TestDatabase, probe: Arc<Probe>, s: Settings) -> (Self, Self::Executor) {
+    async fn new(handler: SuiteHandler, s: Settings) -> (Self, Self::Executor) {
         let options = InMemoryExecutorOptions::new()
             .lease(s.lease)
             .unwrap()
@@ -308,7 +158,7 @@ impl Harness for Memory {
             .unwrap()
             .retry_backoff(s.retry_initial, s.retry_max)
             .unwrap();
-        let executor = InMemoryExecutor::new(Handler(probe), options);
+        let executor = InMemoryExecutor::new(handler, options);
         (
             Self {
                 executor: executor.clone(),
@@ -365,558 +215,6 @@ impl Harness for Memory {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Fixtures.
-
-fn tenant(name: &str) -> TenantId {
-    TenantId::try_from(name).unwrap()
-}
-
-fn policy(weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("conformance-v1").unwrap(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
-    )
-    .unwrap()
-}
-
-struct Setup<H: Harness> {
-    db: TestDatabase,
-    harness: H,
-    probe: Arc<Probe>,
-    scheduler: Arc<DurableFairScheduler<H::Executor>>,
-    shutdown: CancellationToken,
-}
-
-async fn setup<H: Harness>(weights: &[(&str, u32)], settings: Settings) -> Setup<H> {
-    let db = TestDatabase::create().await;
-    let probe = Probe::new();
-    let (harness, executor) = H::new(&db, probe.clone(), settings).await;
-    let scheduler = DurableFairScheduler::register(
-        db.store(),
-        policy(weights),
-        executor,
-        SchedulerOptions::new(),
-    )
-    .await
-    .unwrap();
-    Setup {
-        db,
-        harness,
-        probe,
-        scheduler: Arc::new(scheduler),
-        shutdown: CancellationToken::new(),
-    }
-}
-
-impl<H: Harness> Setup<H> {
-    async fn tick(&self) -> TickOutcome {
-        self.scheduler.tick(&self.shutdown).await.unwrap()
-    }
-
-    async fn next_sequence(&self) -> u64 {
-        self.db
-            .store()
-            .next_sequence(self.scheduler.policy().shard_id())
-            .await
-            .unwrap()
-    }
-}
-
-fn label(o: &TickOutcome) -> String {
-    format!("{}:{}", o.tenant(), o.tenant_outcome().label())
-}
-
-fn executed_run(o: &TickOutcome) -> (Uuid, u32) {
-    match o.tenant_outcome() {
-        TenantTickOutcome::Executed(run) => (run.run_id, run.attempt),
-        other => panic!("expected Executed, got {other:?}"),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The cases.
-
-/// Each tenant's runs execute in enqueue order, whatever the other tenants
-/// hold.
-async fn fifo_per_tenant<H: Harness>() {
-    let s = setup::<H>(&[("tenant-a", 1), ("tenant-b", 1)], Settings::default()).await;
-    for i in 0..3 {
-        s.harness
-            .enqueue(&tenant("tenant-a"), format!("a{i}").as_bytes(), 5)
-            .await;
-        s.harness
-            .enqueue(&tenant("tenant-b"), format!("b{i}").as_bytes(), 5)
-            .await;
-    }
-    let mut labels = Vec::new();
-    for _ in 0..8 {
-        labels.push(s.tick().await.tenant_outcome().label());
-    }
-    assert_eq!(
-        labels,
-        ["executed", "executed", "executed", "executed", "executed", "executed", "idle", "idle"]
-    );
-    assert_eq!(s.probe.payloads_of("tenant-a"), ["a0", "a1", "a2"]);
-    assert_eq!(s.probe.payloads_of("tenant-b"), ["b0", "b1", "b2"]);
-}
-
-/// Within a tenant, the highest priority runs first, FIFO within one
-/// priority; another tenant's higher priority never takes this tenant's
-/// slot.
-async fn priorities_order_a_tenant_and_never_cross_tenants<H: Harness>() {
-    let s = setup::<H>(&[("tenant-a", 1), ("tenant-b", 1)], Settings::default()).await;
-    for (priority, label) in [
-        (0, "a0-1"),
-        (-5, "m5-1"),
-        (9, "a9-1"),
-        (0, "a0-2"),
-        (100, "a100"),
-        (-5, "m5-2"),
-        (9, "a9-2"),
-        (-100, "m100"),
-    ] {
-        s.harness
-            .enqueue_at(&tenant("tenant-a"), label.as_bytes(), priority)
-            .await;
-    }
-    for (priority, label) in [(-100, "b-low"), (100, "b-high")] {
-        s.harness
-            .enqueue_at(&tenant("tenant-b"), label.as_bytes(), priority)
-            .await;
-    }
-    // Slots alternate a, b: 16 give tenant-a 8 and tenant-b 8 (2 runs).
-    let mut labels = Vec::new();
-    for _ in 0..16 {
-        labels.push(s.tick().await.tenant_outcome().label());
-    }
-    assert_eq!(labels.iter().filter(|l| **l == "executed").count(), 10);
-    assert_eq!(
-        s.probe.payloads_of("tenant-a"),
-        ["a100", "a9-1", "a9-2", "a0-1", "a0-2", "m5-1", "m5-2", "m100"]
-    );
-    assert_eq!(s.probe.payloads_of("tenant-b"), ["b-high", "b-low"]);
-}
-
-/// A tenant's slot only ever runs that tenant's runs, and a busy tenant
-/// never gets an idle tenant's slot.
-async fn tenant_isolation<H: Harness>() {
-    let s = setup::<H>(&[("tenant-a", 3), ("tenant-b", 1)], Settings::default()).await;
-    let mut owner = HashMap::new();
-    for i in 0..10 {
-        let id = s
-            .harness
-            .enqueue(&tenant("tenant-a"), format!("a{i}").as_bytes(), 5)
-            .await;
-        owner.insert(id, "tenant-a");
-    }
-    let only_b = s.harness.enqueue(&tenant("tenant-b"), b"b0", 5).await;
-    owner.insert(only_b, "tenant-b");
-    // A tenant outside the policy: never selected, never run.
-    let outsiders = [
-        s.harness.enqueue(&tenant("tenant-z"), b"z0", 5).await,
-        s.harness.enqueue(&tenant("tenant-z"), b"z1", 5).await,
-    ];
-    let mut labels = Vec::new();
-    for _ in 0..8 {
-        let o = s.tick().await;
-        if let TenantTickOutcome::Executed(run) = o.tenant_outcome() {
-            assert_eq!(owner[&run.run_id], o.tenant().as_str(), "{o:?}");
-        }
-        labels.push(label(&o));
-    }
-    // b's second slot (sequence 6) finds b empty: consumed, not given to a.
-    assert_eq!(
-        labels,
-        [
-            "tenant-a:executed",
-            "tenant-a:executed",
-            "tenant-b:executed",
-            "tenant-a:executed",
-            "tenant-a:executed",
-            "tenant-a:executed",
-            "tenant-b:idle",
-            "tenant-a:executed",
-        ]
-    );
-    let log = s.probe.log();
-    assert_eq!(log.len(), 7);
-    for e in &log {
-        assert_eq!(owner[&e.run_id], e.tenant);
-    }
-    assert_eq!(s.harness.status(only_b).await.state, "completed");
-    for id in outsiders {
-        let status = s.harness.status(id).await;
-        assert_eq!((status.state, status.attempt), ("available", 0));
-    }
-    assert_eq!(s.next_sequence().await, 8);
-}
-
-/// An empty queue reports Idle and its slot is consumed anyway.
-async fn idle_tenant_consumes_its_slot<H: Harness>() {
-    let s = setup::<H>(&[("tenant-a", 1), ("tenant-b", 1)], Settings::default()).await;
-    for i in 0..5 {
-        s.harness
-            .enqueue(&tenant("tenant-b"), format!("b{i}").as_bytes(), 5)
-            .await;
-    }
-    let mut per_tenant: BTreeMap<String, Vec<&'static str>> = BTreeMap::new();
-    for expected_sequence in 0..4 {
-        let o = s.tick().await;
-        assert_eq!(o.reservation().sequence(), expected_sequence);
-        per_tenant
-            .entry(o.tenant().to_string())
-            .or_default()
-            .push(o.tenant_outcome().label());
-    }
-    assert_eq!(per_tenant["tenant-a"], ["idle", "idle"]);
-    assert_eq!(per_tenant["tenant-b"], ["executed", "executed"]);
-    assert_eq!(s.probe.log().len(), 2);
-    assert_eq!(s.next_sequence().await, 4);
-    // Work for a is picked up at a's next slot.
-    s.harness.enqueue(&tenant("tenant-a"), b"a0", 5).await;
-    let labels = [label(&s.tick().await), label(&s.tick().await)];
-    let mut sorted = labels.to_vec();
-    sorted.sort();
-    assert_eq!(sorted, ["tenant-a:executed", "tenant-b:executed"]);
-}
-
-/// Ticks until the tenant's outcome is not Idle (the retry backoff running
-/// out); how many Idle ticks that takes is timing, so it is not asserted.
-async fn tick_until_busy<H: Harness>(s: &Setup<H>) -> TickOutcome {
-    for _ in 0..200 {
-        let o = s.tick().await;
-        if o.tenant_outcome() != &TenantTickOutcome::Idle {
-            return o;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the run never became claimable again");
-}
-
-/// A failing handler: ExecutionFailed, backoff (Idle meanwhile), retried
-/// with the next attempt, `failed` after the last one.
-async fn failing_handler_retries_then_fails<H: Harness>() {
-    let settings = Settings {
-        retry_initial: Duration::from_millis(500),
-        retry_max: Duration::from_secs(1),
-        ..Settings::default()
-    };
-    let s = setup::<H>(&[("tenant-a", 1)], settings).await;
-    s.probe.fail.store(true, Ordering::SeqCst);
-    let id = s.harness.enqueue(&tenant("tenant-a"), b"doomed", 3).await;
-    let failed = |o: &TickOutcome| match o.tenant_outcome() {
-        TenantTickOutcome::ExecutionFailed { run, error } => {
-            (run.run_id, run.attempt, error.clone())
-        }
-        other => panic!("expected ExecutionFailed, got {other:?}"),
-    };
-    let no = "handler says no".to_owned();
-    assert_eq!(failed(&s.tick().await), (id, 1, no.clone()));
-    assert_eq!(
-        s.harness.status(id).await,
-        Status {
-            state: "available",
-            attempt: 1,
-            last_error: Some(no.clone()),
-        }
-    );
-    // Backing off for 500 ms: the next slot finds the tenant idle.
-    assert_eq!(s.tick().await.tenant_outcome(), &TenantTickOutcome::Idle);
-    assert_eq!(failed(&tick_until_busy(&s).await), (id, 2, no.clone()));
-    assert_eq!(failed(&tick_until_busy(&s).await), (id, 3, no.clone()));
-    assert_eq!(
-        s.harness.status(id).await,
-        Status {
-            state: "failed",
-            attempt: 3,
-            last_error: Some(no),
-        }
-    );
-    assert_eq!(s.tick().await.tenant_outcome(), &TenantTickOutcome::Idle);
-    let attempts: Vec<u32> = s.probe.log().iter().map(|e| e.attempt).collect();
-    assert_eq!(attempts, [1, 2, 3]);
-}
-
-/// A run leased by a tick still in flight is not claimable: another tick
-/// of the same tenant returns at once (Idle) instead of waiting for it.
-async fn in_flight_run_is_not_waited_for<H: Harness>() {
-    let s = setup::<H>(&[("tenant-a", 1)], Settings::default()).await;
-    s.probe.hold_first_attempts.store(true, Ordering::SeqCst);
-    let id = s.harness.enqueue(&tenant("tenant-a"), b"slow", 5).await;
-    let first = {
-        let scheduler = s.scheduler.clone();
-        let shutdown = s.shutdown.clone();
-        tokio::spawn(async move { scheduler.tick(&shutdown).await.unwrap() })
-    };
-    s.probe.started.acquire().await.unwrap().forget();
-    // The first tick is blocked in its handler until the gate opens, so
-    // this tick returning proves it did not wait for the held run.
-    let second = s.tick().await;
-    assert_eq!(second.tenant_outcome(), &TenantTickOutcome::Idle);
-    assert_eq!(second.reservation().sequence(), 1);
-    assert_eq!(s.harness.status(id).await.state, "running");
-    s.probe.gate.add_permits(1);
-    let first = first.await.unwrap();
-    assert_eq!(first.reservation().sequence(), 0);
-    assert_eq!(executed_run(&first), (id, 1));
-    assert_eq!(s.tick().await.tenant_outcome(), &TenantTickOutcome::Idle);
-    let status = s.harness.status(id).await;
-    assert_eq!((status.state, status.attempt), ("completed", 1));
-}
-
-/// Runs locked by another session are skipped without waiting; when all
-/// claimable runs are locked the slot reports Contended (and is consumed).
-async fn locked_runs_are_skipped_then_contended<H: Harness>() {
-    let s = setup::<H>(&[("tenant-a", 1)], Settings::default()).await;
-    let first = s.harness.enqueue(&tenant("tenant-a"), b"first", 5).await;
-    let second = s.harness.enqueue(&tenant("tenant-a"), b"second", 5).await;
-    let lock = s.harness.lock(first).await;
-    let skipped = s.tick().await;
-    assert_eq!(executed_run(&skipped), (second, 1));
-    let contended = s.tick().await;
-    assert_eq!(contended.tenant_outcome(), &TenantTickOutcome::Contended);
-    assert_eq!(contended.reservation().sequence(), 1);
-    s.harness.unlock(lock).await;
-    assert_eq!(executed_run(&s.tick().await), (first, 1));
-    assert_eq!(s.tick().await.tenant_outcome(), &TenantTickOutcome::Idle);
-    assert_eq!(s.next_sequence().await, 4);
-    assert_eq!(s.probe.payloads_of("tenant-a"), ["second", "first"]);
-}
-
-/// A lease that expires while its handler still runs (heartbeats off):
-/// another tick claims the run with attempt 2 and completes it; the first
-/// holder's completion is refused.
-async fn an_expired_lease_is_claimed_again<H: Harness>() {
-    let settings = Settings {
-        lease: Duration::from_millis(300),
-        heartbeat_every: None,
-        ..Settings::default()
-    };
-    let s = setup::<H>(&[("tenant-a", 1)], settings).await;
-    s.probe.hold_first_attempts.store(true, Ordering::SeqCst);
-    let id = s.harness.enqueue(&tenant("tenant-a"), b"slow", 5).await;
-    let first = {
-        let scheduler = s.scheduler.clone();
-        let shutdown = s.shutdown.clone();
-        tokio::spawn(async move { scheduler.tick(&shutdown).await.unwrap() })
-    };
-    s.probe.started.acquire().await.unwrap().forget();
-    // Wait out the lease (300 ms) with a wide margin.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let second = s.tick().await;
-    assert_eq!(executed_run(&second), (id, 2));
-    s.probe.gate.add_permits(1);
-    let first = first.await.unwrap();
-    match first.tenant_outcome() {
-        TenantTickOutcome::ExecutionFailed { run, .. } => {
-            assert_eq!((run.run_id, run.attempt), (id, 1))
-        }
-        other => panic!("expected ExecutionFailed, got {other:?}"),
-    }
-    let status = s.harness.status(id).await;
-    assert_eq!((status.state, status.attempt), ("completed", 2));
-}
-
-/// 16 concurrent tickers over 1,000 runs of 4 tenants: every run executed
-/// exactly once, with attempt 1, by its own tenant's slot; every
-/// reservation consumed exactly once.
-async fn sixteen_tickers_execute_each_run_once<H: Harness>() {
-    const TENANTS: [&str; 4] = ["tenant-a", "tenant-b", "tenant-c", "tenant-d"];
-    const RUNS_PER_TENANT: usize = 250;
-    const TOTAL: usize = TENANTS.len() * RUNS_PER_TENANT;
-    let weights: Vec<(&str, u32)> = TENANTS.iter().map(|t| (*t, 1)).collect();
-    let s = setup::<H>(&weights, Settings::default()).await;
-    let mut owner = HashMap::new();
-    let tenants: Vec<TenantId> = TENANTS.iter().map(|t| tenant(t)).collect();
-    for i in 0..RUNS_PER_TENANT {
-        let payload = i.to_string().into_bytes();
-        let ids = join_all(tenants.iter().map(|t| s.harness.enqueue(t, &payload, 5))).await;
-        for (id, t) in ids.into_iter().zip(TENANTS) {
-            owner.insert(id, t);
-        }
-    }
-    assert_eq!(owner.len(), TOTAL);
-
-    let executed = Arc::new(AtomicUsize::new(0));
-    let tickers = (0..16).map(|_| {
-        let scheduler = s.scheduler.clone();
-        let shutdown = s.shutdown.clone();
-        let executed = executed.clone();
-        tokio::spawn(async move {
-            let mut outcomes = Vec::new();
-            while executed.load(Ordering::SeqCst) < TOTAL {
-                let o = scheduler.tick(&shutdown).await.unwrap();
-                if matches!(o.tenant_outcome(), TenantTickOutcome::Executed(_)) {
-                    executed.fetch_add(1, Ordering::SeqCst);
-                }
-                outcomes.push(o);
-            }
-            outcomes
-        })
-    });
-    let outcomes: Vec<TickOutcome> = join_all(tickers)
-        .await
-        .into_iter()
-        .flat_map(|r| r.unwrap())
-        .collect();
-
-    // Every reservation consumed exactly once: sequences 0..n, contiguous.
-    let n = outcomes.len() as u64;
-    let mut sequences: Vec<u64> = outcomes
-        .iter()
-        .map(|o| o.reservation().sequence())
-        .collect();
-    sequences.sort_unstable();
-    assert_eq!(sequences, (0..n).collect::<Vec<_>>());
-    assert_eq!(s.next_sequence().await, n);
-
-    let mut runs = HashSet::new();
-    let mut others = BTreeMap::new();
-    for o in &outcomes {
-        match o.tenant_outcome() {
-            TenantTickOutcome::Executed(run) => {
-                assert_eq!(run.attempt, 1);
-                assert_eq!(owner[&run.run_id], o.tenant().as_str());
-                assert!(runs.insert(run.run_id), "run {} executed twice", run.run_id);
-            }
-            other => *others.entry(other.label()).or_insert(0) += 1,
-        }
-    }
-    assert_eq!(runs.len(), TOTAL);
-    assert!(
-        others.keys().all(|k| *k == "idle" || *k == "contended"),
-        "{others:?}"
-    );
-    let log = s.probe.log();
-    assert_eq!(log.len(), TOTAL);
-    assert_eq!(
-        log.iter().map(|e| e.run_id).collect::<HashSet<_>>().len(),
-        TOTAL
-    );
-    let ids: Vec<Uuid> = owner.keys().copied().collect();
-    assert_eq!(
-        s.harness.count_by_state(&ids).await,
-        BTreeMap::from([(("completed", 1), TOTAL)])
-    );
-
-    // The monitor, fed in completion order, sees the cycle a b c d.
-    let mut monitor = FairnessMonitor::new(&s.scheduler.policy());
-    for o in &outcomes {
-        monitor.observe(o);
-    }
-    let report = monitor.report();
-    assert_eq!(
-        (report.watermark, report.observed, report.pending),
-        (n, n, 0)
-    );
-    assert!(report.is_fair());
-    let policy = s.scheduler.policy();
-    for row in &report.tenants {
-        let selections = (0..n)
-            .filter(|q| policy.tenant_for_slot(q % 4) == Some(&row.tenant))
-            .count() as u64;
-        assert_eq!(row.selections, selections);
-        assert_eq!(row.executed, RUNS_PER_TENANT as u64);
-        assert_eq!(row.gaps.histogram, vec![(4, selections - 1)]);
-    }
-}
-
-/// The batch entry point: one call for 8 slots (policy a:3, b:1, cycle
-/// a a b a): each slot claims at most one run of its own tenant, a
-/// tenant's slots take its runs oldest first in sequence order, a locked
-/// run is skipped (contended when nothing else is left) and slots beyond a
-/// tenant's runs are idle; every slot has one outcome, in sequence order.
-async fn a_batch_claims_per_slot_in_sequence_order<H: Harness>() {
-    let s = setup::<H>(&[("tenant-a", 3), ("tenant-b", 1)], Settings::default()).await;
-    let mut a_runs = Vec::new();
-    for i in 0..5 {
-        a_runs.push(
-            s.harness
-                .enqueue(&tenant("tenant-a"), format!("a{i}").as_bytes(), 5)
-                .await,
-        );
-    }
-    let b_locked = s.harness.enqueue(&tenant("tenant-b"), b"b0", 5).await;
-    let lock = s.harness.lock(b_locked).await;
-    let results = s.scheduler.tick_batch(8, &s.shutdown).await.unwrap();
-    let outcomes: Vec<TickOutcome> = results.into_iter().map(Result::unwrap).collect();
-    let sequences: Vec<u64> = outcomes
-        .iter()
-        .map(|o| o.reservation().sequence())
-        .collect();
-    assert_eq!(sequences, (0..8).collect::<Vec<_>>());
-    let labels: Vec<String> = outcomes.iter().map(label).collect();
-    assert_eq!(
-        labels,
-        [
-            "tenant-a:executed",
-            "tenant-a:executed",
-            "tenant-b:contended",
-            "tenant-a:executed",
-            "tenant-a:executed",
-            "tenant-a:executed",
-            "tenant-b:contended",
-            "tenant-a:idle",
-        ]
-    );
-    let claimed: Vec<(Uuid, u32)> = outcomes
-        .iter()
-        .filter(|o| o.tenant().as_str() == "tenant-a" && label(o).ends_with("executed"))
-        .map(executed_run)
-        .collect();
-    assert_eq!(
-        claimed,
-        a_runs.iter().map(|id| (*id, 1)).collect::<Vec<_>>()
-    );
-    s.harness.unlock(lock).await;
-    assert_eq!(s.harness.status(b_locked).await.state, "available");
-    assert_eq!(s.next_sequence().await, 8);
-}
-
-/// The runs of one batch execute concurrently: all four handlers of a
-/// 4-slot batch start while none has finished (their gate is closed).
-async fn a_batch_runs_its_runs_concurrently<H: Harness>() {
-    let s = setup::<H>(&[("tenant-a", 1), ("tenant-b", 1)], Settings::default()).await;
-    s.probe.hold_first_attempts.store(true, Ordering::SeqCst);
-    let mut ids = Vec::new();
-    for t in ["tenant-a", "tenant-b", "tenant-a", "tenant-b"] {
-        ids.push(s.harness.enqueue(&tenant(t), t.as_bytes(), 5).await);
-    }
-    let batch = {
-        let scheduler = s.scheduler.clone();
-        let shutdown = s.shutdown.clone();
-        tokio::spawn(async move { scheduler.tick_batch(4, &shutdown).await.unwrap() })
-    };
-    // Four handlers running at once, none finished: the gate is closed.
-    tokio::time::timeout(Duration::from_secs(30), s.probe.started.acquire_many(4))
-        .await
-        .expect("all four runs of the batch started")
-        .unwrap()
-        .forget();
-    assert_eq!(s.probe.log().len(), 0);
-    s.probe.gate.add_permits(4);
-    let outcomes = batch.await.unwrap();
-    let labels: Vec<String> = outcomes
-        .iter()
-        .map(|o| label(o.as_ref().unwrap()))
-        .collect();
-    assert_eq!(
-        labels,
-        [
-            "tenant-a:executed",
-            "tenant-b:executed",
-            "tenant-a:executed",
-            "tenant-b:executed",
-        ]
-    );
-    for id in ids {
-        assert_eq!(s.harness.status(id).await.state, "completed");
-    }
-}
-
 macro_rules! conformance_suite {
     ($module:ident, $harness:ty) => {
         mod $module {
@@ -924,57 +222,57 @@ macro_rules! conformance_suite {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn fifo_per_tenant() {
-                super::fifo_per_tenant::<$harness>().await;
+                conformance::fifo_per_tenant::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn tenant_isolation() {
-                super::tenant_isolation::<$harness>().await;
+                conformance::tenant_isolation::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn priorities_order_a_tenant_and_never_cross_tenants() {
-                super::priorities_order_a_tenant_and_never_cross_tenants::<$harness>().await;
+                conformance::priorities_order_a_tenant_and_never_cross_tenants::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn idle_tenant_consumes_its_slot() {
-                super::idle_tenant_consumes_its_slot::<$harness>().await;
+                conformance::idle_tenant_consumes_its_slot::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn failing_handler_retries_then_fails() {
-                super::failing_handler_retries_then_fails::<$harness>().await;
+                conformance::failing_handler_retries_then_fails::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn in_flight_run_is_not_waited_for() {
-                super::in_flight_run_is_not_waited_for::<$harness>().await;
+                conformance::in_flight_run_is_not_waited_for::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn locked_runs_are_skipped_then_contended() {
-                super::locked_runs_are_skipped_then_contended::<$harness>().await;
+                conformance::locked_runs_are_skipped_then_contended::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn an_expired_lease_is_claimed_again() {
-                super::an_expired_lease_is_claimed_again::<$harness>().await;
+                conformance::an_expired_lease_is_claimed_again::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_batch_claims_per_slot_in_sequence_order() {
-                super::a_batch_claims_per_slot_in_sequence_order::<$harness>().await;
+                conformance::a_batch_claims_per_slot_in_sequence_order::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_batch_runs_its_runs_concurrently() {
-                super::a_batch_runs_its_runs_concurrently::<$harness>().await;
+                conformance::a_batch_runs_its_runs_concurrently::<$harness>().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn sixteen_tickers_execute_each_run_once() {
-                super::sixteen_tickers_execute_each_run_once::<$harness>().await;
+                conformance::sixteen_tickers_execute_each_run_once::<$harness>().await;
             }
         }
     };
@@ -982,3 +280,11 @@ macro_rules! conformance_suite {
 
 conformance_suite!(pg, Pg);
 conformance_suite!(memory, Memory);
+
+/// The entry point a user calls ([`conformance::exercise`]) runs every
+/// case: here against the in-memory executor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exercise_runs_every_case() {
+    assert_eq!(conformance::CASES.len(), 11);
+    conformance::exercise::<Memory>().await;
+}

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use futures_util::future::join_all;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerError, SchedulerOptions, TenantTickOutcome,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{ClaimedRun, NewRun, Registration, StoreError};
+use statek_store_pg::{NewRun, Registration, StoreError};
 use tokio_util::sync::CancellationToken;
 
 fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
@@ -29,7 +29,7 @@ fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
 struct Count(AtomicU32);
 
 impl RunHandler for Count {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         self.0.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -38,7 +38,7 @@ impl RunHandler for Count {
 struct Fail;
 
 impl RunHandler for Fail {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         Err(RunError::new("handler says no"))
     }
 }

@@ -11,18 +11,18 @@ use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{ClaimedRun, NewRun, PgStore};
+use statek_store_pg::{NewRun, PgStore};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Default)]
 struct Done;
 
 impl RunHandler for Done {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         Ok(())
     }
 }

@@ -9,17 +9,17 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{ClaimedRun, NewRun};
+use statek_store_pg::NewRun;
 use tokio_util::sync::CancellationToken;
 
 struct Ok;
 
 impl RunHandler for Ok {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         Result::Ok(())
     }
 }

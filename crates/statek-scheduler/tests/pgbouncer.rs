@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{ClaimedRun, NewRun, PgStore};
+use statek_store_pg::{NewRun, PgStore};
 use tokio_util::sync::CancellationToken;
 
 fn policy() -> WeightedFairnessPolicy {
@@ -35,7 +35,7 @@ struct Counting {
 }
 
 impl RunHandler for Counting {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }

@@ -12,11 +12,11 @@ use std::time::{Duration, SystemTime};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{ClaimedRun, NewRun, PgStore, TenantLimits};
+use statek_store_pg::{NewRun, PgStore, TenantLimits};
 use tokio_util::sync::CancellationToken;
 
 fn tenant(id: &str) -> TenantId {
@@ -38,7 +38,7 @@ fn policy() -> WeightedFairnessPolicy {
 struct Sleep;
 
 impl RunHandler for Sleep {
-    async fn handle(&self, run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         let ms = if run.tenant.as_str() == "tenant-a" {
             20
         } else {

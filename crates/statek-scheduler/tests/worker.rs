@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerError, SchedulerOptions, SlotBatch, TenantExecutor, TenantTickOutcome, Worker,
     WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{ClaimOutcome, ClaimedRun, NewRun, PgStore};
+use statek_store_pg::{ClaimOutcome, NewRun, PgStore};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -48,7 +48,7 @@ struct Sleepy {
 }
 
 impl RunHandler for Sleepy {
-    async fn handle(&self, _run: &ClaimedRun, cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, cancel: CancellationToken) -> Result<(), RunError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         tokio::select! {
             _ = tokio::time::sleep(self.work) => Ok(()),
@@ -432,7 +432,7 @@ struct Overlap {
 }
 
 impl RunHandler for Overlap {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -614,7 +614,7 @@ struct EveryThirdFails {
 }
 
 impl RunHandler for EveryThirdFails {
-    async fn handle(&self, run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if run.payload.first().is_some_and(|b| b % 3 == 0) {
             Err(RunError::new(format!("run {} failed", run.payload[0])))

@@ -286,9 +286,10 @@ fn shard_id_column(
         .map_err(|e| StoreError::corrupt("shard chain", format!("shard {shard}: {what}: {e}")))
 }
 
+/// The slot of `sequence`: statek-policy's one definition
+/// ([`statek_policy::slot_of`]), which stored slots are checked against.
 pub(crate) fn slot_of(sequence: u64, cycle_length: u32) -> u32 {
-    // cycle_length is 1..=4096, so the remainder fits in u32.
-    u32::try_from(sequence % u64::from(cycle_length.max(1))).unwrap_or(0)
+    statek_policy::slot_of(sequence, cycle_length)
 }
 
 pub(crate) fn decode_digest(bytes: &[u8], what: &'static str) -> Result<PolicyDigest, StoreError> {

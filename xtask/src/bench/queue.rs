@@ -11,10 +11,9 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use statek_policy::WeightedFairnessPolicy;
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, TenantTickOutcome,
 };
-use statek_store_pg::ClaimedRun;
 use tokio_util::sync::CancellationToken;
 
 use super::reserve::store;
@@ -34,7 +33,7 @@ const EMPTY_RUNS: &str = "SET session_replication_role = replica;
 struct NoOp;
 
 impl RunHandler for NoOp {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         Ok(())
     }
 }

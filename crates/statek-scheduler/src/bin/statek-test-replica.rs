@@ -25,22 +25,22 @@ use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, TenantTickOutcome, Worker, WorkerOptions,
 };
-use statek_store_pg::{ClaimedRun, PgStore};
+use statek_store_pg::PgStore;
 use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
 struct Handler;
 
 impl RunHandler for Handler {
-    async fn handle(&self, run: &ClaimedRun, cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, cancel: CancellationToken) -> Result<(), RunError> {
         if run.payload.is_empty() {
             return Ok(());
         }
         if run.payload == b"hang" && run.attempt == 1 {
-            println!("hang {} {}", run.lease.run_id(), run.attempt);
+            println!("hang {} {}", run.run_id, run.attempt);
             let _ = std::io::stdout().flush();
             cancel.cancelled().await;
             return Err(RunError::new("cancelled"));

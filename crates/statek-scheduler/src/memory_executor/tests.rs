@@ -6,7 +6,7 @@ fn tenant(name: &str) -> TenantId {
     TenantId::try_from(name).unwrap()
 }
 
-async fn ok(_run: MemoryRun, _cancel: CancellationToken) -> Result<(), RunError> {
+async fn ok(_run: Run, _cancel: CancellationToken) -> Result<(), RunError> {
     Ok(())
 }
 
@@ -102,7 +102,7 @@ async fn a_locked_run_is_contended_until_unlocked() {
 
 #[tokio::test]
 async fn cancelling_a_running_run_fires_its_token_at_the_next_heartbeat() {
-    let handler = |_run: MemoryRun, cancel: CancellationToken| async move {
+    let handler = |_run: Run, cancel: CancellationToken| async move {
         cancel.cancelled().await;
         Err(RunError::new("stopped"))
     };

@@ -13,10 +13,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use statek_policy::WeightedFairnessPolicy;
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, RunError, RunHandler,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions, WorkerReport,
 };
-use statek_store_pg::ClaimedRun;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -26,7 +25,7 @@ use crate::bench::reserve::store;
 struct Sleep(Duration);
 
 impl RunHandler for Sleep {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         if !self.0.is_zero() {
             tokio::time::sleep(self.0).await;
         }

@@ -1,0 +1,65 @@
+//! What an executor did with one slot: [`TenantTickOutcome`] and the
+//! [`ExecutedRun`] it names. Below both the executor trait and the batch
+//! protocol, which both speak of it.
+
+use std::time::SystemTime;
+
+use uuid::Uuid;
+
+/// A run executed (successfully or not) for a slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutedRun {
+    /// The run.
+    pub run_id: Uuid,
+    /// 1 on the first execution of the run.
+    pub attempt: u32,
+    /// Database time from which the run was claimable.
+    pub available_at: SystemTime,
+    /// Database time of the claim.
+    pub claimed_at: SystemTime,
+}
+
+/// What the tenant's executor did with one slot. Whatever it is, the slot is
+/// consumed: an empty or contended queue never passes its slot to another
+/// tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TenantTickOutcome {
+    /// One run was claimed and its handler succeeded.
+    Executed(ExecutedRun),
+    /// One run was claimed and its handler failed (or its lease was lost);
+    /// the run is retried later or marked failed by the queue.
+    ExecutionFailed {
+        /// The run.
+        run: ExecutedRun,
+        /// The handler's error, or why the outcome could not be recorded.
+        error: String,
+    },
+    /// The tenant had no claimable run.
+    Idle,
+    /// The tenant had claimable runs, but other claimers held all of them.
+    Contended,
+    /// The tenant had claimable runs, but its concurrency cap or rate
+    /// limit (PostgreSQL run queue: `statek_store_pg::TenantLimits`) let it
+    /// start none for this slot. The slot is consumed like an idle one: a
+    /// [`crate::Worker`] backs off on it as on `Idle`.
+    Limited,
+    /// Shutdown was requested; no run was started, or the running one was
+    /// cancelled and released.
+    Cancelled,
+}
+
+impl TenantTickOutcome {
+    /// A short lowercase label: `executed`, `execution_failed`, `idle`,
+    /// `contended`, `limited`, `cancelled`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            TenantTickOutcome::Executed(_) => "executed",
+            TenantTickOutcome::ExecutionFailed { .. } => "execution_failed",
+            TenantTickOutcome::Idle => "idle",
+            TenantTickOutcome::Contended => "contended",
+            TenantTickOutcome::Limited => "limited",
+            TenantTickOutcome::Cancelled => "cancelled",
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! [`ReservationSource`]: where a [`crate::DurableFairScheduler`] reserves
+//! its slots, and the shapes it answers with. Two implementations ship:
+//! [`statek_store_pg::PgStore`] (`pg_reservations.rs`) and
+//! [`crate::InMemoryReservations`] (`memory_reservations.rs`).
+
+use std::future::Future;
+use std::time::SystemTime;
+
+use statek_policy::{
+    CycleDigest, PolicyDigest, ScheduleId, SchedulerShardId, SeamBound, WeightedFairnessPolicy,
+};
+use statek_store_pg::{Registration, StoreError};
+use uuid::Uuid;
+
+use crate::reservation::Reservation;
+
+/// A shard as a [`ReservationSource`] holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceShard {
+    /// The shard's stored policy (decoded fail-closed by the source).
+    pub policy: WeightedFairnessPolicy,
+    /// The digest of the cycle the shard was registered with (`None`: the
+    /// source stores none, e.g. a PostgreSQL shard registered before
+    /// migration V6); the scheduler checks it against its own compilation.
+    pub cycle_digest: Option<CycleDigest>,
+    /// Whether the shard is sealed (a rollout moved its schedule on).
+    pub sealed: bool,
+    /// The shard it succeeded, if any.
+    pub predecessor: Option<SchedulerShardId>,
+}
+
+/// The seal of a shard and the shard that goes on from it
+/// ([`ReservationSource::successor`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Succession {
+    /// `N`: the sealed shard's cursor at the seal (its sequences are
+    /// `0..N`).
+    pub sealed_at_sequence: u64,
+    /// The successor (its sequences start at 0).
+    pub successor: SourceShard,
+    /// Each tenant's exact gap across the seam, checked by the source
+    /// against [`statek_policy::PolicySeam::at`].
+    pub seam: Vec<SeamBound>,
+}
+
+/// Where a [`crate::DurableFairScheduler`] reserves its slots: register or
+/// verify a shard's policy, reserve the next sequence (one, or a
+/// contiguous batch), and follow a seal to the successor.
+///
+/// The contract (kept by [`statek_store_pg::PgStore`] durably across
+/// replicas, and by [`crate::InMemoryReservations`] in one process):
+/// - per shard, reservations with unique ids form one contiguous sequence
+///   0, 1, 2, … with no gaps or repeats; a batch of `k` is `k` contiguous
+///   sequences;
+/// - a call with an id already used returns the original reservation
+///   (or range), marked [`Reservation::replayed`]; the same id with other
+///   arguments is [`StoreError::ReservationConflict`] (one) or
+///   [`StoreError::BatchConflict`] (batch);
+/// - a wrong digest is [`StoreError::PolicyDigestMismatch`], an unknown
+///   shard [`StoreError::UnknownShard`], a sealed one
+///   [`StoreError::ShardSealed`] (nothing reserved: the scheduler follows
+///   the seal with [`successor`](Self::successor) and reserves there with
+///   a new id);
+/// - registration never overwrites: other bytes for a registered shard
+///   are [`StoreError::PolicyConflict`].
+///
+/// Errors are [`StoreError`]s, so the scheduler retries
+/// [`StoreError::is_retryable`] ones with the same id as it does for
+/// PostgreSQL.
+pub trait ReservationSource: Send + Sync {
+    /// Registers `policy` for its shard (in `schedule`, `None`: the
+    /// shard's own) or verifies that the shard holds byte-identical
+    /// canonical bytes, and returns how, with the shard as stored.
+    fn register(
+        &self,
+        policy: &WeightedFairnessPolicy,
+        schedule: Option<&ScheduleId>,
+    ) -> impl Future<Output = Result<(Registration, SourceShard), StoreError>> + Send;
+
+    /// Reserves the shard's next sequence under `digest`, idempotent by
+    /// `id` (a UUIDv7).
+    fn reserve(
+        &self,
+        shard: &SchedulerShardId,
+        digest: &PolicyDigest,
+        id: Uuid,
+    ) -> impl Future<Output = Result<Reservation, StoreError>> + Send;
+
+    /// Reserves the shard's next `k` sequences (1..=
+    /// [`statek_store_pg::MAX_RESERVATION_BATCH`]) as one contiguous
+    /// range, idempotent by `batch_id`; in sequence order.
+    fn reserve_batch(
+        &self,
+        shard: &SchedulerShardId,
+        digest: &PolicyDigest,
+        batch_id: Uuid,
+        k: u32,
+    ) -> impl Future<Output = Result<Vec<Reservation>, StoreError>> + Send;
+
+    /// The seal of `shard` and its successor, or `None` when `shard` is not
+    /// sealed.
+    fn successor(
+        &self,
+        shard: &SchedulerShardId,
+    ) -> impl Future<Output = Result<Option<Succession>, StoreError>> + Send;
+
+    /// Refuses, before a [`crate::Worker`] reserves anything, a source
+    /// that can lose acknowledged reservations (default: accepts;
+    /// PostgreSQL: [`statek_store_pg::PgStore::ensure_durable`]).
+    fn ensure_durable(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// When the oldest reservation still retained for `shard` was made,
+    /// for the retention gauge (default: `None`, nothing retained).
+    fn oldest_reservation(
+        &self,
+        shard: &SchedulerShardId,
+    ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send {
+        let _ = shard;
+        std::future::ready(Ok(None))
+    }
+}

@@ -1,0 +1,217 @@
+//! A `DurableFairScheduler` and a `Worker` with no database: reservations
+//! from `InMemoryReservations`, runs on `InMemoryExecutor`, one handler type.
+//! Needs no `STATEK_TEST_DATABASE_URL`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::{
+    DurableFairScheduler, InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations, Run,
+    RunError, SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
+};
+use statek_store_pg::Registration;
+use tokio_util::sync::CancellationToken;
+
+fn tenant(id: &str) -> TenantId {
+    TenantId::try_from(id).unwrap()
+}
+
+fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from(shard).unwrap(),
+        weights
+            .iter()
+            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
+    )
+    .unwrap()
+}
+
+async fn ok(_run: Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    Ok(())
+}
+
+fn summary(o: &TickOutcome) -> (String, u64, u32, String, &'static str) {
+    (
+        o.reservation().shard().to_string(),
+        o.reservation().sequence(),
+        o.reservation().slot(),
+        o.tenant().to_string(),
+        o.tenant_outcome().label(),
+    )
+}
+
+#[tokio::test]
+async fn ticks_follow_the_cycle_and_consume_idle_slots() {
+    let source = InMemoryReservations::new();
+    let executor = InMemoryExecutor::new(ok, InMemoryExecutorOptions::new());
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    for _ in 0..3 {
+        executor
+            .enqueue(&tenant("tenant-a"), b"a".to_vec())
+            .unwrap();
+    }
+    let scheduler = DurableFairScheduler::register(
+        source.clone(),
+        p.clone(),
+        executor,
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        scheduler.registration(),
+        Registration::Registered { .. }
+    ));
+    let shutdown = CancellationToken::new();
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let o = scheduler.tick(&shutdown).await.unwrap();
+        assert_eq!(
+            o.starvation_bound(),
+            &p.starvation_bound(o.tenant()).unwrap()
+        );
+        assert_eq!(o.retries(), 0);
+        seen.push(summary(&o));
+    }
+    let row = |seq: u64, slot: u32, t: &str, label: &'static str| {
+        ("primary-v1".to_owned(), seq, slot, t.to_owned(), label)
+    };
+    assert_eq!(
+        seen,
+        [
+            row(0, 0, "tenant-a", "executed"),
+            row(1, 1, "tenant-a", "executed"),
+            // tenant-b has nothing: its slot is consumed, not passed on.
+            row(2, 2, "tenant-b", "idle"),
+            row(3, 3, "tenant-a", "executed"),
+            row(4, 0, "tenant-a", "idle"),
+        ]
+    );
+    // A batch: one contiguous range after the single ticks.
+    let batch = scheduler.tick_batch(3, &shutdown).await.unwrap();
+    let sequences: Vec<u64> = batch
+        .iter()
+        .map(|r| r.as_ref().unwrap().reservation().sequence())
+        .collect();
+    assert_eq!(sequences, [5, 6, 7]);
+    assert_eq!(source.next_sequence(p.shard_id()), Some(8));
+    // A second replica on the same source shares the one sequence.
+    let replica = DurableFairScheduler::register(
+        source.clone(),
+        p.clone(),
+        InMemoryExecutor::new(ok, InMemoryExecutorOptions::new()),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        replica.registration(),
+        Registration::Idempotent { .. }
+    ));
+    assert_eq!(
+        replica
+            .tick(&shutdown)
+            .await
+            .unwrap()
+            .reservation()
+            .sequence(),
+        8
+    );
+}
+
+#[tokio::test]
+async fn a_tick_that_meets_a_seal_follows_it_to_the_successor() {
+    let source = InMemoryReservations::new();
+    let v1 = policy("primary-v1", &[("tenant-a", 1), ("tenant-b", 1)]);
+    let v2 = policy("primary-v2", &[("tenant-a", 1), ("tenant-c", 2)]);
+    let scheduler = DurableFairScheduler::register(
+        source.clone(),
+        v1.clone(),
+        InMemoryExecutor::new(ok, InMemoryExecutorOptions::new()),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    scheduler.tick(&shutdown).await.unwrap();
+    assert_eq!(source.seal(v1.shard_id(), v2.clone()).unwrap(), 1);
+    let o = scheduler.tick(&shutdown).await.unwrap();
+    assert_eq!(
+        summary(&o),
+        (
+            "primary-v2".to_owned(),
+            0,
+            0,
+            v2.pick(0).unwrap().tenant().to_string(),
+            "idle"
+        )
+    );
+    assert_eq!(scheduler.policy().shard_id(), v2.shard_id());
+    // A replica started with the sealed shard's policy follows at register.
+    let late = DurableFairScheduler::register(
+        source.clone(),
+        v1,
+        InMemoryExecutor::new(ok, InMemoryExecutorOptions::new()),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(late.policy().shard_id(), v2.shard_id());
+    assert_eq!(
+        late.tick(&shutdown).await.unwrap().reservation().sequence(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_every_run_then_reserves_nothing_while_idle() {
+    let source = InMemoryReservations::new();
+    let executor = InMemoryExecutor::new(ok, InMemoryExecutorOptions::new());
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let mut ids = Vec::new();
+    for (t, n) in [("tenant-a", 30), ("tenant-b", 10)] {
+        for _ in 0..n {
+            ids.push(executor.enqueue(&tenant(t), b"x".to_vec()).unwrap().run_id);
+        }
+    }
+    let scheduler = Arc::new(
+        DurableFairScheduler::register(
+            source.clone(),
+            p.clone(),
+            executor.clone(),
+            SchedulerOptions::new(),
+        )
+        .await
+        .unwrap(),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let options = WorkerOptions::new().concurrency(4).unwrap();
+    let worker = Worker::new(Arc::clone(&scheduler), options).with_outcome_sink(tx);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let mut executed = 0;
+    while executed < ids.len() {
+        let o = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the worker keeps delivering outcomes")
+            .unwrap();
+        if matches!(o.tenant_outcome(), TenantTickOutcome::Executed(_)) {
+            executed += 1;
+        }
+    }
+    assert_eq!(executor.count_live_runs(), 0);
+    // Every queue is empty: after at most the idle threshold the worker
+    // backs off and reserves nothing more.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let settled = source.next_sequence(p.shard_id()).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(source.next_sequence(p.shard_id()), Some(settled));
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.executed, 40);
+    assert_eq!(report.ticks, settled);
+    assert!(report.backoffs > 0);
+}
