@@ -30,7 +30,7 @@ use anyhow::{Context, Result};
 use statek_policy::policy_file::PolicyFile;
 use statek_policy::{ScheduleId, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{RunError, RunHandler};
-use statek_store_pg::{ClaimedRun, PgStore, StoreConfig};
+use statek_store_pg::{PgStore, StoreConfig};
 use tokio_util::sync::CancellationToken;
 
 use service::SideEvidence;
@@ -91,7 +91,11 @@ impl DemoHandler {
 }
 
 impl RunHandler for DemoHandler {
-    async fn handle(&self, _run: &ClaimedRun, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(
+        &self,
+        _run: &statek_scheduler::Run,
+        _cancel: CancellationToken,
+    ) -> Result<(), RunError> {
         self.work().await;
         Ok(())
     }
