@@ -13,8 +13,10 @@
 //! - picked in the old shard before the seal, last at `p < N`, and first
 //!   picked in the successor at `q`: `(N - p) + q` reservations;
 //! - in both policies but not yet picked in the old shard (`N` is at most
-//!   its first slot there): counted from the old shard's start, as if
-//!   `p = -1`: `N + 1 + q`;
+//!   its first slot there): `g + N + q`, with `g` its open gap at the old
+//!   shard's start, carried from the seam into it
+//!   ([`PolicySeam::at_carrying`]), or 1 (`p = -1`) for a schedule's first
+//!   shard ([`PolicySeam::at`]);
 //! - new in the successor (joining): counted from the seam, `q + 1`.
 //!
 //! Tenants of the old policy that are not in the successor are leaving
@@ -131,18 +133,45 @@ impl<'a> PolicySeam<'a> {
     /// Any `u64` is accepted (the store's sequences stop at `i64::MAX`)
     /// and nothing overflows: a gap is at most `L_old + L_new`
     /// reservations, whatever `N`.
+    ///
+    /// A tenant of both policies that the old shard never picked (`N` at
+    /// most its first slot) is counted from the old shard's start, as if
+    /// its last pick were just before it: right for the first shard of a
+    /// schedule. When the old shard is itself a successor, use
+    /// [`at_carrying`](Self::at_carrying) with the seam into it.
     #[must_use]
     pub fn at(&self, seal_sequence: u64) -> Vec<SeamBound> {
+        self.at_carrying(seal_sequence, |_| None)
+    }
+
+    /// [`at`](Self::at) for an old shard that is itself the successor of
+    /// an earlier seal: `open_gap(tenant)` is, for a tenant the old shard
+    /// may never have picked, the reservations from its last pick before
+    /// the old shard to the old shard's sequence 0 (counting that one):
+    /// [`SeamBound::open_gap_at_successor_start`] of the seam into the old
+    /// shard. `None` counts from the old shard's start (1). A tenant the
+    /// old shard never picked then waits `open_gap + N + q` across this
+    /// seam: its gap runs on through the whole old shard.
+    #[must_use]
+    pub fn at_carrying(
+        &self,
+        seal_sequence: u64,
+        open_gap: impl Fn(&TenantId) -> Option<u64>,
+    ) -> Vec<SeamBound> {
         self.new
             .tenants()
             .iter()
             .zip(&self.tenants)
-            .map(|(tenant, seam)| seam.bound(tenant.tenant(), seal_sequence, self.old_length()))
+            .map(|(tenant, seam)| {
+                let carried = open_gap(tenant.tenant()).unwrap_or(1);
+                seam.bound(tenant.tenant(), seal_sequence, self.old_length(), carried)
+            })
             .collect()
     }
 
     /// For each tenant of the successor, in its tenant order, the largest
-    /// gap across the seam over every seal point `N >= 0`, with the
+    /// gap across the seam over every seal point `N >= 0` (the old shard
+    /// counted from its start, as [`at`](Self::at) does), with the
     /// smallest `N` that reaches it as its
     /// [`seal_sequence`](SeamBound::seal_sequence).
     ///
@@ -162,7 +191,7 @@ impl<'a> PolicySeam<'a> {
             .tenants()
             .iter()
             .zip(&self.tenants)
-            .map(|(tenant, seam)| seam.bound(tenant.tenant(), seam.worst_seal(length), length))
+            .map(|(tenant, seam)| seam.bound(tenant.tenant(), seam.worst_seal(length), length, 1))
             .collect()
     }
 
@@ -188,16 +217,19 @@ impl<'a> PolicySeam<'a> {
 impl SeamTenant {
     /// The tenant's bound for a seal at `seal` (`N`), with `length` the old
     /// cycle length.
-    fn bound(&self, tenant: &TenantId, seal: u64, length: u64) -> SeamBound {
+    /// `carried`: the tenant's open gap at the old shard's sequence 0 (1
+    /// for the first shard of a schedule).
+    fn bound(&self, tenant: &TenantId, seal: u64, length: u64, carried: u64) -> SeamBound {
         let first = self.first_new_slot;
         let last = self.last_pick_before(seal, length);
         let reservations_across_seam = match last {
             // (N - p) + q, where p < N.
             Some(last) => seal.saturating_sub(last).saturating_add(first),
-            // Counted from the old shard's start (p = -1) or, for a
-            // joining tenant, from the seam (N + 1 + q with N = 0).
+            // A joining tenant is counted from the seam (q + 1).
             None if self.old_slots.is_empty() => first.saturating_add(1),
-            None => seal.saturating_add(1).saturating_add(first),
+            // Never picked in the old shard: its gap runs on from before
+            // it (carried, 1 from the shard's start: p = -1).
+            None => carried.saturating_add(seal).saturating_add(first),
         };
         SeamBound {
             tenant: tenant.clone(),
@@ -315,6 +347,17 @@ impl SeamBound {
     #[must_use]
     pub fn reservations_across_seam(&self) -> u64 {
         self.reservations_across_seam
+    }
+
+    /// The tenant's open gap at the successor's sequence 0: the
+    /// reservations from its last pick before the seal to the successor's
+    /// first sequence, counting that one (`reservations_across_seam -
+    /// first_pick_after_seal`; 1 for a joining tenant). What
+    /// [`PolicySeam::at_carrying`] takes for the next seal.
+    #[must_use]
+    pub fn open_gap_at_successor_start(&self) -> u64 {
+        self.reservations_across_seam
+            .saturating_sub(self.first_pick_after_seal)
     }
 
     /// Whether the tenant is new in the successor (not in the sealed

@@ -216,3 +216,132 @@ fn worst_is_old_bound_plus_first_new_slot() {
         }
     }
 }
+
+/// Walks a chain of three shards (`a` sealed at `n1`, `b` at `n2`, then
+/// `c`): for each tenant of `c`, the distance from its last pick before
+/// `c` to its first pick in `c`, counting the picking one. A tenant that
+/// joins at a seam is counted from that seam; one in every shard but never
+/// picked in `a` before `b` from `a`'s start (position -1).
+fn chain_walk(shards: [&WeightedFairnessPolicy; 3], n1: u64, n2: u64) -> Vec<u64> {
+    let [a, b, c] = shards;
+    let mut combined: Vec<(&TenantId, usize)> = (0..n1).map(|s| (picked(a, s), 0)).collect();
+    combined.extend((0..n2).map(|s| (picked(b, s), 1)));
+    let seam = combined.len();
+    combined.extend((0..u64::from(c.cycle_length())).map(|s| (picked(c, s), 2)));
+    c.tenants()
+        .iter()
+        .map(|w| {
+            let tenant = w.tenant();
+            let first = seam
+                + combined[seam..]
+                    .iter()
+                    .position(|(t, _)| *t == tenant)
+                    .unwrap();
+            // Where the tenant's open gap starts: its last pick before the
+            // seam, else the seam it joined at, else before everything.
+            let from = match combined[..seam].iter().rposition(|(t, _)| *t == tenant) {
+                Some(last) => {
+                    // A pick in `a` counts only if the tenant stayed in `b`.
+                    if combined[last].1 == 0 && b.tenant_index(tenant).is_none() {
+                        seam
+                    } else {
+                        last + 1
+                    }
+                }
+                None if b.tenant_index(tenant).is_none() => seam,
+                None if a.tenant_index(tenant).is_none() => usize::try_from(n1).unwrap(),
+                None => 0,
+            };
+            u64::try_from(first + 1 - from).unwrap()
+        })
+        .collect()
+}
+
+/// The helper's case: `z` last picked at 9 in a (L = 10), a sealed at 19,
+/// b (`z` alone) sealed at 0 before `z` was ever picked in it, `z` at slot
+/// 9 in c: 19 reservations from 9 to 28, not 10.
+#[test]
+fn a_gap_runs_on_through_a_shard_that_never_picked_the_tenant() {
+    let names = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8", "k9", "z"];
+    let ten = |shard: &str| {
+        WeightedFairnessPolicy::new(
+            SchedulerShardId::try_from(shard).unwrap(),
+            names
+                .iter()
+                .map(|n| TenantFairnessWeight::new(TenantId::try_from(*n).unwrap(), 1).unwrap()),
+        )
+        .unwrap()
+    };
+    let (a, c) = (ten("s-v1"), ten("s-v3"));
+    let b = WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("s-v2").unwrap(),
+        [TenantFairnessWeight::new(TenantId::try_from("z").unwrap(), 1).unwrap()],
+    )
+    .unwrap();
+    let z = TenantId::try_from("z").unwrap();
+    assert_eq!(a.cycle().iter().position(|t| *t == z), Some(9));
+    let into_b = PolicySeam::new(&a, &b).at(19);
+    assert_eq!(into_b[0].reservations_across_seam(), 10);
+    assert_eq!(into_b[0].open_gap_at_successor_start(), 10);
+    let open = |t: &TenantId| {
+        into_b
+            .iter()
+            .find(|bound| bound.tenant() == t)
+            .map(statek_policy::SeamBound::open_gap_at_successor_start)
+    };
+    let into_c = PolicySeam::new(&b, &c).at_carrying(0, open);
+    let z_bound = into_c.iter().find(|bound| *bound.tenant() == z).unwrap();
+    assert_eq!(
+        (
+            z_bound.last_pick_before_seal(),
+            z_bound.reservations_across_seam()
+        ),
+        (None, 19)
+    );
+    // Without the carry it would be counted from b's start: 10, too small.
+    let uncarried = PolicySeam::new(&b, &c).at(0);
+    assert_eq!(
+        uncarried
+            .iter()
+            .find(|bound| *bound.tenant() == z)
+            .unwrap()
+            .reservations_across_seam(),
+        10
+    );
+    assert_eq!(
+        into_c
+            .iter()
+            .map(|bound| bound.reservations_across_seam())
+            .collect::<Vec<_>>(),
+        chain_walk([&a, &b, &c], 19, 0)
+    );
+}
+
+proptest! {
+    /// Two seals in a row: `at_carrying` with the first seam's open gaps
+    /// equals the walk of the three shards, for every pair of seal points
+    /// of two laps each (the second shard sealed early, before some
+    /// tenants' first picks, is the case that needs the carry).
+    #[test]
+    fn seam_bounds_across_a_chain_equal_the_walk(
+        a in small_policy(),
+        b in small_policy(),
+        c in small_policy(),
+    ) {
+        let (a, b, c) = (build("a", a.0, &a.1), build("b", b.0, &b.1), build("c", c.0, &c.1));
+        for n1 in 0..2 * u64::from(a.cycle_length()) {
+            let into_b = PolicySeam::new(&a, &b).at(n1);
+            for n2 in 0..2 * u64::from(b.cycle_length()) {
+                let open = |t: &TenantId| {
+                    into_b
+                        .iter()
+                        .find(|bound| bound.tenant() == t)
+                        .map(statek_policy::SeamBound::open_gap_at_successor_start)
+                };
+                let into_c = PolicySeam::new(&b, &c).at_carrying(n2, open);
+                let got: Vec<u64> = into_c.iter().map(|bound| bound.reservations_across_seam()).collect();
+                prop_assert_eq!(got, chain_walk([&a, &b, &c], n1, n2), "n1 {} n2 {}", n1, n2);
+            }
+        }
+    }
+}

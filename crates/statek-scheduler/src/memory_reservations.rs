@@ -29,6 +29,43 @@ struct Shard {
     predecessor: Option<SchedulerShardId>,
 }
 
+/// The seam bounds into `shard` (empty for a first shard), computed along
+/// the chain from its first shard so that each seal carries the open gaps
+/// of the one before ([`PolicySeam::at_carrying`]), as the store does.
+fn seam_into(
+    shards: &BTreeMap<SchedulerShardId, Shard>,
+    shard: &SchedulerShardId,
+) -> Vec<statek_policy::SeamBound> {
+    let mut chain = vec![shard];
+    while let Some(previous) = chain
+        .last()
+        .and_then(|s| shards.get(*s))
+        .and_then(|s| s.predecessor.as_ref())
+    {
+        if chain.len() > shards.len() {
+            break;
+        }
+        chain.push(previous);
+    }
+    let mut seam: Vec<statek_policy::SeamBound> = Vec::new();
+    for pair in chain.iter().rev().collect::<Vec<_>>().windows(2) {
+        let (Some(old), Some(new)) = (shards.get(*pair[0]), shards.get(*pair[1])) else {
+            return Vec::new();
+        };
+        let Some((at, _)) = &old.seal else {
+            return Vec::new();
+        };
+        let before = std::mem::take(&mut seam);
+        seam = PolicySeam::new(&old.policy, &new.policy).at_carrying(*at, |t| {
+            before
+                .iter()
+                .find(|b| b.tenant() == t)
+                .map(statek_policy::SeamBound::open_gap_at_successor_start)
+        });
+    }
+    seam
+}
+
 impl Shard {
     fn source_shard(&self) -> SourceShard {
         SourceShard {
@@ -349,7 +386,7 @@ impl ReservationSource for InMemoryReservations {
         Ok(Some(Succession {
             sealed_at_sequence: *sealed_at_sequence,
             successor: next.source_shard(),
-            seam: PolicySeam::new(&sealed.policy, &next.policy).at(*sealed_at_sequence),
+            seam: seam_into(&state.shards, successor),
         }))
     }
 

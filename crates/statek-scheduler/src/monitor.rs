@@ -134,6 +134,9 @@ struct Segment {
     bounds: Vec<u32>,
     /// Seam bound of each tenant into this shard (empty for the first).
     seam: Vec<u64>,
+    /// The seam bounds into this shard, whose open gaps the next seal
+    /// carries (empty for the first).
+    seam_bounds: Vec<statek_policy::SeamBound>,
 }
 
 impl Observation {
@@ -405,6 +408,7 @@ impl FairnessMonitor {
             rows: (0..rows.len()).collect(),
             bounds: rows.iter().map(|(_, _, bound)| *bound).collect(),
             seam: Vec::new(),
+            seam_bounds: Vec::new(),
         };
         Self {
             segments: vec![segment],
@@ -441,7 +445,7 @@ impl FairnessMonitor {
     /// watermark, gaps and violations count across the seam in one
     /// numbering). From here on a tenant's gap from its last pick in the
     /// sealed shard to its first in `successor` is judged against its
-    /// exact seam bound ([`PolicySeam::at`]); gaps inside a shard against
+    /// exact seam bound ([`PolicySeam::at_carrying`]); gaps inside a shard against
     /// that shard's starvation bound; a gap spanning a whole shard (a
     /// tenant absent from it) is not measured. Tenants new in `successor`
     /// get rows of their own; rows of tenants that left stay.
@@ -486,7 +490,14 @@ impl FairnessMonitor {
                 seen - last.offset
             )));
         }
-        let seam = PolicySeam::new(&last.policy, successor).at(sealed_at_sequence);
+        // A tenant the sealed shard never picked is counted from its last
+        // pick before that shard (the open gap of the seam into it).
+        let seam = PolicySeam::new(&last.policy, successor).at_carrying(sealed_at_sequence, |t| {
+            last.seam_bounds
+                .iter()
+                .find(|b| b.tenant() == t)
+                .map(statek_policy::SeamBound::open_gap_at_successor_start)
+        });
         let mut rows = Vec::with_capacity(successor.tenants().len());
         let mut bounds = Vec::with_capacity(successor.tenants().len());
         for bound in successor.starvation_bounds() {
@@ -520,6 +531,7 @@ impl FairnessMonitor {
             rows,
             bounds,
             seam: seam.iter().map(|b| b.reservations_across_seam()).collect(),
+            seam_bounds: seam,
         });
         Ok(())
     }

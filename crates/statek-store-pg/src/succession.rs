@@ -2,6 +2,7 @@
 //! schedule at its cursor and registers its successor in one transaction;
 //! readers follow the chain and check the stored seam bounds.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use statek_policy::{
@@ -203,6 +204,39 @@ pub(crate) async fn refusal(
     Ok(None)
 }
 
+/// The open gap of each tenant at `shard`'s sequence 0, from the seam
+/// bounds stored with its predecessor's seal (`reservations_across_seam -
+/// first_pick_after_seal`); empty for the first shard of a schedule. What
+/// [`PolicySeam::at_carrying`] takes, so that a tenant `shard` never picked
+/// is counted from its last pick before `shard`, not from `shard`'s start.
+async fn open_gaps_into(
+    db: &Db<'_>,
+    shard: &StoredShard,
+) -> Result<BTreeMap<String, u64>, StoreError> {
+    let Some(predecessor) = shard.predecessor() else {
+        return Ok(BTreeMap::new());
+    };
+    let rows = db
+        .query(SEAM_BOUNDS, &[(&predecessor.as_str(), Type::TEXT)])
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let tenant: Option<String> = row.try_get("tenant")?;
+            let first: Option<i64> = row.try_get("first_pick_after_seal")?;
+            let gap: Option<i64> = row.try_get("reservations_across_seam")?;
+            match (tenant, first, gap) {
+                (Some(tenant), Some(first), Some(gap)) if gap > first && first >= 0 => {
+                    Ok((tenant, u64::try_from(gap - first).unwrap_or(1)))
+                }
+                _ => Err(StoreError::corrupt(
+                    "seam bounds",
+                    format!("shard {predecessor}: a stored seam bound does not decode"),
+                )),
+            }
+        })
+        .collect()
+}
+
 /// The seam bounds as the four arrays [`SEAL`] takes.
 fn seam_columns(seam: &[SeamBound]) -> Result<SeamColumns, StoreError> {
     let mut columns = SeamColumns::default();
@@ -247,7 +281,8 @@ impl PgStore {
     /// `to` (a new shard id), in one transaction: lock `from`'s cursor row
     /// (its reservations wait), seal it at its cursor `N`, compute and
     /// store every tenant's exact seam bound for that `N`
-    /// ([`PolicySeam::at`]), and register `to` as its successor, from
+    /// ([`PolicySeam::at_carrying`]: a tenant `from` never picked is counted
+    /// from its last pick before `from`), and register `to` as its successor, from
     /// sequence 0, in `from`'s schedule. Replicas that meet the seal follow
     /// the chain (`StoreError::ShardSealed` names the successor).
     ///
@@ -332,7 +367,9 @@ impl PgStore {
                         });
                     }
                     let n = stored.next_sequence();
-                    let seam = PolicySeam::new(from, to).at(n);
+                    let open = open_gaps_into(db, &stored).await?;
+                    let seam = PolicySeam::new(from, to)
+                        .at_carrying(n, |t| open.get(t.as_str()).copied());
                     let columns = seam_columns(&seam)?;
                     let expected = i64::try_from(n)
                         .map_err(|_| StoreError::corrupt("shard cursor", "cursor exceeds i64"))?;
@@ -448,7 +485,8 @@ impl PgStore {
 
     /// Reads the seal of `sealed` with both shards, fail-closed: the stored
     /// seam bounds must equal the ones recomputed here from the two stored
-    /// policies and the seal sequence ([`PolicySeam::at`]).
+    /// policies, the seal sequence and the open gaps of the seam into the
+    /// sealed shard ([`PolicySeam::at_carrying`]).
     ///
     /// # Errors
     /// [`StoreError::UnknownShard`]; [`StoreError::InvalidArgument`] when
@@ -472,15 +510,16 @@ impl PgStore {
                 ),
             ));
         }
-        let rows = self
+        let (rows, open) = self
             .with_response_timeout(async |db: &Db<'_>| {
-                Ok(db
+                let rows = db
                     .query(SEAM_BOUNDS, &[(&sealed.as_str(), Type::TEXT)])
-                    .await?)
+                    .await?;
+                Ok((rows, open_gaps_into(db, &predecessor).await?))
             })
             .await?;
-        let seam =
-            PolicySeam::new(predecessor.policy(), successor.policy()).at(seal.sealed_at_sequence());
+        let seam = PolicySeam::new(predecessor.policy(), successor.policy())
+            .at_carrying(seal.sealed_at_sequence(), |t| open.get(t.as_str()).copied());
         let matches = rows.len() == seam.len()
             && rows.iter().zip(&seam).all(|(row, bound)| {
                 let as_u64 = |name: &str| {

@@ -656,3 +656,38 @@ async fn the_database_refuses_every_other_change_to_a_chain_as_every_role() {
     let loaded = rt_store.load_seam(v1.shard_id()).await.unwrap();
     assert_eq!(loaded.seam(), rollout.seam());
 }
+
+/// Two rollouts in a row, the second before the middle shard ever picked a
+/// tenant (found by a helper trying to break it): the tenant's gap runs on
+/// from its last pick in the first shard, and the stored seam bound says so
+/// (19, not the 10 of counting from the middle shard's start).
+#[tokio::test]
+async fn a_seam_after_a_shard_that_never_picked_the_tenant_carries_its_open_gap() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let ten: Vec<(&str, u32)> = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8", "k9", "z"]
+        .into_iter()
+        .map(|t| (t, 1))
+        .collect();
+    let (s1, s2, s3) = (policy("s-v1", &ten), policy("s-v2", &[("z", 1)]), policy("s-v3", &ten));
+    store.register(&s1).await.unwrap();
+    reserve_n(&store, &s1, 19).await;
+    let first = store.rollout(&s1, &s2, None).await.unwrap();
+    assert_eq!(first.seam()[0].reservations_across_seam(), 10);
+    let second = store.rollout(&s2, &s3, None).await.unwrap();
+    assert_eq!(second.sealed_at_sequence(), 0);
+    let z = second
+        .seam()
+        .iter()
+        .find(|b| b.tenant().as_str() == "z")
+        .unwrap();
+    // z: last picked at s-v1's 9; s-v2 sealed at 0 (19 + 0); first in s-v3
+    // at 9: positions 9 and 28.
+    assert_eq!((z.last_pick_before_seal(), z.reservations_across_seam()), (None, 19));
+    // A tenant new in s-v3 is counted from the seam.
+    let k1 = second.seam().iter().find(|b| b.tenant().as_str() == "k1").unwrap();
+    assert!(k1.joining());
+    assert_eq!(k1.reservations_across_seam(), k1.first_pick_after_seal() + 1);
+    // Read back fail-closed with the same carry.
+    assert_eq!(store.load_seam(s2.shard_id()).await.unwrap().seam(), second.seam());
+}

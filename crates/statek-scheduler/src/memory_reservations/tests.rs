@@ -206,3 +206,25 @@ async fn a_seal_ends_the_shard_and_names_its_successor() {
     let (_, stored) = source.register(&v1, None).await.unwrap();
     assert!(stored.sealed);
 }
+
+#[tokio::test]
+async fn a_second_seal_carries_the_open_gap_of_a_tenant_the_middle_shard_never_picked() {
+    let ten: Vec<(&str, u32)> = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8", "k9", "z"]
+        .into_iter()
+        .map(|t| (t, 1))
+        .collect();
+    let (s1, s2, s3) = (policy("s-v1", &ten), policy("s-v2", &[("z", 1)]), policy("s-v3", &ten));
+    let source = registered(&s1).await;
+    for _ in 0..19 {
+        source
+            .reserve(s1.shard_id(), &s1.digest(), Uuid::now_v7())
+            .await
+            .unwrap();
+    }
+    assert_eq!(source.seal(s1.shard_id(), s2.clone()).unwrap(), 19);
+    assert_eq!(source.seal(s2.shard_id(), s3.clone()).unwrap(), 0);
+    let into_s3 = source.successor(s2.shard_id()).await.unwrap().unwrap().seam;
+    let z = into_s3.iter().find(|b| b.tenant().as_str() == "z").unwrap();
+    // z last picked at s-v1's 9, first in s-v3 at 9: 19 + 0 + 9 - 9 = 19.
+    assert_eq!(z.reservations_across_seam(), 19);
+}
