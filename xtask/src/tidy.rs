@@ -1,0 +1,5 @@
+//! Tidy tests: facts that live in one place and the files that repeat them,
+//! checked against each other so that they cannot drift (STYLE 18, 20).
+//! Test-only; `cargo test -p xtask` runs them.
+
+mod file_circles;
