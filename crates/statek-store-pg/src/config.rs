@@ -4,8 +4,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::conninfo::{self, SslMode};
-use crate::durability::{DurabilityPolicy, SynchronousCommit};
-use crate::failover::LostReservationAction;
+use crate::durability_report::{DurabilityPolicy, SynchronousCommit};
+use crate::lost_reservations::LostReservationAction;
 use crate::tls::TlsSettings;
 use crate::StoreError;
 

@@ -126,9 +126,11 @@ mod completion;
 mod config;
 mod conninfo;
 mod durability;
+mod durability_report;
 mod error;
 mod failover;
 mod limits;
+mod lost_reservations;
 mod migration;
 mod notifications;
 mod pooling;
@@ -149,17 +151,18 @@ pub use batch::{ReservationBatch, MAX_RESERVATION_BATCH};
 pub use completion::{FinishOutcome, FinishRun, RunFinish, MAX_FINISH_BATCH};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
 pub use conninfo::SslMode;
-pub use durability::{
-    DurabilityPolicy, DurabilityReport, DurabilityRisk, Standby, SynchronousCommit, DURABILITY_RISK,
+pub use durability::DURABILITY_RISK;
+pub use durability_report::{
+    DurabilityPolicy, DurabilityReport, DurabilityRisk, Standby, SynchronousCommit,
 };
 pub use error::{StoreError, TlsFailure};
-pub use failover::{
-    LossEvidence, LostReservation, LostReservationAction, LostReservations,
-    RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL,
-};
+pub use failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
 pub use limits::{
     RateLimit, StoredTenantLimits, TenantLimits, MAX_RATE_CLAIMS, MAX_RATE_WINDOW,
     MAX_RUNNING_LIMIT, MIN_RATE_WINDOW,
+};
+pub use lost_reservations::{
+    LossEvidence, LostReservation, LostReservationAction, LostReservations,
 };
 pub use migration::{embedded_migrations, MigrationReport};
 pub use notifications::{RunNotifications, RUNS_CHANNEL};
