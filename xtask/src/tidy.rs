@@ -3,3 +3,4 @@
 //! Test-only; `cargo test -p xtask` runs them.
 
 mod file_circles;
+mod operations_metrics;

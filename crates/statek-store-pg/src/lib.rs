@@ -131,6 +131,7 @@ mod error;
 mod failover;
 mod limits;
 mod lost_reservations;
+mod metric;
 mod migration;
 mod notifications;
 mod pooling;
@@ -164,6 +165,7 @@ pub use limits::{
 pub use lost_reservations::{
     LossEvidence, LostReservation, LostReservationAction, LostReservations,
 };
+pub use metric::{Metric, MetricKind, STORE_METRICS};
 pub use migration::{embedded_migrations, MigrationReport};
 pub use notifications::{RunNotifications, RUNS_CHANNEL};
 pub use reservation::Reservation;

@@ -11,7 +11,10 @@ use statek_store_pg::testing::TestDatabase;
 async fn server_major(db: &TestDatabase) -> u32 {
     let client = db.client().await;
     let row = client
-        .query_one("SELECT current_setting('server_version_num')::int4 AS version_num", &[])
+        .query_one(
+            "SELECT current_setting('server_version_num')::int4 AS version_num",
+            &[],
+        )
         .await
         .unwrap();
     let version_num: i32 = row.get("version_num");
@@ -34,6 +37,9 @@ async fn the_server_is_the_major_version_the_matrix_names() {
             );
         }
         // Outside the matrix (a developer's own server): any supported major.
-        Err(_) => assert!(major >= 16, "PostgreSQL {major} is older than the supported 16"),
+        Err(_) => assert!(
+            major >= 16,
+            "PostgreSQL {major} is older than the supported 16"
+        ),
     }
 }
