@@ -2,5 +2,7 @@
 //! checked against each other so that they cannot drift (STYLE 18, 20).
 //! Test-only; `cargo test -p xtask` runs them.
 
+mod architecture_files;
 mod file_circles;
+mod migration_constants;
 mod operations_metrics;
