@@ -6,7 +6,8 @@
 //!   `*.json` file under `deploy/` parses.
 //! - Every `statek_*` identifier in a PromQL expression (the `expr` of an
 //!   alert or recording rule, the `expr` of a dashboard panel target, a
-//!   dashboard variable query) names a metric of [`METRICS`]: a histogram
+//!   dashboard variable query) names a metric of [`METRICS`] (statek's one
+//!   catalogue, `statek_scheduler::metrics::catalogue()`): a histogram
 //!   only through its `_bucket`, `_sum` or `_count` series, any other kind
 //!   never through them; label matchers name only the metric's labels (and
 //!   `le` on `_bucket`).
@@ -213,7 +214,7 @@ pub fn check_files(files: &[SourceFile], anchors: &BTreeSet<String>) -> Report {
             checker.document(&at, document, anchors);
         }
     }
-    for metric in METRICS {
+    for metric in METRICS.iter() {
         if !checker.used.contains(metric.name) {
             checker.report.violations.push(format!(
                 "metric {} is used by no alert rule and no dashboard panel",

@@ -31,6 +31,8 @@ mod interrupt;
 mod migrate;
 mod pg;
 mod test_matrix;
+#[cfg(test)]
+mod tidy;
 mod workspace;
 
 use std::process::ExitCode;

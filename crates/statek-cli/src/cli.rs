@@ -1,11 +1,11 @@
 //! Command-line definitions and dispatch.
 
-use crate::out::{out, outln};
+use crate::out::{out, print_json, Format};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 use crate::db::DbArgs;
 use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, store_cmd};
@@ -34,16 +34,6 @@ use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, store_cmd};
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-/// Output format of read commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Human-readable text (alias: table).
-    #[value(alias = "table")]
-    Text,
-    /// One JSON document.
-    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -308,11 +298,6 @@ enum RolesCommand {
         #[command(flatten)]
         db: DbArgs,
     },
-}
-
-fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    outln!("{}", serde_json::to_string_pretty(value)?)?;
-    Ok(())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

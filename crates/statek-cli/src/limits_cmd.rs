@@ -8,9 +8,9 @@ use serde::Serialize;
 use statek_policy::{EchoedValue, TenantId};
 use statek_store_pg::{RateLimit, StoredTenantLimits, TenantLimits, MAX_RUNNING_LIMIT};
 
-use crate::cli::Format;
 use crate::db::DbArgs;
 use crate::exit::InvalidInput;
+use crate::out::Format;
 
 /// `--tenant T` as a tenant id.
 pub fn tenant_id(text: &str) -> Result<TenantId> {

@@ -1,10 +1,21 @@
-//! Standard output for every command: each print goes through
-//! [`write_stdout`], which turns a closed pipe (`EPIPE`, e.g. `statek
-//! status | head -1`) into the typed [`StdoutClosed`] instead of a panic.
-//! The binary ends quietly with exit 0 on it (see [`crate::exit`]).
+//! Standard output for every command: the output [`Format`] a command is
+//! asked for, and each print goes through [`write_stdout`], which turns a
+//! closed pipe (`EPIPE`, e.g. `statek status | head -1`) into the typed
+//! [`StdoutClosed`] instead of a panic. The binary ends quietly with exit 0
+//! on it (see `exit.rs`). Below `cli.rs` and every command module.
 
 use std::fmt;
 use std::io::{ErrorKind, Write};
+
+/// Output format of read commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Human-readable text (alias: table).
+    #[value(alias = "table")]
+    Text,
+    /// One JSON document.
+    Json,
+}
 
 /// The reader of standard output went away (broken pipe). Not a failure
 /// of the command: the binary exits 0 without a message.
@@ -43,3 +54,11 @@ macro_rules! outln {
 }
 
 pub(crate) use {out, outln};
+
+/// Prints `value` as one pretty JSON document and a newline.
+///
+/// # Errors
+/// As [`write_stdout`]; a value serde cannot encode.
+pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    outln!("{}", serde_json::to_string_pretty(value)?)
+}

@@ -13,8 +13,8 @@ use serde::Serialize;
 use statek_policy::policy_file::PolicyFile;
 use statek_policy::{PolicySeam, ScheduleId};
 
-use crate::cli::Format;
 use crate::db::DbArgs;
+use crate::out::Format;
 use crate::out::{out, outln};
 use crate::policy_cmd::{self, SeamRow};
 

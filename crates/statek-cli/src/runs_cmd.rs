@@ -10,10 +10,10 @@ use statek_policy::EchoedValue;
 use statek_store_pg::{RunListing, RunRetentionPolicy, RunState, StoreError};
 use uuid::Uuid;
 
-use crate::cli::Format;
 use crate::db::DbArgs;
 use crate::exit::InvalidInput;
 use crate::limits_cmd::tenant_id;
+use crate::out::Format;
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()

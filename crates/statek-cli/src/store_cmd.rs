@@ -10,9 +10,9 @@ use serde::Serialize;
 use statek_policy::{EchoedValue, SchedulerShardId};
 use statek_store_pg::{Registration, RoleProfile, SchedulerFairnessRetentionPolicy, StoreError};
 
-use crate::cli::Format;
 use crate::db::DbArgs;
 use crate::exit::InvalidInput;
+use crate::out::Format;
 use crate::policy_cmd;
 
 fn shard_id(text: &str) -> Result<SchedulerShardId> {

@@ -15,9 +15,6 @@ use crate::swrr::swrr_v1;
 use crate::weight::TenantFairnessWeight;
 use crate::{min_gap, min_gap_v2};
 
-/// The largest cycle length `L` (sum of weights), in slots.
-pub const MAX_CYCLE_LENGTH: u32 = 4096;
-
 /// A compiled cycle and the measured starvation bound of every tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CompiledCycle {

@@ -1,44 +1,8 @@
-//! The crate's error type, [`PolicyError`], and the id rule that failed,
-//! [`IdError`].
+//! The crate's error type, [`PolicyError`].
 
 use alloc::string::String;
 
-use crate::id::TenantId;
-
-/// Which rule of the id grammar an id broke.
-///
-/// The grammar is shared by [`TenantId`],
-/// [`SchedulerShardId`](crate::SchedulerShardId) and
-/// [`ScheduleId`](crate::ScheduleId): 1..=128 bytes of ASCII
-/// `[A-Za-z0-9._:-]`, and not `.` or `..`. The rules are checked in the
-/// order of the variants below, so an id that breaks several rules reports
-/// the first one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
-#[non_exhaustive]
-pub enum IdError {
-    /// The id has no bytes.
-    #[error("is empty")]
-    Empty,
-    /// The id is longer than `max` bytes.
-    #[error("is {actual} bytes long, the maximum is {max}")]
-    TooLong {
-        /// The largest allowed length in bytes (128).
-        max: usize,
-        /// The length of the rejected id in bytes.
-        actual: usize,
-    },
-    /// The id contains a byte outside ASCII `[A-Za-z0-9._:-]`.
-    #[error("has byte 0x{byte:02x} at index {index}, only ASCII [A-Za-z0-9._:-] is allowed")]
-    InvalidByte {
-        /// The 0-based index of the first bad byte.
-        index: usize,
-        /// The bad byte itself (a UTF-8 code unit for non-ASCII text).
-        byte: u8,
-    },
-    /// The id is `.` or `..`, which read as path components.
-    #[error("is \".\" or \"..\"")]
-    PathLike,
-}
+use crate::id::{IdError, TenantId};
 
 /// Everything that can go wrong while building, compiling, decoding or
 /// digesting a policy.

@@ -7,13 +7,44 @@
 use alloc::string::String;
 use core::borrow::Borrow;
 use core::fmt;
-use core::str::FromStr;
-
-use crate::error::{IdError, PolicyError};
 
 /// The largest length of a [`TenantId`], [`SchedulerShardId`] or
 /// [`ScheduleId`], in bytes.
 pub const MAX_ID_LENGTH: usize = 128;
+
+/// Which rule of the id grammar an id broke.
+///
+/// The grammar is shared by [`TenantId`],
+/// [`SchedulerShardId`] and [`ScheduleId`]: 1..=128 bytes of ASCII
+/// `[A-Za-z0-9._:-]`, and not `.` or `..`. The rules are checked in the
+/// order of the variants below, so an id that breaks several rules reports
+/// the first one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdError {
+    /// The id has no bytes.
+    #[error("is empty")]
+    Empty,
+    /// The id is longer than `max` bytes.
+    #[error("is {actual} bytes long, the maximum is {max}")]
+    TooLong {
+        /// The largest allowed length in bytes (128).
+        max: usize,
+        /// The length of the rejected id in bytes.
+        actual: usize,
+    },
+    /// The id contains a byte outside ASCII `[A-Za-z0-9._:-]`.
+    #[error("has byte 0x{byte:02x} at index {index}, only ASCII [A-Za-z0-9._:-] is allowed")]
+    InvalidByte {
+        /// The 0-based index of the first bad byte.
+        index: usize,
+        /// The bad byte itself (a UTF-8 code unit for non-ASCII text).
+        byte: u8,
+    },
+    /// The id is `.` or `..`, which read as path components.
+    #[error("is \".\" or \"..\"")]
+    PathLike,
+}
 
 /// Whether `byte` may appear in an id.
 const fn is_id_byte(byte: u8) -> bool {
@@ -21,7 +52,7 @@ const fn is_id_byte(byte: u8) -> bool {
 }
 
 /// Checks `bytes` against the id grammar, reporting the first rule broken.
-pub(crate) fn validate_id(bytes: &[u8]) -> Result<(), IdError> {
+fn validate_id(bytes: &[u8]) -> Result<(), IdError> {
     if bytes.is_empty() {
         return Err(IdError::Empty);
     }
@@ -48,7 +79,7 @@ fn ascii_string(bytes: &[u8]) -> String {
 macro_rules! id_type {
     (
         $(#[$meta:meta])*
-        $name:ident, $variant:ident, $what:literal
+        $name:ident, $what:literal
     ) => {
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,50 +98,17 @@ macro_rules! id_type {
                 self.0
             }
 
-            /// Validates raw bytes (for example from the canonical decoder).
-            pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, PolicyError> {
-                validate_id(bytes).map_err(|reason| PolicyError::$variant { reason })?;
+            /// Validates `bytes` against the id grammar; the conversions
+            /// into [`PolicyError`](crate::PolicyError) are in `id_parse.rs`.
+            pub(crate) fn parse(bytes: &[u8]) -> Result<Self, IdError> {
+                validate_id(bytes)?;
                 Ok(Self(ascii_string(bytes)))
             }
-        }
 
-        impl TryFrom<&str> for $name {
-            type Error = PolicyError;
-
-            #[doc = concat!(
-                "Validates `value` as a ", $what, ".\n\n",
-                "# Errors\n\n",
-                "[`PolicyError::", stringify!($variant), "`] naming the broken rule."
-            )]
-            fn try_from(value: &str) -> Result<Self, Self::Error> {
-                Self::from_bytes(value.as_bytes())
-            }
-        }
-
-        impl TryFrom<String> for $name {
-            type Error = PolicyError;
-
-            #[doc = concat!(
-                "Validates `value` as a ", $what, ", reusing its allocation.\n\n",
-                "# Errors\n\n",
-                "[`PolicyError::", stringify!($variant), "`] naming the broken rule."
-            )]
-            fn try_from(value: String) -> Result<Self, Self::Error> {
-                validate_id(value.as_bytes()).map_err(|reason| PolicyError::$variant { reason })?;
+            /// Validates `value`, reusing its allocation.
+            pub(crate) fn parse_string(value: String) -> Result<Self, IdError> {
+                validate_id(value.as_bytes())?;
                 Ok(Self(value))
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = PolicyError;
-
-            #[doc = concat!(
-                "Validates `s` as a ", $what, ".\n\n",
-                "# Errors\n\n",
-                "[`PolicyError::", stringify!($variant), "`] naming the broken rule."
-            )]
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                Self::try_from(s)
             }
         }
 
@@ -146,7 +144,7 @@ id_type! {
     /// 1..=128 bytes of ASCII `[A-Za-z0-9._:-]`, not `.` or `..`;
     /// case-sensitive and ordered by raw bytes. Built only through
     /// `TryFrom<&str>`, `TryFrom<String>` or `FromStr`, which fail with
-    /// [`PolicyError::InvalidTenantId`].
+    /// [`PolicyError::InvalidTenantId`](crate::PolicyError::InvalidTenantId).
     ///
     /// ```
     /// use statek_policy::TenantId;
@@ -155,7 +153,7 @@ id_type! {
     /// assert!(TenantId::try_from("a/b").is_err());
     /// # Ok::<(), statek_policy::PolicyError>(())
     /// ```
-    TenantId, InvalidTenantId, "tenant id"
+    TenantId, "tenant id"
 }
 
 id_type! {
@@ -164,7 +162,7 @@ id_type! {
     ///
     /// Same grammar as [`TenantId`], but a separate type so the two cannot be
     /// mixed up. Built only through `TryFrom<&str>`, `TryFrom<String>` or
-    /// `FromStr`, which fail with [`PolicyError::InvalidShardId`].
+    /// `FromStr`, which fail with [`PolicyError::InvalidShardId`](crate::PolicyError::InvalidShardId).
     ///
     /// ```
     /// use statek_policy::SchedulerShardId;
@@ -172,7 +170,7 @@ id_type! {
     /// assert_eq!(shard.to_string(), "primary-v1");
     /// # Ok::<(), statek_policy::PolicyError>(())
     /// ```
-    SchedulerShardId, InvalidShardId, "shard id"
+    SchedulerShardId, "shard id"
 }
 
 id_type! {
@@ -185,7 +183,7 @@ id_type! {
     ///
     /// Same grammar as [`TenantId`] and [`SchedulerShardId`], but a separate
     /// type. Built only through `TryFrom<&str>`, `TryFrom<String>` or
-    /// `FromStr`, which fail with [`PolicyError::InvalidScheduleId`], or
+    /// `FromStr`, which fail with [`PolicyError::InvalidScheduleId`](crate::PolicyError::InvalidScheduleId), or
     /// from a shard with [`of_shard`](Self::of_shard).
     ///
     /// ```
@@ -198,7 +196,7 @@ id_type! {
     /// assert_eq!(ScheduleId::of_shard(&shard).to_string(), "primary-v1");
     /// # Ok::<(), statek_policy::PolicyError>(())
     /// ```
-    ScheduleId, InvalidScheduleId, "schedule id"
+    ScheduleId, "schedule id"
 }
 
 impl ScheduleId {
@@ -208,259 +206,5 @@ impl ScheduleId {
     #[must_use]
     pub fn of_shard(shard: &SchedulerShardId) -> ScheduleId {
         ScheduleId(String::from(shard.as_str()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use alloc::format;
-    use alloc::string::ToString;
-    use alloc::vec::Vec;
-
-    use super::*;
-
-    fn check(input: &str, expected: Result<(), IdError>) {
-        let tenant = TenantId::try_from(input);
-        let shard = SchedulerShardId::try_from(input);
-        let schedule = ScheduleId::try_from(input);
-        match expected {
-            Ok(()) => {
-                assert_eq!(
-                    tenant.as_ref().map(TenantId::as_str),
-                    Ok(input),
-                    "{input:?}"
-                );
-                assert_eq!(
-                    shard.as_ref().map(SchedulerShardId::as_str),
-                    Ok(input),
-                    "{input:?}"
-                );
-                assert_eq!(
-                    schedule.as_ref().map(ScheduleId::as_str),
-                    Ok(input),
-                    "{input:?}"
-                );
-                assert_eq!(input.parse::<ScheduleId>(), schedule, "{input:?}");
-                assert_eq!(
-                    ScheduleId::try_from(input.to_string()),
-                    schedule,
-                    "{input:?}"
-                );
-                if let Ok(shard) = &shard {
-                    assert_eq!(Ok(ScheduleId::of_shard(shard)), schedule, "{input:?}");
-                }
-                assert_eq!(TenantId::try_from(input.to_string()), tenant, "{input:?}");
-                assert_eq!(input.parse::<TenantId>(), tenant, "{input:?}");
-                assert_eq!(tenant.map(|t| t.to_string()), Ok(input.to_string()));
-            }
-            Err(reason) => {
-                assert_eq!(
-                    tenant,
-                    Err(PolicyError::InvalidTenantId { reason }),
-                    "{input:?}"
-                );
-                assert_eq!(
-                    shard,
-                    Err(PolicyError::InvalidShardId { reason }),
-                    "{input:?}"
-                );
-                assert_eq!(
-                    schedule,
-                    Err(PolicyError::InvalidScheduleId { reason }),
-                    "{input:?}"
-                );
-                assert_eq!(
-                    input.parse::<ScheduleId>(),
-                    Err(PolicyError::InvalidScheduleId { reason })
-                );
-                assert_eq!(
-                    ScheduleId::try_from(input.to_string()),
-                    Err(PolicyError::InvalidScheduleId { reason })
-                );
-                assert_eq!(
-                    TenantId::try_from(input.to_string()),
-                    Err(PolicyError::InvalidTenantId { reason })
-                );
-                assert_eq!(
-                    input.parse::<SchedulerShardId>(),
-                    Err(PolicyError::InvalidShardId { reason })
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn grammar() {
-        let max = "x".repeat(128);
-        let too_long = "x".repeat(129);
-        let bad_at_end = format!("{}/", "x".repeat(127));
-        check("", Err(IdError::Empty));
-        check("a", Ok(()));
-        check(&max, Ok(()));
-        check(
-            &too_long,
-            Err(IdError::TooLong {
-                max: 128,
-                actual: 129,
-            }),
-        );
-        check(
-            &"/".repeat(129),
-            Err(IdError::TooLong {
-                max: 128,
-                actual: 129,
-            }),
-        );
-        check(
-            &bad_at_end,
-            Err(IdError::InvalidByte {
-                index: 127,
-                byte: b'/',
-            }),
-        );
-        check(".", Err(IdError::PathLike));
-        check("..", Err(IdError::PathLike));
-        check("...", Ok(()));
-        check(".a", Ok(()));
-        check("a..", Ok(()));
-        check(
-            "a/b",
-            Err(IdError::InvalidByte {
-                index: 1,
-                byte: b'/',
-            }),
-        );
-        check(
-            "/",
-            Err(IdError::InvalidByte {
-                index: 0,
-                byte: b'/',
-            }),
-        );
-        check(
-            "../a",
-            Err(IdError::InvalidByte {
-                index: 2,
-                byte: b'/',
-            }),
-        );
-        check(
-            "a b",
-            Err(IdError::InvalidByte {
-                index: 1,
-                byte: b' ',
-            }),
-        );
-        check(
-            " a",
-            Err(IdError::InvalidByte {
-                index: 0,
-                byte: b' ',
-            }),
-        );
-        check(
-            "a\n",
-            Err(IdError::InvalidByte {
-                index: 1,
-                byte: b'\n',
-            }),
-        );
-        check("a\0", Err(IdError::InvalidByte { index: 1, byte: 0 }));
-        check(
-            "a\"",
-            Err(IdError::InvalidByte {
-                index: 1,
-                byte: b'"',
-            }),
-        );
-        check(
-            "a\\",
-            Err(IdError::InvalidByte {
-                index: 1,
-                byte: b'\\',
-            }),
-        );
-        check(
-            "a+b",
-            Err(IdError::InvalidByte {
-                index: 1,
-                byte: b'+',
-            }),
-        );
-        check(
-            "é",
-            Err(IdError::InvalidByte {
-                index: 0,
-                byte: 0xc3,
-            }),
-        );
-        check(
-            "aé",
-            Err(IdError::InvalidByte {
-                index: 1,
-                byte: 0xc3,
-            }),
-        );
-        check("ABCDEFGHIJKLMNOPQRSTUVWXYZ", Ok(()));
-        check("abcdefghijklmnopqrstuvwxyz", Ok(()));
-        check("0123456789", Ok(()));
-        check("._:-", Ok(()));
-        check("primary-v1", Ok(()));
-        check("org:acme.team_1-x", Ok(()));
-        check("-", Ok(()));
-        check(":", Ok(()));
-        check("_", Ok(()));
-    }
-
-    #[test]
-    fn every_ascii_byte() {
-        let allowed: Vec<u8> = (0u8..=127)
-            .filter(|b| TenantId::try_from(char::from(*b).to_string().as_str()).is_ok())
-            .collect();
-        let mut expected: Vec<u8> = Vec::new();
-        expected.extend(b'0'..=b'9');
-        expected.extend(b'A'..=b'Z');
-        expected.extend(b'a'..=b'z');
-        expected.extend([b'-', b':', b'_']);
-        expected.sort_unstable();
-        // "." alone is path-like, so it is not accepted as a one-byte id.
-        assert_eq!(allowed, expected);
-    }
-
-    #[test]
-    fn ordering_is_by_raw_bytes() {
-        let id = |s: &str| TenantId::try_from(s).unwrap();
-        assert!(id("B") < id("a"));
-        assert!(id("Z") < id("a"));
-        assert!(id("-") < id("..."));
-        assert!(id("...") < id("0"));
-        assert!(id("9") < id(":"));
-        assert!(id(":") < id("A"));
-        assert!(id("Z") < id("_"));
-        assert!(id("_") < id("a"));
-        assert!(id("a") < id("aa"));
-        assert!(id("tenant-a") < id("tenant-b"));
-        assert!(id("tenant-10") < id("tenant-9"));
-        assert_ne!(id("A"), id("a"));
-    }
-
-    #[test]
-    fn conversions() {
-        let tenant = TenantId::try_from("tenant-a").unwrap();
-        assert_eq!(tenant.as_ref() as &str, "tenant-a");
-        assert_eq!(String::from(tenant.clone()), "tenant-a");
-        assert_eq!(tenant.into_string(), "tenant-a");
-        let shard = SchedulerShardId::try_from("primary-v1").unwrap();
-        assert_eq!(format!("{shard}"), "primary-v1");
-        assert_eq!(format!("{shard:?}"), "SchedulerShardId(\"primary-v1\")");
-        let schedule = ScheduleId::of_shard(&shard);
-        assert_eq!(format!("{schedule}"), "primary-v1");
-        assert_eq!(format!("{schedule:?}"), "ScheduleId(\"primary-v1\")");
-        assert_eq!(String::from(schedule.clone()), "primary-v1");
-        assert_eq!(schedule.as_ref() as &str, "primary-v1");
-        assert_eq!(schedule.into_string(), "primary-v1");
-        let primary = ScheduleId::try_from("primary").unwrap();
-        assert_eq!(primary.to_string(), "primary");
-        assert_ne!(ScheduleId::of_shard(&shard), primary);
     }
 }

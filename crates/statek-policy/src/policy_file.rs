@@ -54,7 +54,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use toml::Spanned;
 
 use crate::algorithm::PolicyAlgorithm;
-use crate::cycle::MAX_CYCLE_LENGTH;
+use crate::cycle_length::MAX_CYCLE_LENGTH;
 use crate::error::PolicyError;
 use crate::id::{ScheduleId, SchedulerShardId, TenantId};
 use crate::policy::{WeightedFairnessPolicy, MAX_TENANTS};

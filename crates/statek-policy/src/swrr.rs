@@ -144,7 +144,7 @@ mod tests {
     use alloc::vec::Vec;
 
     use super::*;
-    use crate::cycle::MAX_CYCLE_LENGTH;
+    use crate::cycle_length::MAX_CYCLE_LENGTH;
 
     /// Weights of `n` entries summing to at most `MAX_CYCLE_LENGTH`, drawn
     /// from a small range so that ties (equal weights, equal scores) are

@@ -19,6 +19,14 @@ pub enum SchedulerError {
         retries: u32,
     },
     /// The policy stored for the shard is not the one this scheduler runs.
+    ///
+    /// A check in depth, not a path a correct deployment takes: a policy
+    /// whose bytes differ at registration fails there as the store's
+    /// `PolicyConflict`, and the read-back decodes fail-closed. `register`
+    /// returns this only if the shard row changed between registration and
+    /// read-back (the database's triggers refuse that to every role; an
+    /// owner who disables them could) or canonical decoding stopped
+    /// round-tripping. Kept so that such a replica refuses to tick.
     #[error("shard {shard} holds another policy than this scheduler's: refusing to tick")]
     PolicyMismatch {
         /// The shard.

@@ -1,7 +1,16 @@
-//! Metric names and labels emitted through the [`metrics`] facade. Install
+//! Metric names and labels emitted through the [`metrics`] facade, and the
+//! one catalogue of every metric statek emits ([`catalogue`]: name, kind,
+//! labels, unit, help; statek-store-pg's own metrics included). Install
 //! any `metrics` recorder (e.g. `metrics-exporter-prometheus`, as `statek
 //! demo --metrics-addr` does) to export them; without one they cost almost
-//! nothing. deploy/prometheus and deploy/grafana use exactly these names.
+//! nothing. [`describe_all`] tells the recorder every metric's help and
+//! unit (the `# HELP` lines; [`Worker::run`](crate::Worker::run) calls
+//! it). deploy/prometheus and deploy/grafana use exactly these metrics,
+//! with these kinds and labels (`cargo xtask deploy-check`), and
+//! docs/operations.md's table lists them (a tidy test in xtask).
+
+use statek_store_pg::MetricKind::{Counter, Gauge, Histogram};
+pub use statek_store_pg::{Metric, MetricKind};
 
 /// Counter `{shard}`: reservations made by this process (a batch counts k).
 pub const RESERVATIONS_TOTAL: &str = "statek_reservations_total";
@@ -79,24 +88,166 @@ pub fn publish_fairness(shard: &statek_policy::SchedulerShardId, report: &crate:
     }
 }
 
-/// Every metric name the scheduler crate emits.
-pub const ALL: &[&str] = &[
-    SELECTION_GAP_MAX_RESERVATIONS,
-    GAP_ABOVE_BOUND_TOTAL,
-    RETAINED_OLDEST_TIMESTAMP_SECONDS,
-    RESERVATIONS_TOTAL,
-    RESERVATION_RETRIES_TOTAL,
-    RESERVATION_DURATION_SECONDS,
-    SELECTIONS_TOTAL,
-    TICK_OUTCOMES_TOTAL,
-    TICK_ERRORS_TOTAL,
-    STARVATION_BOUND_RESERVATIONS,
-    SEAM_BOUND_RESERVATIONS,
-    SHARD_SEALED,
-    SERVICE_LAG_SECONDS,
-    RUN_OUTCOMES_TOTAL,
-    WORKER_RUNS_EXECUTING,
-    WORKER_BATCH_SLOTS,
-    RUNS,
-    RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS,
+/// The metrics statek-scheduler records itself.
+pub const SCHEDULER_METRICS: &[Metric] = &[
+    Metric::new(
+        RESERVATIONS_TOTAL,
+        Counter,
+        &["shard"],
+        "reservations",
+        "Reservations made by this process (a batch counts k).",
+    ),
+    Metric::new(
+        RESERVATION_RETRIES_TOTAL,
+        Counter,
+        &["shard"],
+        "retries",
+        "Transient reservation errors retried with the same id.",
+    ),
+    Metric::new(
+        RESERVATION_DURATION_SECONDS,
+        Histogram,
+        &["shard"],
+        "seconds",
+        "One reservation call (one slot or a batch of k), retries and backoff included.",
+    ),
+    Metric::new(
+        SELECTIONS_TOTAL,
+        Counter,
+        &["shard", "tenant"],
+        "slots",
+        "Slots mapped to the tenant whose executor tick completed.",
+    ),
+    Metric::new(
+        TICK_OUTCOMES_TOTAL,
+        Counter,
+        &["shard", "tenant", "outcome"],
+        "ticks",
+        "What the executor did with a slot: executed, execution_failed, idle, contended, \
+         limited, cancelled.",
+    ),
+    Metric::new(
+        TICK_ERRORS_TOTAL,
+        Counter,
+        &["shard", "kind"],
+        "ticks",
+        "Failed ticks: policy_conflict, corrupt_data, executor, store.",
+    ),
+    Metric::new(
+        STARVATION_BOUND_RESERVATIONS,
+        Gauge,
+        &["shard", "tenant"],
+        "reservations",
+        "The policy's starvation bound of the tenant.",
+    ),
+    Metric::new(
+        SEAM_BOUND_RESERVATIONS,
+        Gauge,
+        &["shard", "tenant"],
+        "reservations",
+        "The tenant's exact gap across the seam into the shard, set when a replica follows \
+         a rollout.",
+    ),
+    Metric::new(
+        SHARD_SEALED,
+        Gauge,
+        &["shard"],
+        "1",
+        "1 once this process followed a rollout away from the shard (sealed).",
+    ),
+    Metric::new(
+        SELECTION_GAP_MAX_RESERVATIONS,
+        Gauge,
+        &["shard", "tenant"],
+        "reservations",
+        "Largest selection gap a fairness monitor observed (idle gaps included).",
+    ),
+    Metric::new(
+        GAP_ABOVE_BOUND_TOTAL,
+        Counter,
+        &["shard", "tenant"],
+        "gaps",
+        "Gaps above the bound while the tenant had work at both ends.",
+    ),
+    Metric::new(
+        SERVICE_LAG_SECONDS,
+        Histogram,
+        &["shard", "tenant"],
+        "seconds",
+        "From a run becoming available (database time) to its claim.",
+    ),
+    Metric::new(
+        RUN_OUTCOMES_TOTAL,
+        Counter,
+        &["tenant", "outcome"],
+        "runs",
+        "What happened to claimed runs: completed, failed, retrying, lease_lost, cancelled.",
+    ),
+    Metric::new(
+        WORKER_RUNS_EXECUTING,
+        Gauge,
+        &["shard"],
+        "runs",
+        "Runs a Worker executes now (its execution permits in use).",
+    ),
+    Metric::new(
+        WORKER_BATCH_SLOTS,
+        Histogram,
+        &["shard"],
+        "slots",
+        "Slots per reservation batch of a Worker (its adaptive batch size).",
+    ),
+    Metric::new(
+        RETAINED_OLDEST_TIMESTAMP_SECONDS,
+        Gauge,
+        &["shard"],
+        "Unix seconds",
+        "Reservation time of the oldest retained row of the shard.",
+    ),
+    Metric::new(
+        RUNS,
+        Gauge,
+        &["tenant", "state"],
+        "runs",
+        "Runs in the run table per tenant and state.",
+    ),
+    Metric::new(
+        RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS,
+        Gauge,
+        &[],
+        "Unix seconds",
+        "Finish time of the oldest finished run still kept: the backlog of run retention.",
+    ),
 ];
+
+/// Every metric statek emits: statek-store-pg's
+/// ([`STORE_METRICS`](statek_store_pg::STORE_METRICS)), then this crate's
+/// ([`SCHEDULER_METRICS`]).
+pub fn catalogue() -> impl Iterator<Item = &'static Metric> {
+    statek_store_pg::STORE_METRICS
+        .iter()
+        .chain(SCHEDULER_METRICS.iter())
+}
+
+/// Describes every metric of the [`catalogue`] to the installed `metrics`
+/// recorder: its help text and unit, so that an exporter such as
+/// `metrics-exporter-prometheus` writes `# HELP` lines. Call it after
+/// installing the recorder (a description given before is lost);
+/// [`Worker::run`](crate::Worker::run) calls it, and calling it again is
+/// harmless.
+pub fn describe_all() {
+    for metric in catalogue() {
+        let unit = if metric.in_seconds() {
+            metrics::Unit::Seconds
+        } else {
+            metrics::Unit::Count
+        };
+        match metric.kind {
+            MetricKind::Counter => metrics::describe_counter!(metric.name, unit, metric.help),
+            MetricKind::Gauge => metrics::describe_gauge!(metric.name, unit, metric.help),
+            MetricKind::Histogram => metrics::describe_histogram!(metric.name, unit, metric.help),
+            // A kind added to the catalogue type later: no description.
+            _ => {}
+        }
+    }
+}

@@ -221,6 +221,8 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
     /// `ReservationsLostInFailover`), or the last transient one after 10
     /// failing rounds in a row; the worker then stops as at shutdown.
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, SchedulerError> {
+        // Help text and units for the recorder installed by now, if any.
+        crate::metrics::describe_all();
         // The durability check of a Worker's start: refuse (by the store's
         // policy) a server that can lose acknowledged reservations.
         self.scheduler

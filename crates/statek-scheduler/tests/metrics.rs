@@ -175,13 +175,15 @@ async fn eight_ticks_export_exact_counters() {
         .map(risk),
         [1.0, 1.0, 0.0, 0.0, 0.0]
     );
-    // Every exported name is one the crates document.
-    for (name, _) in v.keys() {
-        assert!(
-            statek_scheduler::metrics::ALL.contains(&name.as_str())
-                || name == statek_store_pg::DURABILITY_RISK,
-            "{name}"
-        );
+    // Every exported metric is in the catalogue, with exactly its labels.
+    for (name, labels) in v.keys() {
+        let metric = statek_scheduler::metrics::catalogue()
+            .find(|metric| metric.name == name)
+            .unwrap_or_else(|| panic!("{name} is not in statek_scheduler::metrics::catalogue()"));
+        let mut expected: Vec<&str> = metric.labels.to_vec();
+        expected.sort_unstable();
+        let found: Vec<&str> = labels.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(found, expected, "labels of {name}");
     }
 
     // One batch of 4 slots (sequences 8..=11: a, a, b, a): the counters

@@ -16,7 +16,7 @@ use statek_policy::{PolicyDigest, SchedulerShardId};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use crate::durability::SynchronousCommit;
+use crate::durability_report::SynchronousCommit;
 use crate::failover::Guarded;
 use crate::reservation::{
     check_locked_shard, check_uuid_v7, expand_rows, guard_columns, reservation_write_error,

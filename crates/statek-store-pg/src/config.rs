@@ -4,8 +4,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::conninfo::{self, SslMode};
-use crate::durability::{DurabilityPolicy, SynchronousCommit};
-use crate::failover::LostReservationAction;
+use crate::durability_report::{DurabilityPolicy, SynchronousCommit};
+use crate::lost_reservations::LostReservationAction;
 use crate::tls::TlsSettings;
 use crate::StoreError;
 
@@ -417,14 +417,21 @@ impl StoreConfig {
         Ok(self)
     }
 
-    /// How long every store call on the hot and housekeeping paths
-    /// (reservations, registration, shard reads and status, the whole run
-    /// queue including the idle probe `any_claimable_runs` and the lease
-    /// expiry pass) waits for the server's answer before it gives up on the
-    /// connection: it is discarded (never returned to the pool) and the call
-    /// fails with the retryable [`StoreError::ResponseTimeout`]. Migrations,
-    /// pruning and the role profile have their own, longer
-    /// [`maintenance_timeout`](Self::maintenance_timeout). The
+    /// How long every store call except maintenance waits for the server's
+    /// answer before it gives up on the connection: reservations (one slot
+    /// and batches, with the re-check of acknowledged reservations after a
+    /// failover), registration, shard reads and status, rollouts and the
+    /// reads of a schedule's live shard and seams, the durability check,
+    /// tenant limits (set, show, clear), the whole run queue (the store's
+    /// own enqueue; one on the caller's client runs under the caller's rules;
+    /// claims for a batch's slots, heartbeats, completions and their
+    /// batches, the idle probe `any_claimable_runs`, the lease expiry pass,
+    /// and the operator calls list, look up, cancel, retry and count), and
+    /// the count of finished runs awaiting retention. The connection is
+    /// discarded (never returned to the pool) and the call fails with the
+    /// retryable [`StoreError::ResponseTimeout`]. Migrations, pruning of
+    /// reservations and of finished runs, and the role profile have their
+    /// own, longer [`maintenance_timeout`](Self::maintenance_timeout). The
     /// statement may still commit on the server, exactly as after a lost
     /// acknowledgement: retry a reservation with the same id; a claim whose
     /// answer was lost expires with its lease. Default: `statement_timeout` + 5 s (the server gives up

@@ -3,8 +3,8 @@
 
 use statek_policy::{PolicyDigest, ScheduleId, SchedulerShardId};
 
-use crate::durability::{DurabilityReport, DurabilityRisk, SynchronousCommit};
-use crate::failover::LostReservations;
+use crate::durability_report::{DurabilityReport, DurabilityRisk, SynchronousCommit};
+use crate::lost_reservations::LostReservations;
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 

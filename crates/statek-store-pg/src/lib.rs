@@ -131,9 +131,12 @@ mod completion;
 mod config;
 mod conninfo;
 mod durability;
+mod durability_report;
 mod error;
 mod failover;
 mod limits;
+mod lost_reservations;
+mod metric;
 mod migration;
 mod notifications;
 mod pooling;
@@ -155,18 +158,20 @@ pub use batch::{ReservationBatch, MAX_RESERVATION_BATCH};
 pub use completion::{FinishOutcome, FinishRun, RunFinish, MAX_FINISH_BATCH};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
 pub use conninfo::SslMode;
-pub use durability::{
-    DurabilityPolicy, DurabilityReport, DurabilityRisk, Standby, SynchronousCommit, DURABILITY_RISK,
+pub use durability::DURABILITY_RISK;
+pub use durability_report::{
+    DurabilityPolicy, DurabilityReport, DurabilityRisk, Standby, SynchronousCommit,
 };
 pub use error::{StoreError, TlsFailure};
-pub use failover::{
-    LossEvidence, LostReservation, LostReservationAction, LostReservations,
-    RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL,
-};
+pub use failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
 pub use limits::{
     RateLimit, StoredTenantLimits, TenantLimits, MAX_RATE_CLAIMS, MAX_RATE_WINDOW,
     MAX_RUNNING_LIMIT, MIN_RATE_WINDOW,
 };
+pub use lost_reservations::{
+    LossEvidence, LostReservation, LostReservationAction, LostReservations,
+};
+pub use metric::{Metric, MetricKind, STORE_METRICS};
 pub use migration::{embedded_migrations, MigrationReport};
 pub use notifications::{RunNotifications, RUNS_CHANNEL};
 pub use reservation::Reservation;
@@ -179,8 +184,8 @@ pub use run_history::{RunClaimRecord, RunRecord, MAX_RUN_HISTORY_BATCH};
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
     RunCounts, RunLease, RunListing, RunPage, RunState, SlotClaim, MAX_ATTEMPTS_LIMIT,
-    MAX_CLAIM_SLOTS, MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES, MAX_LIST_LIMIT, MAX_PAYLOAD_BYTES,
-    MAX_PRIORITY, MIN_PRIORITY,
+    MAX_CLAIM_SLOTS, MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES, MAX_IDEMPOTENCY_KEY_LENGTH,
+    MAX_LIST_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MIN_PRIORITY,
 };
 pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
 pub use shard::{Registration, ShardSeal, ShardStatus, StoredShard};

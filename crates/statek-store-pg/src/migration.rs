@@ -50,8 +50,11 @@ impl PgStore {
     /// ([`crate::StoreConfig::maintenance_timeout`]).
     ///
     /// # Errors
-    /// [`StoreError::Migration`] when refinery finds the database diverged
-    /// from, or missing, migrations this crate knows, or a migration fails;
+    /// [`StoreError::MigrationDivergent`] when an applied migration differs
+    /// from this crate's of the same version (name or checksum);
+    /// [`StoreError::MigrationMissing`] when the database has a migration
+    /// this crate does not know (a newer statek migrated it);
+    /// [`StoreError::Migration`] when a migration fails otherwise;
     /// [`StoreError::ResponseTimeout`] after the maintenance timeout;
     /// [`StoreError::DirectConnectionRequired`] under transaction pooling
     /// without a direct connection; connection and server errors as usual.

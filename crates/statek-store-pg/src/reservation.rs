@@ -8,7 +8,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::durability::SynchronousCommit;
+use crate::durability_report::SynchronousCommit;
 use crate::failover::Guarded;
 use crate::shard::{decode_digest, slot_of};
 use crate::statement::Db;

@@ -35,6 +35,10 @@ use uuid::Uuid;
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
+/// The longest idempotency key of a run, in bytes (migration V3's CHECK
+/// keeps the same number).
+pub const MAX_IDEMPOTENCY_KEY_LENGTH: usize = 256;
+
 /// Largest accepted payload: 1 MiB.
 pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// Largest accepted `max_attempts`.
@@ -339,9 +343,9 @@ impl NewRun {
             )));
         }
         if let Some(key) = &self.idempotency_key {
-            if !(1..=256).contains(&key.len()) {
+            if !(1..=MAX_IDEMPOTENCY_KEY_LENGTH).contains(&key.len()) {
                 return Err(StoreError::InvalidArgument(format!(
-                    "idempotency key must be 1..=256 bytes, got {}",
+                    "idempotency key must be 1..={MAX_IDEMPOTENCY_KEY_LENGTH} bytes, got {}",
                     key.len()
                 )));
             }

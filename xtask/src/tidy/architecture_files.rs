@@ -1,0 +1,172 @@
+//! ARCHITECTURE.md's file lists match the tree: in each crate's section
+//! (`## crates/NAME`, `## xtask`), every source file under `src/` is named
+//! (as `file.rs`, `folder/file.rs`, or inside a named folder `folder/`),
+//! and every `.rs` name the section gives is a file of that crate. The
+//! crate roots (`lib.rs`, `main.rs`), `mod.rs` files (named by their
+//! folder) and `tests.rs` files (a module's unit tests) need no mention.
+//! A name may start with the crate's path (`xtask/src/bench/`).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The backticked names of a section that look like files or folders.
+fn named(section: &str, krate: &str) -> BTreeSet<String> {
+    let prefix = format!("{krate}/");
+    section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|name| name.ends_with(".rs") || (name.ends_with('/') && !name.contains(' ')))
+        .map(|name| {
+            let name = name.strip_prefix(prefix.as_str()).unwrap_or(name);
+            name.strip_prefix("src/").unwrap_or(name).to_owned()
+        })
+        .collect()
+}
+
+/// The crate's files under `dir`, relative to it, `/`-separated.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for path in entries.filter_map(|entry| entry.ok().map(|entry| entry.path())) {
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let relative = path.strip_prefix(dir).unwrap_or(&path);
+                files.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Every mismatch between one crate's section and its files.
+fn mismatches(krate: &str, crate_dir: &Path, section: &str) -> Vec<String> {
+    let names = named(section, krate);
+    let mut found = Vec::new();
+    let sources = files_under(&crate_dir.join("src"));
+    for file in &sources {
+        let file_name = file.rsplit('/').next().unwrap_or(file);
+        if file == "lib.rs" || file == "main.rs" || file_name == "mod.rs" || file_name == "tests.rs"
+        {
+            continue;
+        }
+        let in_named_folder = names
+            .iter()
+            .any(|name| name.ends_with('/') && file.starts_with(name.as_str()));
+        if !(names.contains(file)
+            || in_named_folder
+            || (!file.contains('/') && names.contains(file_name)))
+        {
+            found.push(format!(
+                "{krate}: src/{file} is not named in ARCHITECTURE.md"
+            ));
+        }
+    }
+    let everything: Vec<String> = ["src", "tests", "examples", "benches"]
+        .iter()
+        .flat_map(|dir| {
+            files_under(&crate_dir.join(dir))
+                .into_iter()
+                .map(move |file| format!("{dir}/{file}"))
+        })
+        .collect();
+    for name in names.iter().filter(|name| name.ends_with(".rs")) {
+        let exists = everything.iter().any(|file| {
+            file == name
+                || file.strip_prefix("src/") == Some(name.as_str())
+                || file.ends_with(&format!("/{name}"))
+        });
+        if !exists {
+            found.push(format!(
+                "{krate}: ARCHITECTURE.md names {name}, which is no file of the crate"
+            ));
+        }
+    }
+    for name in names.iter().filter(|name| name.ends_with('/')) {
+        if !crate_dir.join("src").join(name).is_dir() && !crate_dir.join(name).is_dir() {
+            found.push(format!(
+                "{krate}: ARCHITECTURE.md names folder {name}, which does not exist"
+            ));
+        }
+    }
+    found
+}
+
+/// Every mismatch in the workspace: each `## crates/NAME` and `## xtask`
+/// section against its crate.
+fn check(workspace: &Path, architecture: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut sections = 0;
+    for section in architecture.split("\n## ").skip(1) {
+        let (heading, body) = section.split_once('\n').unwrap_or((section, ""));
+        let heading = heading.trim();
+        let dir = workspace.join(heading);
+        if !(heading.starts_with("crates/") || heading == "xtask") {
+            continue;
+        }
+        if !dir.join("Cargo.toml").is_file() {
+            found.push(format!(
+                "ARCHITECTURE.md has a section for {heading}, which is no crate"
+            ));
+            continue;
+        }
+        sections += 1;
+        found.extend(mismatches(heading, &dir, body));
+    }
+    if sections == 0 {
+        found.push("ARCHITECTURE.md has no crate sections".to_owned());
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn architecture_md_names_every_source_file_and_no_other() {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let architecture = std::fs::read_to_string(workspace.join("ARCHITECTURE.md")).unwrap();
+        let mut crates: Vec<String> = std::fs::read_dir(workspace.join("crates"))
+            .unwrap()
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.path().join("Cargo.toml").is_file())
+            .map(|entry| format!("crates/{}", entry.file_name().to_string_lossy()))
+            .collect();
+        crates.push("xtask".to_owned());
+        let mut found = check(&workspace, &architecture);
+        for krate in crates {
+            if !architecture.contains(&format!("\n## {krate}\n")) {
+                found.push(format!("ARCHITECTURE.md has no section \"## {krate}\""));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "ARCHITECTURE.md drifted from the tree:\n  {}",
+            found.join("\n  ")
+        );
+    }
+
+    #[test]
+    fn names_are_backticked_files_and_folders() {
+        assert_eq!(
+            named(
+                "`cycle.rs` (x), `run_queue/slot_claim.rs`, `xtask/src/bench/`, `src/bin/a.rs`, \
+                 `a b/`, `tick`",
+                "xtask"
+            ),
+            BTreeSet::from([
+                "bench/".to_owned(),
+                "bin/a.rs".to_owned(),
+                "cycle.rs".to_owned(),
+                "run_queue/slot_claim.rs".to_owned(),
+            ])
+        );
+    }
+}
