@@ -137,11 +137,11 @@ pub(crate) fn decode_sequence(value: i64, what: &'static str) -> Result<u64, Sto
         .map_err(|_| StoreError::corrupt(what, format!("negative sequence {value}")))
 }
 
-/// Checks a stored cycle length: 1..=4096.
+/// Checks a stored cycle length: 1..=[`statek_policy::MAX_CYCLE_LENGTH`].
 pub(crate) fn check_cycle_length(cycle_length: i32) -> Result<u32, StoreError> {
     u32::try_from(cycle_length)
         .ok()
-        .filter(|l| (1..=4096).contains(l))
+        .filter(|l| (1..=statek_policy::MAX_CYCLE_LENGTH).contains(l))
         .ok_or_else(|| {
             StoreError::corrupt(
                 "shard policy",
