@@ -21,14 +21,14 @@
 //! A row missing because retention pruned it is told apart from a lost one:
 //! a pruned row's sequence lies below the cursor and no other row holds it.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use statek_policy::SchedulerShardId;
 use uuid::Uuid;
 
 use tokio_postgres::types::Type;
 
+use crate::acknowledged_log::{lock, Acknowledged, Guard};
 use crate::lost_reservations::{
     LossEvidence, LostReservation, LostReservationAction, LostReservations,
 };
@@ -43,44 +43,6 @@ pub const RESERVATIONS_LOST_TOTAL: &str = "statek_reservations_lost_total";
 /// (each followed by a check of the recently acknowledged reservations).
 pub const TIMELINE_CHANGES_TOTAL: &str = "statek_timeline_changes_total";
 
-/// One acknowledged reservation as the ring keeps it.
-#[derive(Debug, Clone, Copy)]
-struct Acknowledged {
-    id: Uuid,
-    first: u64,
-    count: u32,
-    timeline: u32,
-}
-
-#[derive(Debug, Default)]
-struct ShardLog {
-    /// The timeline the ring was last verified on (or first filled on).
-    timeline: Option<u32>,
-    /// An acknowledgement arrived from another timeline than `timeline`:
-    /// verify before the next reservation.
-    dirty: bool,
-    ring: VecDeque<Acknowledged>,
-    halted: Option<Arc<LostReservations>>,
-}
-
-/// The per-store ring of recently acknowledged reservations, per shard.
-#[derive(Debug)]
-pub(crate) struct AcknowledgedLog {
-    capacity: usize,
-    shards: Mutex<HashMap<SchedulerShardId, ShardLog>>,
-    /// One verification at a time per store.
-    verifying: tokio::sync::Mutex<()>,
-}
-
-/// Where a reservation may go next.
-pub(crate) enum Guard {
-    /// Reserve, refusing any other timeline (`None`: no reservation
-    /// acknowledged yet, any timeline).
-    Reserve(Option<u32>),
-    /// Verify the ring first.
-    Verify,
-}
-
 /// The answer of a guarded reservation statement.
 pub(crate) enum Guarded<T> {
     /// Reserved (or replayed) on `timeline`.
@@ -94,60 +56,6 @@ pub(crate) enum Guarded<T> {
     /// Nothing tried: the server is on another timeline (`None`: in
     /// recovery).
     TimelineChanged(Option<u32>),
-}
-
-fn lock(
-    shards: &Mutex<HashMap<SchedulerShardId, ShardLog>>,
-) -> std::sync::MutexGuard<'_, HashMap<SchedulerShardId, ShardLog>> {
-    // A poisoned lock only means another thread panicked while holding
-    // it; the map itself is always consistent between statements.
-    shards
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl AcknowledgedLog {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Self {
-            capacity,
-            shards: Mutex::new(HashMap::new()),
-            verifying: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    fn guard(&self, shard: &SchedulerShardId) -> Result<Guard, StoreError> {
-        let shards = lock(&self.shards);
-        let Some(log) = shards.get(shard) else {
-            return Ok(Guard::Reserve(None));
-        };
-        if let Some(lost) = &log.halted {
-            return Err(StoreError::ReservationsLostInFailover(Box::new(
-                (**lost).clone(),
-            )));
-        }
-        if log.dirty {
-            return Ok(Guard::Verify);
-        }
-        Ok(Guard::Reserve(log.timeline))
-    }
-
-    fn acknowledge(&self, shard: &SchedulerShardId, entry: Acknowledged) {
-        let mut shards = lock(&self.shards);
-        // The hot path: the shard is known after its first reservation.
-        let log = match shards.get_mut(shard) {
-            Some(log) => log,
-            None => shards.entry(shard.clone()).or_default(),
-        };
-        match log.timeline {
-            None => log.timeline = Some(entry.timeline),
-            Some(t) if t != entry.timeline => log.dirty = true,
-            Some(_) => {}
-        }
-        if log.ring.len() == self.capacity {
-            log.ring.pop_front();
-        }
-        log.ring.push_back(entry);
-    }
 }
 
 /// The ring's entries on the current server: the id's row (a batch's
@@ -350,70 +258,5 @@ impl PgStore {
             }
         }
         Err(StoreError::ReservationsLostInFailover(Box::new(report)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shard() -> SchedulerShardId {
-        SchedulerShardId::try_from("s").unwrap()
-    }
-
-    fn entry(first: u64, timeline: u32) -> Acknowledged {
-        Acknowledged {
-            id: Uuid::now_v7(),
-            first,
-            count: 1,
-            timeline,
-        }
-    }
-
-    #[test]
-    fn the_ring_keeps_the_newest_and_asks_for_verification_on_a_timeline_change() {
-        let log = AcknowledgedLog::new(3);
-        assert!(matches!(log.guard(&shard()).unwrap(), Guard::Reserve(None)));
-        for first in 0..5 {
-            log.acknowledge(&shard(), entry(first, 1));
-        }
-        let firsts: Vec<u64> = lock(&log.shards)[&shard()]
-            .ring
-            .iter()
-            .map(|e| e.first)
-            .collect();
-        assert_eq!(firsts, [2, 3, 4]);
-        assert!(matches!(
-            log.guard(&shard()).unwrap(),
-            Guard::Reserve(Some(1))
-        ));
-        log.acknowledge(&shard(), entry(5, 2));
-        assert!(matches!(log.guard(&shard()).unwrap(), Guard::Verify));
-    }
-
-    #[test]
-    fn a_halted_shard_keeps_failing() {
-        let log = AcknowledgedLog::new(3);
-        let lost = LostReservations {
-            shard: shard(),
-            from_timeline: 1,
-            to_timeline: 2,
-            checked: 3,
-            lost: vec![LostReservation {
-                reservation_id: Uuid::nil(),
-                acknowledged_sequence: 7,
-                count: 1,
-                evidence: LossEvidence::Missing,
-            }],
-        };
-        lock(&log.shards).entry(shard()).or_default().halted = Some(Arc::new(lost));
-        let err = log.guard(&shard()).err().unwrap();
-        assert!(!err.is_retryable());
-        assert_eq!(
-            err.to_string(),
-            "1 of 3 recently acknowledged reservation(s) of shard s were lost when the server \
-             moved from timeline 1 to 2 (a failover to a standby that did not have them): \
-             00000000-0000-0000-0000-000000000000 at sequence 7 (missing);"
-        );
     }
 }

@@ -123,6 +123,7 @@
 
 #![forbid(unsafe_code)]
 
+mod acknowledged_log;
 #[cfg(feature = "baseline")]
 pub mod baseline;
 mod batch;

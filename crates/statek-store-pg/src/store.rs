@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::failover::AcknowledgedLog;
+use crate::acknowledged_log::AcknowledgedLog;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::IsolationLevel;
 
