@@ -368,8 +368,8 @@ impl PgStore {
                     }
                     let n = stored.next_sequence();
                     let open = open_gaps_into(db, &stored).await?;
-                    let seam = PolicySeam::new(from, to)
-                        .at_carrying(n, |t| open.get(t.as_str()).copied());
+                    let seam =
+                        PolicySeam::new(from, to).at_carrying(n, |t| open.get(t.as_str()).copied());
                     let columns = seam_columns(&seam)?;
                     let expected = i64::try_from(n)
                         .map_err(|_| StoreError::corrupt("shard cursor", "cursor exceeds i64"))?;

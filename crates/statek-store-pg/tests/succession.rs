@@ -669,7 +669,11 @@ async fn a_seam_after_a_shard_that_never_picked_the_tenant_carries_its_open_gap(
         .into_iter()
         .map(|t| (t, 1))
         .collect();
-    let (s1, s2, s3) = (policy("s-v1", &ten), policy("s-v2", &[("z", 1)]), policy("s-v3", &ten));
+    let (s1, s2, s3) = (
+        policy("s-v1", &ten),
+        policy("s-v2", &[("z", 1)]),
+        policy("s-v3", &ten),
+    );
     store.register(&s1).await.unwrap();
     reserve_n(&store, &s1, 19).await;
     let first = store.rollout(&s1, &s2, None).await.unwrap();
@@ -683,11 +687,24 @@ async fn a_seam_after_a_shard_that_never_picked_the_tenant_carries_its_open_gap(
         .unwrap();
     // z: last picked at s-v1's 9; s-v2 sealed at 0 (19 + 0); first in s-v3
     // at 9: positions 9 and 28.
-    assert_eq!((z.last_pick_before_seal(), z.reservations_across_seam()), (None, 19));
+    assert_eq!(
+        (z.last_pick_before_seal(), z.reservations_across_seam()),
+        (None, 19)
+    );
     // A tenant new in s-v3 is counted from the seam.
-    let k1 = second.seam().iter().find(|b| b.tenant().as_str() == "k1").unwrap();
+    let k1 = second
+        .seam()
+        .iter()
+        .find(|b| b.tenant().as_str() == "k1")
+        .unwrap();
     assert!(k1.joining());
-    assert_eq!(k1.reservations_across_seam(), k1.first_pick_after_seal() + 1);
+    assert_eq!(
+        k1.reservations_across_seam(),
+        k1.first_pick_after_seal() + 1
+    );
     // Read back fail-closed with the same carry.
-    assert_eq!(store.load_seam(s2.shard_id()).await.unwrap().seam(), second.seam());
+    assert_eq!(
+        store.load_seam(s2.shard_id()).await.unwrap().seam(),
+        second.seam()
+    );
 }

@@ -213,7 +213,11 @@ async fn a_second_seal_carries_the_open_gap_of_a_tenant_the_middle_shard_never_p
         .into_iter()
         .map(|t| (t, 1))
         .collect();
-    let (s1, s2, s3) = (policy("s-v1", &ten), policy("s-v2", &[("z", 1)]), policy("s-v3", &ten));
+    let (s1, s2, s3) = (
+        policy("s-v1", &ten),
+        policy("s-v2", &[("z", 1)]),
+        policy("s-v3", &ten),
+    );
     let source = registered(&s1).await;
     for _ in 0..19 {
         source
