@@ -3,7 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use statek_policy::{MAX_CYCLE_LENGTH, MAX_WEIGHT};
+use anyhow::{bail, Result};
+use statek_policy::{MAX_CYCLE_LENGTH, MAX_TENANTS, MAX_WEIGHT};
+
+use super::format::describe;
 
 /// The deterministic generator: splitmix64.
 pub struct SplitMix64(u64);
@@ -215,6 +218,24 @@ fn two_near_equal_heavy(rng: &mut SplitMix64) -> Vec<u32> {
     weights
 }
 
+/// An error when `family` generated a set outside the policy's limits.
+pub fn check_limits(family: &str, weights: &[u32]) -> Result<()> {
+    let length: u32 = weights.iter().sum();
+    if weights.is_empty()
+        || weights.len() > MAX_TENANTS
+        || length > MAX_CYCLE_LENGTH
+        || weights
+            .iter()
+            .any(|&weight| weight == 0 || weight > MAX_WEIGHT)
+    {
+        bail!(
+            "family {family} generated an invalid set: {}",
+            describe(weights)
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,7 +257,7 @@ mod tests {
         for (stream, family) in (0_u64..).zip(FAMILIES) {
             let mut rng = SplitMix64::new(1, stream);
             for _ in 0..50 {
-                super::super::check_limits(family.name, &(family.generate)(&mut rng)).unwrap();
+                check_limits(family.name, &(family.generate)(&mut rng)).unwrap();
             }
         }
     }

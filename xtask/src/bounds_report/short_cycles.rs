@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use statek_policy::analysis::{optimum, partitions, BoundRatio, Optimum, Tally};
 
+use super::args::{BoundsReportArgs, OPTIMUM_STEPS};
 use super::evaluate::{evaluate, Row, Timing, ALGORITHMS};
 use super::format::{describe, percent, ratio};
 use super::swrr_facts::SwrrFacts;
-use super::{BoundsReportArgs, OPTIMUM_STEPS};
 
 /// How far an algorithm missed the best possible ratio on one (set, id
 /// order) pair: factor, weights, its ratio, the best possible.
