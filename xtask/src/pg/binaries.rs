@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 
 use super::distribution::{self, copy_tree, NpmRelease};
 use super::layout::Layout;
-use super::PgMajor;
+use super::major::PgMajor;
 use crate::command;
 
 /// Where a set of binaries came from.

@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::PgMajor;
+use super::major::PgMajor;
 use crate::command;
 
 /// The npm package that ships the server binaries.

@@ -17,8 +17,8 @@ use nix::unistd::Uid;
 use sha2::{Digest, Sha256};
 
 use super::distribution::{create_dir_all_0755, hex};
+use super::major::PgMajor;
 use super::server_user::ServerUser;
-use super::PgMajor;
 use crate::workspace;
 
 /// Resolved locations for one xtask invocation.

@@ -16,6 +16,7 @@ mod cluster;
 mod commands;
 mod distribution;
 mod layout;
+mod major;
 mod pgbouncer;
 mod replication;
 mod server_user;
@@ -23,7 +24,6 @@ mod started;
 mod state;
 mod tls;
 
-use std::fmt;
 use std::fs;
 use std::time::Instant;
 
@@ -31,6 +31,7 @@ use anyhow::{Context, Result};
 
 pub use binaries::BinarySource;
 pub use commands::{start, status, stop, url};
+pub use major::PgMajor;
 pub use pgbouncer::RunningPgBouncer;
 pub use replication::{pair, ReplicaPair, Replication, STANDBY_NAME};
 pub use started::destroy_all as stop_all_started_servers;
@@ -47,36 +48,6 @@ use binaries::Binaries;
 use cluster::Cluster;
 use layout::Layout;
 use server_user::ServerUser;
-
-/// A supported PostgreSQL major version.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum PgMajor {
-    /// PostgreSQL 16.
-    #[value(name = "16")]
-    V16,
-    /// PostgreSQL 17.
-    #[value(name = "17")]
-    V17,
-}
-
-impl PgMajor {
-    /// Every supported version, newest first.
-    pub const ALL: [Self; 2] = [Self::V17, Self::V16];
-
-    /// The version number, e.g. 17.
-    pub fn number(self) -> u16 {
-        match self {
-            Self::V16 => 16,
-            Self::V17 => 17,
-        }
-    }
-}
-
-impl fmt::Display for PgMajor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.number())
-    }
-}
 
 /// `DATABASE_URL` when it is set and not empty.
 pub fn external_database_url() -> Option<String> {
