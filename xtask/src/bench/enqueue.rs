@@ -46,7 +46,7 @@ const EMPTY_RUNS: &str = "SET session_replication_role = replica;
 /// Measures every size of [`SIZES`] for `window` each.
 pub async fn run(url: &str, window: Duration) -> Result<Vec<EnqueueRow>> {
     let store = super::reserve::store(url, 2)?;
-    let client = super::connect(url).await?;
+    let client = super::connection::connect(url).await?;
     let tenants: Vec<TenantId> = (0..8)
         .map(|i| TenantId::try_from(format!("bench-enqueue-{i}").as_str()))
         .collect::<Result<_, _>>()?;

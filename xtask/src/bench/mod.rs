@@ -14,6 +14,7 @@
 //! Nothing here asserts a timing: it measures and reports.
 
 mod charts;
+mod connection;
 mod enqueue;
 mod load;
 mod plain_claimer;
@@ -26,6 +27,7 @@ mod soak;
 mod target;
 mod workloads;
 
+use connection::connect;
 use load::Until;
 
 use std::path::PathBuf;
@@ -329,16 +331,6 @@ fn bench_url(url: &str, database: &str) -> String {
     } else {
         format!("{url} dbname={database}")
     }
-}
-
-/// A plain client for `url`, with statek's reading of the URL (TLS
-/// settings included).
-pub(crate) async fn connect(url: &str) -> Result<tokio_postgres::Client> {
-    let client = statek_store_pg::StoreConfig::from_url(url)?
-        .connect_client()
-        .await
-        .with_context(|| format!("connecting to {}", pg::redact(url)))?;
-    Ok(client)
 }
 
 async fn measure(

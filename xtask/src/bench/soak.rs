@@ -77,7 +77,7 @@ pub async fn run(url: &str, minutes: u64) -> Result<Soak> {
         .iter()
         .map(|t| t.tenant().to_string())
         .collect();
-    let client = super::connect(url).await?;
+    let client = super::connection::connect(url).await?;
     let stop = CancellationToken::new();
     let top_up = {
         let stop = stop.clone();

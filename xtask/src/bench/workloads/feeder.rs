@@ -52,7 +52,7 @@ pub async fn start(
     every: Duration,
     stop: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<Result<u64>>> {
-    let client = crate::bench::connect(url).await?;
+    let client = crate::bench::connection::connect(url).await?;
     Ok(tokio::spawn(async move {
         if tenants.is_empty() {
             return Ok(0);

@@ -46,7 +46,7 @@ const WARM_UP: Duration = Duration::from_millis(500);
 /// Runs every workload and the slot rate on the server of `url` (a
 /// migrated database), `window` seconds each, labelled `setting`.
 pub async fn run(url: &str, setting: &str, window: Duration, into: &mut Workloads) -> Result<()> {
-    let client = crate::bench::connect(url).await?;
+    let client = crate::bench::connection::connect(url).await?;
     for workload in Workload::ALL {
         let policy = workload.policy()?;
         let mut sides = Vec::new();
