@@ -14,92 +14,29 @@
 //! the runs read back with their claim history (`service`), the tables
 //! (`table`), the charts, the checks (`checks`).
 
+mod args;
 mod checks;
 mod fair_side;
 mod fifo_side;
+mod lock;
 pub(crate) mod service;
+mod side;
 mod table;
 mod workload;
 
 use crate::out::outln;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use statek_policy::policy_file::PolicyFile;
 use statek_policy::{ScheduleId, TenantId, WeightedFairnessPolicy};
-use statek_scheduler::{RunError, RunHandler};
-use statek_store_pg::{PgStore, StoreConfig};
-use tokio_util::sync::CancellationToken;
+use statek_store_pg::PgStore;
 
+pub use args::DemoArgs;
+use lock::lock;
 use service::SideEvidence;
-use workload::{Arrivals, Workload};
-
-/// Options of `statek demo`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct DemoArgs {
-    /// Policy file (TOML; format in deploy/policies/README.md). Default: the
-    /// built-in copy of deploy/policies/noisy-neighbour.toml.
-    #[arg(long, value_name = "FILE")]
-    pub policy: Option<PathBuf>,
-    /// Scheduler replicas ticking the shard concurrently, each with its own pool (1..=32).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
-    pub replicas: u32,
-    /// Stop after this many reservations even if runs remain (1..=10,000,000).
-    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    pub max_reservations: u64,
-    /// Runs queued for the heaviest tenant before the replicas start (0..=1,000,000).
-    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
-    pub backlog: u32,
-    /// Directory for the PNG charts (statek against FIFO, selection gaps).
-    /// Default: `statek-demo-charts` in the current directory
-    /// (`target/statek-demo` under `cargo xtask demo`).
-    #[arg(long, value_name = "DIR")]
-    pub charts_dir: Option<PathBuf>,
-    /// Serve Prometheus metrics at this address while the demo runs
-    /// (`--metrics-addr` alone: 127.0.0.1:9464).
-    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
-    pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Runs arriving for each other tenant while the demo runs (0..=10,000).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
-    pub trickle: u32,
-    /// Milliseconds each run's handler works (sleeps), on both sides (0..=10,000).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    pub work_ms: u64,
-}
-
-/// The demo's handler, the same on both sides: it works (sleeps)
-/// `--work-ms` per run.
-#[derive(Debug, Clone)]
-struct DemoHandler {
-    work: Duration,
-}
-
-impl DemoHandler {
-    fn new(args: &DemoArgs) -> Self {
-        Self {
-            work: Duration::from_millis(args.work_ms),
-        }
-    }
-
-    async fn work(&self) {
-        if !self.work.is_zero() {
-            tokio::time::sleep(self.work).await;
-        }
-    }
-}
-
-impl RunHandler for DemoHandler {
-    async fn handle(
-        &self,
-        _run: &statek_scheduler::Run,
-        _cancel: CancellationToken,
-    ) -> Result<(), RunError> {
-        self.work().await;
-        Ok(())
-    }
-}
+use side::demo_store_config;
+use workload::Workload;
 
 /// Reads and checks the demo's policy file (before anything touches a
 /// database).
@@ -254,70 +191,6 @@ async fn prepare(args: &DemoArgs, url: &str) -> Result<PgStore> {
     Ok(admin)
 }
 
-/// Longest a side may run before the demo gives up on it.
-const SIDE_LIMIT: Duration = Duration::from_secs(600);
-
-/// Prints progress every 2 s until the trickle is over and no run of
-/// `tenants` is live (`Some(reason)`), or `stop` fires, or the workers
-/// end, or [`SIDE_LIMIT`] passes (`None`). `progress` adds to each line.
-#[allow(clippy::too_many_arguments)]
-async fn wait_until_done<R, E>(
-    admin: &PgStore,
-    tenants: &[TenantId],
-    producer: tokio::task::JoinHandle<Result<()>>,
-    tasks: &mut tokio::task::JoinSet<std::result::Result<R, E>>,
-    stop: &CancellationToken,
-    started: Instant,
-    arrivals: &Arrivals,
-    progress: impl Fn() -> String,
-) -> Result<Option<String>>
-where
-    R: 'static,
-    E: 'static,
-    anyhow::Error: From<E>,
-{
-    let mut producer = Some(producer);
-    let mut last_report = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if producer.as_ref().is_some_and(|p| p.is_finished()) {
-            if let Some(p) = producer.take() {
-                p.await.context("trickle task")??;
-            }
-        }
-        if last_report.elapsed() >= Duration::from_secs(2) {
-            let live = admin.count_live_runs_of(tenants).await?;
-            let total = lock(arrivals).len();
-            let extra = progress();
-            outln!(
-                "  {:>5.1} s: {}{}/{total} runs not yet done",
-                started.elapsed().as_secs_f64(),
-                if extra.is_empty() {
-                    String::new()
-                } else {
-                    format!("{extra}, ")
-                },
-                live
-            )?;
-            last_report = Instant::now();
-        }
-        if tasks.is_empty() || stop.is_cancelled() || started.elapsed() > SIDE_LIMIT {
-            stop.cancel();
-            break;
-        }
-        if producer.is_none() && admin.count_live_runs_of(tenants).await? == 0 {
-            return Ok(Some("every run was executed".to_owned()));
-        }
-        if let Some(result) = tasks.try_join_next() {
-            result.context("worker task")??;
-        }
-    }
-    if let Some(p) = producer {
-        p.await.context("trickle task")??;
-    }
-    Ok(None)
-}
-
 /// Writes the PNG charts (failures are reported, not fatal).
 fn write_charts(
     args: &DemoArgs,
@@ -365,17 +238,4 @@ fn report_checks(checks: &[checks::Check]) -> Result<()> {
     }
     outln!("demo: all {} checks passed", checks.len())?;
     Ok(())
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A demo store: 4 connections, and a durability check that reports
-/// without refusing (the demo's throw-away cluster is fast, not durable;
-/// production stores keep the default, which refuses).
-fn demo_store_config(url: &str) -> Result<StoreConfig> {
-    Ok(StoreConfig::from_url(url)?
-        .pool_size(4)?
-        .durability_policy(statek_store_pg::DurabilityPolicy::AllowNoDurability))
 }

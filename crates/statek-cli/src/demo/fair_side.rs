@@ -16,8 +16,10 @@ use statek_scheduler::{
 use statek_store_pg::{PgStore, Reservation};
 use tokio_util::sync::CancellationToken;
 
+use super::args::DemoArgs;
+use super::lock::lock;
+use super::side::{demo_store_config, wait_until_done, DemoHandler};
 use super::workload::{self, Arrivals, Workload};
-use super::{lock, wait_until_done, DemoArgs, DemoHandler};
 use crate::out::outln;
 
 type Scheduler = DurableFairScheduler<PgRunQueueExecutor<DemoHandler>>;
@@ -43,7 +45,7 @@ async fn register_replicas(
 ) -> Result<Vec<Arc<Scheduler>>> {
     let mut replicas = Vec::new();
     for i in 0..args.replicas {
-        let store = PgStore::new(super::demo_store_config(url)?)?;
+        let store = PgStore::new(demo_store_config(url)?)?;
         let executor = PgRunQueueExecutor::new(
             store.clone(),
             DemoHandler::new(args),

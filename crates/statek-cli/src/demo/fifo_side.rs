@@ -18,8 +18,9 @@ use statek_store_pg::{PgStore, StoreError};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::args::DemoArgs;
+use super::side::{demo_store_config, wait_until_done, DemoHandler};
 use super::workload::{self, Arrivals, Workload};
-use super::{wait_until_done, DemoArgs, DemoHandler};
 use crate::out::outln;
 
 /// Pause after a claim that found nothing (the baseline does not listen
@@ -75,7 +76,7 @@ pub async fn run(
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..args.replicas {
-        let queue = PlainFifoQueue::new(PgStore::new(super::demo_store_config(url)?)?);
+        let queue = PlainFifoQueue::new(PgStore::new(demo_store_config(url)?)?);
         tasks.spawn(worker(queue, DemoHandler::new(args), stop.clone()));
     }
     let producer = workload::start_trickle(

@@ -11,6 +11,8 @@ use statek_store_pg::{NewRun, PgStore};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::lock::lock;
+
 /// Time between two trickled runs (round robin over the small tenants).
 pub const TRICKLE_EVERY: Duration = Duration::from_millis(20);
 
@@ -96,7 +98,7 @@ pub async fn enqueue_backlog(
             .enqueue(&NewRun::new(tenant.clone(), Vec::new()))
             .await?;
         last = Some(run.enqueued_at);
-        super::lock(arrivals).push(Arrival {
+        lock(arrivals).push(Arrival {
             run_id: run.run_id,
             tenant: tenant.clone(),
             cursor_at_enqueue: cursor,
@@ -131,7 +133,7 @@ pub fn start_trickle(
                 let run = store
                     .enqueue(&NewRun::new(tenant.clone(), Vec::new()))
                     .await?;
-                super::lock(&arrivals).push(Arrival {
+                lock(&arrivals).push(Arrival {
                     run_id: run.run_id,
                     tenant: tenant.clone(),
                     cursor_at_enqueue: cursor,
