@@ -103,6 +103,32 @@ async fn a_worker_listens_again_after_its_notification_link_goes_silent() {
     })
     .await
     .expect("the worker listens again");
+    // Connected is not listening yet: wait until a listener backend other
+    // than the frozen one has run its LISTEN (its first statement; later
+    // only the empty link probe runs, and a backend that ran nothing has no
+    // query_start). Enqueued before that, the notification would be lost
+    // and the probe, not the notification, would find the run.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let listening: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = $1 AND application_name = $2
+                       AND query_start IS NOT NULL
+                       AND (query LIKE 'LISTEN%' OR query = '')",
+                    &[&db.name(), &LISTENER],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if listening >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the new connection runs LISTEN");
 
     store
         .enqueue(&NewRun::new(
