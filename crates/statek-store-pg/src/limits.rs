@@ -266,29 +266,7 @@ impl PgStore {
         tenant: &TenantId,
         limits: &TenantLimits,
     ) -> Result<StoredTenantLimits, StoreError> {
-        let cap = limits
-            .max_running
-            .map(|c| i32::try_from(c).unwrap_or(i32::MAX));
-        let claims = limits
-            .rate
-            .map(|r| i32::try_from(r.claims).unwrap_or(i32::MAX));
-        let window_ms = limits.rate.map(|r| r.window_ms());
-        let row = self
-            .with_response_timeout(async |db: &Db<'_>| {
-                Ok(db
-                    .query_one(
-                        UPSERT_LIMITS,
-                        &[
-                            (&tenant.as_str(), Type::TEXT),
-                            (&cap, Type::INT4),
-                            (&claims, Type::INT4),
-                            (&window_ms, Type::INT4),
-                        ],
-                    )
-                    .await?)
-            })
-            .await?;
-        decode(&row)
+        self.write_limits(UPSERT_LIMITS, tenant, limits).await
     }
 
     /// Merges into `tenant`'s limits: a cap or rate given replaces the
@@ -307,18 +285,29 @@ impl PgStore {
     ) -> Result<StoredTenantLimits, StoreError> {
         // Validates the values given (at least one, each in range).
         let given = TenantLimits::new(max_running, rate)?;
-        let cap = given
+        self.write_limits(MERGE_LIMITS, tenant, &given).await
+    }
+
+    /// One limits statement (`UPSERT_LIMITS` or `MERGE_LIMITS`: tenant,
+    /// cap, claims, window in ms), the stored row decoded.
+    async fn write_limits(
+        &self,
+        sql: &'static str,
+        tenant: &TenantId,
+        limits: &TenantLimits,
+    ) -> Result<StoredTenantLimits, StoreError> {
+        let cap = limits
             .max_running
             .map(|c| i32::try_from(c).unwrap_or(i32::MAX));
-        let claims = given
+        let claims = limits
             .rate
             .map(|r| i32::try_from(r.claims).unwrap_or(i32::MAX));
-        let window_ms = given.rate.map(|r| r.window_ms());
+        let window_ms = limits.rate.map(|r| r.window_ms());
         let row = self
             .with_response_timeout(async |db: &Db<'_>| {
                 Ok(db
                     .query_one(
-                        MERGE_LIMITS,
+                        sql,
                         &[
                             (&tenant.as_str(), Type::TEXT),
                             (&cap, Type::INT4),

@@ -106,9 +106,9 @@ async fn migrate_on(
         // EXISTS needs the CREATE privilege on the database even when
         // the schema exists, which an owner role need not have.
         let missing: bool = client
-            .query_one("SELECT to_regnamespace('statek') IS NULL", &[])
+            .query_one("SELECT to_regnamespace('statek') IS NULL AS missing", &[])
             .await?
-            .try_get(0)?;
+            .try_get("missing")?;
         if missing {
             client.batch_execute("CREATE SCHEMA statek").await?;
         }

@@ -45,9 +45,9 @@ pub(crate) const PRUNE_BATCH: &str = "
         WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
         RETURNING 1
     )
-    SELECT (SELECT observed_at FROM clock),
-           (SELECT cutoff FROM clock),
-           (SELECT count(*) FROM deleted)";
+    SELECT (SELECT observed_at FROM clock) AS observed_at,
+           (SELECT cutoff FROM clock) AS cutoff,
+           (SELECT count(*) FROM deleted) AS deleted";
 
 /// How long reservation rows are kept as evidence, and how many one prune
 /// transaction may delete.
@@ -137,10 +137,10 @@ impl PgStore {
                             &[(&retain_secs, Type::FLOAT8), (&batch, Type::INT8)],
                         )
                         .await?;
-                    let deleted: i64 = row.try_get(2)?;
+                    let deleted: i64 = row.try_get("deleted")?;
                     Ok(PruneReport {
-                        observed_at: row.try_get(0)?,
-                        cutoff: row.try_get(1)?,
+                        observed_at: row.try_get("observed_at")?,
+                        cutoff: row.try_get("cutoff")?,
                         deleted: u64::try_from(deleted).unwrap_or(0),
                     })
                 },

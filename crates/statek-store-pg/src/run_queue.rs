@@ -175,7 +175,7 @@ const CLAIM_RUN: &str = concat!(
 const PROBE_CLAIMABLE: &str = concat!(
     "SELECT (SELECT true FROM statek.runs CROSS JOIN (SELECT $2::timestamptz AS t) AS now WHERE ",
     claimable!(),
-    " ORDER BY priority DESC, available_at, queue_seq LIMIT 1) IS NOT NULL"
+    " ORDER BY priority DESC, available_at, queue_seq LIMIT 1) IS NOT NULL AS claimable"
 );
 
 /// Is any run of the tenants $1 claimable now, limits included? One
@@ -187,7 +187,7 @@ const PROBE_CLAIMABLE: &str = concat!(
 const ANY_CLAIMABLE: &str = concat!(
     "
     WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-    SELECT count(found.run_id) > 0
+    SELECT count(found.run_id) > 0 AS claimable
     FROM unnest($1::text[]) AS wanted(tenant_id) CROSS JOIN now
     LEFT JOIN statek.tenant_limits AS l ON l.tenant_id = wanted.tenant_id
     CROSS JOIN LATERAL (
@@ -257,11 +257,11 @@ const FAIL_RUN: &str = "
     SELECT state, available_at FROM failed";
 
 const COUNT_LIVE_RUNS_OF: &str = "
-    SELECT count(*) FROM statek.runs
+    SELECT count(*) AS live FROM statek.runs
     WHERE state IN ('available', 'running') AND tenant_id = ANY($1)";
 
 const COUNT_LIVE_RUNS: &str = "
-    SELECT count(*) FROM statek.runs WHERE state IN ('available', 'running')";
+    SELECT count(*) AS live FROM statek.runs WHERE state IN ('available', 'running')";
 
 /// A run to enqueue for one tenant.
 #[derive(Debug, Clone)]
@@ -561,8 +561,8 @@ impl PgStore {
             if let Some(row) = inserted {
                 return Ok(EnqueuedRun {
                     run_id,
-                    enqueued_at: row.try_get(0)?,
-                    available_at: row.try_get(1)?,
+                    enqueued_at: row.try_get("enqueued_at")?,
+                    available_at: row.try_get("available_at")?,
                     deduplicated: false,
                 });
             }
@@ -630,8 +630,8 @@ impl PgStore {
             .map(|row| {
                 Ok(ExpiredRun {
                     lease: RunLease {
-                        run_id: row.try_get(0)?,
-                        token: row.try_get(1)?,
+                        run_id: row.try_get("run_id")?,
+                        token: row.try_get("lease_token")?,
                     },
                 })
             })
@@ -706,7 +706,7 @@ impl PgStore {
                         ],
                     )
                     .await?
-                    .try_get(0)?;
+                    .try_get("claimable")?;
                 return Ok(if exists && allowed < 1 {
                     ClaimOutcome::Limited
                 } else if exists {
@@ -750,7 +750,7 @@ impl PgStore {
                 .ok_or(StoreError::LeaseLost {
                     run_id: held.run_id,
                 })?;
-            Ok(row.try_get(0)?)
+            Ok(row.try_get("lease_expires_at")?)
         })
         .await
     }
@@ -812,12 +812,12 @@ impl PgStore {
                 .ok_or(StoreError::LeaseLost {
                     run_id: held.run_id,
                 })?;
-            let state: String = row.try_get(0)?;
+            let state: String = row.try_get("state")?;
             Ok(if state == "failed" {
                 FailOutcome::Failed
             } else {
                 FailOutcome::Retrying {
-                    available_at: row.try_get(1)?,
+                    available_at: row.try_get("available_at")?,
                 }
             })
         })
@@ -836,7 +836,7 @@ impl PgStore {
             Ok(db
                 .query_one(ANY_CLAIMABLE, &[(&ids, Type::TEXT_ARRAY)])
                 .await?
-                .try_get(0)?)
+                .try_get("claimable")?)
         })
         .await
     }
@@ -852,7 +852,7 @@ impl PgStore {
                 Ok(db
                     .query_one(COUNT_LIVE_RUNS_OF, &[(&ids, Type::TEXT_ARRAY)])
                     .await?
-                    .try_get(0)?)
+                    .try_get("live")?)
             })
             .await?;
         Ok(u64::try_from(count).unwrap_or(0))
@@ -865,7 +865,7 @@ impl PgStore {
     pub async fn count_live_runs(&self) -> Result<u64, StoreError> {
         let count: i64 = self
             .with_response_timeout(async |db: &Db<'_>| {
-                Ok(db.query_one(COUNT_LIVE_RUNS, &[]).await?.try_get(0)?)
+                Ok(db.query_one(COUNT_LIVE_RUNS, &[]).await?.try_get("live")?)
             })
             .await?;
         Ok(u64::try_from(count).unwrap_or(0))

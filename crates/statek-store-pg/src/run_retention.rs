@@ -61,7 +61,7 @@ const PRUNE_RUNS: &str = "DELETE FROM statek.runs WHERE run_id = ANY ($1)";
 
 /// Finished runs past this many seconds `$1` that pruning could delete now.
 const COUNT_PRUNABLE: &str = "
-    SELECT count(*) FROM statek.runs AS r
+    SELECT count(*) AS prunable FROM statek.runs AS r
     WHERE r.state IN ('completed', 'failed', 'cancelled')
       AND r.finished_at < now() - make_interval(secs => $1)";
 
@@ -189,7 +189,7 @@ impl PgStore {
                 Ok(db
                     .query_one(COUNT_PRUNABLE, &[(&secs, Type::FLOAT8)])
                     .await?
-                    .try_get(0)?)
+                    .try_get("prunable")?)
             })
             .await?;
         Ok(u64::try_from(count).unwrap_or(0))

@@ -49,7 +49,7 @@ const SHARD_STATUS: &str = "
              WHERE shard_id = $1 AND reserved_at < now() - make_interval(secs => $2)) AS past_retention";
 
 const SELECT_OLDEST: &str = "
-    SELECT min(reserved_at) FROM statek.scheduler_reservations WHERE shard_id = $1";
+    SELECT min(reserved_at) AS oldest FROM statek.scheduler_reservations WHERE shard_id = $1";
 
 const SELECT_SHARD: &str = "
     SELECT policy_bytes, policy_digest, cycle_length, cycle_digest, next_sequence, registered_at,
@@ -392,7 +392,7 @@ impl PgStore {
                         )
                         .await?;
                     if let Some(row) = inserted {
-                        return Ok(Bound::Inserted(row.try_get(0)?));
+                        return Ok(Bound::Inserted(row.try_get("registered_at")?));
                     }
                     // The shard exists (possibly inserted by a concurrent
                     // caller that has committed by now: ON CONFLICT waited
@@ -483,7 +483,7 @@ impl PgStore {
             .ok_or_else(|| StoreError::UnknownShard {
                 shard: shard.clone(),
             })?;
-        let next: i64 = row.try_get(0)?;
+        let next: i64 = row.try_get("next_sequence")?;
         u64::try_from(next).map_err(|_| {
             StoreError::corrupt(
                 "shard cursor",
@@ -504,7 +504,7 @@ impl PgStore {
             Ok(db
                 .query_one(SELECT_OLDEST, &[(&shard.as_str(), Type::TEXT)])
                 .await?
-                .try_get(0)?)
+                .try_get("oldest")?)
         })
         .await
     }

@@ -62,3 +62,50 @@ fn store_calls_go_through_the_wrappers() {
         offenders.join("\n")
     );
 }
+
+/// Rows are read by column name (STYLE 17): no `try_get(<index>)` or
+/// `get(<index>)` anywhere under `src/`, so a reordered SELECT list can
+/// never read one column as another.
+#[test]
+fn rows_are_read_by_column_name() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offenders = Vec::new();
+    let mut folders = vec![src.clone()];
+    let mut checked = 0;
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            checked += 1;
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (number, line) in text.lines().enumerate() {
+                for call in ["try_get(", ".get("] {
+                    let mut rest = line;
+                    while let Some(at) = rest.find(call) {
+                        rest = &rest[at + call.len()..];
+                        if rest.starts_with(|c: char| c.is_ascii_digit()) {
+                            offenders.push(format!(
+                                "{}:{}: {}",
+                                path.display(),
+                                number + 1,
+                                line.trim()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} files found under src/");
+    assert!(
+        offenders.is_empty(),
+        "rows read by index:\n{}",
+        offenders.join("\n")
+    );
+}

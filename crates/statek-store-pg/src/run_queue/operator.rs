@@ -71,7 +71,7 @@ const COUNT_RUNS: &str = "
     FROM statek.runs GROUP BY tenant_id, state ORDER BY tenant_id, state";
 
 const OLDEST_FINISHED: &str = "
-    SELECT min(finished_at) FROM statek.runs
+    SELECT min(finished_at) AS oldest FROM statek.runs
     WHERE state IN ('completed', 'failed', 'cancelled')";
 
 /// A run's state.
@@ -363,7 +363,10 @@ impl PgStore {
     /// Connection and server errors.
     pub async fn oldest_finished_run(&self) -> Result<Option<SystemTime>, StoreError> {
         self.with_response_timeout(async |db: &Db<'_>| {
-            Ok(db.query_one(OLDEST_FINISHED, &[]).await?.try_get(0)?)
+            Ok(db
+                .query_one(OLDEST_FINISHED, &[])
+                .await?
+                .try_get("oldest")?)
         })
         .await
     }
