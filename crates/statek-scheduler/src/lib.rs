@@ -78,6 +78,7 @@ mod memory_queue;
 mod memory_reservations;
 pub mod metrics;
 mod monitor;
+mod monitor_options;
 mod options;
 mod outcome;
 mod pg_executor;
@@ -87,6 +88,7 @@ mod reservation_source;
 mod scheduler;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tick_outcome;
 mod worker;
 
 pub use batch::{claim_and_run, BatchSlot, RunPermit, RunPool, SlotBatch, SlotStart};
@@ -109,7 +111,8 @@ pub use outcome::{ExecutedRun, TenantTickOutcome};
 pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor};
 pub use reservation::Reservation;
 pub use reservation_source::{ReservationSource, SourceShard, Succession};
-pub use scheduler::{DurableFairScheduler, TickOutcome};
+pub use scheduler::DurableFairScheduler;
+pub use tick_outcome::TickOutcome;
 pub use worker::{Worker, WorkerOptions, WorkerReport, DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
 
 /// The README's library example, compiled as a doctest so it cannot rot.

@@ -16,6 +16,7 @@ use crate::options::SchedulerOptions;
 use crate::outcome::TenantTickOutcome;
 use crate::reservation::Reservation;
 use crate::reservation_source::{ReservationSource, SourceShard};
+use crate::tick_outcome::{tenant_of, TickOutcome};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -26,44 +27,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug, thiserror::Error)]
 #[error("slot abandoned: {0}")]
 struct SlotAbandoned(String);
-
-/// What one tick did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TickOutcome {
-    reservation: Reservation,
-    tenant: TenantId,
-    starvation_bound: TenantStarvationBound,
-    retries: u32,
-    tenant_outcome: TenantTickOutcome,
-}
-
-impl TickOutcome {
-    /// The reservation (id, sequence, slot, reserved_at) this tick consumed.
-    pub fn reservation(&self) -> &Reservation {
-        &self.reservation
-    }
-
-    /// The tenant the slot belongs to.
-    pub fn tenant(&self) -> &TenantId {
-        &self.tenant
-    }
-
-    /// The tenant's starvation bound under the shard's policy (reservations).
-    pub fn starvation_bound(&self) -> &TenantStarvationBound {
-        &self.starvation_bound
-    }
-
-    /// Reservation retries after transient store errors (0 when the first
-    /// attempt succeeded).
-    pub fn retries(&self) -> u32 {
-        self.retries
-    }
-
-    /// What the tenant's executor did with the slot.
-    pub fn tenant_outcome(&self) -> &TenantTickOutcome {
-        &self.tenant_outcome
-    }
-}
 
 /// A scheduler replica for one shard: every [`tick`](Self::tick) reserves
 /// the shard's next global slot from its [`ReservationSource`] (by default
@@ -808,45 +771,6 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             }
         }
     }
-}
-
-/// The tenant and bound of a slot reserved on `policy`'s shard, after
-/// checking, fail-closed, that the reservation agrees with the local
-/// cycle: the policy's one mapping ([`WeightedFairnessPolicy::pick`])
-/// gives the slot, the tenant index stored in the cycle, and the bound by
-/// that index.
-fn tenant_of(
-    policy: &WeightedFairnessPolicy,
-    reservation: &Reservation,
-    retries: u32,
-) -> Result<(TenantId, TenantStarvationBound), SchedulerError> {
-    let sequence = reservation.sequence();
-    let slot = reservation.slot();
-    let local_length = policy.cycle_length();
-    let pick = policy
-        .pick(sequence)
-        .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })?;
-    if reservation.shard() != policy.shard_id()
-        || reservation.cycle_length() != local_length
-        || slot != pick.slot()
-    {
-        // Fail closed: never run a tenant for a slot the local cycle
-        // does not agree with.
-        return Err(SchedulerError::Store {
-            source: StoreError::CorruptData {
-                what: "reservation",
-                detail: format!(
-                    "sequence {sequence} slot {slot} under stored L = {} disagrees with the local cycle L = {local_length}",
-                    reservation.cycle_length()
-                ),
-            },
-            retries,
-        });
-    }
-    let bound = policy
-        .starvation_bound_at(pick.tenant_index())
-        .ok_or(SchedulerError::SlotOutOfRange { sequence, slot })?;
-    Ok((pick.tenant().clone(), bound))
 }
 
 impl<E> DurableFairScheduler<E, PgStore> {

@@ -8,3 +8,4 @@
 //! always built.
 
 pub mod conformance;
+mod harness;

@@ -17,7 +17,8 @@ use crate::error::SchedulerError;
 use crate::executor::TenantExecutor;
 use crate::outcome::TenantTickOutcome;
 use crate::reservation_source::ReservationSource;
-use crate::scheduler::{DurableFairScheduler, TickOutcome};
+use crate::scheduler::DurableFairScheduler;
+use crate::tick_outcome::TickOutcome;
 
 /// Pause before listening again after the notification connection failed,
 /// doubling from the first to the second value between attempts.
