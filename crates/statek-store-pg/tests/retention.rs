@@ -158,7 +158,10 @@ async fn two_concurrent_pruners_delete_each_row_exactly_once() {
     };
     let (a, b) = tokio::join!(pruner(db.store()), pruner(db.store()));
     assert_eq!(a.0 + b.0, 10_000, "pruner a {a:?}, pruner b {b:?}");
-    assert_eq!(a.1 + b.1, 20);
+    // 20 full batches is the least; a pruner whose candidates were locked
+    // or deleted by the other one in the same moment deletes a short batch,
+    // so the count of batches is not fixed under concurrency (CI saw 21).
+    assert!(a.1 + b.1 >= 20, "pruner a {a:?}, pruner b {b:?}");
     let client = db.client().await;
     let left: Vec<i64> = client
         .query(
