@@ -28,11 +28,62 @@ pub const TEST_DATABASE_URL_ENV: &str = "STATEK_TEST_DATABASE_URL";
 /// it. `cargo xtask test` starts one and sets it.
 pub const TEST_PGBOUNCER_URL_ENV: &str = "STATEK_TEST_PGBOUNCER_URL";
 
-/// A database created for one test.
+/// Environment variable that keeps every test database (set to any
+/// value): by default a test database is dropped when its test passes and
+/// kept, with its name on standard error, when the test fails.
+pub const TEST_KEEP_DATABASES_ENV: &str = "STATEK_TEST_KEEP_DATABASES";
+
+/// A database created for one test. Clones share it; when the last clone
+/// goes away at the end of a passing test, the database is dropped
+/// (`DROP DATABASE ... WITH (FORCE)`), so a suite run against a long-lived
+/// server does not pile up databases. A failing (panicking) test keeps its
+/// database for inspection and names it on standard error.
 #[derive(Debug, Clone)]
 pub struct TestDatabase {
     name: String,
     config: tokio_postgres::Config,
+    _dropper: Arc<DropAtLastUse>,
+}
+
+/// Drops the database when the last [`TestDatabase`] clone is dropped.
+#[derive(Debug)]
+struct DropAtLastUse {
+    name: String,
+    admin: StoreConfig,
+}
+
+impl Drop for DropAtLastUse {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("statek test database {} kept for inspection", self.name);
+            return;
+        }
+        if std::env::var_os(TEST_KEEP_DATABASES_ENV).is_some() {
+            return;
+        }
+        let (name, admin) = (self.name.clone(), self.admin.clone());
+        // A runtime of its own on a thread of its own: this may run inside
+        // the test's runtime, which cannot be blocked on from within.
+        let dropped = std::thread::spawn(move || -> Result<(), String> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let client = admin.connect_client().await.map_err(|e| chain(&e))?;
+                client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await
+                    .map_err(|e| chain(&e))
+            })
+        })
+        .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("statek test database {} not dropped: {e}", self.name),
+            Err(_) => eprintln!("statek test database {} not dropped", self.name),
+        }
+    }
 }
 
 impl TestDatabase {
@@ -66,7 +117,15 @@ impl TestDatabase {
         drop(client);
         let mut config = admin.pg_config().clone();
         config.dbname(&name);
-        Self { name, config }
+        let dropper = Arc::new(DropAtLastUse {
+            name: name.clone(),
+            admin,
+        });
+        Self {
+            name,
+            config,
+            _dropper: dropper,
+        }
     }
 
     /// Creates a database and applies all migrations.
