@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
@@ -154,7 +155,12 @@ async fn handler_failures_are_reported_and_retried_later() {
         .enqueue(&NewRun::new(a.clone(), vec![]).max_attempts(3))
         .await
         .unwrap();
-    let executor = PgRunQueueExecutor::new(store.clone(), Fail, ExecutorOptions::new());
+    // A backoff far longer than the test: the retry is later, however
+    // slow the machine.
+    let options = ExecutorOptions::new()
+        .retry_backoff(Duration::from_secs(600), Duration::from_secs(600))
+        .unwrap();
+    let executor = PgRunQueueExecutor::new(store.clone(), Fail, options);
     let scheduler =
         DurableFairScheduler::register(store.clone(), p, executor, SchedulerOptions::new())
             .await
@@ -168,7 +174,7 @@ async fn handler_failures_are_reported_and_retried_later() {
         }
         other => panic!("expected ExecutionFailed, got {other:?}"),
     }
-    // Backing off (1 s by default): the next slot finds the tenant idle.
+    // Backing off: the next slot finds the tenant idle.
     assert_eq!(
         scheduler.tick(&shutdown).await.unwrap().tenant_outcome(),
         &TenantTickOutcome::Idle

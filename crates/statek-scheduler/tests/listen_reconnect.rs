@@ -53,7 +53,9 @@ async fn a_worker_listens_again_after_its_notification_link_goes_silent() {
     let store = PgStore::new(
         statek_store_pg::testing::test_store_config(db.pg_config().clone())
             .direct_pg_config(through_relay)
-            .response_timeout(Duration::from_secs(2))
+            // Long enough that a loaded machine's slow answer on the new
+            // link is not taken for a second dead link.
+            .response_timeout(Duration::from_secs(5))
             .unwrap()
             .listen_probe_interval(Duration::from_millis(200))
             .unwrap(),

@@ -229,12 +229,17 @@ async fn after_the_grace_running_handlers_are_cancelled_and_released() {
 async fn heartbeats_keep_a_long_run_from_being_claimed_twice() {
     let db = TestDatabase::create().await;
     let store = db.store();
+    // Work for two leases, heartbeats every 1/15 of a lease: only a stall
+    // of most of a lease (over 2 s) could let the lease lapse on a loaded
+    // machine, and the test is about the heartbeat, not the margin.
     let handler = Sleepy {
-        work: Duration::from_millis(2500),
+        work: Duration::from_secs(6),
         ..Sleepy::default()
     };
     let lease = ExecutorOptions::new()
-        .lease(Duration::from_secs(1))
+        .lease(Duration::from_secs(3))
+        .unwrap()
+        .heartbeat_every(Some(Duration::from_millis(200)))
         .unwrap();
     let first = scheduler(&store, handler, lease).await;
     let second = scheduler(&db.store(), Sleepy::default(), lease).await;
@@ -906,8 +911,10 @@ impl TenantExecutor for SlowSecondClaim {
                         return Ok(vec![statek_scheduler::SlotStart::Claimed(())]);
                     }
                     if call == 1 {
+                        // Generous: a correct Worker finishes the 10 ms
+                        // run at once; only a broken one waits it out.
                         let finished = tokio::time::timeout(
-                            Duration::from_secs(3),
+                            Duration::from_secs(30),
                             self.run_finished.notified(),
                         )
                         .await

@@ -596,7 +596,7 @@ async fn a_lost_commit_acknowledgement_replays_as_already_recorded() {
 
 /// Waits until `n` backends of the test database wait for a lock.
 async fn until_waiting(client: &tokio_postgres::Client, db: &TestDatabase, n: i64) {
-    for _ in 0..500 {
+    for _ in 0..6_000 {
         let waiting: i64 = client
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
@@ -141,7 +142,21 @@ async fn reserve_replays_the_original_reservation() {
 #[tokio::test]
 async fn concurrent_reservations_form_one_contiguous_sequence() {
     let db = TestDatabase::create().await;
-    let store = PgStore::new(db.store_config().pool_size(16).unwrap()).unwrap();
+    // 200 calls queue for 16 connections and one shard row: the last ones
+    // wait for all before them, far longer than the default 5 s pool wait
+    // and lock wait on a loaded machine.
+    let store = PgStore::new(
+        db.store_config()
+            .pool_size(16)
+            .unwrap()
+            .wait_timeout(Duration::from_secs(60))
+            .unwrap()
+            .lock_timeout(Duration::from_secs(60))
+            .unwrap()
+            .statement_timeout(Duration::from_secs(60))
+            .unwrap(),
+    )
+    .unwrap();
     let p = policy(
         "primary-v1",
         &[("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 3)],

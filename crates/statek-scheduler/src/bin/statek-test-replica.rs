@@ -15,7 +15,7 @@
 //! scheduler in a loop (`tick` for k = 1, else `tick_batch(k)`), following
 //! rollouts, and prints one line per slot: `tick <shard> <sequence>
 //! <tenant> <outcome>`, or `error <message>` for a failed tick. Runs
-//! complete at once.
+//! complete at once, under a 30 s lease.
 
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
@@ -70,13 +70,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         statek_store_pg::StoreConfig::from_url(&url)?
             .durability_policy(statek_store_pg::DurabilityPolicy::AllowNoDurability),
     )?;
-    let options = ExecutorOptions::new().lease(Duration::from_secs(1))?;
+    // The Worker mode's 1 s lease lets the multi-process tests see a hung
+    // run re-claimed soon; the ticks mode's runs complete at once, and a
+    // 30 s lease keeps a stalled replica from losing one to another.
+    let ticks = std::env::args().nth(2).as_deref() == Some("ticks");
+    let lease = Duration::from_secs(if ticks { 30 } else { 1 });
+    let options = ExecutorOptions::new().lease(lease)?;
     let executor = PgRunQueueExecutor::new(store.clone(), Handler, options);
     let scheduler = Arc::new(
         DurableFairScheduler::register(store.clone(), policy()?, executor, SchedulerOptions::new())
             .await?,
     );
-    if std::env::args().nth(2).as_deref() == Some("ticks") {
+    if ticks {
         let k: u32 = std::env::args()
             .nth(3)
             .ok_or("ticks needs a batch size")?
