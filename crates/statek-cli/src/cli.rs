@@ -1,6 +1,6 @@
 //! Command-line definitions and dispatch.
 
-use crate::out::{out, print_json, Format};
+use crate::out::{emit, Format};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -320,13 +320,7 @@ pub fn run(cli: Cli) -> Result<()> {
         }) => {
             let policy = policy_cmd::load(&file)?;
             let compiled = policy_cmd::compile(&file.display().to_string(), &policy, show_cycle);
-            match format {
-                Format::Json => print_json(&compiled),
-                Format::Text => {
-                    out!("{}", policy_cmd::compile_text(&compiled))?;
-                    Ok(())
-                }
-            }
+            emit(&compiled, format)
         }
         Command::Policy(PolicyCommand::Diff {
             old,
@@ -360,13 +354,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     .into())
                 }
             };
-            match format {
-                Format::Json => print_json(&diff),
-                Format::Text => {
-                    out!("{}", policy_cmd::diff_text(&diff))?;
-                    Ok(())
-                }
-            }
+            emit(&diff, format)
         }
         Command::Policy(PolicyCommand::Verify {
             file,
@@ -384,11 +372,12 @@ pub fn run(cli: Cli) -> Result<()> {
             db,
         } => {
             let plan = rollout_cmd::RolloutPlan::load(&from, &to)?;
-            if dry_run {
-                plan.dry_run(format)
+            let report = if dry_run {
+                plan.dry_run()
             } else {
-                runtime()?.block_on(plan.run(format, &db))
-            }
+                runtime()?.block_on(plan.run(&db))?
+            };
+            emit(&report, format)
         }
         Command::Roles(RolesCommand::Apply {
             owner,

@@ -1,8 +1,20 @@
-//! Standard output for every command: the output [`Format`] a command is
-//! asked for, and each print goes through [`write_stdout`], which turns a
-//! closed pipe (`EPIPE`, e.g. `statek status | head -1`) into the typed
-//! [`StdoutClosed`] instead of a panic. The binary ends quietly with exit 0
-//! on it (see `exit.rs`). Below `cli.rs` and every command module.
+//! Standard output for every command. A command does its work and returns
+//! a value that implements [`Report`]; the dispatcher (`cli.rs`) hands it
+//! to [`emit`] with the [`Format`] the command was asked for, once per
+//! command. [`emit`] renders the whole report (one pretty JSON document,
+//! or the report's text) and writes it through [`write_stdout`], which
+//! turns a closed pipe (`EPIPE`, e.g. `statek status | head -1`) into the
+//! typed [`StdoutClosed`] instead of a panic. The binary ends quietly with
+//! exit 0 on it (see `exit.rs`). Below `cli.rs` and every command module.
+//!
+//! A command whose report is also a failure (`policy verify` of another
+//! policy, a failed demo check) returns the report and its error
+//! separately: the report is written first, then the error ends the
+//! command. Progress (prune's batches) goes to standard error while the
+//! command runs. The one exception is the demo, which runs for tens of
+//! seconds and streams its progress lines to standard output with
+//! [`outln!`] as it goes; its tables, charts and checks at the end are a
+//! [`Report`] like every other command's.
 
 use std::fmt;
 use std::io::{ErrorKind, Write};
@@ -15,6 +27,41 @@ pub enum Format {
     Text,
     /// One JSON document.
     Json,
+}
+
+/// What a command returns for standard output: its `--format json` form
+/// is the value's [`serde::Serialize`] encoding, its text form
+/// [`Report::write_text`].
+pub trait Report: serde::Serialize {
+    /// Writes the text form: whole lines, each ending in `\n`.
+    ///
+    /// # Errors
+    /// Only those of `w` (a `String` never fails).
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result;
+}
+
+/// Writes `report` to standard output in `format`: for [`Format::Json`]
+/// one pretty-printed JSON document and a newline, for [`Format::Text`]
+/// [`Report::write_text`]. The report is rendered whole before the one
+/// write.
+///
+/// # Errors
+/// As [`write_stdout`]; a value serde cannot encode.
+pub fn emit(report: &impl Report, format: Format) -> anyhow::Result<()> {
+    write_stdout(format_args!("{}", render(report, format)?))
+}
+
+/// The bytes [`emit`] writes.
+pub(crate) fn render(report: &impl Report, format: Format) -> anyhow::Result<String> {
+    let mut rendered = String::new();
+    match format {
+        Format::Json => {
+            rendered = serde_json::to_string_pretty(report)?;
+            rendered.push('\n');
+        }
+        Format::Text => report.write_text(&mut rendered)?,
+    }
+    Ok(rendered)
 }
 
 /// The reader of standard output went away (broken pipe). Not a failure
@@ -55,10 +102,40 @@ macro_rules! outln {
 
 pub(crate) use {out, outln};
 
-/// Prints `value` as one pretty JSON document and a newline.
-///
-/// # Errors
-/// As [`write_stdout`]; a value serde cannot encode.
-pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    outln!("{}", serde_json::to_string_pretty(value)?)
+#[cfg(test)]
+mod tests {
+    use super::{render, Format, Report};
+
+    #[derive(serde::Serialize)]
+    struct Pruned {
+        batches: u64,
+        cutoff: Option<String>,
+        #[serde(skip)]
+        unit: &'static str,
+    }
+
+    impl Report for Pruned {
+        fn write_text(&self, w: &mut dyn std::fmt::Write) -> std::fmt::Result {
+            writeln!(w, "pruned in {} {}", self.batches, self.unit)?;
+            writeln!(w, "cutoff {}", self.cutoff.as_deref().unwrap_or("-"))
+        }
+    }
+
+    fn check(format: Format, expected: &str) {
+        let report = Pruned {
+            batches: 2,
+            cutoff: None,
+            unit: "batches",
+        };
+        assert_eq!(render(&report, format).unwrap(), expected);
+    }
+
+    #[test]
+    fn emit_renders_text_and_pretty_json_with_a_newline() {
+        check(Format::Text, "pruned in 2 batches\ncutoff -\n");
+        check(
+            Format::Json,
+            "{\n  \"batches\": 2,\n  \"cutoff\": null\n}\n",
+        );
+    }
 }

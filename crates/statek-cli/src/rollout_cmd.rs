@@ -5,7 +5,7 @@
 //! run needs no database and prints each tenant's seam bound at its worst
 //! over every seal point.
 
-use std::fmt::Write as _;
+use std::fmt;
 use std::path::Path;
 
 use anyhow::Result;
@@ -14,13 +14,12 @@ use statek_policy::policy_file::PolicyFile;
 use statek_policy::{PolicySeam, ScheduleId};
 
 use crate::db::DbArgs;
-use crate::out::Format;
-use crate::out::{out, outln};
+use crate::out::Report;
 use crate::policy_cmd::{self, SeamRow};
 
-/// What `statek rollout` prints (`--format json`), dry run or not.
+/// What `statek rollout` reports, dry run or not.
 #[derive(Debug, Serialize)]
-struct RolloutReport {
+pub struct RolloutReport {
     /// True for `--dry-run`: nothing was written, no database was asked.
     dry_run: bool,
     /// The schedule: the sealed shard's (as stored) for a rollout; for a
@@ -87,12 +86,9 @@ impl RolloutPlan {
 
     /// `--dry-run`: every tenant's seam bound at its worst over every seal
     /// point ([`PolicySeam::worst`]); no database.
-    ///
-    /// # Errors
-    /// Writing to standard output.
-    pub fn dry_run(&self, format: Format) -> Result<()> {
+    pub fn dry_run(&self) -> RolloutReport {
         let (old, new) = (self.from.policy(), self.to.policy());
-        let report = RolloutReport {
+        RolloutReport {
             dry_run: true,
             schedule: self.schedule.as_ref().map(ToString::to_string),
             predecessor: old.shard_id().to_string(),
@@ -102,8 +98,7 @@ impl RolloutPlan {
             replayed: false,
             seam: policy_cmd::seam_rows(old, new, &PolicySeam::new(old, new).worst()),
             leaving: self.leaving(),
-        };
-        print(&report, format)
+        }
     }
 
     /// The rollout: seals FROM's shard and registers TO's as its successor.
@@ -113,11 +108,11 @@ impl RolloutPlan {
     /// (4), `UnknownShard` (1), `NotLiveShard` (11), `SuccessorExists` (12),
     /// `ScheduleConflict` (13), `PermissionDenied` (7, a role other than the
     /// owner), `DurabilityRefused` (10), connection errors (6, 9).
-    pub async fn run(&self, format: Format, db: &DbArgs) -> Result<()> {
+    pub async fn run(&self, db: &DbArgs) -> Result<RolloutReport> {
         let (old, new) = (self.from.policy(), self.to.policy());
         let store = db.store(1)?;
         let rollout = store.rollout(old, new, self.schedule.as_ref()).await?;
-        let report = RolloutReport {
+        Ok(RolloutReport {
             dry_run: false,
             schedule: Some(rollout.schedule().to_string()),
             predecessor: rollout.predecessor().to_string(),
@@ -127,79 +122,69 @@ impl RolloutPlan {
             replayed: rollout.replayed(),
             seam: policy_cmd::seam_rows(old, new, rollout.seam()),
             leaving: rollout.leaving().iter().map(ToString::to_string).collect(),
-        };
-        print(&report, format)
+        })
     }
 }
 
-fn print(report: &RolloutReport, format: Format) -> Result<()> {
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(report)?),
-        Format::Text => out!("{}", text(report)),
-    }
-}
-
-fn text(r: &RolloutReport) -> String {
-    let mut out = String::new();
-    match (r.dry_run, r.sealed_at_sequence) {
-        (false, Some(n)) => {
-            let _ = writeln!(
-                out,
-                "{}: schedule {}: sealed {} at sequence {n} (it handed out sequences 0..{n}); \
+impl Report for RolloutReport {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        let r = self;
+        match (r.dry_run, r.sealed_at_sequence) {
+            (false, Some(n)) => {
+                writeln!(
+                    w,
+                    "{}: schedule {}: sealed {} at sequence {n} (it handed out sequences 0..{n}); \
                  {} goes on from sequence 0",
-                if r.replayed {
-                    "replayed (already rolled out, nothing written)"
-                } else {
-                    "rolled out"
-                },
-                r.schedule.as_deref().unwrap_or("-"),
-                r.predecessor,
-                r.successor
-            );
-            let _ = writeln!(
-                out,
-                "sealed at    {}",
-                r.sealed_at.as_deref().unwrap_or("-")
-            );
+                    if r.replayed {
+                        "replayed (already rolled out, nothing written)"
+                    } else {
+                        "rolled out"
+                    },
+                    r.schedule.as_deref().unwrap_or("-"),
+                    r.predecessor,
+                    r.successor
+                )?;
+                writeln!(w, "sealed at    {}", r.sealed_at.as_deref().unwrap_or("-"))?;
+            }
+            _ => {
+                writeln!(
+                    w,
+                    "dry run (nothing written, no database asked): {} -> {}, schedule {}",
+                    r.predecessor,
+                    r.successor,
+                    r.schedule
+                        .as_deref()
+                        .unwrap_or("(the one the sealed shard belongs to)")
+                )?;
+            }
         }
-        _ => {
-            let _ = writeln!(
-                out,
-                "dry run (nothing written, no database asked): {} -> {}, schedule {}",
-                r.predecessor,
-                r.successor,
-                r.schedule
-                    .as_deref()
-                    .unwrap_or("(the one the sealed shard belongs to)")
-            );
+        writeln!(w)?;
+        policy_cmd::seam_table(&r.seam, w)?;
+        if !r.leaving.is_empty() {
+            writeln!(
+                w,
+                "leaving: {} (no slot after the seal)",
+                r.leaving.join(", ")
+            )?;
         }
-    }
-    let _ = writeln!(out);
-    policy_cmd::seam_table(&r.seam, &mut out);
-    if !r.leaving.is_empty() {
-        let _ = writeln!(
-            out,
-            "leaving: {} (no slot after the seal)",
-            r.leaving.join(", ")
-        );
-    }
-    let _ = writeln!(out);
-    if r.dry_run {
-        let _ = writeln!(
-            out,
+        writeln!(w)?;
+        if r.dry_run {
+            writeln!(
+            w,
             "seam bound = reservations from the tenant's last pick in {} to its first pick in {}, counting \
              the picking one; shown at its worst over every seal point N (the smallest N reaching it). \
              The rollout prints the exact bound for the N it seals at.",
             r.predecessor, r.successor
-        );
-    } else {
-        let _ = writeln!(
-            out,
+        )?;
+        } else {
+            writeln!(
+            w,
             "seam bound = reservations from the tenant's last pick in {} to its first pick in {}, counting \
              the picking one: exact for this seal (docs/guarantees.md). Replicas follow the chain \
              within one tick of meeting the seal.",
             r.predecessor, r.successor
-        );
+        )?;
+        }
+        Ok(())
     }
-    out
 }
