@@ -307,7 +307,9 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Runs one parsed command line.
+/// Runs one parsed command line: the command returns its report, and
+/// [`emit`] writes it once, in the format asked for (text for commands
+/// without `--format`).
 ///
 /// # Errors
 /// Any failure; [`crate::exit::code_for`] maps it to an exit code.
@@ -361,9 +363,20 @@ pub fn run(cli: Cli) -> Result<()> {
             shard,
             format,
             db,
-        }) => runtime()?.block_on(store_cmd::verify(&file, shard.as_deref(), format, &db)),
-        Command::Migrate { db } => runtime()?.block_on(store_cmd::migrate(&db)),
-        Command::Register { file, db } => runtime()?.block_on(store_cmd::register(&file, &db)),
+        }) => {
+            // The report is written also when the shard holds another
+            // policy; the mismatch is the exit code after it.
+            let verified = runtime()?.block_on(store_cmd::verify(&file, shard.as_deref(), &db))?;
+            emit(&verified, format)?;
+            verified.into_result()
+        }
+        Command::Migrate { db } => {
+            emit(&runtime()?.block_on(store_cmd::migrate(&db))?, Format::Text)
+        }
+        Command::Register { file, db } => emit(
+            &runtime()?.block_on(store_cmd::register(&file, &db))?,
+            Format::Text,
+        ),
         Command::Rollout {
             from,
             to,
@@ -385,45 +398,68 @@ pub fn run(cli: Cli) -> Result<()> {
             retention,
             print,
             db,
-        }) => runtime()?.block_on(store_cmd::roles_apply(
-            &owner,
-            &runtime_role,
-            &retention,
-            print,
-            &db,
-        )),
+        }) => emit(
+            &runtime()?.block_on(store_cmd::roles_apply(
+                &owner,
+                &runtime_role,
+                &retention,
+                print,
+                &db,
+            ))?,
+            Format::Text,
+        ),
         Command::Status {
             shard,
             retain,
             format,
             db,
-        } => runtime()?.block_on(store_cmd::status(&shard, retain, format, &db)),
+        } => emit(
+            &runtime()?.block_on(store_cmd::status(&shard, retain, &db))?,
+            format,
+        ),
         Command::Prune {
             retain,
             batch,
             until_empty,
             format,
             db,
-        } => runtime()?.block_on(store_cmd::prune(retain, batch, until_empty, format, &db)),
+        } => {
+            // Progress on standard error only for text, as a person reads it.
+            let progress = format == Format::Text;
+            emit(
+                &runtime()?.block_on(store_cmd::prune(
+                    retain,
+                    batch,
+                    until_empty,
+                    progress,
+                    &db,
+                ))?,
+                format,
+            )
+        }
         Command::Limits(LimitsCommand::Set {
             tenant,
             max_running,
             rate,
             format,
             db,
-        }) => runtime()?.block_on(limits_cmd::set(
-            &tenant,
-            max_running.as_deref(),
-            rate.as_deref(),
+        }) => emit(
+            &runtime()?.block_on(limits_cmd::set(
+                &tenant,
+                max_running.as_deref(),
+                rate.as_deref(),
+                &db,
+            ))?,
             format,
-            &db,
-        )),
-        Command::Limits(LimitsCommand::Show { tenant, format, db }) => {
-            runtime()?.block_on(limits_cmd::show(tenant.as_deref(), format, &db))
-        }
-        Command::Limits(LimitsCommand::Clear { tenant, format, db }) => {
-            runtime()?.block_on(limits_cmd::clear(&tenant, format, &db))
-        }
+        ),
+        Command::Limits(LimitsCommand::Show { tenant, format, db }) => emit(
+            &runtime()?.block_on(limits_cmd::show(tenant.as_deref(), &db))?,
+            format,
+        ),
+        Command::Limits(LimitsCommand::Clear { tenant, format, db }) => emit(
+            &runtime()?.block_on(limits_cmd::clear(&tenant, &db))?,
+            format,
+        ),
         Command::Runs(RunsCommand::List {
             tenant,
             state,
@@ -431,19 +467,21 @@ pub fn run(cli: Cli) -> Result<()> {
             after,
             format,
             db,
-        }) => runtime()?.block_on(runs_cmd::list(
-            tenant.as_deref(),
-            state.as_deref(),
-            limit,
-            after,
+        }) => emit(
+            &runtime()?.block_on(runs_cmd::list(
+                tenant.as_deref(),
+                state.as_deref(),
+                limit,
+                after,
+                &db,
+            ))?,
             format,
-            &db,
-        )),
+        ),
         Command::Runs(RunsCommand::Cancel { id, format, db }) => {
-            runtime()?.block_on(runs_cmd::cancel(&id, format, &db))
+            emit(&runtime()?.block_on(runs_cmd::cancel(&id, &db))?, format)
         }
         Command::Runs(RunsCommand::Retry { id, format, db }) => {
-            runtime()?.block_on(runs_cmd::retry(&id, format, &db))
+            emit(&runtime()?.block_on(runs_cmd::retry(&id, &db))?, format)
         }
         Command::Runs(RunsCommand::Prune {
             retain,
@@ -451,7 +489,10 @@ pub fn run(cli: Cli) -> Result<()> {
             until_empty,
             format,
             db,
-        }) => runtime()?.block_on(runs_cmd::prune(retain, batch, until_empty, format, &db)),
+        }) => emit(
+            &runtime()?.block_on(runs_cmd::prune(retain, batch, until_empty, &db))?,
+            format,
+        ),
         Command::Demo { args, db } => crate::demo::run(args, db.url()?),
     }
 }

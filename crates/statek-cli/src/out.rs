@@ -83,13 +83,6 @@ pub fn write_stdout(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
     }
 }
 
-/// `print!` through [`write_stdout`]; evaluates to `anyhow::Result<()>`.
-macro_rules! out {
-    ($($arg:tt)*) => {
-        $crate::out::write_stdout(format_args!($($arg)*))
-    };
-}
-
 /// `println!` through [`write_stdout`]; evaluates to `anyhow::Result<()>`.
 macro_rules! outln {
     () => {
@@ -100,7 +93,7 @@ macro_rules! outln {
     };
 }
 
-pub(crate) use {out, outln};
+pub(crate) use outln;
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,7 @@
 //! `statek runs list|cancel|retry|prune`: the operator's view of the run
 //! queue and the retention of finished runs.
 
-use crate::out::outln;
+use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Result};
@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::db::DbArgs;
 use crate::exit::InvalidInput;
 use crate::limits_cmd::tenant_id;
-use crate::out::Format;
+use crate::out::Report;
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
@@ -62,33 +62,47 @@ impl From<&RunListing> for RunRow {
     }
 }
 
+/// One page of `runs list`.
 #[derive(Serialize)]
-struct Page {
+pub struct Page {
     runs: Vec<RunRow>,
     /// Pass as `--after` for the next page; `null` on the last.
     next: Option<u64>,
 }
 
-fn text_row(r: &RunRow) -> Result<()> {
-    let error: String = r
-        .last_error
-        .as_deref()
-        .unwrap_or("")
-        .chars()
-        .take(40)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    outln!(
-        "{:<36}  {:<20} {:<9} {:>4} {:>9}  {:<24} {}",
-        r.run_id,
-        r.tenant,
-        r.state,
-        r.priority,
-        format!("{}/{}", r.attempt, r.max_attempts),
-        r.enqueued_at,
-        error
-    )?;
-    Ok(())
+impl Report for Page {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "{:<36}  {:<20} {:<9} {:>4} {:>9}  {:<24} last error",
+            "run", "tenant", "state", "prio", "attempts", "enqueued at"
+        )?;
+        for r in &self.runs {
+            let error: String = r
+                .last_error
+                .as_deref()
+                .unwrap_or("")
+                .chars()
+                .take(40)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            writeln!(
+                w,
+                "{:<36}  {:<20} {:<9} {:>4} {:>9}  {:<24} {}",
+                r.run_id,
+                r.tenant,
+                r.state,
+                r.priority,
+                format!("{}/{}", r.attempt, r.max_attempts),
+                r.enqueued_at,
+                error
+            )?;
+        }
+        if let Some(next) = self.next {
+            writeln!(w, "more: --after {next}")?;
+        }
+        Ok(())
+    }
 }
 
 /// `statek runs list [--tenant T] [--state S] [--limit N] [--after C]`.
@@ -97,57 +111,42 @@ pub async fn list(
     state: Option<&str>,
     limit: u32,
     after: Option<u64>,
-    format: Format,
     db: &DbArgs,
-) -> Result<()> {
+) -> Result<Page> {
     let tenant = tenant.map(tenant_id).transpose()?;
     let state = state.map(str::parse::<RunState>).transpose()?;
     let page = db
         .store(1)?
         .list_runs(tenant.as_ref(), state, limit, after)
         .await?;
-    let out = Page {
+    Ok(Page {
         runs: page.runs.iter().map(RunRow::from).collect(),
         next: page.next,
-    };
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&out)?)?,
-        Format::Text => {
-            outln!(
-                "{:<36}  {:<20} {:<9} {:>4} {:>9}  {:<24} last error",
-                "run",
-                "tenant",
-                "state",
-                "prio",
-                "attempts",
-                "enqueued at"
-            )?;
-            for r in &out.runs {
-                text_row(r)?;
-            }
-            if let Some(next) = out.next {
-                outln!("more: --after {next}")?;
-            }
-        }
-    }
-    Ok(())
+    })
 }
 
-fn print_one(run: &RunListing, what: &str, format: Format) -> Result<()> {
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&RunRow::from(run))?)?,
-        Format::Text => outln!(
-            "{what} run {} of {} (now {})",
-            run.run_id,
-            run.tenant,
-            run.state
-        )?,
+/// A run `runs cancel` or `runs retry` changed: as JSON the run's row.
+#[derive(Serialize)]
+#[serde(transparent)]
+pub struct Changed {
+    run: RunRow,
+    /// `cancelled` or `retried`.
+    #[serde(skip)]
+    what: &'static str,
+}
+
+impl Report for Changed {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "{} run {} of {} (now {})",
+            self.what, self.run.run_id, self.run.tenant, self.run.state
+        )
     }
-    Ok(())
 }
 
 /// `statek runs cancel ID`.
-pub async fn cancel(id: &str, format: Format, db: &DbArgs) -> Result<()> {
+pub async fn cancel(id: &str, db: &DbArgs) -> Result<Changed> {
     let run_id = run_id(id)?;
     let store = db.store(1)?;
     let cancelled = store.cancel_run(run_id).await?;
@@ -164,17 +163,24 @@ pub async fn cancel(id: &str, format: Format, db: &DbArgs) -> Result<()> {
         }
         .into());
     }
-    print_one(&run, "cancelled", format)
+    Ok(Changed {
+        run: RunRow::from(&run),
+        what: "cancelled",
+    })
 }
 
 /// `statek runs retry ID`.
-pub async fn retry(id: &str, format: Format, db: &DbArgs) -> Result<()> {
+pub async fn retry(id: &str, db: &DbArgs) -> Result<Changed> {
     let run = db.store(1)?.retry_run(run_id(id)?).await?;
-    print_one(&run, "retried", format)
+    Ok(Changed {
+        run: RunRow::from(&run),
+        what: "retried",
+    })
 }
 
+/// What `runs prune` deleted, in all.
 #[derive(Serialize)]
-struct PruneTotals {
+pub struct PruneTotals {
     batches: u64,
     runs: u64,
     claims: u64,
@@ -182,14 +188,27 @@ struct PruneTotals {
     seconds: f64,
 }
 
+impl Report for PruneTotals {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "pruned {} finished runs and {} claim rows in {} batches ({:.1} s); cutoff {}",
+            self.runs,
+            self.claims,
+            self.batches,
+            self.seconds,
+            self.last_cutoff.as_deref().unwrap_or("-")
+        )
+    }
+}
+
 /// `statek runs prune --retain D --batch N [--until-empty]` (retention role).
 pub async fn prune(
     retain: Duration,
     batch: u32,
     until_empty: bool,
-    format: Format,
     db: &DbArgs,
-) -> Result<()> {
+) -> Result<PruneTotals> {
     let policy = RunRetentionPolicy::new(retain, batch)?;
     let store = db.store(1)?;
     let started = std::time::Instant::now();
@@ -211,16 +230,5 @@ pub async fn prune(
         }
     }
     totals.seconds = started.elapsed().as_secs_f64();
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&totals)?)?,
-        Format::Text => outln!(
-            "pruned {} finished runs and {} claim rows in {} batches ({:.1} s); cutoff {}",
-            totals.runs,
-            totals.claims,
-            totals.batches,
-            totals.seconds,
-            totals.last_cutoff.as_deref().unwrap_or("-")
-        )?,
-    }
-    Ok(())
+    Ok(totals)
 }
