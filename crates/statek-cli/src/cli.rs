@@ -493,7 +493,14 @@ pub fn run(cli: Cli) -> Result<()> {
             &runtime()?.block_on(runs_cmd::prune(retain, batch, until_empty, &db))?,
             format,
         ),
-        Command::Demo { args, db } => crate::demo::run(args, db.url()?),
+        Command::Demo { args, db } => {
+            // Its progress streams to standard output while it runs (the
+            // exception in `out.rs`); the tables and checks are the report,
+            // and a failed check is the exit code after it.
+            let report = crate::demo::report(args, db.url()?)?;
+            emit(&report, Format::Text)?;
+            report.into_result()
+        }
     }
 }
 

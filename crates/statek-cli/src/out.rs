@@ -84,6 +84,8 @@ pub fn write_stdout(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
 }
 
 /// `println!` through [`write_stdout`]; evaluates to `anyhow::Result<()>`.
+/// Only for the demo's progress lines (see the module docs): a command's
+/// result is a [`Report`].
 macro_rules! outln {
     () => {
         $crate::out::write_stdout(format_args!("\n"))
@@ -121,6 +123,60 @@ mod tests {
             unit: "batches",
         };
         assert_eq!(render(&report, format).unwrap(), expected);
+    }
+
+    /// The files of `src/` that write to standard output other than
+    /// through [`super::emit`]: `outln!`, `print!`/`println!` (not their
+    /// `eprint` forms), `write_stdout` or `stdout()`.
+    fn stdout_writers(dir: &std::path::Path, root: &std::path::Path, found: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                stdout_writers(&path, root, found);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let writes = [
+                "outln!(",
+                "print!(",
+                "println!(",
+                "write_stdout(",
+                "stdout()",
+            ]
+            .iter()
+            .any(|needle| {
+                text.match_indices(needle)
+                    .any(|(at, _)| !text[..at].ends_with('e'))
+            });
+            if writes {
+                let name = path.strip_prefix(root).unwrap();
+                found.push(name.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+
+    /// ARCHITECTURE.md: no command module writes its result itself; only
+    /// `out.rs` and the demo's progress lines do.
+    #[test]
+    fn only_out_and_the_demo_progress_write_standard_output() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = Vec::new();
+        stdout_writers(&src, &src, &mut found);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "demo.rs",
+                "demo/fair_side.rs",
+                "demo/fifo_side.rs",
+                "demo/side.rs",
+                "out.rs"
+            ]
+        );
     }
 
     #[test]
