@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
+use statek_policy::PolicyAlgorithm;
+use statek_store_pg::RunState;
+use uuid::Uuid;
 
 use crate::db::DbArgs;
 use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, store_cmd};
@@ -150,12 +154,12 @@ enum PolicyCommand {
         // `requires` alone lets `OLD NEW --algorithm A` through (clap drops
         // a requirement that conflicts with a given argument), and the
         // algorithm would be ignored: refuse it with NEW as well.
-        #[arg(long, requires = "against", conflicts_with = "new")]
-        algorithm: Option<String>,
+        #[arg(long, requires = "against", conflicts_with = "new", value_parser = algorithm())]
+        algorithm: Option<PolicyAlgorithm>,
         /// Compare the file compiled with `--algorithm` against this
-        /// algorithm (`swrr-v1`, `min-gap-v1`, `min-gap-v2`).
-        #[arg(long, conflicts_with = "new")]
-        against: Option<String>,
+        /// algorithm.
+        #[arg(long, conflicts_with = "new", value_parser = algorithm())]
+        against: Option<PolicyAlgorithm>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -183,8 +187,8 @@ enum LimitsCommand {
         #[arg(long)]
         tenant: String,
         /// At most this many runs of the tenant executing at once, across all replicas (1..=100000).
-        #[arg(long, value_name = "N", allow_hyphen_values = true)]
-        max_running: Option<String>,
+        #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = integer)]
+        max_running: Option<i128>,
         /// At most N claims in any sliding window: 10/s, 100/m, 5000/h, 5/10s, 1/250ms (window 1ms..=1h).
         #[arg(long, value_name = "N/WINDOW", allow_hyphen_values = true)]
         rate: Option<String>,
@@ -225,9 +229,9 @@ enum RunsCommand {
         /// Only this tenant's runs.
         #[arg(long)]
         tenant: Option<String>,
-        /// Only runs in this state: available, running, completed, failed, cancelled.
-        #[arg(long)]
-        state: Option<String>,
+        /// Only runs in this state.
+        #[arg(long, value_parser = run_state())]
+        state: Option<RunState>,
         /// Runs per page (1..=10000).
         #[arg(long, default_value_t = 50)]
         limit: u32,
@@ -243,7 +247,8 @@ enum RunsCommand {
     /// Cancel an available or running run (a running one learns it at its next heartbeat).
     Cancel {
         /// The run id.
-        id: String,
+        #[arg(value_parser = run_id)]
+        id: Uuid,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -253,7 +258,8 @@ enum RunsCommand {
     /// Make a failed or cancelled run available again now.
     Retry {
         /// The run id.
-        id: String,
+        #[arg(value_parser = run_id)]
+        id: Uuid,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -300,6 +306,34 @@ enum RolesCommand {
     },
 }
 
+// Flag values are parsed here, by clap: a value that is not of its kind
+// (not an integer, not one of the listed names, not a UUID) is a usage
+// error, exit 2, like a bad `--batch` or `--format`. What the commands
+// check after parsing (a range, an id's or a rate's grammar) is invalid
+// input, exit 3.
+
+/// `--algorithm`, `--against`: the name of an algorithm this build knows.
+fn algorithm() -> impl TypedValueParser<Value = PolicyAlgorithm> {
+    PossibleValuesParser::new(PolicyAlgorithm::ALL.iter().map(|a| a.name()))
+        .try_map(|name| name.parse::<PolicyAlgorithm>())
+}
+
+/// `--state`: the name of a run state.
+fn run_state() -> impl TypedValueParser<Value = RunState> {
+    PossibleValuesParser::new(RunState::ALL.map(|s| s.as_str()))
+        .try_map(|name| name.parse::<RunState>())
+}
+
+/// Any integer (its range is the command's check, exit 3).
+fn integer(text: &str) -> Result<i128, std::num::ParseIntError> {
+    text.trim().parse()
+}
+
+/// A run id.
+fn run_id(text: &str) -> Result<Uuid, uuid::Error> {
+    Uuid::parse_str(text.trim())
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -344,10 +378,10 @@ pub fn run(cli: Cli) -> Result<()> {
                 (None, Some(against)) => {
                     let policy = policy_cmd::load(&old)?;
                     let from = match algorithm {
-                        Some(name) => policy_cmd::with_algorithm(&policy, &name)?,
+                        Some(algorithm) => policy_cmd::with_algorithm(&policy, algorithm)?,
                         None => policy.clone(),
                     };
-                    policy_cmd::diff(&from, &policy_cmd::with_algorithm(&policy, &against)?)
+                    policy_cmd::diff(&from, &policy_cmd::with_algorithm(&policy, against)?)
                 }
                 _ => {
                     return Err(crate::exit::InvalidInput(
@@ -444,12 +478,7 @@ pub fn run(cli: Cli) -> Result<()> {
             format,
             db,
         }) => emit(
-            &runtime()?.block_on(limits_cmd::set(
-                &tenant,
-                max_running.as_deref(),
-                rate.as_deref(),
-                &db,
-            ))?,
+            &runtime()?.block_on(limits_cmd::set(&tenant, max_running, rate.as_deref(), &db))?,
             format,
         ),
         Command::Limits(LimitsCommand::Show { tenant, format, db }) => emit(
@@ -468,20 +497,14 @@ pub fn run(cli: Cli) -> Result<()> {
             format,
             db,
         }) => emit(
-            &runtime()?.block_on(runs_cmd::list(
-                tenant.as_deref(),
-                state.as_deref(),
-                limit,
-                after,
-                &db,
-            ))?,
+            &runtime()?.block_on(runs_cmd::list(tenant.as_deref(), state, limit, after, &db))?,
             format,
         ),
         Command::Runs(RunsCommand::Cancel { id, format, db }) => {
-            emit(&runtime()?.block_on(runs_cmd::cancel(&id, &db))?, format)
+            emit(&runtime()?.block_on(runs_cmd::cancel(id, &db))?, format)
         }
         Command::Runs(RunsCommand::Retry { id, format, db }) => {
-            emit(&runtime()?.block_on(runs_cmd::retry(&id, &db))?, format)
+            emit(&runtime()?.block_on(runs_cmd::retry(id, &db))?, format)
         }
         Command::Runs(RunsCommand::Prune {
             retain,

@@ -18,15 +18,10 @@ pub fn tenant_id(text: &str) -> Result<TenantId> {
         .map_err(|e| anyhow!(InvalidInput(format!("--tenant {}: {e}", EchoedValue(text)))))
 }
 
-/// `--max-running N`: any integer text, range-checked by [`TenantLimits`]
-/// (so 0, negative and absurd values are the same typed error).
-fn max_running(text: &str) -> Result<u32> {
-    let value: i128 = text.trim().parse().map_err(|_| {
-        anyhow!(InvalidInput(format!(
-            "--max-running {}: not an integer",
-            EchoedValue(text)
-        )))
-    })?;
+/// `--max-running N`: any integer (clap refuses other text),
+/// range-checked by [`TenantLimits`] (so 0, negative and absurd values are
+/// the same typed error).
+fn max_running(value: i128) -> Result<u32> {
     // Out of u32: the same range error, naming the value given (not a
     // clamped one).
     let Ok(value) = u32::try_from(value) else {
@@ -93,7 +88,7 @@ impl Report for LimitsTable {
 /// the given limits and keeps the others (owner role).
 pub async fn set(
     tenant: &str,
-    max: Option<&str>,
+    max: Option<i128>,
     rate: Option<&str>,
     db: &DbArgs,
 ) -> Result<LimitsTable> {

@@ -4,28 +4,17 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use serde::Serialize;
-use statek_policy::EchoedValue;
 use statek_store_pg::{RunListing, RunRetentionPolicy, RunState, StoreError};
 use uuid::Uuid;
 
 use crate::db::DbArgs;
-use crate::exit::InvalidInput;
 use crate::limits_cmd::tenant_id;
 use crate::out::Report;
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
-}
-
-fn run_id(text: &str) -> Result<Uuid> {
-    Uuid::parse_str(text.trim()).map_err(|_| {
-        anyhow!(InvalidInput(format!(
-            "run id {}: not a UUID",
-            EchoedValue(text)
-        )))
-    })
 }
 
 #[derive(Serialize)]
@@ -108,13 +97,12 @@ impl Report for Page {
 /// `statek runs list [--tenant T] [--state S] [--limit N] [--after C]`.
 pub async fn list(
     tenant: Option<&str>,
-    state: Option<&str>,
+    state: Option<RunState>,
     limit: u32,
     after: Option<u64>,
     db: &DbArgs,
 ) -> Result<Page> {
     let tenant = tenant.map(tenant_id).transpose()?;
-    let state = state.map(str::parse::<RunState>).transpose()?;
     let page = db
         .store(1)?
         .list_runs(tenant.as_ref(), state, limit, after)
@@ -146,8 +134,7 @@ impl Report for Changed {
 }
 
 /// `statek runs cancel ID`.
-pub async fn cancel(id: &str, db: &DbArgs) -> Result<Changed> {
-    let run_id = run_id(id)?;
+pub async fn cancel(run_id: Uuid, db: &DbArgs) -> Result<Changed> {
     let store = db.store(1)?;
     let cancelled = store.cancel_run(run_id).await?;
     let run = store
@@ -170,8 +157,8 @@ pub async fn cancel(id: &str, db: &DbArgs) -> Result<Changed> {
 }
 
 /// `statek runs retry ID`.
-pub async fn retry(id: &str, db: &DbArgs) -> Result<Changed> {
-    let run = db.store(1)?.retry_run(run_id(id)?).await?;
+pub async fn retry(run_id: Uuid, db: &DbArgs) -> Result<Changed> {
+    let run = db.store(1)?.retry_run(run_id).await?;
     Ok(Changed {
         run: RunRow::from(&run),
         what: "retried",
