@@ -131,10 +131,15 @@ impl Report for RolloutReport {
         let r = self;
         match (r.dry_run, r.sealed_at_sequence) {
             (false, Some(n)) => {
+                // `0..N`: the sequences below N; a shard sealed at 0 had none.
+                let handed_out = match n {
+                    0 => "it handed out no reservations".to_owned(),
+                    n => format!("it handed out sequences 0..{n}"),
+                };
                 writeln!(
                     w,
-                    "{}: schedule {}: sealed {} at sequence {n} (it handed out sequences 0..{n}); \
-                 {} goes on from sequence 0",
+                    "{}: schedule {}: sealed {} at sequence {n} ({handed_out}); {} goes on from \
+                     sequence 0",
                     if r.replayed {
                         "replayed (already rolled out, nothing written)"
                     } else {
@@ -186,5 +191,75 @@ impl Report for RolloutReport {
         )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RolloutReport;
+    use crate::out::{render, Format};
+    use crate::policy_cmd::SeamRow;
+
+    /// The text of a rollout of `primary-v1` sealed at `n`, with one
+    /// joining tenant.
+    fn text_sealed_at(n: u64) -> String {
+        let report = RolloutReport {
+            dry_run: false,
+            schedule: Some("primary".into()),
+            predecessor: "primary-v1".into(),
+            successor: "primary-v2".into(),
+            sealed_at_sequence: Some(n),
+            sealed_at: Some("2026-12-01T17:42:21.023Z".into()),
+            replayed: false,
+            seam: vec![SeamRow {
+                tenant: "tenant-c".into(),
+                seal_sequence: n,
+                last_pick_before_seal: None,
+                first_pick_after_seal: 0,
+                reservations_across_seam: 1,
+                joining: true,
+                bound: (None, 3),
+            }],
+            leaving: vec!["tenant-b".into()],
+        };
+        render(&report, Format::Text).unwrap()
+    }
+
+    fn check(n: u64, first_line: &str) {
+        let text = text_sealed_at(n);
+        assert_eq!(text.lines().next(), Some(first_line), "{text}");
+    }
+
+    #[test]
+    fn the_seal_names_the_sequences_handed_out() {
+        check(
+            0,
+            "rolled out: schedule primary: sealed primary-v1 at sequence 0 (it handed out no \
+             reservations); primary-v2 goes on from sequence 0",
+        );
+        check(
+            9,
+            "rolled out: schedule primary: sealed primary-v1 at sequence 9 (it handed out \
+             sequences 0..9); primary-v2 goes on from sequence 0",
+        );
+    }
+
+    #[test]
+    fn a_rollout_sealed_at_zero_in_full() {
+        assert_eq!(
+            text_sealed_at(0),
+            "rolled out: schedule primary: sealed primary-v1 at sequence 0 (it handed out no \
+             reservations); primary-v2 goes on from sequence 0
+sealed at    2026-12-01T17:42:21.023Z
+
+tenant    seal at N   last pick  first pick  seam bound  bound old -> new
+tenant-c          0     joining           0           1  - -> 3
+leaving: tenant-b (no slot after the seal)
+
+seam bound = reservations from the tenant's last pick in primary-v1 to its first pick in \
+             primary-v2, counting the picking one: exact for this seal (docs/guarantees.md). \
+             Replicas follow the chain within one tick of meeting the seal.
+"
+        );
     }
 }
