@@ -64,6 +64,11 @@ pub(crate) fn render(report: &impl Report, format: Format) -> anyhow::Result<Str
     Ok(rendered)
 }
 
+/// `n` and its noun for a text report: `1 batch`, `0 batches`, `2 batches`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// The reader of standard output went away (broken pipe). Not a failure
 /// of the command: the binary exits 0 without a message.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +119,13 @@ mod tests {
             writeln!(w, "pruned in {} {}", self.batches, self.unit)?;
             writeln!(w, "cutoff {}", self.cutoff.as_deref().unwrap_or("-"))
         }
+    }
+
+    #[test]
+    fn count_names_one_in_the_singular() {
+        assert_eq!(super::count(0, "batch", "batches"), "0 batches");
+        assert_eq!(super::count(1, "batch", "batches"), "1 batch");
+        assert_eq!(super::count(2, "batch", "batches"), "2 batches");
     }
 
     fn check(format: Format, expected: &str) {

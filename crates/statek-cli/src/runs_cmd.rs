@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::db::DbArgs;
 use crate::limits_cmd::tenant_id;
-use crate::out::Report;
+use crate::out::{count, Report};
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
@@ -179,10 +179,10 @@ impl Report for PruneTotals {
     fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
         writeln!(
             w,
-            "pruned {} finished runs and {} claim rows in {} batches ({:.1} s); cutoff {}",
-            self.runs,
-            self.claims,
-            self.batches,
+            "pruned {} and {} in {} ({:.1} s); cutoff {}",
+            count(self.runs, "finished run", "finished runs"),
+            count(self.claims, "claim row", "claim rows"),
+            count(self.batches, "batch", "batches"),
             self.seconds,
             self.last_cutoff.as_deref().unwrap_or("-")
         )
@@ -218,4 +218,43 @@ pub async fn prune(
     }
     totals.seconds = started.elapsed().as_secs_f64();
     Ok(totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PruneTotals;
+    use crate::out::{render, Format};
+
+    fn check(batches: u64, runs: u64, claims: u64, expected: &str) {
+        let totals = PruneTotals {
+            batches,
+            runs,
+            claims,
+            last_cutoff: None,
+            seconds: 1.31,
+        };
+        assert_eq!(render(&totals, Format::Text).unwrap(), expected);
+    }
+
+    #[test]
+    fn prune_totals_count_in_the_singular_and_plural() {
+        check(
+            1,
+            0,
+            0,
+            "pruned 0 finished runs and 0 claim rows in 1 batch (1.3 s); cutoff -\n",
+        );
+        check(
+            1,
+            1,
+            1,
+            "pruned 1 finished run and 1 claim row in 1 batch (1.3 s); cutoff -\n",
+        );
+        check(
+            3,
+            2,
+            5,
+            "pruned 2 finished runs and 5 claim rows in 3 batches (1.3 s); cutoff -\n",
+        );
+    }
 }

@@ -12,7 +12,7 @@ use statek_store_pg::{Registration, RoleProfile, SchedulerFairnessRetentionPolic
 
 use crate::db::DbArgs;
 use crate::exit::InvalidInput;
-use crate::out::Report;
+use crate::out::{count, Report};
 use crate::policy_cmd;
 
 fn shard_id(text: &str) -> Result<SchedulerShardId> {
@@ -469,9 +469,9 @@ impl Report for PruneTotals {
     fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
         writeln!(
             w,
-            "pruned {} reservation rows in {} batches ({:.1} s); cutoff {}",
-            self.deleted,
-            self.batches,
+            "pruned {} in {} ({:.1} s); cutoff {}",
+            count(self.deleted, "reservation row", "reservation rows"),
+            count(self.batches, "batch", "batches"),
             self.seconds,
             self.last_cutoff.as_deref().unwrap_or("-")
         )
@@ -521,4 +521,39 @@ pub async fn prune(
         eprintln!();
     }
     Ok(totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PruneTotals;
+    use crate::out::{render, Format};
+
+    fn check(batches: u64, deleted: u64, expected: &str) {
+        let totals = PruneTotals {
+            batches,
+            deleted,
+            last_cutoff: Some("2026-11-30T17:42:21.136Z".into()),
+            seconds: 0.04,
+        };
+        assert_eq!(render(&totals, Format::Text).unwrap(), expected);
+    }
+
+    #[test]
+    fn prune_totals_count_in_the_singular_and_plural() {
+        check(
+            1,
+            0,
+            "pruned 0 reservation rows in 1 batch (0.0 s); cutoff 2026-11-30T17:42:21.136Z\n",
+        );
+        check(
+            1,
+            1,
+            "pruned 1 reservation row in 1 batch (0.0 s); cutoff 2026-11-30T17:42:21.136Z\n",
+        );
+        check(
+            2,
+            1000,
+            "pruned 1000 reservation rows in 2 batches (0.0 s); cutoff 2026-11-30T17:42:21.136Z\n",
+        );
+    }
 }
