@@ -111,7 +111,16 @@ impl RolloutPlan {
     pub async fn run(&self, db: &DbArgs) -> Result<RolloutReport> {
         let (old, new) = (self.from.policy(), self.to.policy());
         let store = db.store(1)?;
-        let rollout = store.rollout(old, new, self.schedule.as_ref()).await?;
+        let rollout = store
+            .rollout(old, new, self.schedule.as_ref())
+            .await
+            .map_err(|e| {
+                crate::db::needs_role(
+                    e,
+                    "rollout needs the owner role (the --database-url of migrate): the runtime \
+                     role registers and reserves but may not seal a shard",
+                )
+            })?;
         Ok(RolloutReport {
             dry_run: false,
             schedule: Some(rollout.schedule().to_string()),
