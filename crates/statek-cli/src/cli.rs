@@ -1,11 +1,15 @@
 //! Command-line definitions and dispatch.
 
-use crate::out::{out, print_json, Format};
+use crate::out::{emit, Format};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
+use statek_policy::PolicyAlgorithm;
+use statek_store_pg::RunState;
+use uuid::Uuid;
 
 use crate::db::DbArgs;
 use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, store_cmd};
@@ -150,12 +154,12 @@ enum PolicyCommand {
         // `requires` alone lets `OLD NEW --algorithm A` through (clap drops
         // a requirement that conflicts with a given argument), and the
         // algorithm would be ignored: refuse it with NEW as well.
-        #[arg(long, requires = "against", conflicts_with = "new")]
-        algorithm: Option<String>,
+        #[arg(long, requires = "against", conflicts_with = "new", value_parser = algorithm())]
+        algorithm: Option<PolicyAlgorithm>,
         /// Compare the file compiled with `--algorithm` against this
-        /// algorithm (`swrr-v1`, `min-gap-v1`, `min-gap-v2`).
-        #[arg(long, conflicts_with = "new")]
-        against: Option<String>,
+        /// algorithm.
+        #[arg(long, conflicts_with = "new", value_parser = algorithm())]
+        against: Option<PolicyAlgorithm>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -183,8 +187,8 @@ enum LimitsCommand {
         #[arg(long)]
         tenant: String,
         /// At most this many runs of the tenant executing at once, across all replicas (1..=100000).
-        #[arg(long, value_name = "N", allow_hyphen_values = true)]
-        max_running: Option<String>,
+        #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = integer)]
+        max_running: Option<i128>,
         /// At most N claims in any sliding window: 10/s, 100/m, 5000/h, 5/10s, 1/250ms (window 1ms..=1h).
         #[arg(long, value_name = "N/WINDOW", allow_hyphen_values = true)]
         rate: Option<String>,
@@ -225,9 +229,9 @@ enum RunsCommand {
         /// Only this tenant's runs.
         #[arg(long)]
         tenant: Option<String>,
-        /// Only runs in this state: available, running, completed, failed, cancelled.
-        #[arg(long)]
-        state: Option<String>,
+        /// Only runs in this state.
+        #[arg(long, value_parser = run_state())]
+        state: Option<RunState>,
         /// Runs per page (1..=10000).
         #[arg(long, default_value_t = 50)]
         limit: u32,
@@ -243,7 +247,8 @@ enum RunsCommand {
     /// Cancel an available or running run (a running one learns it at its next heartbeat).
     Cancel {
         /// The run id.
-        id: String,
+        #[arg(value_parser = run_id)]
+        id: Uuid,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -253,7 +258,8 @@ enum RunsCommand {
     /// Make a failed or cancelled run available again now.
     Retry {
         /// The run id.
-        id: String,
+        #[arg(value_parser = run_id)]
+        id: Uuid,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -300,6 +306,34 @@ enum RolesCommand {
     },
 }
 
+// Flag values are parsed here, by clap: a value that is not of its kind
+// (not an integer, not one of the listed names, not a UUID) is a usage
+// error, exit 2, like a bad `--batch` or `--format`. What the commands
+// check after parsing (a range, an id's or a rate's grammar) is invalid
+// input, exit 3.
+
+/// `--algorithm`, `--against`: the name of an algorithm this build knows.
+fn algorithm() -> impl TypedValueParser<Value = PolicyAlgorithm> {
+    PossibleValuesParser::new(PolicyAlgorithm::ALL.iter().map(|a| a.name()))
+        .try_map(|name| name.parse::<PolicyAlgorithm>())
+}
+
+/// `--state`: the name of a run state.
+fn run_state() -> impl TypedValueParser<Value = RunState> {
+    PossibleValuesParser::new(RunState::ALL.map(|s| s.as_str()))
+        .try_map(|name| name.parse::<RunState>())
+}
+
+/// Any integer (its range is the command's check, exit 3).
+fn integer(text: &str) -> Result<i128, std::num::ParseIntError> {
+    text.trim().parse()
+}
+
+/// A run id.
+fn run_id(text: &str) -> Result<Uuid, uuid::Error> {
+    Uuid::parse_str(text.trim())
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -307,7 +341,9 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Runs one parsed command line.
+/// Runs one parsed command line: the command returns its report, and
+/// [`emit`] writes it once, in the format asked for (text for commands
+/// without `--format`).
 ///
 /// # Errors
 /// Any failure; [`crate::exit::code_for`] maps it to an exit code.
@@ -320,13 +356,7 @@ pub fn run(cli: Cli) -> Result<()> {
         }) => {
             let policy = policy_cmd::load(&file)?;
             let compiled = policy_cmd::compile(&file.display().to_string(), &policy, show_cycle);
-            match format {
-                Format::Json => print_json(&compiled),
-                Format::Text => {
-                    out!("{}", policy_cmd::compile_text(&compiled))?;
-                    Ok(())
-                }
-            }
+            emit(&compiled, format)
         }
         Command::Policy(PolicyCommand::Diff {
             old,
@@ -348,10 +378,10 @@ pub fn run(cli: Cli) -> Result<()> {
                 (None, Some(against)) => {
                     let policy = policy_cmd::load(&old)?;
                     let from = match algorithm {
-                        Some(name) => policy_cmd::with_algorithm(&policy, &name)?,
+                        Some(algorithm) => policy_cmd::with_algorithm(&policy, algorithm)?,
                         None => policy.clone(),
                     };
-                    policy_cmd::diff(&from, &policy_cmd::with_algorithm(&policy, &against)?)
+                    policy_cmd::diff(&from, &policy_cmd::with_algorithm(&policy, against)?)
                 }
                 _ => {
                     return Err(crate::exit::InvalidInput(
@@ -360,22 +390,27 @@ pub fn run(cli: Cli) -> Result<()> {
                     .into())
                 }
             };
-            match format {
-                Format::Json => print_json(&diff),
-                Format::Text => {
-                    out!("{}", policy_cmd::diff_text(&diff))?;
-                    Ok(())
-                }
-            }
+            emit(&diff, format)
         }
         Command::Policy(PolicyCommand::Verify {
             file,
             shard,
             format,
             db,
-        }) => runtime()?.block_on(store_cmd::verify(&file, shard.as_deref(), format, &db)),
-        Command::Migrate { db } => runtime()?.block_on(store_cmd::migrate(&db)),
-        Command::Register { file, db } => runtime()?.block_on(store_cmd::register(&file, &db)),
+        }) => {
+            // The report is written also when the shard holds another
+            // policy; the mismatch is the exit code after it.
+            let verified = runtime()?.block_on(store_cmd::verify(&file, shard.as_deref(), &db))?;
+            emit(&verified, format)?;
+            verified.into_result()
+        }
+        Command::Migrate { db } => {
+            emit(&runtime()?.block_on(store_cmd::migrate(&db))?, Format::Text)
+        }
+        Command::Register { file, db } => emit(
+            &runtime()?.block_on(store_cmd::register(&file, &db))?,
+            Format::Text,
+        ),
         Command::Rollout {
             from,
             to,
@@ -384,11 +419,12 @@ pub fn run(cli: Cli) -> Result<()> {
             db,
         } => {
             let plan = rollout_cmd::RolloutPlan::load(&from, &to)?;
-            if dry_run {
-                plan.dry_run(format)
+            let report = if dry_run {
+                plan.dry_run()
             } else {
-                runtime()?.block_on(plan.run(format, &db))
-            }
+                runtime()?.block_on(plan.run(&db))?
+            };
+            emit(&report, format)
         }
         Command::Roles(RolesCommand::Apply {
             owner,
@@ -396,45 +432,63 @@ pub fn run(cli: Cli) -> Result<()> {
             retention,
             print,
             db,
-        }) => runtime()?.block_on(store_cmd::roles_apply(
-            &owner,
-            &runtime_role,
-            &retention,
-            print,
-            &db,
-        )),
+        }) => emit(
+            &runtime()?.block_on(store_cmd::roles_apply(
+                &owner,
+                &runtime_role,
+                &retention,
+                print,
+                &db,
+            ))?,
+            Format::Text,
+        ),
         Command::Status {
             shard,
             retain,
             format,
             db,
-        } => runtime()?.block_on(store_cmd::status(&shard, retain, format, &db)),
+        } => emit(
+            &runtime()?.block_on(store_cmd::status(&shard, retain, &db))?,
+            format,
+        ),
         Command::Prune {
             retain,
             batch,
             until_empty,
             format,
             db,
-        } => runtime()?.block_on(store_cmd::prune(retain, batch, until_empty, format, &db)),
+        } => {
+            // Progress on standard error only for text, as a person reads it.
+            let progress = format == Format::Text;
+            emit(
+                &runtime()?.block_on(store_cmd::prune(
+                    retain,
+                    batch,
+                    until_empty,
+                    progress,
+                    &db,
+                ))?,
+                format,
+            )
+        }
         Command::Limits(LimitsCommand::Set {
             tenant,
             max_running,
             rate,
             format,
             db,
-        }) => runtime()?.block_on(limits_cmd::set(
-            &tenant,
-            max_running.as_deref(),
-            rate.as_deref(),
+        }) => emit(
+            &runtime()?.block_on(limits_cmd::set(&tenant, max_running, rate.as_deref(), &db))?,
             format,
-            &db,
-        )),
-        Command::Limits(LimitsCommand::Show { tenant, format, db }) => {
-            runtime()?.block_on(limits_cmd::show(tenant.as_deref(), format, &db))
-        }
-        Command::Limits(LimitsCommand::Clear { tenant, format, db }) => {
-            runtime()?.block_on(limits_cmd::clear(&tenant, format, &db))
-        }
+        ),
+        Command::Limits(LimitsCommand::Show { tenant, format, db }) => emit(
+            &runtime()?.block_on(limits_cmd::show(tenant.as_deref(), &db))?,
+            format,
+        ),
+        Command::Limits(LimitsCommand::Clear { tenant, format, db }) => emit(
+            &runtime()?.block_on(limits_cmd::clear(&tenant, &db))?,
+            format,
+        ),
         Command::Runs(RunsCommand::List {
             tenant,
             state,
@@ -442,19 +496,15 @@ pub fn run(cli: Cli) -> Result<()> {
             after,
             format,
             db,
-        }) => runtime()?.block_on(runs_cmd::list(
-            tenant.as_deref(),
-            state.as_deref(),
-            limit,
-            after,
+        }) => emit(
+            &runtime()?.block_on(runs_cmd::list(tenant.as_deref(), state, limit, after, &db))?,
             format,
-            &db,
-        )),
+        ),
         Command::Runs(RunsCommand::Cancel { id, format, db }) => {
-            runtime()?.block_on(runs_cmd::cancel(&id, format, &db))
+            emit(&runtime()?.block_on(runs_cmd::cancel(id, &db))?, format)
         }
         Command::Runs(RunsCommand::Retry { id, format, db }) => {
-            runtime()?.block_on(runs_cmd::retry(&id, format, &db))
+            emit(&runtime()?.block_on(runs_cmd::retry(id, &db))?, format)
         }
         Command::Runs(RunsCommand::Prune {
             retain,
@@ -462,8 +512,18 @@ pub fn run(cli: Cli) -> Result<()> {
             until_empty,
             format,
             db,
-        }) => runtime()?.block_on(runs_cmd::prune(retain, batch, until_empty, format, &db)),
-        Command::Demo { args, db } => crate::demo::run(args, db.url()?),
+        }) => emit(
+            &runtime()?.block_on(runs_cmd::prune(retain, batch, until_empty, &db))?,
+            format,
+        ),
+        Command::Demo { args, db } => {
+            // Its progress streams to standard output while it runs (the
+            // exception in `out.rs`); the tables and checks are the report,
+            // and a failed check is the exit code after it.
+            let report = crate::demo::report(args, db.url()?)?;
+            emit(&report, Format::Text)?;
+            report.into_result()
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! with a password.
 
 use anyhow::{anyhow, Result};
-use statek_store_pg::{DurabilityPolicy, PgStore, StoreConfig};
+use statek_store_pg::{DurabilityPolicy, PgStore, StoreConfig, StoreError};
 
 /// Connection options shared by every command that talks to PostgreSQL.
 #[derive(Debug, Clone, clap::Args)]
@@ -91,6 +91,18 @@ impl DbArgs {
     }
 }
 
+/// `error`, and when the connected role lacks a privilege
+/// ([`StoreError::PermissionDenied`], exit 7) the role the command needs
+/// before it: `statek: error: rollout needs the owner role ...: permission
+/// denied: ...`. The store error stays in the chain (its exit code, its
+/// message).
+pub fn needs_role(error: StoreError, hint: &'static str) -> anyhow::Error {
+    match error {
+        StoreError::PermissionDenied { .. } => anyhow::Error::new(error).context(hint),
+        other => other.into(),
+    }
+}
+
 /// Replaces every password in a connection string with `***`: the
 /// `user:password@` part and a `password=` query parameter of a URL, or a
 /// `password=` pair of a key-value string.
@@ -158,6 +170,31 @@ fn redact_key_value(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn check(error: StoreError, rendered: &str, code: u8) {
+        let error = needs_role(error, "x needs the owner role");
+        assert_eq!(
+            (crate::exit::render(&error), crate::exit::code_for(&error)),
+            (rendered.to_owned(), code)
+        );
+    }
+
+    #[test]
+    fn only_a_permission_error_names_the_role_needed() {
+        check(
+            StoreError::PermissionDenied {
+                message: "permission denied for table scheduler_shards".into(),
+            },
+            "x needs the owner role: permission denied: permission denied for table \
+             scheduler_shards",
+            crate::exit::PERMISSION_DENIED,
+        );
+        check(
+            StoreError::InvalidArgument("bad".into()),
+            "invalid argument: bad",
+            crate::exit::INVALID_INPUT,
+        );
+    }
 
     #[test]
     fn passwords_never_show() {

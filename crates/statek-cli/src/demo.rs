@@ -13,6 +13,11 @@
 //! done or `--max-reservations` is reached), the FIFO side (`fifo_side`),
 //! the runs read back with their claim history (`service`), the tables
 //! (`table`), the charts, the checks (`checks`).
+//!
+//! Output: the demo's progress (the policy, the workload, each side's
+//! start, progress and stop) streams to standard output while it runs, the
+//! one exception to "a command returns its output" (see `out.rs`); its
+//! result, the tables, charts and checks, is a [`DemoReport`].
 
 mod args;
 mod checks;
@@ -24,10 +29,11 @@ mod side;
 mod table;
 mod workload;
 
-use crate::out::outln;
+use std::fmt;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use serde::Serialize;
 use statek_policy::policy_file::PolicyFile;
 use statek_policy::{ScheduleId, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::PgStore;
@@ -36,7 +42,10 @@ pub use args::DemoArgs;
 use lock::lock;
 use service::SideEvidence;
 use side::demo_store_config;
+use table::{Comparison, OrderTable};
 use workload::Workload;
+
+use crate::out::{outln, Format, Report};
 
 /// Reads and checks the demo's policy file (before anything touches a
 /// database).
@@ -56,13 +65,25 @@ pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
 /// The default demo policy, deploy/policies/noisy-neighbour.toml.
 const DEFAULT_POLICY: &str = include_str!("../../../deploy/policies/noisy-neighbour.toml");
 
-/// Runs the demo against `database_url` (migrates, registers, runs the
-/// replicas, prints the table and checks).
+/// Runs the demo against `database_url` as `statek demo` does (migrates,
+/// registers, runs the replicas, prints its progress, then the tables,
+/// charts and checks of its [`DemoReport`]).
 ///
 /// # Errors
-/// Connection, registration or policy-file errors; [`crate::exit::CheckFailed`]
-/// when a check fails.
+/// As [`report`]; writing to standard output; [`crate::exit::CheckFailed`]
+/// when a check failed.
 pub fn run(args: DemoArgs, database_url: &str) -> Result<()> {
+    let report = report(args, database_url)?;
+    crate::out::emit(&report, Format::Text)?;
+    report.into_result()
+}
+
+/// Runs the demo against `database_url`, its progress streaming to
+/// standard output, and returns its result.
+///
+/// # Errors
+/// Connection, registration or policy-file errors.
+pub fn report(args: DemoArgs, database_url: &str) -> Result<DemoReport> {
     let file = load_policy(&args)?;
     let schedule = file.schedule().cloned();
     let policy = file.into_policy();
@@ -78,7 +99,7 @@ async fn run_demo(
     policy: WeightedFairnessPolicy,
     schedule: Option<ScheduleId>,
     url: &str,
-) -> Result<()> {
+) -> Result<DemoReport> {
     let workload = Workload::for_policy(&policy);
     describe(&args, &policy, &workload)?;
     let admin = prepare(&args, url).await?;
@@ -103,19 +124,96 @@ async fn run_demo(
         }
     };
 
-    table::print_order(&policy, &workload, &fair, &statek)?;
-    if let Ok(fifo) = &fifo {
-        table::print_comparison(&policy, &workload, &statek, fifo)?;
+    Ok(DemoReport {
+        order: OrderTable::new(&policy, &workload, &fair, &statek),
+        comparison: fifo
+            .as_ref()
+            .ok()
+            .map(|fifo| Comparison::new(&policy, &workload, &statek, fifo)),
+        charts: write_charts(&args, &policy, &fair, &statek, fifo.as_ref().ok()),
+        checks: checks::all(
+            &policy,
+            &fair,
+            &statek,
+            fifo.as_ref().map_err(String::as_str),
+            &workload.trickle_tenants,
+        )
+        .into_iter()
+        .map(|(ok, text)| DemoCheck { ok, text })
+        .collect(),
+    })
+}
+
+/// The demo's result: the statek side's order table, the comparison with
+/// the FIFO queue (when its side ran), the charts and the checks.
+#[derive(Serialize)]
+pub struct DemoReport {
+    order: OrderTable,
+    comparison: Option<Comparison>,
+    charts: Charts,
+    checks: Vec<DemoCheck>,
+}
+
+/// The PNG charts, or why they were not written (not fatal).
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Charts {
+    Written(Vec<PathBuf>),
+    NotWritten(String),
+}
+
+/// One demo check: whether it held, and what it checked.
+#[derive(Serialize)]
+struct DemoCheck {
+    ok: bool,
+    text: String,
+}
+
+impl DemoReport {
+    fn failed(&self) -> usize {
+        self.checks.iter().filter(|c| !c.ok).count()
     }
-    write_charts(&args, &policy, &fair, &statek, fifo.as_ref().ok())?;
-    let checks = checks::all(
-        &policy,
-        &fair,
-        &statek,
-        fifo.as_ref().map_err(String::as_str),
-        &workload.trickle_tenants,
-    );
-    report_checks(&checks)
+
+    /// `Ok` when every check held.
+    ///
+    /// # Errors
+    /// [`crate::exit::CheckFailed`] naming how many checks failed.
+    pub fn into_result(self) -> Result<()> {
+        match self.failed() {
+            0 => Ok(()),
+            failed => Err(crate::exit::CheckFailed(format!("{failed} demo checks failed")).into()),
+        }
+    }
+}
+
+impl Report for DemoReport {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        self.order.write_text(w)?;
+        if let Some(comparison) = &self.comparison {
+            comparison.write_text(w)?;
+        }
+        match &self.charts {
+            Charts::Written(paths) => {
+                for path in paths {
+                    writeln!(w, "chart: {}", path.display())?;
+                }
+            }
+            Charts::NotWritten(e) => writeln!(w, "charts not written: {e}")?,
+        }
+        writeln!(w)?;
+        for check in &self.checks {
+            writeln!(
+                w,
+                "check {}: {}",
+                if check.ok { "ok  " } else { "FAIL" },
+                check.text
+            )?;
+        }
+        if self.failed() == 0 {
+            writeln!(w, "demo: all {} checks passed", self.checks.len())?;
+        }
+        Ok(())
+    }
 }
 
 /// Prints the policy and the workload.
@@ -198,7 +296,7 @@ fn write_charts(
     fair: &fair_side::FairSide,
     statek: &SideEvidence,
     fifo: Option<&SideEvidence>,
-) -> Result<()> {
+) -> Charts {
     let selections: Vec<&TenantId> = fair
         .rows
         .iter()
@@ -215,27 +313,7 @@ fn write_charts(
         )
     });
     match crate::charts::write(&dir, policy, &selections, services.as_ref()) {
-        Ok(paths) => {
-            for path in paths {
-                outln!("chart: {}", path.display())?;
-            }
-        }
-        Err(e) => outln!("charts not written: {e:#}")?,
+        Ok(paths) => Charts::Written(paths),
+        Err(e) => Charts::NotWritten(format!("{e:#}")),
     }
-    Ok(())
-}
-
-/// Prints the checks; an error when one failed.
-fn report_checks(checks: &[checks::Check]) -> Result<()> {
-    let mut failed = 0;
-    outln!()?;
-    for (ok, text) in checks {
-        outln!("check {}: {text}", if *ok { "ok  " } else { "FAIL" })?;
-        failed += usize::from(!ok);
-    }
-    if failed > 0 {
-        return Err(crate::exit::CheckFailed(format!("{failed} demo checks failed")).into());
-    }
-    outln!("demo: all {} checks passed", checks.len())?;
-    Ok(())
 }

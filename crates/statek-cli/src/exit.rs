@@ -8,9 +8,13 @@ use statek_store_pg::StoreError;
 pub const OK: u8 = 0;
 /// An error not classified below.
 pub const FAILURE: u8 = 1;
-/// Bad command-line usage (clap's own code).
+/// Bad command-line usage (clap's own code): also a flag value clap cannot
+/// parse as its kind (an integer, a duration, one of the listed names, a
+/// UUID).
 pub const USAGE: u8 = 2;
-/// A policy file or argument is invalid; nothing was written.
+/// A policy file or argument is invalid: a parsed value out of its range
+/// (`--retain`, `--batch`, `--limit`, `--max-running`), a rate, an id or
+/// role name statek refuses; nothing was written.
 pub const INVALID_INPUT: u8 = 3;
 /// The shard is bound to another policy (`policy verify` mismatch, register conflict).
 pub const POLICY_CONFLICT: u8 = 4;

@@ -1,7 +1,7 @@
 //! `statek limits set|show|clear`: a tenant's concurrency cap and rate
 //! limit (runtime settings in `statek.tenant_limits`).
 
-use crate::out::outln;
+use std::fmt;
 
 use anyhow::{anyhow, Result};
 use serde::Serialize;
@@ -10,7 +10,7 @@ use statek_store_pg::{RateLimit, StoredTenantLimits, TenantLimits, MAX_RUNNING_L
 
 use crate::db::DbArgs;
 use crate::exit::InvalidInput;
-use crate::out::Format;
+use crate::out::Report;
 
 /// `--tenant T` as a tenant id.
 pub fn tenant_id(text: &str) -> Result<TenantId> {
@@ -18,15 +18,10 @@ pub fn tenant_id(text: &str) -> Result<TenantId> {
         .map_err(|e| anyhow!(InvalidInput(format!("--tenant {}: {e}", EchoedValue(text)))))
 }
 
-/// `--max-running N`: any integer text, range-checked by [`TenantLimits`]
-/// (so 0, negative and absurd values are the same typed error).
-fn max_running(text: &str) -> Result<u32> {
-    let value: i128 = text.trim().parse().map_err(|_| {
-        anyhow!(InvalidInput(format!(
-            "--max-running {}: not an integer",
-            EchoedValue(text)
-        )))
-    })?;
+/// `--max-running N`: any integer (clap refuses other text),
+/// range-checked by [`TenantLimits`] (so 0, negative and absurd values are
+/// the same typed error).
+fn max_running(value: i128) -> Result<u32> {
     // Out of u32: the same range error, naming the value given (not a
     // clamped one).
     let Ok(value) = u32::try_from(value) else {
@@ -62,39 +57,41 @@ impl From<&StoredTenantLimits> for LimitsRow {
     }
 }
 
-fn print(rows: &[LimitsRow], format: Format) -> Result<()> {
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(rows)?)?,
-        Format::Text => {
-            outln!(
-                "{:<24} {:>11} {:>12}  updated at",
-                "tenant",
-                "max running",
-                "rate"
+/// The limits `limits set` and `limits show` report: one row per tenant
+/// (a JSON array).
+#[derive(Serialize)]
+#[serde(transparent)]
+pub struct LimitsTable(Vec<LimitsRow>);
+
+impl Report for LimitsTable {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "{:<24} {:>11} {:>12}  updated at",
+            "tenant", "max running", "rate"
+        )?;
+        for r in &self.0 {
+            writeln!(
+                w,
+                "{:<24} {:>11} {:>12}  {}",
+                r.tenant,
+                r.max_running.map_or("-".to_owned(), |c| c.to_string()),
+                r.rate.as_deref().unwrap_or("-"),
+                r.updated_at
             )?;
-            for r in rows {
-                outln!(
-                    "{:<24} {:>11} {:>12}  {}",
-                    r.tenant,
-                    r.max_running.map_or("-".to_owned(), |c| c.to_string()),
-                    r.rate.as_deref().unwrap_or("-"),
-                    r.updated_at
-                )?;
-            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// `statek limits set --tenant T [--max-running N] [--rate N/s]`: changes
 /// the given limits and keeps the others (owner role).
 pub async fn set(
     tenant: &str,
-    max: Option<&str>,
+    max: Option<i128>,
     rate: Option<&str>,
-    format: Format,
     db: &DbArgs,
-) -> Result<()> {
+) -> Result<LimitsTable> {
     let tenant = tenant_id(tenant)?;
     if max.is_none() && rate.is_none() {
         return Err(
@@ -107,11 +104,11 @@ pub async fn set(
     // Merged in the database: a limit not given is kept, also against a
     // concurrent `limits set` of the other limit.
     let stored = store.merge_tenant_limits(&tenant, max, rate).await?;
-    print(&[LimitsRow::from(&stored)], format)
+    Ok(LimitsTable(vec![LimitsRow::from(&stored)]))
 }
 
 /// `statek limits show [--tenant T]`.
-pub async fn show(tenant: Option<&str>, format: Format, db: &DbArgs) -> Result<()> {
+pub async fn show(tenant: Option<&str>, db: &DbArgs) -> Result<LimitsTable> {
     let store = db.store(1)?;
     let all = match tenant {
         Some(t) => store
@@ -121,30 +118,33 @@ pub async fn show(tenant: Option<&str>, format: Format, db: &DbArgs) -> Result<(
             .collect(),
         None => store.all_tenant_limits().await?,
     };
-    let rows: Vec<LimitsRow> = all.iter().map(LimitsRow::from).collect();
-    print(&rows, format)
+    Ok(LimitsTable(all.iter().map(LimitsRow::from).collect()))
 }
 
+/// What `limits clear` did.
 #[derive(Serialize)]
-struct Cleared {
+pub struct Cleared {
     tenant: String,
+    /// False when the tenant had no limits.
     cleared: bool,
 }
 
+impl Report for Cleared {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        if self.cleared {
+            writeln!(w, "cleared the limits of {}", self.tenant)
+        } else {
+            writeln!(w, "{} had no limits", self.tenant)
+        }
+    }
+}
+
 /// `statek limits clear --tenant T` (owner role).
-pub async fn clear(tenant: &str, format: Format, db: &DbArgs) -> Result<()> {
+pub async fn clear(tenant: &str, db: &DbArgs) -> Result<Cleared> {
     let tenant = tenant_id(tenant)?;
     let cleared = db.store(1)?.clear_tenant_limits(&tenant).await?;
-    match format {
-        Format::Json => outln!(
-            "{}",
-            serde_json::to_string_pretty(&Cleared {
-                tenant: tenant.to_string(),
-                cleared
-            })?
-        )?,
-        Format::Text if cleared => outln!("cleared the limits of {tenant}")?,
-        Format::Text => outln!("{tenant} had no limits")?,
-    }
-    Ok(())
+    Ok(Cleared {
+        tenant: tenant.to_string(),
+        cleared,
+    })
 }

@@ -2,7 +2,7 @@
 //! change would do, and whether a shard holds it.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::fmt;
 use std::path::Path;
 
 use anyhow::Result;
@@ -12,6 +12,8 @@ use statek_policy::policy_file::PolicyFile;
 use statek_policy::{
     PolicyAlgorithm, PolicySeam, ScheduleId, SeamBound, TenantId, WeightedFairnessPolicy,
 };
+
+use crate::out::Report;
 
 /// The largest policy file read, in bytes. The largest policy (1,024
 /// tenants with 128-byte ids) is about 170 KB of TOML; a larger input (or
@@ -137,18 +139,21 @@ pub fn worst_row(rows: &[SeamRow]) -> Option<&SeamRow> {
 }
 
 /// The seam table of `rollout` and `policy diff`, one line per tenant.
-pub fn seam_table(rows: &[SeamRow], out: &mut String) {
+///
+/// # Errors
+/// Only those of `w`.
+pub fn seam_table(rows: &[SeamRow], w: &mut dyn fmt::Write) -> fmt::Result {
     let width = rows
         .iter()
         .map(|r| r.tenant.len())
         .max()
         .unwrap_or(6)
         .max(6);
-    let _ = writeln!(
-        out,
+    writeln!(
+        w,
         "{:<width$}  {:>9}  {:>10}  {:>10}  {:>10}  bound old -> new",
         "tenant", "seal at N", "last pick", "first pick", "seam bound"
-    );
+    )?;
     for r in rows {
         let last = match (r.joining, r.last_pick_before_seal) {
             (true, _) => "joining".to_owned(),
@@ -156,8 +161,8 @@ pub fn seam_table(rows: &[SeamRow], out: &mut String) {
             (false, None) => "-".to_owned(),
         };
         let old = r.bound.0.map_or_else(|| "-".to_owned(), |b| b.to_string());
-        let _ = writeln!(
-            out,
+        writeln!(
+            w,
             "{:<width$}  {:>9}  {:>10}  {:>10}  {:>10}  {old} -> {}",
             r.tenant,
             r.seal_sequence,
@@ -165,18 +170,19 @@ pub fn seam_table(rows: &[SeamRow], out: &mut String) {
             r.first_pick_after_seal,
             r.reservations_across_seam,
             r.bound.1
-        );
+        )?;
     }
+    Ok(())
 }
 
-/// `policy` compiled with the algorithm named `name` instead of its own.
+/// `policy` compiled with `algorithm` instead of its own.
+///
+/// # Errors
+/// The policy cannot be compiled with it.
 pub fn with_algorithm(
     policy: &WeightedFairnessPolicy,
-    name: &str,
+    algorithm: PolicyAlgorithm,
 ) -> Result<WeightedFairnessPolicy> {
-    let algorithm: PolicyAlgorithm = name
-        .parse()
-        .map_err(|e| crate::exit::InvalidInput(format!("--algorithm/--against: {e}")))?;
     Ok(WeightedFairnessPolicy::with_algorithm(
         policy.shard_id().clone(),
         algorithm,
@@ -281,51 +287,53 @@ pub fn compile(file: &str, policy: &WeightedFairnessPolicy, show_cycle: bool) ->
 }
 
 /// The text form of `policy compile`.
-pub fn compile_text(c: &Compiled) -> String {
-    let mut out = String::new();
-    let width = c
-        .tenants
-        .iter()
-        .map(|t| t.id.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    let _ = writeln!(out, "policy       {}", c.file);
-    let _ = writeln!(out, "shard        {}", c.shard);
-    let _ = writeln!(out, "algorithm    {}", c.algorithm);
-    let _ = writeln!(out, "cycle length {} slots", c.cycle_length);
-    let _ = writeln!(out, "digest       {}", c.digest);
-    let _ = writeln!(out, "tenants      {}", c.tenants.len());
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "{:<width$}  {:>6}  {:>7}  {:>5}  {:>5}",
-        "tenant", "weight", "share", "bound", "ideal"
-    );
-    for t in &c.tenants {
-        let _ = writeln!(
-            out,
-            "{:<width$}  {:>6}  {:>6.2}%  {:>5}  {:>5}",
-            t.id, t.weight, t.share_percent, t.bound, t.ideal
-        );
-    }
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "share = weight / L of all slots (scheduling opportunities, not CPU time or runs)"
-    );
-    let _ = writeln!(
-        out,
-        "bound = most consecutive reservations until the tenant is selected, measured on the cycle; ideal = ceil(L / weight)"
-    );
-    if let Some(cycle) = &c.cycle {
-        let _ = writeln!(out);
-        let _ = writeln!(out, "cycle (slot: tenant)");
-        for (slot, tenant) in cycle.iter().enumerate() {
-            let _ = writeln!(out, "{slot:>5}: {tenant}");
+impl Report for Compiled {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        let c = self;
+        let width = c
+            .tenants
+            .iter()
+            .map(|t| t.id.len())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        writeln!(w, "policy       {}", c.file)?;
+        writeln!(w, "shard        {}", c.shard)?;
+        writeln!(w, "algorithm    {}", c.algorithm)?;
+        writeln!(w, "cycle length {} slots", c.cycle_length)?;
+        writeln!(w, "digest       {}", c.digest)?;
+        writeln!(w, "tenants      {}", c.tenants.len())?;
+        writeln!(w)?;
+        writeln!(
+            w,
+            "{:<width$}  {:>6}  {:>7}  {:>5}  {:>5}",
+            "tenant", "weight", "share", "bound", "ideal"
+        )?;
+        for t in &c.tenants {
+            writeln!(
+                w,
+                "{:<width$}  {:>6}  {:>6.2}%  {:>5}  {:>5}",
+                t.id, t.weight, t.share_percent, t.bound, t.ideal
+            )?;
         }
+        writeln!(w)?;
+        writeln!(
+            w,
+            "share = weight / L of all slots (scheduling opportunities, not CPU time or runs)"
+        )?;
+        writeln!(
+        w,
+        "bound = most consecutive reservations until the tenant is selected, measured on the cycle; ideal = ceil(L / weight)"
+    )?;
+        if let Some(cycle) = &c.cycle {
+            writeln!(w)?;
+            writeln!(w, "cycle (slot: tenant)")?;
+            for (slot, tenant) in cycle.iter().enumerate() {
+                writeln!(w, "{slot:>5}: {tenant}")?;
+            }
+        }
+        Ok(())
     }
-    out
 }
 
 /// A tenant present in both policies of a diff.
@@ -445,124 +453,126 @@ pub fn diff(old: &WeightedFairnessPolicy, new: &WeightedFairnessPolicy) -> Diff 
 }
 
 /// The text form of `policy diff`.
-pub fn diff_text(d: &Diff) -> String {
-    let mut out = String::new();
-    let pair = |(a, b): &(String, String)| {
-        if a == b {
-            format!("{a} (unchanged)")
-        } else {
-            format!("{a} -> {b}")
+impl Report for Diff {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        let d = self;
+        let pair = |(a, b): &(String, String)| {
+            if a == b {
+                format!("{a} (unchanged)")
+            } else {
+                format!("{a} -> {b}")
+            }
+        };
+        writeln!(w, "shard        {}", pair(&d.shard))?;
+        let schedule_conflict = matches!(&d.schedule, (Some(a), Some(b)) if a != b);
+        match &d.schedule {
+            (None, None) => {}
+            (a, b) => {
+                let name = |s: &Option<String>| s.clone().unwrap_or_else(|| "(none)".to_owned());
+                writeln!(w, "schedule     {}", pair(&(name(a), name(b))))?;
+            }
         }
-    };
-    let _ = writeln!(out, "shard        {}", pair(&d.shard));
-    let schedule_conflict = matches!(&d.schedule, (Some(a), Some(b)) if a != b);
-    match &d.schedule {
-        (None, None) => {}
-        (a, b) => {
-            let name = |s: &Option<String>| s.clone().unwrap_or_else(|| "(none)".to_owned());
-            let _ = writeln!(out, "schedule     {}", pair(&(name(a), name(b))));
+        writeln!(w, "algorithm    {}", pair(&d.algorithm))?;
+        writeln!(
+            w,
+            "cycle length {}",
+            if d.cycle_length.0 == d.cycle_length.1 {
+                format!("{} (unchanged)", d.cycle_length.0)
+            } else {
+                format!("{} -> {}", d.cycle_length.0, d.cycle_length.1)
+            }
+        )?;
+        writeln!(w, "digest       {}", pair(&d.digest))?;
+        writeln!(w, "cycle digest {}", pair(&d.cycle_digest))?;
+        let worst = (d.worst.0.text(), d.worst.1.text());
+        writeln!(w, "worst ratio  {}", pair(&worst))?;
+        writeln!(w, "tenants")?;
+        for (id, weight, bound) in &d.added {
+            writeln!(w, "  + {id}: weight {weight}, bound {bound} (added)")?;
         }
-    }
-    let _ = writeln!(out, "algorithm    {}", pair(&d.algorithm));
-    let _ = writeln!(
-        out,
-        "cycle length {}",
-        if d.cycle_length.0 == d.cycle_length.1 {
-            format!("{} (unchanged)", d.cycle_length.0)
-        } else {
-            format!("{} -> {}", d.cycle_length.0, d.cycle_length.1)
+        for (id, weight, bound) in &d.removed {
+            writeln!(w, "  - {id}: weight {weight}, bound {bound} (removed)")?;
         }
-    );
-    let _ = writeln!(out, "digest       {}", pair(&d.digest));
-    let _ = writeln!(out, "cycle digest {}", pair(&d.cycle_digest));
-    let worst = (d.worst.0.text(), d.worst.1.text());
-    let _ = writeln!(out, "worst ratio  {}", pair(&worst));
-    let _ = writeln!(out, "tenants");
-    for (id, weight, bound) in &d.added {
-        let _ = writeln!(out, "  + {id}: weight {weight}, bound {bound} (added)");
-    }
-    for (id, weight, bound) in &d.removed {
-        let _ = writeln!(out, "  - {id}: weight {weight}, bound {bound} (removed)");
-    }
-    for k in d.kept.iter().filter(|k| !k.unchanged()) {
-        let _ = writeln!(
-            out,
-            "  ~ {}: weight {} -> {}, bound {} -> {}",
-            k.id, k.weight.0, k.weight.1, k.bound.0, k.bound.1
-        );
-    }
-    let unchanged = d.kept.iter().filter(|k| k.unchanged()).count();
-    if unchanged > 0 {
-        let _ = writeln!(out, "  = {unchanged} tenants unchanged (weight and bound)");
-    }
-    let rollout = d.changed && d.shard.0 != d.shard.1;
-    if rollout && !d.seam.is_empty() {
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
+        for k in d.kept.iter().filter(|k| !k.unchanged()) {
+            writeln!(
+                w,
+                "  ~ {}: weight {} -> {}, bound {} -> {}",
+                k.id, k.weight.0, k.weight.1, k.bound.0, k.bound.1
+            )?;
+        }
+        let unchanged = d.kept.iter().filter(|k| k.unchanged()).count();
+        if unchanged > 0 {
+            writeln!(w, "  = {unchanged} tenants unchanged (weight and bound)")?;
+        }
+        let rollout = d.changed && d.shard.0 != d.shard.1;
+        if rollout && !d.seam.is_empty() {
+            writeln!(w)?;
+            writeln!(
+            w,
             "seam of a rollout {} -> {}: each tenant's gap at its worst over every seal point N",
             d.shard.0, d.shard.1
-        );
-        seam_table(&d.seam, &mut out);
-        if !d.removed.is_empty() {
-            let _ = writeln!(
-                out,
-                "leaving: {} (no slot after the seal)",
-                d.removed
-                    .iter()
-                    .map(|(id, _, _)| id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        if let Some(w) = &d.worst_seam {
-            let _ = writeln!(
-                out,
+        )?;
+            seam_table(&d.seam, w)?;
+            if !d.removed.is_empty() {
+                writeln!(
+                    w,
+                    "leaving: {} (no slot after the seal)",
+                    d.removed
+                        .iter()
+                        .map(|(id, _, _)| id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )?;
+            }
+            if let Some(worst) = &d.worst_seam {
+                writeln!(
+                w,
                 "worst seam bound: {} reservations ({}, at N = {}); the rollout prints the exact \
                  bound for its N",
-                w.reservations_across_seam, w.tenant, w.seal_sequence
-            );
+                worst.reservations_across_seam, worst.tenant, worst.seal_sequence
+            )?;
+            }
         }
-    }
-    let _ = writeln!(out);
-    if !d.changed {
-        let _ = writeln!(out, "no change: identical canonical bytes");
-    } else if d.shard.0 == d.shard.1
-        && d.algorithm.0 != d.algorithm.1
-        && d.cycle_length.0 == d.cycle_length.1
-        && d.added.is_empty()
-        && d.removed.is_empty()
-        && d.kept.iter().all(|k| k.weight.0 == k.weight.1)
-    {
-        let _ = writeln!(
-            out,
+        writeln!(w)?;
+        if !d.changed {
+            writeln!(w, "no change: identical canonical bytes")?;
+        } else if d.shard.0 == d.shard.1
+            && d.algorithm.0 != d.algorithm.1
+            && d.cycle_length.0 == d.cycle_length.1
+            && d.added.is_empty()
+            && d.removed.is_empty()
+            && d.kept.iter().all(|k| k.weight.0 == k.weight.1)
+        {
+            writeln!(
+            w,
             "algorithms compared on one policy: bound = most consecutive reservations until the tenant is selected, \
              measured on each cycle; worst ratio = largest bound / ceil(L / weight). \
              Switching the algorithm of shard {} is a policy change: it needs a new shard id.",
             d.shard.1
-        );
-    } else if d.shard.0 == d.shard.1 {
-        let _ = writeln!(
-            out,
+        )?;
+        } else if d.shard.0 == d.shard.1 {
+            writeln!(
+            w,
             "REFUSED BY ROLLOUT AND REGISTER: the new policy reuses shard id {}; a shard is bound to its policy forever. \
              Give the new policy a new shard id (e.g. {}-next) and roll it out: statek rollout OLD.toml NEW.toml.",
             d.shard.1, d.shard.1
-        );
-    } else if schedule_conflict {
-        let _ = writeln!(
-            out,
+        )?;
+        } else if schedule_conflict {
+            writeln!(
+            w,
             "REFUSED BY ROLLOUT: the files name different schedules; a rollout continues one schedule \
              (give the new file the old one's schedule, or leave the key out)."
-        );
-    } else {
-        let _ = writeln!(
-            out,
+        )?;
+        } else {
+            writeln!(
+            w,
             "rollout: statek rollout OLD.toml NEW.toml seals {} at its cursor and registers {} as its successor \
              in one transaction; replicas follow within one tick, no drain (statek rollout --dry-run shows the seam).",
             d.shard.0, d.shard.1
-        );
+        )?;
+        }
+        Ok(())
     }
-    out
 }
 
 #[cfg(test)]
@@ -616,8 +626,8 @@ mod tests {
     fn diff_compares_algorithms_on_one_file() {
         let file = policy("primary-v1", &[("a", 5), ("b", 2), ("c", 1)]);
         let d = diff(
-            &with_algorithm(&file, "min-gap-v1").unwrap(),
-            &with_algorithm(&file, "min-gap-v2").unwrap(),
+            &with_algorithm(&file, PolicyAlgorithm::MinGapV1).unwrap(),
+            &with_algorithm(&file, PolicyAlgorithm::MinGapV2).unwrap(),
         );
         assert_eq!(d.algorithm, ("min-gap-v1".into(), "min-gap-v2".into()));
         // min-gap-v1 leaves b at 5 against ceil(8 / 2) = 4; v2 finds 4.
@@ -638,7 +648,7 @@ mod tests {
             d.kept.iter().map(|k| k.bound).collect::<Vec<_>>(),
             [(2, 2), (5, 4), (8, 8)]
         );
-        let text = diff_text(&d);
+        let text = crate::out::render(&d, crate::out::Format::Text).unwrap();
         assert!(
             text.contains("algorithm    min-gap-v1 -> min-gap-v2"),
             "{text}"
@@ -650,7 +660,6 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("algorithms compared on one policy"), "{text}");
-        assert!(with_algorithm(&file, "min-gap-v9").is_err());
     }
 
     #[test]
@@ -677,9 +686,11 @@ mod tests {
                 excess: 0
             }
         );
-        assert!(
-            diff_text(&diff(&old, &policy("primary-v1", &[("tenant-a", 1)])))
-                .contains("REFUSED BY ROLLOUT AND REGISTER")
-        );
+        assert!(crate::out::render(
+            &diff(&old, &policy("primary-v1", &[("tenant-a", 1)])),
+            crate::out::Format::Text
+        )
+        .unwrap()
+        .contains("REFUSED BY ROLLOUT AND REGISTER"));
     }
 }

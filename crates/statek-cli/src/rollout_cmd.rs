@@ -5,7 +5,7 @@
 //! run needs no database and prints each tenant's seam bound at its worst
 //! over every seal point.
 
-use std::fmt::Write as _;
+use std::fmt;
 use std::path::Path;
 
 use anyhow::Result;
@@ -14,13 +14,12 @@ use statek_policy::policy_file::PolicyFile;
 use statek_policy::{PolicySeam, ScheduleId};
 
 use crate::db::DbArgs;
-use crate::out::Format;
-use crate::out::{out, outln};
+use crate::out::Report;
 use crate::policy_cmd::{self, SeamRow};
 
-/// What `statek rollout` prints (`--format json`), dry run or not.
+/// What `statek rollout` reports, dry run or not.
 #[derive(Debug, Serialize)]
-struct RolloutReport {
+pub struct RolloutReport {
     /// True for `--dry-run`: nothing was written, no database was asked.
     dry_run: bool,
     /// The schedule: the sealed shard's (as stored) for a rollout; for a
@@ -87,12 +86,9 @@ impl RolloutPlan {
 
     /// `--dry-run`: every tenant's seam bound at its worst over every seal
     /// point ([`PolicySeam::worst`]); no database.
-    ///
-    /// # Errors
-    /// Writing to standard output.
-    pub fn dry_run(&self, format: Format) -> Result<()> {
+    pub fn dry_run(&self) -> RolloutReport {
         let (old, new) = (self.from.policy(), self.to.policy());
-        let report = RolloutReport {
+        RolloutReport {
             dry_run: true,
             schedule: self.schedule.as_ref().map(ToString::to_string),
             predecessor: old.shard_id().to_string(),
@@ -102,8 +98,7 @@ impl RolloutPlan {
             replayed: false,
             seam: policy_cmd::seam_rows(old, new, &PolicySeam::new(old, new).worst()),
             leaving: self.leaving(),
-        };
-        print(&report, format)
+        }
     }
 
     /// The rollout: seals FROM's shard and registers TO's as its successor.
@@ -113,11 +108,20 @@ impl RolloutPlan {
     /// (4), `UnknownShard` (1), `NotLiveShard` (11), `SuccessorExists` (12),
     /// `ScheduleConflict` (13), `PermissionDenied` (7, a role other than the
     /// owner), `DurabilityRefused` (10), connection errors (6, 9).
-    pub async fn run(&self, format: Format, db: &DbArgs) -> Result<()> {
+    pub async fn run(&self, db: &DbArgs) -> Result<RolloutReport> {
         let (old, new) = (self.from.policy(), self.to.policy());
         let store = db.store(1)?;
-        let rollout = store.rollout(old, new, self.schedule.as_ref()).await?;
-        let report = RolloutReport {
+        let rollout = store
+            .rollout(old, new, self.schedule.as_ref())
+            .await
+            .map_err(|e| {
+                crate::db::needs_role(
+                    e,
+                    "rollout needs the owner role (the --database-url of migrate): the runtime \
+                     role registers and reserves but may not seal a shard",
+                )
+            })?;
+        Ok(RolloutReport {
             dry_run: false,
             schedule: Some(rollout.schedule().to_string()),
             predecessor: rollout.predecessor().to_string(),
@@ -127,79 +131,144 @@ impl RolloutPlan {
             replayed: rollout.replayed(),
             seam: policy_cmd::seam_rows(old, new, rollout.seam()),
             leaving: rollout.leaving().iter().map(ToString::to_string).collect(),
-        };
-        print(&report, format)
+        })
     }
 }
 
-fn print(report: &RolloutReport, format: Format) -> Result<()> {
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(report)?),
-        Format::Text => out!("{}", text(report)),
-    }
-}
-
-fn text(r: &RolloutReport) -> String {
-    let mut out = String::new();
-    match (r.dry_run, r.sealed_at_sequence) {
-        (false, Some(n)) => {
-            let _ = writeln!(
-                out,
-                "{}: schedule {}: sealed {} at sequence {n} (it handed out sequences 0..{n}); \
-                 {} goes on from sequence 0",
-                if r.replayed {
-                    "replayed (already rolled out, nothing written)"
-                } else {
-                    "rolled out"
-                },
-                r.schedule.as_deref().unwrap_or("-"),
-                r.predecessor,
-                r.successor
-            );
-            let _ = writeln!(
-                out,
-                "sealed at    {}",
-                r.sealed_at.as_deref().unwrap_or("-")
-            );
+impl Report for RolloutReport {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        let r = self;
+        match (r.dry_run, r.sealed_at_sequence) {
+            (false, Some(n)) => {
+                // `0..N`: the sequences below N; a shard sealed at 0 had none.
+                let handed_out = match n {
+                    0 => "it handed out no reservations".to_owned(),
+                    n => format!("it handed out sequences 0..{n}"),
+                };
+                writeln!(
+                    w,
+                    "{}: schedule {}: sealed {} at sequence {n} ({handed_out}); {} goes on from \
+                     sequence 0",
+                    if r.replayed {
+                        "replayed (already rolled out, nothing written)"
+                    } else {
+                        "rolled out"
+                    },
+                    r.schedule.as_deref().unwrap_or("-"),
+                    r.predecessor,
+                    r.successor
+                )?;
+                writeln!(w, "sealed at    {}", r.sealed_at.as_deref().unwrap_or("-"))?;
+            }
+            _ => {
+                writeln!(
+                    w,
+                    "dry run (nothing written, no database asked): {} -> {}, schedule {}",
+                    r.predecessor,
+                    r.successor,
+                    r.schedule
+                        .as_deref()
+                        .unwrap_or("(the one the sealed shard belongs to)")
+                )?;
+            }
         }
-        _ => {
-            let _ = writeln!(
-                out,
-                "dry run (nothing written, no database asked): {} -> {}, schedule {}",
-                r.predecessor,
-                r.successor,
-                r.schedule
-                    .as_deref()
-                    .unwrap_or("(the one the sealed shard belongs to)")
-            );
+        writeln!(w)?;
+        policy_cmd::seam_table(&r.seam, w)?;
+        if !r.leaving.is_empty() {
+            writeln!(
+                w,
+                "leaving: {} (no slot after the seal)",
+                r.leaving.join(", ")
+            )?;
         }
-    }
-    let _ = writeln!(out);
-    policy_cmd::seam_table(&r.seam, &mut out);
-    if !r.leaving.is_empty() {
-        let _ = writeln!(
-            out,
-            "leaving: {} (no slot after the seal)",
-            r.leaving.join(", ")
-        );
-    }
-    let _ = writeln!(out);
-    if r.dry_run {
-        let _ = writeln!(
-            out,
+        writeln!(w)?;
+        if r.dry_run {
+            writeln!(
+            w,
             "seam bound = reservations from the tenant's last pick in {} to its first pick in {}, counting \
              the picking one; shown at its worst over every seal point N (the smallest N reaching it). \
              The rollout prints the exact bound for the N it seals at.",
             r.predecessor, r.successor
-        );
-    } else {
-        let _ = writeln!(
-            out,
+        )?;
+        } else {
+            writeln!(
+            w,
             "seam bound = reservations from the tenant's last pick in {} to its first pick in {}, counting \
              the picking one: exact for this seal (docs/guarantees.md). Replicas follow the chain \
              within one tick of meeting the seal.",
             r.predecessor, r.successor
+        )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RolloutReport;
+    use crate::out::{render, Format};
+    use crate::policy_cmd::SeamRow;
+
+    /// The text of a rollout of `primary-v1` sealed at `n`, with one
+    /// joining tenant.
+    fn text_sealed_at(n: u64) -> String {
+        let report = RolloutReport {
+            dry_run: false,
+            schedule: Some("primary".into()),
+            predecessor: "primary-v1".into(),
+            successor: "primary-v2".into(),
+            sealed_at_sequence: Some(n),
+            sealed_at: Some("2026-12-01T17:42:21.023Z".into()),
+            replayed: false,
+            seam: vec![SeamRow {
+                tenant: "tenant-c".into(),
+                seal_sequence: n,
+                last_pick_before_seal: None,
+                first_pick_after_seal: 0,
+                reservations_across_seam: 1,
+                joining: true,
+                bound: (None, 3),
+            }],
+            leaving: vec!["tenant-b".into()],
+        };
+        render(&report, Format::Text).unwrap()
+    }
+
+    fn check(n: u64, first_line: &str) {
+        let text = text_sealed_at(n);
+        assert_eq!(text.lines().next(), Some(first_line), "{text}");
+    }
+
+    #[test]
+    fn the_seal_names_the_sequences_handed_out() {
+        check(
+            0,
+            "rolled out: schedule primary: sealed primary-v1 at sequence 0 (it handed out no \
+             reservations); primary-v2 goes on from sequence 0",
+        );
+        check(
+            9,
+            "rolled out: schedule primary: sealed primary-v1 at sequence 9 (it handed out \
+             sequences 0..9); primary-v2 goes on from sequence 0",
         );
     }
-    out
+
+    #[test]
+    fn a_rollout_sealed_at_zero_in_full() {
+        assert_eq!(
+            text_sealed_at(0),
+            "rolled out: schedule primary: sealed primary-v1 at sequence 0 (it handed out no \
+             reservations); primary-v2 goes on from sequence 0
+sealed at    2026-12-01T17:42:21.023Z
+
+tenant    seal at N   last pick  first pick  seam bound  bound old -> new
+tenant-c          0     joining           0           1  - -> 3
+leaving: tenant-b (no slot after the seal)
+
+seam bound = reservations from the tenant's last pick in primary-v1 to its first pick in \
+             primary-v2, counting the picking one: exact for this seal (docs/guarantees.md). \
+             Replicas follow the chain within one tick of meeting the seal.
+"
+        );
+    }
 }

@@ -1,31 +1,20 @@
 //! `statek runs list|cancel|retry|prune`: the operator's view of the run
 //! queue and the retention of finished runs.
 
-use crate::out::outln;
+use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use serde::Serialize;
-use statek_policy::EchoedValue;
 use statek_store_pg::{RunListing, RunRetentionPolicy, RunState, StoreError};
 use uuid::Uuid;
 
 use crate::db::DbArgs;
-use crate::exit::InvalidInput;
 use crate::limits_cmd::tenant_id;
-use crate::out::Format;
+use crate::out::{count, Report};
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
-}
-
-fn run_id(text: &str) -> Result<Uuid> {
-    Uuid::parse_str(text.trim()).map_err(|_| {
-        anyhow!(InvalidInput(format!(
-            "run id {}: not a UUID",
-            EchoedValue(text)
-        )))
-    })
 }
 
 #[derive(Serialize)]
@@ -62,93 +51,90 @@ impl From<&RunListing> for RunRow {
     }
 }
 
+/// One page of `runs list`.
 #[derive(Serialize)]
-struct Page {
+pub struct Page {
     runs: Vec<RunRow>,
     /// Pass as `--after` for the next page; `null` on the last.
     next: Option<u64>,
 }
 
-fn text_row(r: &RunRow) -> Result<()> {
-    let error: String = r
-        .last_error
-        .as_deref()
-        .unwrap_or("")
-        .chars()
-        .take(40)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    outln!(
-        "{:<36}  {:<20} {:<9} {:>4} {:>9}  {:<24} {}",
-        r.run_id,
-        r.tenant,
-        r.state,
-        r.priority,
-        format!("{}/{}", r.attempt, r.max_attempts),
-        r.enqueued_at,
-        error
-    )?;
-    Ok(())
+impl Report for Page {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "{:<36}  {:<20} {:<9} {:>4} {:>9}  {:<24} last error",
+            "run", "tenant", "state", "prio", "attempts", "enqueued at"
+        )?;
+        for r in &self.runs {
+            let error: String = r
+                .last_error
+                .as_deref()
+                .unwrap_or("")
+                .chars()
+                .take(40)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            writeln!(
+                w,
+                "{:<36}  {:<20} {:<9} {:>4} {:>9}  {:<24} {}",
+                r.run_id,
+                r.tenant,
+                r.state,
+                r.priority,
+                format!("{}/{}", r.attempt, r.max_attempts),
+                r.enqueued_at,
+                error
+            )?;
+        }
+        if let Some(next) = self.next {
+            writeln!(w, "more: --after {next}")?;
+        }
+        Ok(())
+    }
 }
 
 /// `statek runs list [--tenant T] [--state S] [--limit N] [--after C]`.
 pub async fn list(
     tenant: Option<&str>,
-    state: Option<&str>,
+    state: Option<RunState>,
     limit: u32,
     after: Option<u64>,
-    format: Format,
     db: &DbArgs,
-) -> Result<()> {
+) -> Result<Page> {
     let tenant = tenant.map(tenant_id).transpose()?;
-    let state = state.map(str::parse::<RunState>).transpose()?;
     let page = db
         .store(1)?
         .list_runs(tenant.as_ref(), state, limit, after)
         .await?;
-    let out = Page {
+    Ok(Page {
         runs: page.runs.iter().map(RunRow::from).collect(),
         next: page.next,
-    };
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&out)?)?,
-        Format::Text => {
-            outln!(
-                "{:<36}  {:<20} {:<9} {:>4} {:>9}  {:<24} last error",
-                "run",
-                "tenant",
-                "state",
-                "prio",
-                "attempts",
-                "enqueued at"
-            )?;
-            for r in &out.runs {
-                text_row(r)?;
-            }
-            if let Some(next) = out.next {
-                outln!("more: --after {next}")?;
-            }
-        }
-    }
-    Ok(())
+    })
 }
 
-fn print_one(run: &RunListing, what: &str, format: Format) -> Result<()> {
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&RunRow::from(run))?)?,
-        Format::Text => outln!(
-            "{what} run {} of {} (now {})",
-            run.run_id,
-            run.tenant,
-            run.state
-        )?,
+/// A run `runs cancel` or `runs retry` changed: as JSON the run's row.
+#[derive(Serialize)]
+#[serde(transparent)]
+pub struct Changed {
+    run: RunRow,
+    /// `cancelled` or `retried`.
+    #[serde(skip)]
+    what: &'static str,
+}
+
+impl Report for Changed {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "{} run {} of {} (now {})",
+            self.what, self.run.run_id, self.run.tenant, self.run.state
+        )
     }
-    Ok(())
 }
 
 /// `statek runs cancel ID`.
-pub async fn cancel(id: &str, format: Format, db: &DbArgs) -> Result<()> {
-    let run_id = run_id(id)?;
+pub async fn cancel(run_id: Uuid, db: &DbArgs) -> Result<Changed> {
     let store = db.store(1)?;
     let cancelled = store.cancel_run(run_id).await?;
     let run = store
@@ -164,17 +150,24 @@ pub async fn cancel(id: &str, format: Format, db: &DbArgs) -> Result<()> {
         }
         .into());
     }
-    print_one(&run, "cancelled", format)
+    Ok(Changed {
+        run: RunRow::from(&run),
+        what: "cancelled",
+    })
 }
 
 /// `statek runs retry ID`.
-pub async fn retry(id: &str, format: Format, db: &DbArgs) -> Result<()> {
-    let run = db.store(1)?.retry_run(run_id(id)?).await?;
-    print_one(&run, "retried", format)
+pub async fn retry(run_id: Uuid, db: &DbArgs) -> Result<Changed> {
+    let run = db.store(1)?.retry_run(run_id).await?;
+    Ok(Changed {
+        run: RunRow::from(&run),
+        what: "retried",
+    })
 }
 
+/// What `runs prune` deleted, in all.
 #[derive(Serialize)]
-struct PruneTotals {
+pub struct PruneTotals {
     batches: u64,
     runs: u64,
     claims: u64,
@@ -182,14 +175,27 @@ struct PruneTotals {
     seconds: f64,
 }
 
+impl Report for PruneTotals {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "pruned {} and {} in {} ({:.1} s); cutoff {}",
+            count(self.runs, "finished run", "finished runs"),
+            count(self.claims, "claim row", "claim rows"),
+            count(self.batches, "batch", "batches"),
+            self.seconds,
+            self.last_cutoff.as_deref().unwrap_or("-")
+        )
+    }
+}
+
 /// `statek runs prune --retain D --batch N [--until-empty]` (retention role).
 pub async fn prune(
     retain: Duration,
     batch: u32,
     until_empty: bool,
-    format: Format,
     db: &DbArgs,
-) -> Result<()> {
+) -> Result<PruneTotals> {
     let policy = RunRetentionPolicy::new(retain, batch)?;
     let store = db.store(1)?;
     let started = std::time::Instant::now();
@@ -211,16 +217,44 @@ pub async fn prune(
         }
     }
     totals.seconds = started.elapsed().as_secs_f64();
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&totals)?)?,
-        Format::Text => outln!(
-            "pruned {} finished runs and {} claim rows in {} batches ({:.1} s); cutoff {}",
-            totals.runs,
-            totals.claims,
-            totals.batches,
-            totals.seconds,
-            totals.last_cutoff.as_deref().unwrap_or("-")
-        )?,
+    Ok(totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PruneTotals;
+    use crate::out::{render, Format};
+
+    fn check(batches: u64, runs: u64, claims: u64, expected: &str) {
+        let totals = PruneTotals {
+            batches,
+            runs,
+            claims,
+            last_cutoff: None,
+            seconds: 1.31,
+        };
+        assert_eq!(render(&totals, Format::Text).unwrap(), expected);
     }
-    Ok(())
+
+    #[test]
+    fn prune_totals_count_in_the_singular_and_plural() {
+        check(
+            1,
+            0,
+            0,
+            "pruned 0 finished runs and 0 claim rows in 1 batch (1.3 s); cutoff -\n",
+        );
+        check(
+            1,
+            1,
+            1,
+            "pruned 1 finished run and 1 claim row in 1 batch (1.3 s); cutoff -\n",
+        );
+        check(
+            3,
+            2,
+            5,
+            "pruned 2 finished runs and 5 claim rows in 3 batches (1.3 s); cutoff -\n",
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! Commands that talk to PostgreSQL: verify, migrate, register, roles,
 //! status, prune (rollout: `rollout_cmd.rs`).
 
-use crate::out::{out, outln};
+use std::fmt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -12,7 +12,7 @@ use statek_store_pg::{Registration, RoleProfile, SchedulerFairnessRetentionPolic
 
 use crate::db::DbArgs;
 use crate::exit::InvalidInput;
-use crate::out::Format;
+use crate::out::{count, Report};
 use crate::policy_cmd;
 
 fn shard_id(text: &str) -> Result<SchedulerShardId> {
@@ -30,8 +30,10 @@ fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
+/// What `policy verify` found. Written as the command's report, then
+/// [`VerifyReport::into_result`] is how the command ends.
 #[derive(Serialize)]
-struct VerifyReport {
+pub struct VerifyReport {
     shard: String,
     file: String,
     matches: bool,
@@ -44,11 +46,55 @@ struct VerifyReport {
     /// Whether this build compiles the stored cycle (true when none is
     /// stored).
     cycle_matches: bool,
+    /// The error the command ends with after the report: the shard holds
+    /// another policy, or the digest of another cycle.
+    #[serde(skip)]
+    mismatch: Option<anyhow::Error>,
 }
 
-/// `statek policy verify`: exit 4 when the shard holds another policy, or
+impl VerifyReport {
+    /// `Ok` when the shard holds exactly the file's policy and cycle; else
+    /// `StoreError::PolicyConflict` (exit 4) or
+    /// `SchedulerError::CycleMismatch` (exit 4).
+    ///
+    /// # Errors
+    /// The mismatch, as above.
+    pub fn into_result(self) -> Result<()> {
+        self.mismatch.map_or(Ok(()), Err)
+    }
+}
+
+impl Report for VerifyReport {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        if self.matches && self.cycle_matches {
+            writeln!(
+                w,
+                "ok: shard {} holds exactly {} (digest {})",
+                self.shard, self.file, self.file_digest
+            )
+        } else if self.matches {
+            writeln!(
+                w,
+                "MISMATCH: shard {} holds {}, but its cycle digest {} is not this build's {}",
+                self.shard,
+                self.file,
+                self.stored_cycle_digest.as_deref().unwrap_or("-"),
+                self.file_cycle_digest
+            )
+        } else {
+            writeln!(
+                w,
+                "MISMATCH: shard {} holds policy {}, the file is {}",
+                self.shard, self.stored_digest, self.file_digest
+            )
+        }
+    }
+}
+
+/// `statek policy verify`: the report; it ends with exit 4
+/// ([`VerifyReport::into_result`]) when the shard holds another policy, or
 /// stores the digest of another cycle than this build compiles from it.
-pub async fn verify(file: &Path, shard: Option<&str>, format: Format, db: &DbArgs) -> Result<()> {
+pub async fn verify(file: &Path, shard: Option<&str>, db: &DbArgs) -> Result<VerifyReport> {
     let policy = policy_cmd::load(file)?;
     let shard = match shard {
         Some(s) => shard_id(s)?,
@@ -56,77 +102,125 @@ pub async fn verify(file: &Path, shard: Option<&str>, format: Format, db: &DbArg
     };
     let store = db.store(1)?;
     let stored = store.load_shard(&shard).await?;
-    let report = VerifyReport {
+    let matches = stored.policy().canonical_bytes() == policy.canonical_bytes();
+    let cycle_matches = stored
+        .cycle_digest()
+        .is_none_or(|d| d == policy.cycle_digest());
+    let mismatch = if !matches {
+        Some(
+            StoreError::PolicyConflict {
+                shard: shard.clone(),
+                stored: stored.policy().digest(),
+                offered: policy.digest(),
+            }
+            .into(),
+        )
+    } else if let (false, Some(stored_cycle)) = (cycle_matches, stored.cycle_digest()) {
+        Some(
+            statek_scheduler::SchedulerError::CycleMismatch {
+                shard: shard.to_string(),
+                stored: stored_cycle,
+                local: policy.cycle_digest(),
+            }
+            .into(),
+        )
+    } else {
+        None
+    };
+    Ok(VerifyReport {
         shard: shard.to_string(),
         file: file.display().to_string(),
-        matches: stored.policy().canonical_bytes() == policy.canonical_bytes(),
+        matches,
         file_digest: policy.digest().to_string(),
         stored_digest: stored.policy().digest().to_string(),
         file_cycle_digest: policy.cycle_digest().to_string(),
         stored_cycle_digest: stored.cycle_digest().map(|d| d.to_string()),
-        cycle_matches: stored
-            .cycle_digest()
-            .is_none_or(|d| d == policy.cycle_digest()),
-    };
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&report)?)?,
-        Format::Text if report.matches && report.cycle_matches => outln!(
-            "ok: shard {} holds exactly {} (digest {})",
-            report.shard,
-            report.file,
-            report.file_digest
-        )?,
-        Format::Text if report.matches => outln!(
-            "MISMATCH: shard {} holds {}, but its cycle digest {} is not this build's {}",
-            report.shard,
-            report.file,
-            report.stored_cycle_digest.as_deref().unwrap_or("-"),
-            report.file_cycle_digest
-        )?,
-        Format::Text => outln!(
-            "MISMATCH: shard {} holds policy {}, the file is {}",
-            report.shard,
-            report.stored_digest,
-            report.file_digest
-        )?,
-    }
-    if !report.matches {
-        return Err(StoreError::PolicyConflict {
-            shard,
-            stored: stored.policy().digest(),
-            offered: policy.digest(),
+        cycle_matches,
+        mismatch,
+    })
+}
+
+/// What `statek migrate` did.
+#[derive(Serialize)]
+pub struct Migrated {
+    /// The migrations applied now, `(version, name)`, in order.
+    applied: Vec<(u32, String)>,
+    /// The database, its password redacted.
+    database: String,
+    /// How many migrations this build knows.
+    known: usize,
+}
+
+impl Report for Migrated {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        for (version, name) in &self.applied {
+            writeln!(w, "applied V{version}__{name}")?;
         }
-        .into());
+        writeln!(
+            w,
+            "schema statek is current on {} ({} migrations known, {} applied now)",
+            self.database,
+            self.known,
+            self.applied.len()
+        )
     }
-    if let (false, Some(stored_cycle)) = (report.cycle_matches, stored.cycle_digest()) {
-        return Err(statek_scheduler::SchedulerError::CycleMismatch {
-            shard: shard.to_string(),
-            stored: stored_cycle,
-            local: policy.cycle_digest(),
-        }
-        .into());
-    }
-    Ok(())
 }
 
 /// `statek migrate`.
-pub async fn migrate(db: &DbArgs) -> Result<()> {
+pub async fn migrate(db: &DbArgs) -> Result<Migrated> {
     let store = db.store(1)?;
     let report = store.migrate().await?;
-    for (version, name) in report.applied() {
-        outln!("applied V{version}__{name}")?;
+    Ok(Migrated {
+        applied: report.applied().to_vec(),
+        database: db.redacted(),
+        known: statek_store_pg::embedded_migrations().len(),
+    })
+}
+
+/// What `statek register` did.
+#[derive(Serialize)]
+pub struct Registered {
+    shard: String,
+    /// `registered`, or `already registered with identical bytes`.
+    how: &'static str,
+    schedule: String,
+    digest: String,
+    cycle_length: u32,
+    /// Set when the shard is sealed: where its chain goes on.
+    sealed: Option<RegisteredSeal>,
+}
+
+/// The seal of a shard registered again after a rollout.
+#[derive(Serialize)]
+struct RegisteredSeal {
+    sealed_at_sequence: u64,
+    successor: String,
+    live_shard: String,
+}
+
+impl Report for Registered {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "shard {}: {} (schedule {}, policy {}, L = {})",
+            self.shard, self.how, self.schedule, self.digest, self.cycle_length
+        )?;
+        if let Some(seal) = &self.sealed {
+            writeln!(
+                w,
+                "shard {} is sealed at sequence {} (successor {}): the live shard of schedule {} is {}; \
+                 replicas started with this file follow the chain to it",
+                self.shard, seal.sealed_at_sequence, seal.successor, self.schedule, seal.live_shard
+            )?;
+        }
+        Ok(())
     }
-    outln!(
-        "schema statek is current on {} ({} migrations known, {} applied now)",
-        db.redacted(),
-        statek_store_pg::embedded_migrations().len(),
-        report.applied().len()
-    )?;
-    Ok(())
 }
 
 /// `statek register FILE`: into the file's `schedule` (`register_in`).
-pub async fn register(file: &Path, db: &DbArgs) -> Result<()> {
+/// What the durability check accepted by `--durability` is a warning on
+/// standard error.
+pub async fn register(file: &Path, db: &DbArgs) -> Result<Registered> {
     let policy_file = policy_cmd::load_file(file)?;
     let policy = policy_file.policy();
     let store = db.store(1)?;
@@ -148,25 +242,14 @@ pub async fn register(file: &Path, db: &DbArgs) -> Result<()> {
             .into());
         }
     }
-    outln!(
-        "shard {}: {how} (schedule {}, policy {}, L = {})",
-        policy.shard_id(),
-        stored.schedule(),
-        policy.digest(),
-        policy.cycle_length()
-    )?;
-    if let Some(seal) = stored.seal() {
-        let live = store.live_shard(policy.shard_id()).await?;
-        outln!(
-            "shard {} is sealed at sequence {} (successor {}): the live shard of schedule {} is {}; \
-             replicas started with this file follow the chain to it",
-            policy.shard_id(),
-            seal.sealed_at_sequence(),
-            seal.successor(),
-            stored.schedule(),
-            live
-        )?;
-    }
+    let sealed = match stored.seal() {
+        Some(seal) => Some(RegisteredSeal {
+            sealed_at_sequence: seal.sealed_at_sequence(),
+            successor: seal.successor().to_string(),
+            live_shard: store.live_shard(policy.shard_id()).await?.to_string(),
+        }),
+        None => None,
+    };
     // What the durability check accepted by an explicit opt-in is said,
     // not only what it refused.
     let durability = store.durability_report().await?;
@@ -182,7 +265,44 @@ pub async fn register(file: &Path, db: &DbArgs) -> Result<()> {
                 .join(", ")
         );
     }
-    Ok(())
+    Ok(Registered {
+        shard: policy.shard_id().to_string(),
+        how,
+        schedule: stored.schedule().to_string(),
+        digest: policy.digest().to_string(),
+        cycle_length: policy.cycle_length(),
+        sealed,
+    })
+}
+
+/// What `statek roles apply` did, or the SQL it would run (`--print`).
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolesApplied {
+    /// `--print`: the SQL, nothing applied.
+    Sql(String),
+    /// The profile was applied.
+    Applied {
+        owner: String,
+        runtime: String,
+        retention: String,
+    },
+}
+
+impl Report for RolesApplied {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        match self {
+            RolesApplied::Sql(sql) => w.write_str(sql),
+            RolesApplied::Applied {
+                owner,
+                runtime,
+                retention,
+            } => writeln!(
+                w,
+                "applied role profile: owner {owner}, runtime {runtime}, retention {retention}"
+            ),
+        }
+    }
 }
 
 /// `statek roles apply`.
@@ -192,19 +312,22 @@ pub async fn roles_apply(
     retention: &str,
     print: bool,
     db: &DbArgs,
-) -> Result<()> {
+) -> Result<RolesApplied> {
     let profile = RoleProfile::new(owner, runtime, retention)?;
     if print {
-        out!("{}", profile.sql())?;
-        return Ok(());
+        return Ok(RolesApplied::Sql(profile.sql()));
     }
     db.store(1)?.apply_role_profile(&profile).await?;
-    outln!("applied role profile: owner {owner}, runtime {runtime}, retention {retention}")?;
-    Ok(())
+    Ok(RolesApplied::Applied {
+        owner: owner.to_owned(),
+        runtime: runtime.to_owned(),
+        retention: retention.to_owned(),
+    })
 }
 
+/// What `statek status` reports.
 #[derive(Serialize)]
-struct StatusReport {
+pub struct StatusReport {
     shard: String,
     /// The schedule (chain of shards) the shard belongs to.
     schedule: String,
@@ -235,10 +358,65 @@ struct StatusReport {
     oldest_retained_age_seconds: Option<f64>,
     retention_seconds: u64,
     rows_past_retention: u64,
+    /// The retention as given (the text names it, not the seconds).
+    #[serde(skip)]
+    retain: Duration,
+}
+
+impl Report for StatusReport {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(w, "shard              {}", self.shard)?;
+        writeln!(
+            w,
+            "policy             {} ({}, L = {}, {} tenants)",
+            self.digest, self.algorithm, self.cycle_length, self.tenants
+        )?;
+        writeln!(w, "registered at      {}", self.registered_at)?;
+        writeln!(
+            w,
+            "schedule           {} (predecessor {}, live shard {})",
+            self.schedule,
+            self.predecessor.as_deref().unwrap_or("none"),
+            self.live_shard
+        )?;
+        match (self.sealed_at_sequence, &self.successor) {
+            (Some(n), Some(successor)) => writeln!(
+                w,
+                "sealed             at sequence {n} ({}), successor {successor}: takes no new reservation",
+                self.sealed_at.as_deref().unwrap_or("-")
+            )?,
+            _ => writeln!(w, "sealed             no (live)")?,
+        }
+        writeln!(
+            w,
+            "cursor             sequence {} (next slot {})",
+            self.next_sequence, self.next_slot
+        )?;
+        writeln!(
+            w,
+            "last minute        {} reservations ({:.2}/s)",
+            self.reservations_last_minute, self.reservations_per_second
+        )?;
+        writeln!(
+            w,
+            "retained           {} reservations in {} rows (a batch is one row)",
+            self.retained_reservations, self.retained_rows
+        )?;
+        match (&self.oldest_retained, self.oldest_retained_age_seconds) {
+            (Some(at), Some(age)) => writeln!(w, "oldest retained    {at} ({age:.0} s ago)")?,
+            _ => writeln!(w, "oldest retained    none")?,
+        }
+        writeln!(
+            w,
+            "past retention     {} rows older than {}",
+            self.rows_past_retention,
+            humantime::format_duration(self.retain)
+        )
+    }
 }
 
 /// `statek status --shard S`.
-pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) -> Result<()> {
+pub async fn status(shard: &str, retain: Duration, db: &DbArgs) -> Result<StatusReport> {
     let shard = shard_id(shard)?;
     // The same limits as `prune --retain` (1 hour..=366 days).
     let retain = SchedulerFairnessRetentionPolicy::new(retain, 1)?.retain_for();
@@ -273,77 +451,43 @@ pub async fn status(shard: &str, retain: Duration, format: Format, db: &DbArgs) 
             .map(|o| unix_seconds(s.observed_at) - unix_seconds(o)),
         retention_seconds: retain.as_secs(),
         rows_past_retention: s.past_retention,
+        retain,
     };
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&report)?)?,
-        Format::Text => {
-            outln!("shard              {}", report.shard)?;
-            outln!(
-                "policy             {} ({}, L = {}, {} tenants)",
-                report.digest,
-                report.algorithm,
-                report.cycle_length,
-                report.tenants
-            )?;
-            outln!("registered at      {}", report.registered_at)?;
-            outln!(
-                "schedule           {} (predecessor {}, live shard {})",
-                report.schedule,
-                report.predecessor.as_deref().unwrap_or("none"),
-                report.live_shard
-            )?;
-            match (report.sealed_at_sequence, &report.successor) {
-                (Some(n), Some(successor)) => outln!(
-                    "sealed             at sequence {n} ({}), successor {successor}: takes no new reservation",
-                    report.sealed_at.as_deref().unwrap_or("-")
-                )?,
-                _ => outln!("sealed             no (live)")?,
-            }
-            outln!(
-                "cursor             sequence {} (next slot {})",
-                report.next_sequence,
-                report.next_slot
-            )?;
-            outln!(
-                "last minute        {} reservations ({:.2}/s)",
-                report.reservations_last_minute,
-                report.reservations_per_second
-            )?;
-            outln!(
-                "retained           {} reservations in {} rows (a batch is one row)",
-                report.retained_reservations,
-                report.retained_rows
-            )?;
-            match (&report.oldest_retained, report.oldest_retained_age_seconds) {
-                (Some(at), Some(age)) => outln!("oldest retained    {at} ({age:.0} s ago)")?,
-                _ => outln!("oldest retained    none")?,
-            }
-            outln!(
-                "past retention     {} rows older than {}",
-                report.rows_past_retention,
-                humantime::format_duration(retain)
-            )?;
-        }
-    }
-    Ok(())
+    Ok(report)
 }
 
+/// What `statek prune` deleted, in all.
 #[derive(Serialize)]
-struct PruneTotals {
+pub struct PruneTotals {
     batches: u64,
     deleted: u64,
     last_cutoff: Option<String>,
     seconds: f64,
 }
 
-/// `statek prune --retain D --batch N [--until-empty]`.
+impl Report for PruneTotals {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "pruned {} in {} ({:.1} s); cutoff {}",
+            count(self.deleted, "reservation row", "reservation rows"),
+            count(self.batches, "batch", "batches"),
+            self.seconds,
+            self.last_cutoff.as_deref().unwrap_or("-")
+        )
+    }
+}
+
+/// `statek prune --retain D --batch N [--until-empty]`. With `progress`,
+/// each batch is a line on standard error while it runs (the totals are
+/// the report).
 pub async fn prune(
     retain: Duration,
     batch: u32,
     until_empty: bool,
-    format: Format,
+    progress: bool,
     db: &DbArgs,
-) -> Result<()> {
+) -> Result<PruneTotals> {
     let policy = SchedulerFairnessRetentionPolicy::new(retain, batch)?;
     let store = db.store(1)?;
     let started = std::time::Instant::now();
@@ -358,7 +502,7 @@ pub async fn prune(
         totals.batches += 1;
         totals.deleted += report.deleted;
         totals.last_cutoff = Some(rfc3339(report.cutoff));
-        if format == Format::Text {
+        if progress {
             // Progress on stderr, so stdout stays the totals.
             eprint!(
                 "\rprune: batch {} deleted {} (total {}), cutoff {}    ",
@@ -373,18 +517,43 @@ pub async fn prune(
         }
     }
     totals.seconds = started.elapsed().as_secs_f64();
-    match format {
-        Format::Json => outln!("{}", serde_json::to_string_pretty(&totals)?)?,
-        Format::Text => {
-            eprintln!();
-            outln!(
-                "pruned {} reservation rows in {} batches ({:.1} s); cutoff {}",
-                totals.deleted,
-                totals.batches,
-                totals.seconds,
-                totals.last_cutoff.as_deref().unwrap_or("-")
-            )?;
-        }
+    if progress {
+        eprintln!();
     }
-    Ok(())
+    Ok(totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PruneTotals;
+    use crate::out::{render, Format};
+
+    fn check(batches: u64, deleted: u64, expected: &str) {
+        let totals = PruneTotals {
+            batches,
+            deleted,
+            last_cutoff: Some("2026-11-30T17:42:21.136Z".into()),
+            seconds: 0.04,
+        };
+        assert_eq!(render(&totals, Format::Text).unwrap(), expected);
+    }
+
+    #[test]
+    fn prune_totals_count_in_the_singular_and_plural() {
+        check(
+            1,
+            0,
+            "pruned 0 reservation rows in 1 batch (0.0 s); cutoff 2026-11-30T17:42:21.136Z\n",
+        );
+        check(
+            1,
+            1,
+            "pruned 1 reservation row in 1 batch (0.0 s); cutoff 2026-11-30T17:42:21.136Z\n",
+        );
+        check(
+            2,
+            1000,
+            "pruned 1000 reservation rows in 2 batches (0.0 s); cutoff 2026-11-30T17:42:21.136Z\n",
+        );
+    }
 }
