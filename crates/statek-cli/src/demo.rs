@@ -219,9 +219,9 @@ impl Report for DemoReport {
 /// Prints the policy and the workload.
 fn describe(args: &DemoArgs, policy: &WeightedFairnessPolicy, workload: &Workload) -> Result<()> {
     outln!(
-        "policy: shard {}, {} tenants, cycle length L = {}, digest {}",
+        "policy: shard {}, {}, cycle length L = {}, digest {}",
         policy.shard_id(),
-        policy.tenants().len(),
+        crate::out::count(policy.tenants().len() as u64, "tenant", "tenants"),
         policy.cycle_length(),
         policy.digest()
     )?;
@@ -233,7 +233,8 @@ fn describe(args: &DemoArgs, policy: &WeightedFairnessPolicy, workload: &Workloa
         match workload.trickle_tenants.len() {
             0 => "no other tenant gets runs while the workers run".to_owned(),
             n => format!(
-                "{n} other tenants get {} runs each, one every {} ms in turn, while the workers run",
+                "{} get {} runs each, one every {} ms in turn, while the workers run",
+                crate::out::count(n as u64, "other tenant", "other tenants"),
                 args.trickle,
                 workload::TRICKLE_EVERY.as_millis()
             ),

@@ -12,6 +12,11 @@ use crate::db::DbArgs;
 use crate::exit::InvalidInput;
 use crate::out::Report;
 
+/// The hint when a role other than the owner changes limits (exit 7).
+const OWNER_FOR_LIMITS: &str =
+    "limits set and clear need the owner role (the --database-url of migrate): \
+     the runtime role may only read them";
+
 /// `--tenant T` as a tenant id.
 pub fn tenant_id(text: &str) -> Result<TenantId> {
     TenantId::try_from(text)
@@ -103,7 +108,10 @@ pub async fn set(
     let store = db.store(1)?;
     // Merged in the database: a limit not given is kept, also against a
     // concurrent `limits set` of the other limit.
-    let stored = store.merge_tenant_limits(&tenant, max, rate).await?;
+    let stored = store
+        .merge_tenant_limits(&tenant, max, rate)
+        .await
+        .map_err(|e| crate::db::needs_role(e, OWNER_FOR_LIMITS))?;
     Ok(LimitsTable(vec![LimitsRow::from(&stored)]))
 }
 
@@ -142,7 +150,11 @@ impl Report for Cleared {
 /// `statek limits clear --tenant T` (owner role).
 pub async fn clear(tenant: &str, db: &DbArgs) -> Result<Cleared> {
     let tenant = tenant_id(tenant)?;
-    let cleared = db.store(1)?.clear_tenant_limits(&tenant).await?;
+    let cleared = db
+        .store(1)?
+        .clear_tenant_limits(&tenant)
+        .await
+        .map_err(|e| crate::db::needs_role(e, OWNER_FOR_LIMITS))?;
     Ok(Cleared {
         tenant: tenant.to_string(),
         cleared,

@@ -502,7 +502,8 @@ impl Report for Diff {
         }
         let unchanged = d.kept.iter().filter(|k| k.unchanged()).count();
         if unchanged > 0 {
-            writeln!(w, "  = {unchanged} tenants unchanged (weight and bound)")?;
+            let unchanged = crate::out::count(unchanged as u64, "tenant", "tenants");
+            writeln!(w, "  = {unchanged} unchanged (weight and bound)")?;
         }
         let rollout = d.changed && d.shard.0 != d.shard.1;
         if rollout && !d.seam.is_empty() {

@@ -207,7 +207,13 @@ pub async fn prune(
         seconds: 0.0,
     };
     loop {
-        let report = store.prune_finished_runs(&policy).await?;
+        let report = store.prune_finished_runs(&policy).await.map_err(|e| {
+            crate::db::needs_role(
+                e,
+                "runs prune needs the retention role's --database-url (or the owner's): the \
+                     runtime role may not delete runs",
+            )
+        })?;
         totals.batches += 1;
         totals.runs += report.deleted_runs;
         totals.claims += report.deleted_claims;

@@ -169,7 +169,12 @@ impl Report for Migrated {
 /// `statek migrate`.
 pub async fn migrate(db: &DbArgs) -> Result<Migrated> {
     let store = db.store(1)?;
-    let report = store.migrate().await?;
+    let report = store.migrate().await.map_err(|e| {
+        crate::db::needs_role(
+            e,
+            "migrate needs the owner role: the role that owns (or may create) the statek schema",
+        )
+    })?;
     Ok(Migrated {
         applied: report.applied().to_vec(),
         database: db.redacted(),
@@ -317,7 +322,16 @@ pub async fn roles_apply(
     if print {
         return Ok(RolesApplied::Sql(profile.sql()));
     }
-    db.store(1)?.apply_role_profile(&profile).await?;
+    db.store(1)?
+        .apply_role_profile(&profile)
+        .await
+        .map_err(|e| {
+            crate::db::needs_role(
+                e,
+                "roles apply needs the owner role (the --database-url of migrate), with CREATEROLE \
+                 or a superuser to create the roles",
+            )
+        })?;
     Ok(RolesApplied::Applied {
         owner: owner.to_owned(),
         runtime: runtime.to_owned(),
@@ -368,8 +382,11 @@ impl Report for StatusReport {
         writeln!(w, "shard              {}", self.shard)?;
         writeln!(
             w,
-            "policy             {} ({}, L = {}, {} tenants)",
-            self.digest, self.algorithm, self.cycle_length, self.tenants
+            "policy             {} ({}, L = {}, {})",
+            self.digest,
+            self.algorithm,
+            self.cycle_length,
+            crate::out::count(self.tenants as u64, "tenant", "tenants")
         )?;
         writeln!(w, "registered at      {}", self.registered_at)?;
         writeln!(
@@ -498,7 +515,16 @@ pub async fn prune(
         seconds: 0.0,
     };
     loop {
-        let report = store.prune_scheduler_fairness_reservations(&policy).await?;
+        let report = store
+            .prune_scheduler_fairness_reservations(&policy)
+            .await
+            .map_err(|e| {
+                crate::db::needs_role(
+                    e,
+                    "prune needs the retention role's --database-url (or the owner's): the \
+                     runtime role may not delete reservation rows",
+                )
+            })?;
         totals.batches += 1;
         totals.deleted += report.deleted;
         totals.last_cutoff = Some(rfc3339(report.cutoff));

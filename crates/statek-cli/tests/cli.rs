@@ -115,7 +115,7 @@ worst ratio  2/2 = 1.000, excess 0 slots (unchanged)
 tenants
   + tenant-c: weight 2, bound 3 (added)
   - tenant-b: weight 1, bound 4 (removed)
-  = 1 tenants unchanged (weight and bound)
+  = 1 tenant unchanged (weight and bound)
 
 seam of a rollout primary-v1 -> primary-v2: each tenant's gap at its worst over every seal point N
 tenant    seal at N   last pick  first pick  seam bound  bound old -> new

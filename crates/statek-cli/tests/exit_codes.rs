@@ -524,6 +524,40 @@ async fn rollout_refusals_11_12_13_14_and_7_for_the_runtime_role() {
         )
     );
 
+    // 7 with the role to use: limits and prunes as the runtime role.
+    let out = statek(
+        &[
+            "limits",
+            "set",
+            "--tenant",
+            "tenant-a",
+            "--max-running",
+            "2",
+        ],
+        Some(&as_runtime),
+    );
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(7),
+            "statek: error: limits set and clear need the owner role (the --database-url of \
+             migrate): the runtime role may only read them: permission denied: permission denied \
+             for table tenant_limits\n"
+                .to_owned()
+        )
+    );
+    let out = statek(&["prune", "--retain", "1h"], Some(&as_runtime));
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(7),
+            "statek: error: prune needs the retention role's --database-url (or the owner's): \
+             the runtime role may not delete reservation rows: permission denied: permission \
+             denied for table scheduler_reservations\n"
+                .to_owned()
+        )
+    );
+
     // 14: a second shard registered into a schedule with a live shard.
     let out = statek(&["register", &v2], Some(&url));
     assert_eq!(

@@ -6,7 +6,8 @@
 //! and 17 and sets it, or point it at a server where the role may
 //! `CREATE DATABASE`.
 
-#![allow(clippy::panic, clippy::expect_used)]
+// Standard error is where a test names the database it keeps.
+#![allow(clippy::panic, clippy::expect_used, clippy::print_stderr)]
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};

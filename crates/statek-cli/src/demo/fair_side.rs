@@ -102,11 +102,11 @@ pub async fn run(
     )
     .await?;
     outln!(
-        "statek: queued {} backlog runs for {} in {:.1} s; starting {} replicas at sequence {start_sequence}",
+        "statek: queued {} backlog runs for {} in {:.1} s; starting {} at sequence {start_sequence}",
         args.backlog,
         workload.backlog_tenant,
         queued.elapsed().as_secs_f64(),
-        args.replicas
+        crate::out::count(u64::from(args.replicas), "replica", "replicas")
     )?;
 
     let stop = CancellationToken::new();
@@ -184,9 +184,9 @@ pub async fn run(
         )?;
     }
     outln!(
-        "statek stopped: {stop_reason}; {} ticks by {} replicas in {:.1} s ({:.0} reservations/s)",
+        "statek stopped: {stop_reason}; {} ticks by {} in {:.1} s ({:.0} reservations/s)",
         ticks.len(),
-        args.replicas,
+        crate::out::count(u64::from(args.replicas), "replica", "replicas"),
         elapsed.as_secs_f64(),
         ticks.len() as f64 / elapsed.as_secs_f64().max(1e-9),
     )?;

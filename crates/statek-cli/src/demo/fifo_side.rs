@@ -65,11 +65,11 @@ pub async fn run(
     )
     .await?;
     outln!(
-        "FIFO: queued {} backlog runs for {} in {:.1} s; starting {} plain FIFO workers ({} runs executing at once each)",
+        "FIFO: queued {} backlog runs for {} in {:.1} s; starting {} ({} runs executing at once each)",
         args.backlog,
         workload.backlog_tenant,
         queued.elapsed().as_secs_f64(),
-        args.replicas,
+        crate::out::count(u64::from(args.replicas), "plain FIFO worker", "plain FIFO workers"),
         DEFAULT_CONCURRENCY
     )?;
     let stop = CancellationToken::new();
