@@ -336,3 +336,9 @@ async fn pump(
 /// The prune batch statement (parameters: `$1` retention in seconds as
 /// float8, `$2` batch size as int8), for plan checks with `EXPLAIN`.
 pub const PRUNE_BATCH_SQL: &str = crate::retention::PRUNE_BATCH;
+
+/// The claim statement for a batch of slots (parameters: `$1` sequences
+/// int8[], `$2` tenants text[], `$3` lease tokens uuid[], `$4` lease in
+/// seconds float8, `$5` shard text, `$6` most runs to claim int8), for
+/// plan checks with `EXPLAIN`.
+pub const CLAIM_FOR_SLOTS_SQL: &str = crate::run_queue::CLAIM_FOR_SLOTS;

@@ -539,3 +539,71 @@ async fn a_claim_limited_to_free_permits_answers_its_decided_prefix() {
         ));
     }
 }
+
+/// The limits function (`statek.claim_allowance`, which locks limits rows)
+/// runs in a claim only when a tenant of the batch with claimable runs
+/// has limits: without, the plan shows it never executed; with a cap on
+/// that tenant, executed once. (It ran for every claim before: a filter
+/// the planner had moved into a join.)
+#[tokio::test]
+async fn the_limits_function_runs_only_for_a_batch_with_a_limited_tenant() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy(&[("tenant-a", 1), ("tenant-b", 1)]);
+    store.register(&p).await.unwrap();
+    for _ in 0..3 {
+        store
+            .enqueue(&NewRun::new(tenant("tenant-a"), vec![]))
+            .await
+            .unwrap();
+    }
+    let mut client = db.client().await;
+    let mut allowance_line = async || -> String {
+        let tx = client.transaction().await.unwrap();
+        let plan: Vec<String> = tx
+            .query(
+                &format!(
+                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {}",
+                    statek_store_pg::testing::CLAIM_FOR_SLOTS_SQL
+                ),
+                &[
+                    &vec![0i64, 1, 2, 3],
+                    &vec!["tenant-a", "tenant-b", "tenant-a", "tenant-b"],
+                    &(0..4).map(|_| Uuid::now_v7()).collect::<Vec<_>>(),
+                    &60.0f64,
+                    &"primary-v1",
+                    &4i64,
+                ],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        tx.rollback().await.unwrap();
+        plan.iter()
+            .find(|line| line.contains("Function Scan on claim_allowance"))
+            .map(|line| line.trim().trim_start_matches("->").trim().to_owned())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no call of claim_allowance in the plan:\n{}",
+                    plan.join("\n")
+                )
+            })
+    };
+    assert_eq!(
+        allowance_line().await,
+        "Function Scan on claim_allowance f (never executed)"
+    );
+    store
+        .set_tenant_limits(
+            &tenant("tenant-a"),
+            &statek_store_pg::TenantLimits::new(Some(2), None).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        allowance_line().await,
+        "Function Scan on claim_allowance f (actual rows=1 loops=1)"
+    );
+}

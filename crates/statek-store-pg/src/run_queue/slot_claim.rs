@@ -51,7 +51,7 @@ pub const MAX_CLAIM_SLOTS: usize = crate::batch::MAX_RESERVATION_BATCH as usize;
 /// tenant exists that this statement did not take (locked by another
 /// claimer), else idle; limited instead of contended when the slot is
 /// beyond what the tenant's limits allowed.
-const CLAIM_FOR_SLOTS: &str = concat!(
+pub(crate) const CLAIM_FOR_SLOTS: &str = concat!(
     "
     WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
     slots AS MATERIALIZED (
@@ -82,22 +82,25 @@ const CLAIM_FOR_SLOTS: &str = concat!(
     -- as it wants without limits, else what its cap and rate leave. The
     -- function locks the limited tenants' limits rows until commit, so
     -- every claimer of such a tenant, on any replica, counts after the
-    -- previous one committed; it is not called at all (a one-time filter)
-    -- when no live tenant has limits.
+    -- previous one committed. It is not called at all when no live tenant
+    -- has limits: the uncorrelated EXISTS is a one-time filter above the
+    -- call in a CTE of its own (inside the LEFT JOIN below, the planner
+    -- made it a join filter and ran the function for every claim).
     limited_live AS MATERIALIZED (
         SELECT d.tenant_id, d.wanted FROM live AS d
         WHERE EXISTS (SELECT 1 FROM statek.tenant_limits AS l WHERE l.tenant_id = d.tenant_id)
     ),
+    limited_allowance AS MATERIALIZED (
+        SELECT f.tenant_id, f.allowed
+        FROM statek.claim_allowance(
+            ARRAY(SELECT tenant_id FROM limited_live ORDER BY tenant_id),
+            ARRAY(SELECT wanted FROM limited_live ORDER BY tenant_id)) AS f
+        WHERE EXISTS (SELECT 1 FROM limited_live)
+    ),
     allowance AS MATERIALIZED (
         SELECT d.tenant_id, coalesce(a.allowed, d.wanted) AS allowed
         FROM live AS d
-        LEFT JOIN (
-            SELECT f.tenant_id, f.allowed
-            FROM statek.claim_allowance(
-                ARRAY(SELECT tenant_id FROM limited_live ORDER BY tenant_id),
-                ARRAY(SELECT wanted FROM limited_live ORDER BY tenant_id)) AS f
-            WHERE EXISTS (SELECT 1 FROM limited_live)
-        ) AS a ON a.tenant_id = d.tenant_id
+        LEFT JOIN limited_allowance AS a ON a.tenant_id = d.tenant_id
     ),
     picked AS MATERIALIZED (
         SELECT p.run_id, d.tenant_id,
