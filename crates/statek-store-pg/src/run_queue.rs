@@ -112,6 +112,7 @@ pub use run::{
     RunLease, MAX_ATTEMPTS_LIMIT, MAX_IDEMPOTENCY_KEY_LENGTH, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
     MIN_PRIORITY,
 };
+#[cfg(feature = "test-support")]
 pub(crate) use slot_claim::CLAIM_FOR_SLOTS;
 pub use slot_claim::{SlotClaim, MAX_CLAIM_SLOTS};
 
