@@ -8,15 +8,18 @@ use statek_store_pg::{DurabilityPolicy, PgStore, StoreConfig, StoreError};
 #[derive(Debug, Clone, clap::Args)]
 pub struct DbArgs {
     /// PostgreSQL URL or key-value connection string. Default: $DATABASE_URL.
-    /// Use the owner role for migrate, roles and rollout, the runtime role for
-    /// register, status and demo, the retention role for prune.
+    /// Use the owner role for migrate, roles, rollout, limits set|clear and
+    /// demo (it migrates), the runtime role for register, status, limits
+    /// show and runs list|cancel|retry, the retention role for prune and
+    /// runs prune.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     pub database_url: Option<String>,
     /// The URL points at a pooler in transaction mode (PgBouncer
     /// `pool_mode = transaction`): send unnamed statements and no startup
     /// options; lock_timeout and statement_timeout must then be set for the
-    /// role (docs/operations.md). Default: $STATEK_TRANSACTION_POOLING (1, true, yes).
-    #[arg(long, env = "STATEK_TRANSACTION_POOLING", value_parser = clap::builder::FalseyValueParser::new())]
+    /// role (docs/operations.md). Default: $STATEK_TRANSACTION_POOLING (1, true, yes, on or 0,
+    /// false, no, off; any other value is a usage error).
+    #[arg(long, env = "STATEK_TRANSACTION_POOLING", value_parser = clap::builder::BoolishValueParser::new())]
     pub transaction_pooling: bool,
     /// A direct connection (PostgreSQL itself, not a transaction-mode pool)
     /// for LISTEN and migrations under --transaction-pooling. Default:

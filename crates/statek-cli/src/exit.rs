@@ -113,6 +113,13 @@ pub struct ScheduleMismatch {
 #[error("{0}")]
 pub struct InvalidInput(pub String);
 
+/// Writes the error line, `statek: error: ` and [`render`], to standard
+/// error; a standard error that cannot be written drops it (the exit code
+/// still says what happened).
+pub fn report(error: &anyhow::Error) {
+    crate::out::write_stderr(format_args!("statek: error: {}\n", render(error)));
+}
+
 /// The error line the binary prints (after `statek: error: `): every cause
 /// of the chain, joined by `: `, so that the real cause shows
 /// ("Connection refused", "invalid peer certificate: UnknownIssuer").
@@ -139,7 +146,33 @@ pub fn render(error: &anyhow::Error) -> String {
         }
         text.push_str(&cause.to_string());
     }
+    if let Some(hint) = error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<StoreError>().and_then(what_to_do))
+    {
+        text.push_str(&format!(" ({hint})"));
+    }
     text
+}
+
+/// What an operator does next for a server error whose message alone does
+/// not say it.
+fn what_to_do(error: &StoreError) -> Option<&'static str> {
+    match error {
+        // 42P01 undefined_table on a statek relation: not migrated.
+        StoreError::Database { code, message, .. }
+            if code == "42P01" && message.contains("\"statek.") =>
+        {
+            Some("the statek schema is not migrated in this database: run `statek migrate` as the owner role")
+        }
+        // 42704 undefined_object: a role the role profile names.
+        StoreError::Database { code, message, .. }
+            if code == "42704" && message.starts_with("role ") =>
+        {
+            Some("create the three login roles first, see docs/operations.md \"Roles and connection strings\"")
+        }
+        _ => None,
+    }
 }
 
 /// The exit code for an error chain: the first classified cause wins.

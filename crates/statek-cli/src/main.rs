@@ -13,10 +13,7 @@ fn main() -> ExitCode {
             ExitCode::from(statek_cli::exit::OK)
         }
         Err(error) => {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("statek: error: {}", statek_cli::exit::render(&error));
-            }
+            statek_cli::exit::report(&error);
             ExitCode::from(statek_cli::exit::code_for(&error))
         }
     }

@@ -64,6 +64,32 @@ pub(crate) fn render(report: &impl Report, format: Format) -> anyhow::Result<Str
     Ok(rendered)
 }
 
+/// Writes to standard error and flushes, and ignores a failure: a
+/// warning, progress or the final error message that cannot be written
+/// (`2>/dev/full`) is dropped, and the command's outcome and exit code
+/// stand (`eprintln!` would panic and exit 101).
+pub fn write_stderr(args: fmt::Arguments<'_>) {
+    let mut stderr = std::io::stderr().lock();
+    let _ignored = stderr.write_fmt(args).and_then(|()| stderr.flush());
+}
+
+/// `eprintln!` through [`write_stderr`].
+macro_rules! errln {
+    () => {
+        $crate::out::write_stderr(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::out::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `eprint!` through [`write_stderr`].
+macro_rules! err {
+    ($($arg:tt)*) => {
+        $crate::out::write_stderr(format_args!($($arg)*))
+    };
+}
+
 /// `n` and its noun for a text report: `1 batch`, `0 batches`, `2 batches`.
 pub fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -100,7 +126,7 @@ macro_rules! outln {
     };
 }
 
-pub(crate) use outln;
+pub(crate) use {err, errln, outln};
 
 #[cfg(test)]
 mod tests {

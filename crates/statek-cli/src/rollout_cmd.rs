@@ -118,7 +118,7 @@ impl RolloutPlan {
                 crate::db::needs_role(
                     e,
                     "rollout needs the owner role (the --database-url of migrate): the runtime \
-                     role registers and reserves but may not seal a shard",
+                     and retention roles may not seal a shard",
                 )
             })?;
         Ok(RolloutReport {

@@ -260,7 +260,7 @@ pub async fn register(file: &Path, db: &DbArgs) -> Result<Registered> {
     let durability = store.durability_report().await?;
     let risks = durability.risks();
     if !risks.is_empty() {
-        eprintln!(
+        crate::out::errln!(
             "statek: warning: the server can lose acknowledged reservations ({}), accepted by \
              --durability: {durability}",
             risks
@@ -328,8 +328,8 @@ pub async fn roles_apply(
         .map_err(|e| {
             crate::db::needs_role(
                 e,
-                "roles apply needs the owner role (the --database-url of migrate), with CREATEROLE \
-                 or a superuser to create the roles",
+                "roles apply needs the owner role (the --database-url of migrate): only the \
+                 owner of the statek schema's objects may grant on them",
             )
         })?;
     Ok(RolesApplied::Applied {
@@ -530,7 +530,7 @@ pub async fn prune(
         totals.last_cutoff = Some(rfc3339(report.cutoff));
         if progress {
             // Progress on stderr, so stdout stays the totals.
-            eprint!(
+            crate::out::err!(
                 "\rprune: batch {} deleted {} (total {}), cutoff {}    ",
                 totals.batches,
                 report.deleted,
@@ -544,7 +544,7 @@ pub async fn prune(
     }
     totals.seconds = started.elapsed().as_secs_f64();
     if progress {
-        eprintln!();
+        crate::out::errln!();
     }
     Ok(totals)
 }

@@ -118,6 +118,51 @@ fn failure_1_when_stdout_fails_otherwise() {
     );
 }
 
+/// A standard error that cannot be written (`2>/dev/full`) drops the
+/// error line; the exit code still says what failed (no panic, no 101).
+#[test]
+fn the_exit_code_stands_when_stderr_cannot_be_written() {
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    let out = command(&["policy", "compile", "no-such-policy.toml"], None)
+        .stderr(full())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    // Both streams unwritable: the same.
+    let out = command(&["policy", "compile", "no-such-policy.toml"], None)
+        .stdout(full())
+        .stderr(full())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+}
+
+/// An environment value of a boolean option that is not a boolean is a
+/// usage error, not silently on or off.
+#[test]
+fn usage_2_for_a_non_boolean_transaction_pooling_value() {
+    let out = command(
+        &["status", "--shard", "primary-v1"],
+        Some("host=127.0.0.1 port=1"),
+    )
+    .env("STATEK_TRANSACTION_POOLING", "maybe")
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with(
+            "error: invalid value 'maybe' for '--transaction-pooling': value was not a boolean"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn usage_2() {
     let out = statek(&["no-such-command"], None);
@@ -336,6 +381,52 @@ fn unavailable_6_names_the_cause() {
     );
 }
 
+/// Server errors whose message does not say what to do get the next step:
+/// a database without the schema (run migrate), a role profile naming a
+/// role that does not exist (create the roles).
+#[tokio::test]
+async fn failure_1_says_what_to_do_next() {
+    let db = TestDatabase::create_empty().await;
+    let url = db.connection_string();
+    let out = statek(&["status", "--shard", "primary-v1"], Some(&url));
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(1),
+            "statek: error: database error 42P01: relation \"statek.scheduler_shards\" does not \
+             exist (the statek schema is not migrated in this database: run `statek migrate` as \
+             the owner role)\n"
+                .to_owned()
+        )
+    );
+    let out = statek(&["migrate"], Some(&url));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let user = db.pg_config().get_user().unwrap();
+    let out = statek(
+        &[
+            "roles",
+            "apply",
+            "--owner",
+            user,
+            "--runtime",
+            "statek_no_such_role",
+            "--retention",
+            "statek_no_such_role_either",
+        ],
+        Some(&url),
+    );
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(1),
+            "statek: error: database error 42704: role \"statek_no_such_role\" does not exist \
+             (create the three login roles first, see docs/operations.md \"Roles and connection \
+             strings\")\n"
+                .to_owned()
+        )
+    );
+}
+
 #[tokio::test]
 async fn configuration_9_for_a_missing_database_or_role() {
     let db = TestDatabase::create_empty().await;
@@ -518,8 +609,8 @@ async fn rollout_refusals_11_12_13_14_and_7_for_the_runtime_role() {
         (
             Some(7),
             "statek: error: rollout needs the owner role (the --database-url of migrate): the \
-             runtime role registers and reserves but may not seal a shard: permission denied: \
-             permission denied for table scheduler_shards\n"
+             runtime and retention roles may not seal a shard: permission denied: permission \
+             denied for table scheduler_shards\n"
                 .to_owned()
         )
     );
