@@ -109,7 +109,10 @@ async fn run_demo(
         .map(|t| t.tenant().clone())
         .collect();
 
+    refuse_sealed(&admin, &policy, "before the demo").await?;
     let fair = fair_side::run(&args, url, &admin, &policy, schedule.as_ref(), &workload).await?;
+    // The checks judge one shard's sequences against its own cycle.
+    refuse_sealed(&admin, &policy, "while the demo ran").await?;
     let arrivals = lock(&fair.arrivals).clone();
     let statek = SideEvidence::read(&admin, "statek", arrivals, fair.origin).await?;
     let fifo = match fifo_side::refusal(admin.count_live_runs().await?) {
@@ -142,6 +145,36 @@ async fn run_demo(
         .map(|(ok, text)| DemoCheck { ok, text })
         .collect(),
     })
+}
+
+/// Refuses to go on when the policy's shard was rolled out (sealed): its
+/// replicas would follow the chain, and the checks, which judge one shard
+/// against its own cycle, would report gaps that never happened.
+///
+/// # Errors
+/// [`statek_store_pg::StoreError::ShardSealed`] (exit 11) with what to do;
+/// errors reading the shard (an unknown shard is fine: the demo registers
+/// it).
+async fn refuse_sealed(admin: &PgStore, policy: &WeightedFairnessPolicy, when: &str) -> Result<()> {
+    let stored = match admin.load_shard(policy.shard_id()).await {
+        Ok(stored) => stored,
+        Err(statek_store_pg::StoreError::UnknownShard { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(seal) = stored.seal() else {
+        return Ok(());
+    };
+    Err(
+        anyhow::Error::new(statek_store_pg::StoreError::ShardSealed {
+            shard: policy.shard_id().clone(),
+            sealed_at_sequence: seal.sealed_at_sequence(),
+            successor: seal.successor().clone(),
+        })
+        .context(format!(
+        "the demo's shard was rolled out {when}: run the demo on a database of its own, or give \
+         --policy a file with a new shard id"
+    )),
+    )
 }
 
 /// The demo's result: the statek side's order table, the comparison with

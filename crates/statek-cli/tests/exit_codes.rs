@@ -730,3 +730,48 @@ async fn rollout_refusals_11_12_13_14_and_7_for_the_runtime_role() {
         (serde_json::Value::Null, "taken-v1".into())
     );
 }
+
+/// 11 from the demo: its shard was rolled out, so its checks (one shard
+/// against its own cycle) cannot judge it; nothing runs.
+#[tokio::test]
+async fn not_live_shard_11_for_a_demo_on_a_rolled_out_shard() {
+    let dir = std::env::temp_dir().join(format!("statek-demo-sealed-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let v1 = policy_file(&dir, "v1.toml", &two_tenants("demo-v1", None, (3, 1)));
+    let v2 = policy_file(&dir, "v2.toml", &two_tenants("demo-v2", None, (1, 1)));
+    for args in [
+        vec!["register", v1.as_str()],
+        vec!["rollout", v1.as_str(), v2.as_str()],
+    ] {
+        let out = statek(&args, Some(&url));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    let charts = dir.join("charts");
+    let out = statek(
+        &[
+            "demo",
+            "--policy",
+            &v1,
+            "--durability",
+            "none",
+            "--charts-dir",
+            charts.to_str().unwrap(),
+        ],
+        Some(&url),
+    );
+    assert_eq!(
+        (out.status.code(), stderr(&out)),
+        (
+            Some(11),
+            "statek: error: the demo's shard was rolled out before the demo: run the demo on a \
+             database of its own, or give --policy a file with a new shard id: shard demo-v1 is \
+             sealed at sequence 0 (its last sequence is the one before): its successor is \
+             demo-v2\n"
+                .to_owned()
+        )
+    );
+    assert!(!charts.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
