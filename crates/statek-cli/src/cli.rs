@@ -148,6 +148,7 @@ enum PolicyCommand {
         /// The policy in production (with `--against`: the one file).
         old: PathBuf,
         /// The proposed policy (not with `--against`).
+        #[arg(required_unless_present = "against")]
         new: Option<PathBuf>,
         /// With `--against`: the algorithm to compare from (default: the
         /// file's).
@@ -182,6 +183,7 @@ enum PolicyCommand {
 #[derive(Debug, Subcommand)]
 enum LimitsCommand {
     /// Set a tenant's cap and/or rate; a limit not given is kept (owner role).
+    #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true).args(["max_running", "rate"])))]
     Set {
         /// The tenant.
         #[arg(long)]

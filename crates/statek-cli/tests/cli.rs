@@ -169,10 +169,10 @@ algorithms compared on one policy: bound = most consecutive reservations until t
 "
     );
     // An unknown algorithm is a usage error (exit 2, see
-    // tests/exit_codes.rs); neither a second file nor --against is invalid
-    // input (exit 3).
+    // tests/exit_codes.rs); so is neither a second file nor --against (a
+    // missing argument).
     let args = ["policy", "diff", file];
-    assert_eq!(statek(&args, None).status.code(), Some(3), "{args:?}");
+    assert_eq!(statek(&args, None).status.code(), Some(2), "{args:?}");
     // A policy file may name min-gap-v2 itself.
     let v2 = dir.join("v2.toml");
     std::fs::write(
@@ -749,10 +749,6 @@ async fn limits_set_show_and_clear_against_postgres() {
             vec!["--rate", "10/d"],
             "invalid tenant limit: rate \"10/d\": expected CLAIMS/WINDOW",
         ),
-        (
-            vec![],
-            "limits set needs --max-running N, --rate N/UNIT or both",
-        ),
     ] {
         let mut full = vec!["limits", "set", "--tenant", "tenant-a"];
         full.extend(args.iter().copied());
@@ -760,6 +756,14 @@ async fn limits_set_show_and_clear_against_postgres() {
         assert_eq!(out.status.code(), Some(3), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
     }
+    // Neither limit: a missing argument, a usage error.
+    let out = statek(&["limits", "set", "--tenant", "tenant-a"], url);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("required arguments were not provided"),
+        "{}",
+        stderr(&out)
+    );
     let out = statek(
         &["limits", "set", "--tenant", "../x", "--max-running", "1"],
         url,
