@@ -345,8 +345,9 @@ pub enum StoreError {
     /// made under transaction pooling without a direct connection. Not
     /// retryable.
     #[error(
-        "{what} needs a direct connection, not a transaction-mode pool: give one with \
-         StoreConfig::direct_url (statek: --direct-database-url or STATEK_DIRECT_DATABASE_URL)"
+        "{what} cannot run through a transaction-mode pool, only on a direct connection: give \
+         one with StoreConfig::direct_url (statek: --direct-database-url or \
+         STATEK_DIRECT_DATABASE_URL)"
     )]
     DirectConnectionRequired {
         /// What needed it (`LISTEN`, `migrations`).
