@@ -87,8 +87,8 @@ const EXPIRY_PASS_LIMIT: u32 = 100;
 pub struct ExecutorOptions {
     pub(crate) lease: Duration,
     pub(crate) heartbeat_every: Option<Duration>,
-    retry_initial: Duration,
-    retry_max: Duration,
+    pub(crate) retry_initial: Duration,
+    pub(crate) retry_max: Duration,
     completion_batch: usize,
     completion_linger: Duration,
 }

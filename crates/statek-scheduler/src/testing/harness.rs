@@ -117,13 +117,15 @@ pub struct Settings {
     pub retry_max: Duration,
 }
 
+/// The executor defaults ([`crate::ExecutorOptions`]'s), read from them.
 impl Default for Settings {
     fn default() -> Self {
+        let defaults = crate::ExecutorOptions::default();
         Self {
-            lease: Duration::from_secs(30),
-            heartbeat_every: Some(Duration::from_secs(10)),
-            retry_initial: Duration::from_secs(1),
-            retry_max: Duration::from_secs(300),
+            lease: defaults.lease,
+            heartbeat_every: defaults.heartbeat_every,
+            retry_initial: defaults.retry_initial,
+            retry_max: defaults.retry_max,
         }
     }
 }
