@@ -36,13 +36,19 @@ const CREATE_INDEX: &str = "CREATE INDEX IF NOT EXISTS baseline_plain_fifo_claim
 /// Drops [`CREATE_INDEX`]'s index.
 const DROP_INDEX: &str = "DROP INDEX IF EXISTS statek.baseline_plain_fifo_claim_idx";
 
-/// Claims any tenant's oldest available run, leased with token `$1`.
-const CLAIM_ONE: &str = "
+/// The plain FIFO claim of the oldest available runs of any tenant, leased
+/// with token `$1`, at most `$limit` of them (a literal or a parameter).
+macro_rules! claim_oldest {
+    ($limit:literal) => {
+        concat!(
+            "
     WITH candidate AS MATERIALIZED (
         SELECT run_id FROM statek.runs
         WHERE state = 'available' AND available_at <= clock_timestamp()
         ORDER BY available_at, queue_seq
-        LIMIT 1
+        LIMIT ",
+            $limit,
+            "
         FOR UPDATE SKIP LOCKED
     )
     UPDATE statek.runs AS r
@@ -50,24 +56,17 @@ const CLAIM_ONE: &str = "
         lease_expires_at = clock_timestamp() + interval '30 seconds',
         claimed_at = clock_timestamp()
     FROM candidate WHERE r.run_id = candidate.run_id
-    RETURNING r.run_id, r.tenant_id, r.available_at, r.claimed_at";
+    RETURNING r.run_id, r.tenant_id, r.available_at, r.claimed_at"
+        )
+    };
+}
+
+/// Claims any tenant's oldest available run, leased with token `$1`.
+const CLAIM_ONE: &str = claim_oldest!("1");
 
 /// Claims up to `$2` of the oldest available runs of any tenant, leased
 /// with token `$1`, in one statement.
-const CLAIM_UP_TO: &str = "
-    WITH candidate AS MATERIALIZED (
-        SELECT run_id FROM statek.runs
-        WHERE state = 'available' AND available_at <= clock_timestamp()
-        ORDER BY available_at, queue_seq
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE statek.runs AS r
-    SET state = 'running', attempt = r.attempt + 1, lease_token = $1,
-        lease_expires_at = clock_timestamp() + interval '30 seconds',
-        claimed_at = clock_timestamp()
-    FROM candidate WHERE r.run_id = candidate.run_id
-    RETURNING r.run_id, r.tenant_id, r.available_at, r.claimed_at";
+const CLAIM_UP_TO: &str = claim_oldest!("$2");
 
 /// Completes run `$1` if it is still leased with token `$2`.
 const COMPLETE_ONE: &str = "
