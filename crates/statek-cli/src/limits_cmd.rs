@@ -97,12 +97,9 @@ pub async fn set(
     rate: Option<&str>,
     db: &DbArgs,
 ) -> Result<LimitsTable> {
+    // Neither limit: clap refuses it (a usage error), and the store would
+    // (`StoreError::InvalidLimit`).
     let tenant = tenant_id(tenant)?;
-    if max.is_none() && rate.is_none() {
-        return Err(
-            InvalidInput("limits set needs --max-running N, --rate N/UNIT or both".into()).into(),
-        );
-    }
     let max = max.map(max_running).transpose()?;
     let rate = rate.map(str::parse::<RateLimit>).transpose()?;
     let store = db.store(1)?;
