@@ -12,7 +12,7 @@ use statek_store_pg::RunState;
 use uuid::Uuid;
 
 use crate::db::DbArgs;
-use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, store_cmd};
+use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, shard_cmd, store_cmd};
 
 /// statek: fair, weighted, durable tenant scheduling on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -29,6 +29,7 @@ use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, store_cmd};
   statek rollout primary-v1.toml primary-v2.toml --dry-run
   statek rollout primary-v1.toml primary-v2.toml --database-url postgres://owner@db/statek
   statek status --shard primary-v1 --format json
+  statek shard resume primary-v1 --acknowledge-loss --note INC-1234
   statek prune --retain 24h --batch 1000 --until-empty
   statek limits set --tenant tenant-a --max-running 10 --rate 100/s
   statek runs list --tenant tenant-a --state failed --limit 20
@@ -97,6 +98,9 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// A shard's halts after reservation losses: list them, or resume the shard (owner role).
+    #[command(subcommand)]
+    Shard(ShardCommand),
     /// Delete reservation rows older than the retention, oldest first, in batches (retention role).
     Prune {
         /// Keep rows younger than this (1h..=366d), e.g. 24h, 30d.
@@ -288,6 +292,44 @@ enum RunsCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum ShardCommand {
+    /// Every halt recorded for the shard: why, both timelines, the lost
+    /// reservations, who recorded it, and its resume.
+    Halts {
+        /// The shard.
+        shard: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Resume a halted shard (owner role): records the acknowledgement and
+    /// the reissued sequences of every open halt, then lets the shard
+    /// accept reservations again.
+    ///
+    /// The sequences a failover lost were acknowledged on the old timeline
+    /// and are handed out again on the new one: each of their slots is
+    /// decided twice. `--acknowledge-loss` says you accept that; the
+    /// command prints the reissued range of each halt.
+    Resume {
+        /// The shard.
+        shard: String,
+        /// Required: acknowledge that the lost sequences are handed out again.
+        #[arg(long, required = true)]
+        acknowledge_loss: bool,
+        /// A note stored with the resume (at most 1,024 bytes), e.g. an incident id.
+        #[arg(long)]
+        note: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum RolesCommand {
     /// Grant the owner, runtime and retention roles exactly their privileges (run after migrate).
     Apply {
@@ -451,6 +493,19 @@ pub fn run(cli: Cli) -> Result<()> {
             db,
         } => emit(
             &runtime()?.block_on(store_cmd::status(&shard, retain, &db))?,
+            format,
+        ),
+        Command::Shard(ShardCommand::Halts { shard, format, db }) => {
+            emit(&runtime()?.block_on(shard_cmd::halts(&shard, &db))?, format)
+        }
+        Command::Shard(ShardCommand::Resume {
+            shard,
+            acknowledge_loss: _,
+            note,
+            format,
+            db,
+        }) => emit(
+            &runtime()?.block_on(shard_cmd::resume(&shard, note.as_deref(), &db))?,
             format,
         ),
         Command::Prune {

@@ -51,6 +51,10 @@ pub const SCHEDULE_CONFLICT: u8 = 13;
 /// shard: change the policy with `statek rollout` instead. Nothing was
 /// written.
 pub const SCHEDULE_HAS_LIVE_SHARD: u8 = 14;
+/// The shard is halted in the database after a reservation loss (or an
+/// unverified failover): no store reserves on it until an owner runs
+/// `statek shard resume SHARD --acknowledge-loss`. Nothing was written.
+pub const SHARD_HALTED: u8 = 15;
 
 /// Every exit code with its name, for docs and tests.
 pub const ALL: &[(u8, &str)] = &[
@@ -69,6 +73,7 @@ pub const ALL: &[(u8, &str)] = &[
     (SUCCESSOR_EXISTS, "SUCCESSOR_EXISTS"),
     (SCHEDULE_CONFLICT, "SCHEDULE_CONFLICT"),
     (SCHEDULE_HAS_LIVE_SHARD, "SCHEDULE_HAS_LIVE_SHARD"),
+    (SHARD_HALTED, "SHARD_HALTED"),
 ];
 
 /// A connection setting given to the CLI is missing or unusable (exit
@@ -233,6 +238,7 @@ fn classify(store: &StoreError) -> u8 {
         StoreError::SuccessorExists { .. } => SUCCESSOR_EXISTS,
         StoreError::ScheduleConflict { .. } => SCHEDULE_CONFLICT,
         StoreError::ScheduleHasLiveShard { .. } => SCHEDULE_HAS_LIVE_SHARD,
+        StoreError::ShardHalted(_) => SHARD_HALTED,
         e if e.is_configuration() => CONFIGURATION,
         e if e.is_retryable() => UNAVAILABLE,
         _ => FAILURE,

@@ -1,7 +1,7 @@
 //! The `statek` operator tool, as a library (the binary is a thin `main`).
 //!
 //! Commands: `policy compile|diff|verify`, `migrate`, `register`,
-//! `rollout`, `roles apply`, `status`, `prune`, `limits set|show|clear`,
+//! `rollout`, `roles apply`, `status`, `shard halts|resume`, `prune`, `limits set|show|clear`,
 //! `runs list|cancel|retry|prune`, `demo`. Read commands take
 //! `--format json`. Database URLs come from `--database-url` or
 //! `DATABASE_URL` and are never printed with their password. Exit codes
@@ -11,7 +11,8 @@
 //! URL, TLS, the server refused the role, password or database; retrying
 //! does not help), 10 durability refused, 11 not the live shard (sealed),
 //! 12 successor exists, 13 schedule conflict (a different chain), 14 the
-//! schedule already has a live shard (use `rollout`). A closed standard output (`statek status | head -1`)
+//! schedule already has a live shard (use `rollout`), 15 the shard is halted
+//! after a reservation loss (`statek shard resume`). A closed standard output (`statek status | head -1`)
 //! ends the command quietly with 0. Database URLs accept libpq's TLS
 //! parameters (`sslmode=verify-full&sslrootcert=...`, see
 //! `statek_store_pg::StoreConfig::from_url`).
@@ -37,6 +38,7 @@ mod out;
 pub mod policy_cmd;
 mod rollout_cmd;
 mod runs_cmd;
+mod shard_cmd;
 mod store_cmd;
 
 pub use cli::{run, Cli};

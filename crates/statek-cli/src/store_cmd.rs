@@ -375,6 +375,10 @@ pub struct StatusReport {
     /// The retention as given (the text names it, not the seconds).
     #[serde(skip)]
     retain: Duration,
+    /// Whether the shard is halted in the database (after a reservation
+    /// loss); `open_halts` are the halts that hold it.
+    halted: bool,
+    open_halts: Vec<crate::shard_cmd::HaltLine>,
 }
 
 impl Report for StatusReport {
@@ -396,6 +400,18 @@ impl Report for StatusReport {
             self.predecessor.as_deref().unwrap_or("none"),
             self.live_shard
         )?;
+        if self.halted {
+            writeln!(
+                w,
+                "halted             yes: no reservation until an owner runs `statek shard resume {} --acknowledge-loss`",
+                self.shard
+            )?;
+            for halt in &self.open_halts {
+                writeln!(w, "                   {}", halt.summary())?;
+            }
+        } else {
+            writeln!(w, "halted             no")?;
+        }
         match (self.sealed_at_sequence, &self.successor) {
             (Some(n), Some(successor)) => writeln!(
                 w,
@@ -440,6 +456,13 @@ pub async fn status(shard: &str, retain: Duration, db: &DbArgs) -> Result<Status
     let store = db.store(1)?;
     let s = store.shard_status(&shard, retain).await?;
     let live_shard = store.live_shard(&shard).await?;
+    let open_halts: Vec<_> = store
+        .shard_halts(&shard)
+        .await?
+        .iter()
+        .filter(|h| h.is_open())
+        .map(crate::shard_cmd::HaltLine::new)
+        .collect();
     let policy = s.stored.policy();
     let seal = s.stored.seal();
     let report = StatusReport {
@@ -469,6 +492,8 @@ pub async fn status(shard: &str, retain: Duration, db: &DbArgs) -> Result<Status
         retention_seconds: retain.as_secs(),
         rows_past_retention: s.past_retention,
         retain,
+        halted: !open_halts.is_empty(),
+        open_halts,
     };
     Ok(report)
 }

@@ -218,9 +218,12 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
     /// [`SchedulerError::Store`] with `DurabilityRefused` when the store's
     /// durability policy refuses the server (nothing is reserved); the
     /// first non-retryable [`SchedulerError`] of any reservation or slot
-    /// (e.g. `CorruptData`, `PolicyDigestMismatch`,
-    /// `ReservationsLostInFailover`), or the last transient one after 10
-    /// failing rounds in a row; the worker then stops as at shutdown.
+    /// (e.g. `CorruptData`, `PolicyDigestMismatch`), or the last transient
+    /// one after 10 failing rounds in a row; the worker then stops as at
+    /// shutdown. A reservation loss (`ReservationsLostInFailover`) or a
+    /// halted shard (`ShardHalted`) does not stop it: it reserves nothing
+    /// and re-checks every [`WorkerOptions::halted_recheck`] until an owner
+    /// resumes the shard.
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, SchedulerError> {
         // Help text and units for the recorder installed by now, if any.
         crate::metrics::describe_all();
@@ -388,6 +391,22 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
         drop(free);
         let (batch, retries, policy) = match shared.scheduler.reserve_batch_counted(k).await {
             Ok(reserved) => reserved,
+            Err(e) if halt_of(&e).is_some() => {
+                // The shard is halted in the database (or this store just
+                // found and recorded a loss that halts it): stay up,
+                // reserve nothing, and look again until an owner resumes it.
+                failing_reservations = 0;
+                if halt_of(&e) == Some(Halt::Found) {
+                    tracing::error!(error = %crate::error::chain(&e), "acknowledged reservations were lost in a failover; the shard is halted");
+                } else {
+                    tracing::error!(error = %crate::error::chain(&e), recheck_ms = shared.options.halted_recheck.as_millis() as u64, "the shard is halted; reserving nothing until an owner resumes it");
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(shared.options.halted_recheck) => {}
+                }
+                continue;
+            }
             Err(e) => {
                 if !e.is_retryable() || failing_reservations >= 10 {
                     return Err(e);
@@ -485,6 +504,29 @@ fn slot_error_round<E, R>(
 }
 
 /// Logs a failed reservation round and pauses 50 ms per failing round.
+/// How a reservation error concerns a halt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Halt {
+    /// This store found acknowledged reservations lost (and recorded them).
+    Found,
+    /// The shard is halted in the database.
+    Halted,
+}
+
+fn halt_of(e: &SchedulerError) -> Option<Halt> {
+    match e {
+        SchedulerError::Store {
+            source: statek_store_pg::StoreError::ReservationsLostInFailover(_),
+            ..
+        } => Some(Halt::Found),
+        SchedulerError::Store {
+            source: statek_store_pg::StoreError::ShardHalted(_),
+            ..
+        } => Some(Halt::Halted),
+        _ => None,
+    }
+}
+
 async fn pause_after_error(e: &SchedulerError, rounds: u32, stop: &CancellationToken) {
     let pause = Duration::from_millis(50) * rounds;
     tracing::warn!(error = %crate::error::chain(e), pause_ms = pause.as_millis() as u64, "reservation failed transiently");

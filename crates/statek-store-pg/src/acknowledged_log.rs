@@ -1,7 +1,8 @@
 //! The per-store ring of recently acknowledged reservations, per shard:
 //! what `failover.rs` re-reads on a new timeline, and the guard it keeps
-//! (reserve on the known timeline, verify first, or stay halted after a
-//! loss). Held by every [`PgStore`](crate::PgStore).
+//! (reserve on the known timeline, verify first, or record a loss found
+//! but not yet recorded in the database). Held by every
+//! [`PgStore`](crate::PgStore).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -29,7 +30,12 @@ pub(crate) struct ShardLog {
     /// verify before the next reservation.
     pub(crate) dirty: bool,
     pub(crate) ring: VecDeque<Acknowledged>,
-    pub(crate) halted: Option<Arc<LostReservations>>,
+    /// A loss this store found whose record in the database did not
+    /// commit yet (with whether it halts): nothing is reserved on the shard
+    /// until it is recorded.
+    pub(crate) unrecorded: Option<(Arc<LostReservations>, bool)>,
+    /// The last halt state this store saw (for the gauge's changes).
+    pub(crate) halted_seen: bool,
 }
 
 /// The per-store ring of recently acknowledged reservations, per shard.
@@ -48,6 +54,9 @@ pub(crate) enum Guard {
     Reserve(Option<u32>),
     /// Verify the ring first.
     Verify,
+    /// Record the loss found first (then reserve: the database refuses a
+    /// halted shard).
+    Record(Arc<LostReservations>, bool),
 }
 
 pub(crate) fn lock(
@@ -74,15 +83,31 @@ impl AcknowledgedLog {
         let Some(log) = shards.get(shard) else {
             return Ok(Guard::Reserve(None));
         };
-        if let Some(lost) = &log.halted {
-            return Err(StoreError::ReservationsLostInFailover(Box::new(
-                (**lost).clone(),
-            )));
+        if let Some((lost, halts)) = &log.unrecorded {
+            return Ok(Guard::Record(Arc::clone(lost), *halts));
         }
         if log.dirty {
             return Ok(Guard::Verify);
         }
         Ok(Guard::Reserve(log.timeline))
+    }
+
+    /// Notes whether the shard is halted, as a reservation just saw it;
+    /// true when that changed what this store last saw.
+    pub(crate) fn note_halted(&self, shard: &SchedulerShardId, halted: bool) -> bool {
+        let mut shards = lock(&self.shards);
+        match shards.get_mut(shard) {
+            Some(log) if log.halted_seen == halted => false,
+            Some(log) => {
+                log.halted_seen = halted;
+                true
+            }
+            None if !halted => false,
+            None => {
+                shards.entry(shard.clone()).or_default().halted_seen = true;
+                true
+            }
+        }
     }
 
     pub(crate) fn acknowledge(&self, shard: &SchedulerShardId, entry: Acknowledged) {
@@ -144,7 +169,7 @@ mod tests {
     }
 
     #[test]
-    fn a_halted_shard_keeps_failing() {
+    fn an_unrecorded_loss_is_recorded_before_anything_else() {
         let log = AcknowledgedLog::new(3);
         let lost = LostReservations {
             shard: shard(),
@@ -158,14 +183,30 @@ mod tests {
                 evidence: LossEvidence::Missing,
             }],
         };
-        lock(&log.shards).entry(shard()).or_default().halted = Some(Arc::new(lost));
-        let err = log.guard(&shard()).err().unwrap();
-        assert!(!err.is_retryable());
+        lock(&log.shards).entry(shard()).or_default().unrecorded =
+            Some((Arc::new(lost.clone()), true));
+        match log.guard(&shard()).unwrap() {
+            Guard::Record(found, halts) => {
+                assert_eq!(*found, lost);
+                assert!(halts);
+            }
+            _ => panic!("expected Guard::Record"),
+        }
         assert_eq!(
-            err.to_string(),
+            lost.to_string(),
             "1 of 3 recently acknowledged reservation(s) of shard s were lost when the server \
              moved from timeline 1 to 2 (a failover to a standby that did not have them): \
              00000000-0000-0000-0000-000000000000 at sequence 7 (missing);"
         );
+    }
+
+    #[test]
+    fn the_halt_state_reports_only_its_changes() {
+        let log = AcknowledgedLog::new(3);
+        assert!(!log.note_halted(&shard(), false));
+        assert!(log.note_halted(&shard(), true));
+        assert!(!log.note_halted(&shard(), true));
+        assert!(log.note_halted(&shard(), false));
+        assert!(!log.note_halted(&shard(), false));
     }
 }

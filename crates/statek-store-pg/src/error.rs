@@ -4,6 +4,7 @@
 use statek_policy::{PolicyDigest, ScheduleId, SchedulerShardId};
 
 use crate::durability_report::{DurabilityReport, DurabilityRisk, SynchronousCommit};
+use crate::halt::ShardHalted;
 use crate::lost_reservations::LostReservations;
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
@@ -381,6 +382,14 @@ pub enum StoreError {
     /// every later reservation of the shard in this store fails with it.
     #[error("{0}")]
     ReservationsLostInFailover(Box<LostReservations>),
+    /// The shard is halted in the database (migration V10): a store found
+    /// acknowledged reservations lost in a failover, or met the shard last
+    /// reserved on another timeline with nothing to re-read. No store
+    /// reserves on it until an owner runs `statek shard resume SHARD
+    /// --acknowledge-loss` ([`PgStore::resume_shard`](crate::PgStore::resume_shard)).
+    /// Nothing was written. Not retryable.
+    #[error("{0}")]
+    ShardHalted(Box<ShardHalted>),
     /// The connected server is a standby in recovery (during a failover,
     /// before promotion, or a URL that names a standby): it cannot reserve.
     #[error("the server is a standby in recovery and cannot take reservations")]

@@ -12,12 +12,20 @@
 //! it reserves there: an id that is missing, or found at another sequence,
 //! or whose sequence now belongs to another id, was acknowledged and then
 //! lost. That is [`StoreError::ReservationsLostInFailover`], counted in
-//! [`RESERVATIONS_LOST_TOTAL`].
+//! [`RESERVATIONS_LOST_TOTAL`] and recorded in the database
+//! (`halt.rs`, migration V10), which halts the shard for every store until
+//! an owner resumes it (unless this store is configured to continue). A
+//! record that does not commit is retried before anything else this store
+//! does on the shard.
 //!
-//! What it cannot see: a loss older than the ring; a loss of reservations
-//! made by a process that restarted since (its ring is gone); a failover
-//! during which this store made no reservation on the shard and then never
-//! reserves again; another replica's losses (each replica checks its own).
+//! A process that restarted since (its ring is gone) sends no expected
+//! timeline; the reservation function then compares the shard's last
+//! reservation's timeline with the server's, and halts the shard as
+//! unverified when they differ.
+//!
+//! What it cannot see: a loss older than the ring; a failover after which
+//! no store reserves on the shard again; another replica's losses when
+//! that replica never reserves again (each replica checks its own ring).
 //! A row missing because retention pruned it is told apart from a lost one:
 //! a pruned row's sequence lies below the cursor and no other row holds it.
 
@@ -29,6 +37,7 @@ use uuid::Uuid;
 use tokio_postgres::types::Type;
 
 use crate::acknowledged_log::{lock, Acknowledged, Guard};
+use crate::halt::{Recorded, SHARD_HALTED};
 use crate::lost_reservations::{
     LossEvidence, LostReservation, LostReservationAction, LostReservations,
 };
@@ -102,7 +111,8 @@ impl PgStore {
         for _ in 0..3 {
             match self.failover_log().guard(shard)? {
                 Guard::Verify => self.verify_acknowledged(shard).await?,
-                Guard::Reserve(expected) => match attempt(expected).await? {
+                Guard::Record(report, halts) => self.record_found_loss(&report, halts).await?,
+                Guard::Reserve(expected) => match self.note_halt(shard, attempt(expected).await)? {
                     Guarded::Done {
                         value,
                         timeline,
@@ -127,6 +137,102 @@ impl PgStore {
             }
         }
         Err(StoreError::InRecovery)
+    }
+
+    /// Keeps the [`SHARD_HALTED`] gauge at what the reservation saw: 1 on
+    /// [`StoreError::ShardHalted`], 0 again at the next answer of a shard
+    /// that accepted it.
+    fn note_halt<T>(
+        &self,
+        shard: &SchedulerShardId,
+        answer: Result<Guarded<T>, StoreError>,
+    ) -> Result<Guarded<T>, StoreError> {
+        let halted = match &answer {
+            Err(StoreError::ShardHalted(_)) => true,
+            Ok(Guarded::Done { .. }) => false,
+            _ => return answer,
+        };
+        if self.failover_log().note_halted(shard, halted) {
+            metrics::gauge!(SHARD_HALTED, "shard" => shard.to_string()).set(if halted {
+                1.0
+            } else {
+                0.0
+            });
+        }
+        answer
+    }
+
+    /// Records a loss found earlier whose record did not commit then;
+    /// nothing else happens on the shard in this store before it does.
+    async fn record_found_loss(
+        &self,
+        report: &Arc<LostReservations>,
+        halts: bool,
+    ) -> Result<(), StoreError> {
+        let recorded = self.record_loss(report, halts).await?;
+        if let Some(state) = lock(&self.failover_log().shards).get_mut(&report.shard) {
+            state.unrecorded = None;
+        }
+        self.loss_recorded(report, recorded);
+        Ok(())
+    }
+
+    fn loss_recorded(&self, report: &LostReservations, recorded: Recorded) {
+        tracing::error!(
+            shard = %report.shard, halt_id = recorded.halt_id, shard_halted = recorded.shard_halted,
+            "reservation loss recorded in the database"
+        );
+        if recorded.shard_halted && self.failover_log().note_halted(&report.shard, true) {
+            metrics::gauge!(SHARD_HALTED, "shard" => report.shard.to_string()).set(1.0);
+        }
+    }
+
+    /// What a verification found, applied to the ring (under its lock,
+    /// no await): the pruned entries leave it; with nothing lost the store
+    /// adopts the new timeline (`None` returned); else the lost entries
+    /// leave it too, the loss is kept as unrecorded, and returned with
+    /// whether it halts.
+    fn adopt_verified(
+        &self,
+        shard: &SchedulerShardId,
+        timeline: u32,
+        from: u32,
+        checked: usize,
+        pruned: &[Uuid],
+        lost: Vec<LostReservation>,
+    ) -> Option<(Arc<LostReservations>, bool)> {
+        let log = self.failover_log();
+        let mut shards = lock(&log.shards);
+        let state = shards.get_mut(shard)?;
+        state.ring.retain(|e| !pruned.contains(&e.id));
+        // The ring moves on to the new timeline either way: what was lost
+        // is recorded in the database (which halts the shard for every
+        // store, unless this one is configured to continue), not kept here.
+        state.timeline = Some(timeline);
+        state.dirty = false;
+        if lost.is_empty() {
+            tracing::info!(
+                shard = %shard, from_timeline = from, to_timeline = timeline, checked,
+                "server timeline changed; every recently acknowledged reservation is on the new primary"
+            );
+            return None;
+        }
+        metrics::counter!(RESERVATIONS_LOST_TOTAL, "shard" => shard.to_string())
+            .increment(lost.len() as u64);
+        let report = LostReservations {
+            shard: shard.clone(),
+            from_timeline: from,
+            to_timeline: timeline,
+            checked,
+            lost,
+        };
+        tracing::error!(shard = %shard, lost = report.lost.len(), "{report}");
+        let lost_ids: Vec<Uuid> = report.lost.iter().map(|l| l.reservation_id).collect();
+        state.ring.retain(|e| !lost_ids.contains(&e.id));
+        let halts = self.config().lost_reservation_action() == LostReservationAction::Halt;
+        let report = Arc::new(report);
+        state.unrecorded = Some((Arc::clone(&report), halts));
+        Some((report, halts))
     }
 
     /// Re-reads the shard's recently acknowledged reservations on the
@@ -221,42 +327,19 @@ impl PgStore {
         lost.sort_by_key(|l| l.acknowledged_sequence);
         metrics::counter!(TIMELINE_CHANGES_TOTAL, "shard" => shard.to_string()).increment(1);
         let from = from_timeline.unwrap_or(timeline);
-        let mut shards = lock(&log.shards);
-        let Some(state) = shards.get_mut(shard) else {
+        let Some((report, halts)) =
+            self.adopt_verified(shard, timeline, from, entries.len(), &pruned, lost)
+        else {
             return Ok(());
         };
-        state.ring.retain(|e| !pruned.contains(&e.id));
-        if lost.is_empty() {
-            tracing::info!(
-                shard = %shard, from_timeline = from, to_timeline = timeline,
-                checked = entries.len(),
-                "server timeline changed; every recently acknowledged reservation is on the new primary"
+        if let Err(e) = self.record_found_loss(&report, halts).await {
+            tracing::error!(
+                shard = %shard, error = %e,
+                "could not record the reservation loss yet; this store reserves nothing on the shard until it does"
             );
-            state.timeline = Some(timeline);
-            state.dirty = false;
-            return Ok(());
         }
-        metrics::counter!(RESERVATIONS_LOST_TOTAL, "shard" => shard.to_string())
-            .increment(lost.len() as u64);
-        let report = LostReservations {
-            shard: shard.clone(),
-            from_timeline: from,
-            to_timeline: timeline,
-            checked: entries.len(),
-            lost,
-        };
-        tracing::error!(shard = %shard, lost = report.lost.len(), "{report}");
-        let lost_ids: Vec<Uuid> = report.lost.iter().map(|l| l.reservation_id).collect();
-        match self.config().lost_reservation_action() {
-            LostReservationAction::Halt => {
-                state.halted = Some(Arc::new(report.clone()));
-            }
-            LostReservationAction::Continue => {
-                state.timeline = Some(timeline);
-                state.dirty = false;
-                state.ring.retain(|e| !lost_ids.contains(&e.id));
-            }
-        }
-        Err(StoreError::ReservationsLostInFailover(Box::new(report)))
+        Err(StoreError::ReservationsLostInFailover(Box::new(
+            (*report).clone(),
+        )))
     }
 }

@@ -135,6 +135,7 @@ mod durability;
 mod durability_report;
 mod error;
 mod failover;
+mod halt;
 mod limits;
 mod lost_reservations;
 mod metric;
@@ -165,6 +166,7 @@ pub use durability_report::{
 };
 pub use error::{StoreError, TlsFailure};
 pub use failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
+pub use halt::{HaltCause, ReissuedRange, ShardHalt, ShardHalted, ShardResume, SHARD_HALTED};
 pub use limits::{
     RateLimit, StoredTenantLimits, TenantLimits, MAX_RATE_CLAIMS, MAX_RATE_WINDOW,
     MAX_RUNNING_LIMIT, MIN_RATE_WINDOW,

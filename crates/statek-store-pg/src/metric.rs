@@ -8,6 +8,7 @@
 
 use crate::durability::DURABILITY_RISK;
 use crate::failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
+use crate::halt::SHARD_HALTED;
 use crate::retention::{
     PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
 };
@@ -122,6 +123,14 @@ pub const STORE_METRICS: &[Metric] = &[
         &["shard"],
         "reservations",
         "Acknowledged reservations found lost after a change of the server's timeline.",
+    ),
+    Metric::new(
+        SHARD_HALTED,
+        Gauge,
+        &["shard"],
+        "1",
+        "1 while the shard is halted in the database after a reservation loss or an \
+         unverified failover, until an owner resumes it; 0 otherwise.",
     ),
     Metric::new(
         TIMELINE_CHANGES_TOTAL,

@@ -350,9 +350,10 @@ pub(crate) fn nothing_inserted(
     )
 }
 
-/// [`nothing_inserted`] after the digest checks and the seal (migration
-/// V8): a sealed shard, or a successor whose predecessor is not sealed, is
-/// its own typed error naming the shard that goes on.
+/// [`nothing_inserted`] after the digest checks, the halt (migration V10:
+/// [`StoreError::ShardHalted`] naming the open halts) and the seal
+/// (migration V8): a sealed shard, or a successor whose predecessor is not
+/// sealed, is its own typed error naming the shard that goes on.
 pub(crate) async fn why_nothing_inserted(
     db: &Db<'_>,
     shard: &SchedulerShardId,
@@ -362,6 +363,11 @@ pub(crate) async fn why_nothing_inserted(
 ) -> StoreError {
     if let Err(e) = check_locked_shard(shard, digest, locked) {
         return e;
+    }
+    match crate::halt::refusal(db, shard).await {
+        Ok(Some(halted)) => return halted,
+        Ok(None) => {}
+        Err(e) => return e,
     }
     match crate::succession::refusal(db, shard).await {
         Ok(Some(refused)) => refused,
@@ -404,6 +410,13 @@ impl PgStore {
     /// - [`StoreError::ReservationConflict`]: the id names a reservation on
     ///   another shard or digest; nothing is written.
     /// - [`StoreError::SequenceExhausted`]: the cursor is at `i64::MAX`.
+    /// - [`StoreError::ShardHalted`]: the shard is halted in the database
+    ///   after a reservation loss (or this store is the first to reserve
+    ///   after a change of the server's timeline: the shard is then halted
+    ///   as unverified); nothing is written.
+    /// - [`StoreError::ReservationsLostInFailover`]: this store found
+    ///   reservations it had acknowledged lost on a new timeline (recorded,
+    ///   and the shard halted, in the database).
     /// - [`StoreError::CorruptData`]: stored rows fail their checks.
     /// - transient errors for which [`StoreError::is_retryable`] is true.
     pub async fn reserve(

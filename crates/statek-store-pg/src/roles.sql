@@ -28,6 +28,19 @@ ALTER FUNCTION statek.claim_allowance(text[], bigint[]) OWNER TO {owner};
 ALTER FUNCTION statek.notify_runs_inserted() OWNER TO {owner};
 ALTER FUNCTION statek.run_claim_deletable(uuid, text, bigint, timestamptz) OWNER TO {owner};
 ALTER FUNCTION statek.refuse_kept_run_claim_delete() OWNER TO {owner};
+ALTER TABLE statek.shard_halts OWNER TO {owner};
+ALTER TABLE statek.shard_resumes OWNER TO {owner};
+ALTER VIEW statek.reissued_ranges OWNER TO {owner};
+ALTER FUNCTION statek.stamp_shard_halt() OWNER TO {owner};
+ALTER FUNCTION statek.stamp_shard_resume() OWNER TO {owner};
+ALTER FUNCTION statek.refuse_halt_change() OWNER TO {owner};
+ALTER FUNCTION statek.check_new_shard_halt() OWNER TO {owner};
+ALTER FUNCTION statek.insert_shard_halt(text, text, boolean, integer, integer, integer, jsonb, text)
+    OWNER TO {owner};
+ALTER FUNCTION statek.record_reservation_loss(text, boolean, integer, integer, jsonb, text, text)
+    OWNER TO {owner};
+ALTER FUNCTION statek.halt_unverified(text, integer) OWNER TO {owner};
+ALTER FUNCTION statek.resume_shard(text, text) OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -58,6 +71,15 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA statek TO {runtime};
 -- through the SECURITY DEFINER `claim_allowance`. Only the owner changes
 -- them (`statek limits set|clear`).
 GRANT SELECT ON statek.tenant_limits TO {runtime};
+-- Halts (migration V10): the runtime role reads them and records what it
+-- found lost only through the SECURITY DEFINER `record_reservation_loss`;
+-- it cannot write either table, and only the owner resumes
+-- (`statek.resume_shard`, `statek shard resume`).
+GRANT SELECT ON statek.shard_halts, statek.shard_resumes, statek.reissued_ranges
+    TO {runtime}, {retention};
+GRANT EXECUTE ON FUNCTION
+    statek.record_reservation_loss(text, boolean, integer, integer, jsonb, text, text)
+    TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_allowance(text[], bigint[]) TO {runtime};
 
 -- Retention: find and delete old reservation rows. The column UPDATE grant

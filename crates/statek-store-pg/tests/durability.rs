@@ -14,8 +14,8 @@
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{
-    DurabilityPolicy, DurabilityRisk, LossEvidence, LostReservationAction, LostReservations,
-    PgStore, StoreConfig, StoreError, SynchronousCommit,
+    DurabilityPolicy, DurabilityRisk, HaltCause, LossEvidence, LostReservationAction,
+    LostReservations, PgStore, StoreConfig, StoreError, SynchronousCommit,
 };
 use uuid::Uuid;
 
@@ -240,6 +240,12 @@ async fn acknowledged_reservations_lost_in_a_failover_are_reported_and_halt_the_
     let p = policy();
     let replica = fast_store(&db, LostReservationAction::Halt);
     replica.register(&p).await.unwrap();
+    // Another replica reserved sequence 0 on the old timeline (kept).
+    let other = fast_store(&db, LostReservationAction::Halt);
+    other
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
     let mut acknowledged = Vec::new();
     for _ in 0..4 {
         let r = replica
@@ -252,18 +258,17 @@ async fn acknowledged_reservations_lost_in_a_failover_are_reported_and_halt_the_
         .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 3)
         .await
         .unwrap();
-    assert_eq!(batch.first_sequence(), 4);
+    assert_eq!(batch.first_sequence(), 5);
 
-    // The failover loses sequences 2..7; another replica (with no ring)
-    // then gets sequence 2 again on the new primary.
-    lose_from(&db, 2).await;
+    // The failover loses sequences 3..8; the other replica re-reads its
+    // own ring (all there), adopts timeline 2 and gets sequence 3 again.
+    lose_from(&db, 3).await;
     fake_timeline(&db, 2).await;
-    let other = fast_store(&db, LostReservationAction::Halt);
     let reissued = other
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
         .await
         .unwrap();
-    assert_eq!((reissued.sequence(), reissued.timeline()), (2, Some(2)));
+    assert_eq!((reissued.sequence(), reissued.timeline()), (3, Some(2)));
 
     // The first replica checks its ring before it reserves on timeline 2.
     let err = replica
@@ -277,40 +282,126 @@ async fn acknowledged_reservations_lost_in_a_failover_are_reported_and_halt_the_
     assert_eq!((lost.from_timeline, lost.to_timeline), (1, 2));
     assert_eq!(lost.checked, 5);
     let found = lost_entries(lost);
-    assert_eq!(
-        found,
-        vec![
-            (
-                acknowledged[2].0,
-                2,
-                1,
-                LossEvidence::Reissued {
-                    reservation_id: reissued.id()
-                }
-            ),
-            (acknowledged[3].0, 3, 1, LossEvidence::Missing),
-            (batch.batch_id(), 4, 3, LossEvidence::Missing),
-        ]
-    );
+    let expected = vec![
+        (
+            acknowledged[2].0,
+            3,
+            1,
+            LossEvidence::Reissued {
+                reservation_id: reissued.id(),
+            },
+        ),
+        (acknowledged[3].0, 4, 1, LossEvidence::Missing),
+        (batch.batch_id(), 5, 3, LossEvidence::Missing),
+    ];
+    assert_eq!(found, expected);
     assert!(err.to_string().contains(&format!(
-        "{} at sequence 2 (now held by {})",
+        "{} at sequence 3 (now held by {})",
         acknowledged[2].0,
         reissued.id()
     )));
-    // Halted: nothing more is reserved on the shard by this store.
-    assert!(matches!(
-        replica
-            .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
-            .await,
-        Err(StoreError::ReservationsLostInFailover(_))
-    ));
-    assert!(matches!(
-        replica
-            .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 2)
-            .await,
-        Err(StoreError::ReservationsLostInFailover(_))
-    ));
-    assert_eq!(replica.next_sequence(p.shard_id()).await.unwrap(), 3);
+    // Recorded in the database: the shard is halted for every store, this
+    // one, the other, and a new one.
+    let halts = replica.shard_halts(p.shard_id()).await.unwrap();
+    assert_eq!(halts.len(), 1);
+    assert_eq!(halts[0].cause, HaltCause::Lost);
+    assert_eq!((halts[0].from_timeline, halts[0].to_timeline), (1, 2));
+    assert_eq!(halts[0].checked, 5);
+    assert_eq!(halts[0].cursor_at_detection, 4);
+    assert!(halts[0].is_open());
+    let recorded: Vec<_> = halts[0]
+        .lost
+        .iter()
+        .map(|l| {
+            (
+                l.reservation_id,
+                l.acknowledged_sequence,
+                l.count,
+                l.evidence,
+            )
+        })
+        .collect();
+    assert_eq!(recorded, expected);
+    let fresh = fast_store(&db, LostReservationAction::Halt);
+    for store in [&replica, &other, &fresh] {
+        assert!(matches!(
+            store
+                .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+                .await,
+            Err(StoreError::ShardHalted(_))
+        ));
+        assert!(matches!(
+            store
+                .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 2)
+                .await,
+            Err(StoreError::ShardHalted(_))
+        ));
+    }
+    assert_eq!(replica.next_sequence(p.shard_id()).await.unwrap(), 4);
+}
+
+/// An acknowledged id found at another sequence on the new primary (a
+/// second process reserved with the same id after the failover) is lost
+/// as `Moved`.
+#[tokio::test]
+async fn an_acknowledged_id_found_at_another_sequence_is_reported_as_moved() {
+    let db = TestDatabase::create().await;
+    let p = policy();
+    let replica = fast_store(&db, LostReservationAction::Halt);
+    replica.register(&p).await.unwrap();
+    let other = fast_store(&db, LostReservationAction::Halt);
+    other
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            replica
+                .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+                .await
+                .unwrap()
+                .id(),
+        );
+    }
+    // Sequences 2 and 3 are lost; the other replica then reserves with
+    // the id the first one had acknowledged at 3, and gets 2.
+    lose_from(&db, 2).await;
+    fake_timeline(&db, 2).await;
+    let moved = other
+        .reserve(p.shard_id(), &p.digest(), ids[2])
+        .await
+        .unwrap();
+    assert_eq!((moved.sequence(), moved.replayed()), (2, false));
+    let err = replica
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap_err();
+    let StoreError::ReservationsLostInFailover(lost) = &err else {
+        panic!("expected ReservationsLostInFailover, got {err:?}");
+    };
+    assert_eq!(
+        lost_entries(lost),
+        vec![
+            (
+                ids[1],
+                2,
+                1,
+                LossEvidence::Reissued {
+                    reservation_id: ids[2]
+                }
+            ),
+            (ids[2], 3, 1, LossEvidence::Moved { sequence: 2 }),
+        ]
+    );
+    assert!(err
+        .to_string()
+        .contains(&format!("{} at sequence 3 (now at sequence 2)", ids[2])));
+    let halts = other.shard_halts(p.shard_id()).await.unwrap();
+    assert_eq!(
+        halts[0].lost[1].evidence,
+        LossEvidence::Moved { sequence: 2 }
+    );
 }
 
 #[tokio::test]
@@ -397,6 +488,11 @@ async fn a_lost_reservation_reissued_inside_a_range_is_reported_with_its_holder(
     let p = policy();
     let replica = fast_store(&db, LostReservationAction::Halt);
     replica.register(&p).await.unwrap();
+    let other = fast_store(&db, LostReservationAction::Halt);
+    other
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
     let mut acknowledged = Vec::new();
     for _ in 0..4 {
         let r = replica
@@ -409,17 +505,16 @@ async fn a_lost_reservation_reissued_inside_a_range_is_reported_with_its_holder(
         .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 2)
         .await
         .unwrap();
-    assert_eq!(batch.first_sequence(), 4);
+    assert_eq!(batch.first_sequence(), 5);
 
-    // Sequences 2..6 are lost; another replica's batch takes 2..7.
-    lose_from(&db, 2).await;
+    // Sequences 3..7 are lost; the other replica's batch takes 3..8.
+    lose_from(&db, 3).await;
     fake_timeline(&db, 2).await;
-    let other = fast_store(&db, LostReservationAction::Halt);
     let range = other
         .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 5)
         .await
         .unwrap();
-    assert_eq!((range.first_sequence(), range.len()), (2, 5));
+    assert_eq!((range.first_sequence(), range.len()), (3, 5));
 
     let err = replica
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
@@ -435,9 +530,9 @@ async fn a_lost_reservation_reissued_inside_a_range_is_reported_with_its_holder(
     assert_eq!(
         found,
         vec![
-            (acknowledged[2], 2, 1, held_by),
-            (acknowledged[3], 3, 1, held_by),
-            (batch.batch_id(), 4, 2, held_by),
+            (acknowledged[2], 3, 1, held_by),
+            (acknowledged[3], 4, 1, held_by),
+            (batch.batch_id(), 5, 2, held_by),
         ]
     );
     assert_eq!(lost.checked, 5);

@@ -9,7 +9,8 @@ use crate::SchedulerError;
 /// Defaults: at most 16 runs executing at once; reservation batches sized
 /// by the Worker up to 1,024 slots; back off after one full cycle of idle
 /// slots (`L` consecutive `Idle` outcomes); idle backoff from 10 ms
-/// doubling to 1 s; 30 s for running handlers to finish at shutdown.
+/// doubling to 1 s; 30 s for running handlers to finish at shutdown; a
+/// halted shard re-checked every 5 s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerOptions {
     pub(crate) concurrency: usize,
@@ -19,6 +20,7 @@ pub struct WorkerOptions {
     pub(crate) backoff_max: Duration,
     pub(crate) shutdown_grace: Duration,
     pub(crate) maintenance_every: Duration,
+    pub(crate) halted_recheck: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -31,6 +33,7 @@ impl Default for WorkerOptions {
             backoff_max: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             maintenance_every: Duration::from_secs(10),
+            halted_recheck: Duration::from_secs(5),
         }
     }
 }
@@ -129,6 +132,21 @@ impl WorkerOptions {
         Ok(self)
     }
 
+    /// How often a Worker whose shard is halted in the database (after a
+    /// reservation loss; `StoreError::ShardHalted`) tries to reserve again
+    /// (100 ms..=10 minutes, default 5 s). Meanwhile it stays up, reserves
+    /// nothing and exports `statek_shard_halted{shard} 1`; once an owner
+    /// resumes the shard (`statek shard resume`) it goes on by itself.
+    pub fn halted_recheck(mut self, every: Duration) -> Result<Self, SchedulerError> {
+        if every < Duration::from_millis(100) || every > Duration::from_secs(600) {
+            return Err(SchedulerError::InvalidOption(format!(
+                "halted re-check period must be 100 ms..=10 minutes, got {every:?}"
+            )));
+        }
+        self.halted_recheck = every;
+        Ok(self)
+    }
+
     /// How long running handlers may take to finish after shutdown is
     /// requested before they are cancelled (0..=1 hour).
     pub fn shutdown_grace(mut self, grace: Duration) -> Result<Self, SchedulerError> {
@@ -158,6 +176,15 @@ mod tests {
         assert_eq!(o.max_batch(16).unwrap().max_batch, 16);
         assert!(o.max_batch(1025).is_err());
         assert!(o.idle_threshold(0).is_err());
+        assert_eq!(o.halted_recheck, Duration::from_secs(5));
+        assert!(o.halted_recheck(Duration::from_millis(99)).is_err());
+        assert_eq!(
+            o.halted_recheck(Duration::from_millis(100))
+                .unwrap()
+                .halted_recheck,
+            Duration::from_millis(100)
+        );
+        assert!(o.halted_recheck(Duration::from_secs(601)).is_err());
         assert!(o.idle_threshold(1_000_001).is_err());
         assert!(o
             .idle_backoff(Duration::ZERO, Duration::from_secs(1))
