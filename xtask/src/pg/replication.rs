@@ -60,8 +60,7 @@ pub struct ReplicaSet {
 }
 
 impl Server {
-    /// A fresh directory for the clusters of one pair or set, and a
-    /// cluster in it named `name`.
+    /// A fresh directory for the clusters of one pair or set.
     fn replication_dir(&self, kind: &str) -> Result<PathBuf> {
         let parent = self.layout.ephemeral_parent(self.major);
         distribution::create_dir_all_0755(&self.layout.runtime_dir(self.major))?;
@@ -76,6 +75,7 @@ impl Server {
         Ok(dir)
     }
 
+    /// The cluster named `name` in `dir`.
     fn cluster_in(&self, dir: &Path, name: &str) -> Cluster {
         Cluster {
             dir: dir.join(name),
@@ -96,7 +96,7 @@ impl Server {
         let mut registrations = vec![started::register(primary.clone())];
         registrations.extend(standbys.iter().map(|(c, _)| started::register(c.clone())));
         let settings: Vec<String> = DURABLE_SETTINGS.iter().map(|s| (*s).to_owned()).collect();
-        match start_standbys(&primary, &standbys, &settings) {
+        match start_standbys(&primary, &standbys, &settings, &settings) {
             Ok((primary_port, ports)) => {
                 eprintln!(
                     "xtask: PostgreSQL {} primary on port {primary_port}, standbys {} \
@@ -180,28 +180,22 @@ fn start_pair(
     if replication == Replication::Synchronous {
         primary_settings.push(format!("synchronous_standby_names={STANDBY_NAME}"));
     }
-    let (primary_port, ports) = start_standbys_with(
+    let (primary_port, ports) = start_standbys(
         primary,
         &[(standby.clone(), STANDBY_NAME)],
         &primary_settings,
         &settings,
     )?;
-    Ok((primary_port, ports.first().copied().unwrap_or(0)))
+    let standby_port = ports.first().copied().context("the standby has no port")?;
+    Ok((primary_port, standby_port))
 }
 
 /// Initialises the primary, seeds each standby from a copy of its
-/// never-started data directory, starts them all with `settings`, and
-/// waits until every standby streams; returns the primary's port and the
-/// standbys' ports.
+/// never-started data directory, starts them (the primary with
+/// `primary_settings`, each standby with `standby_settings` and its
+/// `application_name`), and waits until every standby streams; returns
+/// the primary's port and the standbys' ports.
 fn start_standbys(
-    primary: &Cluster,
-    standbys: &[(Cluster, &str)],
-    settings: &[String],
-) -> Result<(u16, Vec<u16>)> {
-    start_standbys_with(primary, standbys, settings, settings)
-}
-
-fn start_standbys_with(
     primary: &Cluster,
     standbys: &[(Cluster, &str)],
     primary_settings: &[String],
