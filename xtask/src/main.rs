@@ -27,6 +27,7 @@ mod command;
 mod demo;
 mod deploy_check;
 mod failover;
+mod ha_layouts;
 mod interrupt;
 mod migrate;
 mod pg;
@@ -76,6 +77,8 @@ enum Task {
     Bench(bench::BenchArgs),
     /// A real failover under load: primary crashed, standby promoted (asynchronous with lag, then synchronous).
     Failover(failover::FailoverArgs),
+    /// Judge real standby layouts (FIRST 1 and ANY 1 of two, FIRST 1 beside an asynchronous one) with the durability check.
+    HaLayouts(ha_layouts::HaLayoutsArgs),
     /// Print bound / ceil(L/w) ratios of swrr-v1, min-gap-v1 and min-gap-v2 over generated weight families.
     BoundsReport(bounds_report::BoundsReportArgs),
 }
@@ -159,6 +162,7 @@ fn run(cli: Cli) -> Result<()> {
         Task::BoundsReport(args) => bounds_report::run(&args),
         Task::Bench(args) => bench::run(&args),
         Task::Failover(args) => failover::run(&args),
+        Task::HaLayouts(args) => ha_layouts::run(&args),
         Task::Demo(args) => {
             // A bad policy file fails before any server starts.
             statek_cli::demo::load_policy(&args.demo)?;

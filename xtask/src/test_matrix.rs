@@ -16,7 +16,9 @@
 //! database tests of statek-store-pg, statek-scheduler and statek-cli again.
 //! After the first version's suite, `cargo xtask failover` runs one
 //! asynchronous failover with forced lag and five synchronous ones on a
-//! durable primary/standby pair of that version. Every step runs even when
+//! durable primary/standby pair of that version, and `cargo xtask
+//! ha-layouts` judges standby layouts on a primary with two standbys of
+//! that version. Every step runs even when
 //! an earlier one failed; any failure fails the command.
 
 use std::time::{Duration, Instant};
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 
 use crate::pg::{self, PgMajor, RunningPgBouncer, Server};
-use crate::{arch_check, command, deploy_check, failover, interrupt, workspace};
+use crate::{arch_check, command, deploy_check, failover, ha_layouts, interrupt, workspace};
 
 /// Options of `cargo xtask test`.
 #[derive(Debug, Clone, clap::Args)]
@@ -282,6 +284,14 @@ pub fn run(args: &TestArgs) -> Result<()> {
                         "PostgreSQL {major}: failover (1 asynchronous with lag, 5 synchronous)"
                     ),
                     || failover::run(&args),
+                );
+                let args = ha_layouts::HaLayoutsArgs { pg: major };
+                report.step(
+                    &format!(
+                        "PostgreSQL {major}: HA layouts (FIRST 1 and ANY 1 of two standbys, \
+                         FIRST 1 beside an asynchronous one)"
+                    ),
+                    || ha_layouts::run(&args),
                 );
             }
         }

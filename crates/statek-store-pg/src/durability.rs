@@ -64,13 +64,15 @@ const SETTINGS: &str = "
 /// Walsenders: physical ones have no database (logical replication
 /// connects to one); a standby reports a replay position, `pg_receivewal`
 /// and `pg_basebackup` never do. `state` is NULL for a role without the
-/// privileges of `pg_read_all_stats`.
+/// privileges of `pg_read_all_stats`. Ordered by name, so that reports
+/// (and the failover condition they state) read the same every time.
 const WALSENDERS: &str = "
     SELECT r.application_name, r.state, r.sync_state,
            r.replay_lsn IS NOT NULL AS replays,
            a.datname IS NULL AS physical
     FROM pg_stat_replication AS r
-    LEFT JOIN pg_stat_activity AS a ON a.pid = r.pid";
+    LEFT JOIN pg_stat_activity AS a ON a.pid = r.pid
+    ORDER BY r.application_name, r.pid";
 
 fn standby_from_row(row: &Row) -> Result<Option<Standby>, StoreError> {
     let state: Option<String> = row.try_get("state")?;

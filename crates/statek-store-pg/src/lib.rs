@@ -152,6 +152,7 @@ mod shard;
 mod statement;
 mod store;
 mod succession;
+mod synchronous_standbys;
 #[cfg(feature = "test-support")]
 pub mod testing;
 mod tls;
@@ -162,7 +163,8 @@ pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
 pub use conninfo::SslMode;
 pub use durability::DURABILITY_RISK;
 pub use durability_report::{
-    DurabilityPolicy, DurabilityReport, DurabilityRisk, Standby, SynchronousCommit,
+    DurabilityPolicy, DurabilityReport, DurabilityRisk, FailoverCondition, Standby,
+    SynchronousCommit,
 };
 pub use error::{StoreError, TlsFailure};
 pub use failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
@@ -194,3 +196,4 @@ pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
 pub use shard::{Registration, ShardSeal, ShardStatus, StoredShard};
 pub use store::PgStore;
 pub use succession::{Rollout, ShardSeam};
+pub use synchronous_standbys::SynchronousStandbys;

@@ -33,7 +33,7 @@ pub use binaries::BinarySource;
 pub use commands::{start, status, stop, url};
 pub use major::PgMajor;
 pub use pgbouncer::RunningPgBouncer;
-pub use replication::{pair, ReplicaPair, Replication, STANDBY_NAME};
+pub use replication::{pair, ReplicaPair, ReplicaSet, Replication, STANDBY_NAME};
 pub use started::destroy_all as stop_all_started_servers;
 
 /// Stops every PgBouncer and PostgreSQL server this process started (the

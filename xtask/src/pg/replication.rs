@@ -1,5 +1,7 @@
-//! A primary and a streaming standby from the same binaries, on loopback:
-//! for the failover test and `cargo xtask pg start --standby`.
+//! A primary and streaming standbys from the same binaries, on loopback:
+//! a pair for the failover test and `cargo xtask pg pair`, and a set of
+//! standbys with chosen `application_name`s for the durability layouts
+//! (`cargo xtask ha-layouts`).
 //!
 //! The npm package ships only `initdb`, `pg_ctl` and `postgres` (no
 //! `pg_basebackup`), so the standby is seeded from a copy of the primary's
@@ -9,7 +11,7 @@
 
 use std::fs;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -46,26 +48,89 @@ pub struct ReplicaPair {
     registrations: [u64; 2],
 }
 
+/// A running primary and standbys, stopped and deleted on drop. The
+/// primary's `synchronous_standby_names` is empty at start and not on its
+/// command line, so `ALTER SYSTEM` and a reload change it.
+#[derive(Debug)]
+pub struct ReplicaSet {
+    /// The primary's port.
+    pub primary_port: u16,
+    dir: PathBuf,
+    registrations: Vec<u64>,
+}
+
 impl Server {
-    /// Starts a durable primary (`fsync`, `synchronous_commit`,
-    /// `full_page_writes` on) and a streaming standby of it, and waits until
-    /// the standby streams.
-    pub fn start_pair(&self, replication: Replication) -> Result<ReplicaPair> {
+    /// A fresh directory for the clusters of one pair or set.
+    fn replication_dir(&self, kind: &str) -> Result<PathBuf> {
         let parent = self.layout.ephemeral_parent(self.major);
         distribution::create_dir_all_0755(&self.layout.runtime_dir(self.major))?;
         distribution::create_dir_all_0755(&parent)?;
         self.sweep_abandoned(&parent);
         let dir = parent.join(format!(
-            "{}-pair{}",
+            "{}-{kind}{}",
             std::process::id(),
             super::NEXT_EPHEMERAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         distribution::create_dir_all_0755(&dir)?;
-        let cluster = |name: &str| Cluster {
+        Ok(dir)
+    }
+
+    /// The cluster named `name` in `dir`.
+    fn cluster_in(&self, dir: &Path, name: &str) -> Cluster {
+        Cluster {
             dir: dir.join(name),
             bin_dir: self.binaries.bin_dir.clone(),
             server_user: self.layout.server_user.clone(),
-        };
+        }
+    }
+
+    /// Starts a durable primary and one streaming standby per name (its
+    /// `application_name`), and waits until every standby streams.
+    pub fn start_replicas(&self, names: &[&str]) -> Result<ReplicaSet> {
+        let dir = self.replication_dir("set")?;
+        let primary = self.cluster_in(&dir, "primary");
+        let standbys: Vec<(Cluster, &str)> = names
+            .iter()
+            .map(|&name| (self.cluster_in(&dir, name), name))
+            .collect();
+        let mut registrations = vec![started::register(primary.clone())];
+        registrations.extend(standbys.iter().map(|(c, _)| started::register(c.clone())));
+        let settings: Vec<String> = DURABLE_SETTINGS.iter().map(|s| (*s).to_owned()).collect();
+        match start_standbys(&primary, &standbys, &settings, &settings) {
+            Ok((primary_port, ports)) => {
+                eprintln!(
+                    "xtask: PostgreSQL {} primary on port {primary_port}, standbys {} \
+                     (durable settings)",
+                    self.major,
+                    names
+                        .iter()
+                        .zip(&ports)
+                        .map(|(name, port)| format!("`{name}` on port {port}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                Ok(ReplicaSet {
+                    primary_port,
+                    dir,
+                    registrations,
+                })
+            }
+            Err(error) => {
+                for id in registrations {
+                    let _ = started::destroy(id);
+                }
+                let _ = fs::remove_dir_all(&dir);
+                Err(error.context(format!("starting a PostgreSQL {} replica set", self.major)))
+            }
+        }
+    }
+
+    /// Starts a durable primary (`fsync`, `synchronous_commit`,
+    /// `full_page_writes` on) and a streaming standby of it, and waits until
+    /// the standby streams.
+    pub fn start_pair(&self, replication: Replication) -> Result<ReplicaPair> {
+        let dir = self.replication_dir("pair")?;
+        let cluster = |name: &str| self.cluster_in(&dir, name);
         let (primary, standby) = (cluster("primary"), cluster("standby"));
         let registrations = [
             started::register(primary.clone()),
@@ -107,23 +172,6 @@ fn start_pair(
     standby: &Cluster,
     replication: Replication,
 ) -> Result<(u16, u16)> {
-    primary.initialise()?;
-    // The standby's directory: a copy of the never-started primary.
-    fs::create_dir_all(&standby.dir)
-        .with_context(|| format!("creating {}", standby.dir.display()))?;
-    fs::set_permissions(
-        &standby.dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )?;
-    if let Some(user) = &standby.server_user {
-        user.chown(&standby.dir)?;
-    }
-    let mut copy = primary.command("cp");
-    copy.arg("-a")
-        .arg(primary.data_dir())
-        .arg(standby.data_dir());
-    command::run_captured(&mut copy)?;
-
     let settings: Vec<String> = DURABLE_SETTINGS.iter().map(|s| (*s).to_owned()).collect();
     // Only the primary names its synchronous standby: a promoted standby
     // has none to wait for (a command-line setting could not be changed
@@ -132,22 +180,64 @@ fn start_pair(
     if replication == Replication::Synchronous {
         primary_settings.push(format!("synchronous_standby_names={STANDBY_NAME}"));
     }
-    let primary_port = primary.start_with(&primary_settings, |_| Ok(()))?;
-
-    write_as(
-        standby,
-        standby.data_dir().join("standby.signal"),
-        String::new(),
+    let (primary_port, ports) = start_standbys(
+        primary,
+        &[(standby.clone(), STANDBY_NAME)],
+        &primary_settings,
+        &settings,
     )?;
-    let auto_conf = standby.data_dir().join("postgresql.auto.conf");
-    let mut conf = fs::read_to_string(&auto_conf).unwrap_or_default();
-    conf.push_str(&format!(
-        "primary_conninfo = 'host=127.0.0.1 port={primary_port} user=postgres application_name={STANDBY_NAME}'\n"
-    ));
-    write_as(standby, auto_conf, conf)?;
-    let standby_port = standby.start_with(&settings, |_| Ok(()))?;
-    wait_streaming(primary_port)?;
+    let standby_port = ports.first().copied().context("the standby has no port")?;
     Ok((primary_port, standby_port))
+}
+
+/// Initialises the primary, seeds each standby from a copy of its
+/// never-started data directory, starts them (the primary with
+/// `primary_settings`, each standby with `standby_settings` and its
+/// `application_name`), and waits until every standby streams; returns
+/// the primary's port and the standbys' ports.
+fn start_standbys(
+    primary: &Cluster,
+    standbys: &[(Cluster, &str)],
+    primary_settings: &[String],
+    standby_settings: &[String],
+) -> Result<(u16, Vec<u16>)> {
+    primary.initialise()?;
+    for (standby, _) in standbys {
+        // The standby's directory: a copy of the never-started primary.
+        fs::create_dir_all(&standby.dir)
+            .with_context(|| format!("creating {}", standby.dir.display()))?;
+        fs::set_permissions(
+            &standby.dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
+        if let Some(user) = &standby.server_user {
+            user.chown(&standby.dir)?;
+        }
+        let mut copy = primary.command("cp");
+        copy.arg("-a")
+            .arg(primary.data_dir())
+            .arg(standby.data_dir());
+        command::run_captured(&mut copy)?;
+    }
+    let primary_port = primary.start_with(primary_settings, |_| Ok(()))?;
+    let mut ports = Vec::new();
+    for (standby, name) in standbys {
+        write_as(
+            standby,
+            standby.data_dir().join("standby.signal"),
+            String::new(),
+        )?;
+        let auto_conf = standby.data_dir().join("postgresql.auto.conf");
+        let mut conf = fs::read_to_string(&auto_conf).unwrap_or_default();
+        conf.push_str(&format!(
+            "primary_conninfo = 'host=127.0.0.1 port={primary_port} user=postgres application_name={name}'\n"
+        ));
+        write_as(standby, auto_conf, conf)?;
+        ports.push(standby.start_with(standby_settings, |_| Ok(()))?);
+    }
+    let names: Vec<&str> = standbys.iter().map(|(_, name)| *name).collect();
+    wait_streaming(primary_port, &names)?;
+    Ok((primary_port, ports))
 }
 
 /// Writes `text` to `path` and gives it to the server user.
@@ -161,9 +251,9 @@ fn write_as(cluster: &Cluster, path: PathBuf, text: String) -> Result<()> {
     Ok(())
 }
 
-/// Waits (at most 30 s) until the primary's `pg_stat_replication` shows the
-/// standby streaming.
-fn wait_streaming(primary_port: u16) -> Result<()> {
+/// Waits (at most 30 s) until the primary's `pg_stat_replication` shows
+/// every standby of `names` streaming.
+fn wait_streaming(primary_port: u16, names: &[&str]) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -175,17 +265,18 @@ fn wait_streaming(primary_port: u16) -> Result<()> {
         loop {
             let streaming: i64 = client
                 .query_one(
-                    "SELECT count(*) FROM pg_stat_replication
-                     WHERE application_name = $1 AND state = 'streaming' AND replay_lsn IS NOT NULL",
-                    &[&STANDBY_NAME],
+                    "SELECT count(DISTINCT application_name) FROM pg_stat_replication
+                     WHERE application_name = ANY($1) AND state = 'streaming'
+                       AND replay_lsn IS NOT NULL",
+                    &[&names],
                 )
                 .await?
                 .get(0);
-            if streaming == 1 {
+            if usize::try_from(streaming).ok() == Some(names.len()) {
                 break;
             }
             if started.elapsed() > Duration::from_secs(30) {
-                bail!("the standby did not stream within 30 s");
+                bail!("the standbys {names:?} did not all stream within 30 s");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -263,6 +354,33 @@ impl ReplicaPair {
             let _ = fs::remove_dir_all(dir);
         }
         Ok(())
+    }
+}
+
+impl ReplicaSet {
+    /// The primary's URL.
+    pub fn primary_url(&self) -> String {
+        cluster::database_url(self.primary_port)
+    }
+
+    /// Stops every server and deletes the set.
+    pub fn stop(mut self) -> Result<()> {
+        for id in std::mem::take(&mut self.registrations) {
+            started::destroy(id)?;
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+        Ok(())
+    }
+}
+
+impl Drop for ReplicaSet {
+    fn drop(&mut self) {
+        for id in std::mem::take(&mut self.registrations) {
+            if let Err(error) = started::destroy(id) {
+                eprintln!("xtask: could not stop a replica set: {error:#}");
+            }
+        }
+        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 
