@@ -43,6 +43,11 @@ pub const RESERVATIONS_LOST_TOTAL: &str = "statek_reservations_lost_total";
 /// (each followed by a check of the recently acknowledged reservations).
 pub const TIMELINE_CHANGES_TOTAL: &str = "statek_timeline_changes_total";
 
+/// Gauge `{shard}`: 1 while the shard is halted in the database after a
+/// reservation loss (or an unverified failover) until an owner runs
+/// `statek shard resume`; 0 otherwise. Exported by every live replica.
+pub const SHARD_HALTED: &str = "statek_shard_halted";
+
 /// The answer of a guarded reservation statement.
 pub(crate) enum Guarded<T> {
     /// Reserved (or replayed) on `timeline`.

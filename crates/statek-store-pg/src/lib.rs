@@ -164,7 +164,7 @@ pub use durability_report::{
     DurabilityPolicy, DurabilityReport, DurabilityRisk, Standby, SynchronousCommit,
 };
 pub use error::{StoreError, TlsFailure};
-pub use failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
+pub use failover::{RESERVATIONS_LOST_TOTAL, SHARD_HALTED, TIMELINE_CHANGES_TOTAL};
 pub use limits::{
     RateLimit, StoredTenantLimits, TenantLimits, MAX_RATE_CLAIMS, MAX_RATE_WINDOW,
     MAX_RUNNING_LIMIT, MIN_RATE_WINDOW,

@@ -7,7 +7,7 @@
 //! code that records them.
 
 use crate::durability::DURABILITY_RISK;
-use crate::failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
+use crate::failover::{RESERVATIONS_LOST_TOTAL, SHARD_HALTED, TIMELINE_CHANGES_TOTAL};
 use crate::retention::{
     PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
 };
@@ -130,6 +130,14 @@ pub const STORE_METRICS: &[Metric] = &[
         "changes",
         "Server timeline changes met by reservations, each followed by a check of the \
          recently acknowledged reservations.",
+    ),
+    Metric::new(
+        SHARD_HALTED,
+        Gauge,
+        &["shard"],
+        "0 or 1",
+        "1 while the shard is halted in the database after a reservation loss (or an \
+         unverified failover) until an owner runs `statek shard resume`, else 0.",
     ),
     Metric::new(
         RUNS_PRUNED_TOTAL,
