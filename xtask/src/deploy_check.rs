@@ -16,6 +16,10 @@
 //! - Every alert has `summary`, `description` and `runbook` annotations and
 //!   a `severity` label; the runbook is `docs/operations.md#ANCHOR` for a
 //!   heading of that file; alert names are unique.
+//! - Every alert reads only metrics that replicas create at 0 from their
+//!   start, or that are listed with where their first value comes from;
+//!   every alert has a `promtool test rules` case where it fires, from
+//!   series that start at 0 ([`alert_tests`]).
 //! - Dashboard panel ids are unique within their dashboard.
 //! - Every Kubernetes Secret is a template: `stringData` values that all
 //!   contain [`PLACEHOLDER`], and no base64 `data`.
@@ -29,12 +33,14 @@ use serde_json::Value;
 
 use crate::workspace;
 
+mod alert_tests;
 mod anchors;
 mod catalogue;
 mod promql;
 #[cfg(test)]
 mod tests;
 
+use alert_tests::AlertTests;
 use anchors::anchors;
 use catalogue::METRICS;
 use promql::{metric_references, resolve};
@@ -183,6 +189,7 @@ struct Checker {
     report: Report,
     used: BTreeSet<&'static str>,
     alert_names: BTreeMap<String, String>,
+    alert_tests: AlertTests,
 }
 
 /// Checks parsed files; `anchors` are the heading anchors of
@@ -214,6 +221,8 @@ pub fn check_files(files: &[SourceFile], anchors: &BTreeSet<String>) -> Report {
             checker.document(&at, document, anchors);
         }
     }
+    let untested = checker.alert_tests.finish(&checker.alert_names);
+    checker.report.violations.extend(untested);
     for metric in METRICS.iter() {
         if !checker.used.contains(metric.name) {
             checker.report.violations.push(format!(
@@ -236,6 +245,11 @@ impl Checker {
         }
         for problem in crate::cnpg_check::check(at, document) {
             self.violation(problem);
+        }
+        if alert_tests::is_rule_test(document) {
+            for problem in self.alert_tests.document(at, document) {
+                self.violation(problem);
+            }
         }
         if let Some(templating) = document
             .pointer("/templating/list")
@@ -305,7 +319,16 @@ impl Checker {
                     .and_then(Value::as_str)
                     .unwrap_or("?");
                 match rule.get("expr").and_then(Value::as_str) {
-                    Some(expr) => self.expression(&format!("{at}: rule {name}"), expr, Use::Query),
+                    Some(expr) => {
+                        let read = self.expression(&format!("{at}: rule {name}"), expr, Use::Query);
+                        if rule.get("alert").is_some() {
+                            for metric in read {
+                                if let Some(problem) = alert_tests::not_at_start(name, metric) {
+                                    self.violation(format!("{at}: {problem}"));
+                                }
+                            }
+                        }
+                    }
                     None => self.violation(format!("{at}: rule {name} has no expr")),
                 }
                 if rule.get("alert").is_some() {
@@ -374,17 +397,21 @@ impl Checker {
         }
     }
 
-    fn expression(&mut self, at: &str, expr: &str, usage: Use) {
+    /// Checks an expression's metric references; returns the metrics it
+    /// reads (each once).
+    fn expression(&mut self, at: &str, expr: &str, usage: Use) -> BTreeSet<&'static str> {
+        let mut read = BTreeSet::new();
         let references = match metric_references(expr) {
             Ok(references) => references,
             Err(error) => {
                 self.violation(format!("{at}: {error}"));
-                return;
+                return read;
             }
         };
         for reference in references {
             match resolve(&reference) {
                 Ok(metric) => {
+                    read.insert(metric.name);
                     if usage == Use::Query {
                         self.used.insert(metric.name);
                     }
@@ -392,5 +419,6 @@ impl Checker {
                 Err(error) => self.violation(format!("{at}: {error}")),
             }
         }
+        read
     }
 }

@@ -8,6 +8,8 @@
 //! - `cargo xtask arch-check`: the allowed arrows between workspace crates.
 //! - `cargo xtask deploy-check`: the YAML and JSON under `deploy/` parse, and
 //!   alerts and dashboard use exactly the metrics statek emits.
+//! - `cargo xtask rule-tests`: `promtool test rules` on the alerts' unit
+//!   tests (Debian's package `prometheus`, installed when missing as root).
 //! - `cargo xtask demo`: the noisy-neighbour demonstration.
 //! - `cargo xtask bench [--quick]`: performance figures against pgbench and
 //!   a plain `SKIP LOCKED` queue (see `docs/benchmarks.md`).
@@ -24,6 +26,7 @@ mod bench;
 mod bounds_report;
 mod cnpg_check;
 mod command;
+mod debian_tool;
 mod demo;
 mod deploy_check;
 mod failover;
@@ -31,6 +34,7 @@ mod ha_layouts;
 mod interrupt;
 mod migrate;
 mod pg;
+mod rule_tests;
 mod test_matrix;
 #[cfg(test)]
 mod tidy;
@@ -71,6 +75,8 @@ enum Task {
     ArchCheck,
     /// Parse deploy/ YAML and JSON; check alert and dashboard metrics against the emitted ones.
     DeployCheck,
+    /// Run the alert rules' unit tests with promtool (deploy/prometheus/alerts.test.yaml).
+    RuleTests,
     /// Run the noisy-neighbour demo (against DATABASE_URL or a fresh server).
     Demo(demo::XtaskDemoArgs),
     /// Measure reservations vs pgbench, the fairness tax, retention and compile time (target/bench).
@@ -159,6 +165,7 @@ fn run(cli: Cli) -> Result<()> {
         Task::Test(args) => test_matrix::run(&args),
         Task::ArchCheck => arch_check::run(),
         Task::DeployCheck => deploy_check::run(),
+        Task::RuleTests => rule_tests::run(),
         Task::BoundsReport(args) => bounds_report::run(&args),
         Task::Bench(args) => bench::run(&args),
         Task::Failover(args) => failover::run(&args),

@@ -3,7 +3,10 @@
 //! Steps, each announced and timed: rustfmt check; clippy on the workspace
 //! (all targets, all features) and on statek-policy without default
 //! features, all with `-D warnings`; a `no_std` build of statek-policy;
-//! arch-check; deploy-check (the YAML and JSON under `deploy/`); then for
+//! arch-check; deploy-check (the YAML and JSON under `deploy/`); the alert
+//! rules' unit tests with promtool (Debian's package `prometheus`,
+//! installed when missing and running as root, or `STATEK_PROMTOOL=/path`;
+//! see `rule_tests.rs`); then for
 //! PostgreSQL 17 and 16 a fresh server (with `ssl=on`, see `pg/tls.rs`) and
 //! the tests with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_TLS_CA`,
 //! `STATEK_TEST_PG_VERSION` (which statek-store-pg's `tests/server_version.rs`
@@ -26,7 +29,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 
 use crate::pg::{self, PgMajor, RunningPgBouncer, Server};
-use crate::{arch_check, command, deploy_check, failover, ha_layouts, interrupt, workspace};
+use crate::{
+    arch_check, command, deploy_check, failover, ha_layouts, interrupt, rule_tests, workspace,
+};
 
 /// Options of `cargo xtask test`.
 #[derive(Debug, Clone, clap::Args)]
@@ -203,6 +208,13 @@ pub fn run(args: &TestArgs) -> Result<()> {
     }
     report.step("arch-check", arch_check::run);
     report.step("deploy-check", deploy_check::run);
+    report.step(
+        &format!(
+            "rule-tests (promtool test rules {})",
+            rule_tests::RULE_TESTS
+        ),
+        rule_tests::run,
+    );
 
     if let Some(url) = pg::external_database_url() {
         println!(

@@ -8,8 +8,22 @@
 //! it). deploy/prometheus and deploy/grafana use exactly these metrics,
 //! with these kinds and labels (`cargo xtask deploy-check`), and
 //! docs/operations.md's table lists them (a tidy test in xtask).
+//!
+//! Every series an alert reads exists from a replica's start ([`zero_series`],
+//! called by [`DurableFairScheduler::register`](crate::DurableFairScheduler::register),
+//! when a replica follows a rollout, and by [`Worker::run`](crate::Worker::run)):
+//! `increase()` and `rate()` ignore a series' first sample, so a counter
+//! born at its first increment would hide a one-off event from its alert.
+//! [`ZERO_AT_START`] names those metrics; [`NOT_ZERO_AT_START`] names the
+//! few an alert reads that a 0 cannot stand for, and where their first
+//! value comes from (deploy-check fails on an alert metric in neither).
 
+use statek_policy::WeightedFairnessPolicy;
 use statek_store_pg::MetricKind::{Counter, Gauge, Histogram};
+use statek_store_pg::{
+    DurabilityRisk, DURABILITY_RISK, PRUNE_CUTOFF_TIMESTAMP_SECONDS, RESERVATIONS_LOST_TOTAL,
+    SHARD_HALTED, TIMELINE_CHANGES_TOTAL,
+};
 pub use statek_store_pg::{Metric, MetricKind};
 
 /// Counter `{shard}`: reservations made by this process (a batch counts k).
@@ -72,6 +86,99 @@ pub const WORKER_RUNS_EXECUTING: &str = "statek_worker_runs_executing";
 /// Histogram, labels `shard`: slots per reservation batch of a
 /// [`crate::Worker`] (its adaptive batch size).
 pub const WORKER_BATCH_SLOTS: &str = "statek_worker_batch_slots";
+
+/// The `kind` label values of [`TICK_ERRORS_TOTAL`].
+pub const TICK_ERROR_KINDS: &[&str] = &["policy_conflict", "corrupt_data", "store", "executor"];
+
+/// The `outcome` label values of [`RUN_OUTCOMES_TOTAL`].
+pub const RUN_OUTCOMES: &[&str] = &["completed", "failed", "retrying", "lease_lost", "cancelled"];
+
+/// The metrics whose series [`zero_series`] creates at 0 for a shard:
+/// `{shard}` for the shard's counters and its sealed and halted gauges,
+/// `{shard, kind}` for every [`TICK_ERROR_KINDS`], `{shard, tenant}` and
+/// `{tenant, outcome}` for every tenant of the policy and every
+/// [`RUN_OUTCOMES`], `{risk}` for every
+/// [`DurabilityRisk::LABELS`](statek_store_pg::DurabilityRisk::LABELS).
+pub const ZERO_AT_START: &[&str] = &[
+    RESERVATIONS_TOTAL,
+    RESERVATION_RETRIES_TOTAL,
+    RESERVATIONS_LOST_TOTAL,
+    TIMELINE_CHANGES_TOTAL,
+    TICK_ERRORS_TOTAL,
+    SHARD_SEALED,
+    SHARD_HALTED,
+    GAP_ABOVE_BOUND_TOTAL,
+    RUN_OUTCOMES_TOTAL,
+    DURABILITY_RISK,
+];
+
+/// The metrics an alert reads that a 0 cannot stand for (a Unix time of 0
+/// reads as 1970 and would fire the backlog alerts), each with where its
+/// first value comes from.
+pub const NOT_ZERO_AT_START: &[(&str, &str)] = &[
+    (
+        RETAINED_OLDEST_TIMESTAMP_SECONDS,
+        "a Unix time: a Worker publishes the shard's oldest retained reservation at its start \
+         (absent while the shard retains none)",
+    ),
+    (
+        RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS,
+        "a Unix time: the PgRunQueueExecutor's housekeeping publishes it at a Worker's start \
+         (absent while no finished run is kept)",
+    ),
+    (
+        PRUNE_CUTOFF_TIMESTAMP_SECONDS,
+        "a Unix time set by the process that prunes, at its first batch, never by a Worker",
+    ),
+];
+
+/// Creates, at 0, every series of [`ZERO_AT_START`] for `policy`'s shard
+/// and tenants, so that an alert on `increase()` or `rate()` sees the first
+/// event. A series that exists already keeps its value (counters and
+/// gauges are incremented by 0, never set), so a replica that calls it
+/// again, or after the store set [`SHARD_HALTED`] to 1, changes nothing.
+/// [`DurableFairScheduler::register`](crate::DurableFairScheduler::register),
+/// a replica following a rollout and [`Worker::run`](crate::Worker::run)
+/// call it; call it yourself after installing a recorder in a process that
+/// only publishes a [`crate::FairnessMonitor`]'s figures.
+pub fn zero_series(policy: &WeightedFairnessPolicy) {
+    let shard = policy.shard_id().to_string();
+    for counter in [
+        RESERVATIONS_TOTAL,
+        RESERVATION_RETRIES_TOTAL,
+        RESERVATIONS_LOST_TOTAL,
+        TIMELINE_CHANGES_TOTAL,
+    ] {
+        metrics::counter!(counter, "shard" => shard.clone()).increment(0);
+    }
+    for kind in TICK_ERROR_KINDS {
+        metrics::counter!(TICK_ERRORS_TOTAL, "shard" => shard.clone(), "kind" => *kind)
+            .increment(0);
+    }
+    for gauge in [SHARD_SEALED, SHARD_HALTED] {
+        metrics::gauge!(gauge, "shard" => shard.clone()).increment(0.0);
+    }
+    for weight in policy.tenants() {
+        let tenant = weight.tenant().to_string();
+        metrics::counter!(
+            GAP_ABOVE_BOUND_TOTAL,
+            "shard" => shard.clone(),
+            "tenant" => tenant.clone()
+        )
+        .increment(0);
+        for outcome in RUN_OUTCOMES {
+            metrics::counter!(
+                RUN_OUTCOMES_TOTAL,
+                "tenant" => tenant.clone(),
+                "outcome" => *outcome
+            )
+            .increment(0);
+        }
+    }
+    for risk in DurabilityRisk::LABELS {
+        metrics::gauge!(DURABILITY_RISK, "risk" => risk).increment(0.0);
+    }
+}
 
 /// Publishes a fairness report's per-tenant figures as
 /// [`SELECTION_GAP_MAX_RESERVATIONS`] and [`GAP_ABOVE_BOUND_TOTAL`].

@@ -176,6 +176,8 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                 .set(1.0);
             }
         }
+        // Every series an alert reads exists from here on, at 0.
+        crate::metrics::zero_series(&scheduler.policy());
         Ok(scheduler)
     }
 
@@ -228,6 +230,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             )
             .set(1.0);
             publish_bounds(&next);
+            crate::metrics::zero_series(&next);
             *self
                 .live
                 .write()

@@ -227,6 +227,10 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, SchedulerError> {
         // Help text and units for the recorder installed by now, if any.
         crate::metrics::describe_all();
+        // Every series an alert reads, at 0, in that recorder too: a
+        // Worker that ends at its first event (a lost reservation, a
+        // conflict) must not take the only sample of a new series with it.
+        crate::metrics::zero_series(&self.scheduler.policy());
         // The durability check of a Worker's start: refuse (by the store's
         // policy) a server that can lose acknowledged reservations.
         self.scheduler
@@ -258,6 +262,10 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
             .notifications
             .map(|n| tokio::spawn(listen(Arc::clone(&shared), n, stop.clone())));
         let pool = RunPool::new(shared.options.concurrency);
+        // The first housekeeping pass before the first reservation: the
+        // timestamp gauges an alert reads exist from the start with their
+        // values, and runs a dead predecessor left expired are released.
+        housekeeping(&shared, &pool).await;
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), pool.clone(), stop.clone()));
         let mut batches = tokio::task::JoinSet::new();
         let produced = produce(&shared, &pool, &mut batches, &stop, &hard).await;
@@ -645,8 +653,8 @@ fn publish_executing(shard: &str, pool: &RunPool) {
         .set(executing as f64);
 }
 
-/// The executor's housekeeping, the retention gauge and the executing-runs
-/// gauge, periodically.
+/// The housekeeping passes after the first (which [`Worker::run`] makes
+/// before its first reservation), every `maintenance_every`.
 async fn maintain<E: TenantExecutor, R: ReservationSource>(
     shared: Arc<Shared<E, R>>,
     pool: RunPool,
@@ -656,13 +664,20 @@ async fn maintain<E: TenantExecutor, R: ReservationSource>(
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(every) => {
-                shared.scheduler.executor().maintain().await;
-                publish_oldest(&shared.scheduler).await;
-                publish_executing(shared.scheduler.policy().shard_id().as_str(), &pool);
-            }
+            () = tokio::time::sleep(every) => housekeeping(&shared, &pool).await,
         }
     }
+}
+
+/// One housekeeping pass: the executor's, the retention gauge and the
+/// executing-runs gauge.
+async fn housekeeping<E: TenantExecutor, R: ReservationSource>(
+    shared: &Shared<E, R>,
+    pool: &RunPool,
+) {
+    shared.scheduler.executor().maintain().await;
+    publish_oldest(&shared.scheduler).await;
+    publish_executing(shared.scheduler.policy().shard_id().as_str(), pool);
 }
 
 /// Sets the oldest-retained-reservation gauge of the worker's shard.

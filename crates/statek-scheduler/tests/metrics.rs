@@ -157,10 +157,16 @@ async fn eight_ticks_export_exact_counters() {
         )
     };
     assert_eq!((bound("tenant-a"), bound("tenant-b")), (2.0, 4.0));
-    assert!(!v
-        .keys()
-        .any(|(name, _)| name == "statek_reservation_retries_total"));
-    assert!(!v.keys().any(|(name, _)| name == "statek_tick_errors_total"));
+    // No retry and no failed tick: the series exist from `register` on,
+    // at 0 (`metrics::zero_series`).
+    assert_eq!(get(&v, "statek_reservation_retries_total", &[shard]), 0.0);
+    for kind in ["policy_conflict", "corrupt_data", "store", "executor"] {
+        assert_eq!(
+            get(&v, "statek_tick_errors_total", &[shard, ("kind", kind)]),
+            0.0,
+            "{kind}"
+        );
+    }
     // Registration ran the store's durability check on the fast test
     // server: fsync and full_page_writes off, statek's session flushes.
     let risk = |label| get(&v, statek_store_pg::DURABILITY_RISK, &[("risk", label)]);

@@ -125,20 +125,20 @@ pub const STORE_METRICS: &[Metric] = &[
         "Acknowledged reservations found lost after a change of the server's timeline.",
     ),
     Metric::new(
-        SHARD_HALTED,
-        Gauge,
-        &["shard"],
-        "1",
-        "1 while the shard is halted in the database after a reservation loss or an \
-         unverified failover, until an owner resumes it; 0 otherwise.",
-    ),
-    Metric::new(
         TIMELINE_CHANGES_TOTAL,
         Counter,
         &["shard"],
         "changes",
         "Server timeline changes met by reservations, each followed by a check of the \
          recently acknowledged reservations.",
+    ),
+    Metric::new(
+        SHARD_HALTED,
+        Gauge,
+        &["shard"],
+        "0 or 1",
+        "1 while the shard is halted in the database after a reservation loss (or an \
+         unverified failover) until an owner runs `statek shard resume`, else 0.",
     ),
     Metric::new(
         RUNS_PRUNED_TOTAL,

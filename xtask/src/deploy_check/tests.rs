@@ -231,6 +231,21 @@ groups:
           runbook: docs/operations.md#statekx
 ";
 
+/// A promtool rule test of [`ALERT`] where it fires.
+const RULE_TEST: &str = "
+rule_files: [a.yaml]
+tests:
+  - name: fires
+    interval: 1m
+    input_series:
+      - series: 'statek_reservations_total{shard=\"s\",instance=\"r1\"}'
+        values: '0 1'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: StatekX
+        exp_alerts: [{ exp_labels: { severity: warning } }]
+";
+
 fn violations(files: &[SourceFile]) -> Vec<String> {
     let anchors = BTreeSet::from(["statekx".to_owned()]);
     check_files(files, &anchors).violations
@@ -238,10 +253,14 @@ fn violations(files: &[SourceFile]) -> Vec<String> {
 
 #[test]
 fn a_complete_set_passes_and_counts() {
-    let files = [file("a.yaml", ALERT), complete_dashboard()];
+    let files = [
+        file("a.yaml", ALERT),
+        file("a.test.yaml", RULE_TEST),
+        complete_dashboard(),
+    ];
     let report = check_files(&files, &BTreeSet::from(["statekx".to_owned()]));
     assert_eq!(report.violations, Vec::<String>::new());
-    assert_eq!((report.alerts, report.panels, report.files), (1, 1, 2));
+    assert_eq!((report.alerts, report.panels, report.files), (1, 1, 3));
 }
 
 #[test]
@@ -255,6 +274,7 @@ fn problems_are_each_named() {
     let got = violations(&[
         file("a.yaml", &bad_alert),
         file("b.yaml", ALERT),
+        file("a.test.yaml", RULE_TEST),
         file("s.yaml", secret),
         file("broken.json", "{"),
         complete_dashboard(),
@@ -278,7 +298,7 @@ fn problems_are_each_named() {
 
 #[test]
 fn unused_metrics_are_named() {
-    let got = violations(&[file("a.yaml", ALERT)]);
+    let got = violations(&[file("a.yaml", ALERT), file("a.test.yaml", RULE_TEST)]);
     assert_eq!(got.len(), METRICS.len() - 1, "{got:#?}");
     assert!(got.contains(
         &"metric statek_service_lag_seconds is used by no alert rule and no dashboard panel"
@@ -290,7 +310,60 @@ fn unused_metrics_are_named() {
     ]}});
     let got = violations(&[
         file("a.yaml", ALERT),
+        file("a.test.yaml", RULE_TEST),
         file("v.json", &variable_only.to_string()),
     ]);
     assert_eq!(got.len(), METRICS.len() - 1, "{got:#?}");
+}
+
+#[test]
+fn untested_alerts_and_bad_rule_tests_are_named() {
+    // An alert on a metric that exists only at its first event.
+    let lag = ALERT.replace("StatekX", "StatekLag").replace(
+        "statek_reservations_total > 0",
+        "rate(statek_service_lag_seconds_count[5m]) > 0",
+    );
+    let bad_test = RULE_TEST
+        .replace("values: '0 1'", "values: '1 2'")
+        .replace("instance=\"r1\"", "pod=\"r1\"")
+        .replace("alertname: StatekX", "alertname: StatekGone");
+    let got = violations(&[
+        file("a.yaml", ALERT),
+        file("l.yaml", &lag),
+        file("a.test.yaml", &bad_test),
+        complete_dashboard(),
+    ]);
+    let expected = [
+        "l.yaml: alert StatekLag reads statek_service_lag_seconds, which replicas do not create \
+         at 0",
+        "a.test.yaml: fires: series statek_reservations_total{shard=\"s\",pod=\"r1\"}: ",
+        "a.yaml: alert StatekX has no rule test case where it fires",
+        "l.yaml: alert StatekLag has no rule test case where it fires",
+        "a.test.yaml: fires: a case names alert StatekGone, which no rule defines",
+    ];
+    assert_eq!(got.len(), expected.len(), "{got:#?}");
+    for want in expected {
+        assert!(
+            got.iter().any(|v| v.starts_with(want)),
+            "missing {want:?} in {got:#?}"
+        );
+    }
+    // A firing case whose counter is born at its first event.
+    let not_zero = RULE_TEST.replace("values: '0 1'", "values: '1 2'");
+    let got = violations(&[
+        file("a.yaml", ALERT),
+        file("a.test.yaml", &not_zero),
+        complete_dashboard(),
+    ]);
+    assert_eq!(
+        got,
+        [
+            "a.test.yaml: fires: series statek_reservations_total{shard=\"s\",instance=\"r1\"} \
+          starts at \"1 2\", not at 0 as a replica creates it"
+        ]
+    );
+    // No rule test file at all.
+    let got = violations(&[file("a.yaml", ALERT), complete_dashboard()]);
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert!(got[0].starts_with("no promtool rule test file"), "{got:#?}");
 }

@@ -23,11 +23,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
-use nix::unistd::Uid;
+use anyhow::{bail, Context, Result};
 
 use super::server_user::ServerUser;
 use crate::command;
+use crate::debian_tool::DebianTool;
 
 /// Environment variable naming a PgBouncer binary.
 pub const PGBOUNCER_ENV: &str = "STATEK_PGBOUNCER";
@@ -73,7 +73,7 @@ impl RunningPgBouncer {
     /// Starts PgBouncer in `dir` (created; owned by `user` when given) in
     /// front of the server on 127.0.0.1:`server_port`.
     pub fn start(dir: &Path, server_port: u16, user: Option<&ServerUser>) -> Result<Self> {
-        let binary = find_or_install()?;
+        let binary = TOOL.find_or_install()?;
         let version = version_of(&binary)?;
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let port = free_port()?;
@@ -197,53 +197,13 @@ logfile = {log}
     )
 }
 
-/// The binary named by `STATEK_PGBOUNCER`, else one on `PATH` or in
-/// `/usr/sbin`; installs Debian's package when missing and running as root.
-fn find_or_install() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os(PGBOUNCER_ENV).filter(|path| !path.is_empty()) {
-        let path = PathBuf::from(path);
-        if !path.is_file() {
-            bail!(
-                "{PGBOUNCER_ENV}={} names no file; point it at a pgbouncer binary",
-                path.display()
-            );
-        }
-        return Ok(path);
-    }
-    if let Some(found) = find_on_path() {
-        return Ok(found);
-    }
-    if !Uid::effective().is_root() {
-        bail!(
-            "PgBouncer is missing: the tests through a transaction-mode pool need it. Install \
-             Debian's package `{PACKAGE}` (apt-get install {PACKAGE}), or set \
-             {PGBOUNCER_ENV}=/path/to/pgbouncer"
-        );
-    }
-    eprintln!("xtask: PgBouncer is missing; installing Debian's package `{PACKAGE}`");
-    command::run_captured(Command::new("apt-get").arg("update"))
-        .context("apt-get update (to install pgbouncer)")?;
-    command::run_captured(
-        Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", PACKAGE])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
-    .with_context(|| format!("installing Debian's package `{PACKAGE}`"))?;
-    find_on_path().ok_or_else(|| {
-        anyhow!(
-            "apt-get installed `{PACKAGE}` but no pgbouncer binary is on PATH or in /usr/sbin; \
-             set {PGBOUNCER_ENV}=/path/to/pgbouncer"
-        )
-    })
-}
-
-fn find_on_path() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
-        .map(|dir| dir.join("pgbouncer"))
-        .find(|candidate| candidate.is_file())
-}
+/// PgBouncer from Debian's package `pgbouncer`, or `STATEK_PGBOUNCER`.
+const TOOL: DebianTool = DebianTool {
+    binary: "pgbouncer",
+    package: PACKAGE,
+    env: PGBOUNCER_ENV,
+    needed_by: "the tests through a transaction-mode pool need it",
+};
 
 fn version_of(binary: &Path) -> Result<String> {
     let output = command::run_captured(Command::new(binary).arg("--version"))?;
