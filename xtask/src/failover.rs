@@ -19,7 +19,7 @@
 //! The durability check is asserted on both kinds of pair: an asynchronous
 //! standby is a refused risk, a synchronous one is none.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,6 +34,7 @@ use statek_store_pg::{DurabilityPolicy, DurabilityRisk, NewRun, PgStore, StoreCo
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::failover_judge::{judge, Evidence, ReplicaLog};
 use crate::pg::{self, PgMajor, ReplicaPair, Replication};
 
 /// Options of `cargo xtask failover`.
@@ -53,20 +54,6 @@ pub struct FailoverArgs {
     pub pg: PgMajor,
 }
 
-/// One replica's acknowledged reservations and what it reported.
-#[derive(Debug, Default)]
-struct ReplicaLog {
-    /// (id, sequence, timeline) in acknowledgement order.
-    acknowledged: Vec<(Uuid, u64, u32)>,
-    /// Replays (a retry after an error found the reservation): (id, sequence).
-    replays: Vec<(Uuid, u64)>,
-    /// The ids it reported lost, and whether it had reserved on the new
-    /// timeline before reporting.
-    reported: Option<(Vec<Uuid>, bool)>,
-    /// Its first acknowledgement on the new timeline.
-    first_on_new: Option<Instant>,
-}
-
 /// What one trial measured.
 #[derive(Debug)]
 struct Trial {
@@ -76,6 +63,8 @@ struct Trial {
     lost: usize,
     reported: usize,
     replays: usize,
+    worker_lost: usize,
+    refused: usize,
     promoted_cursor: u64,
     crash_to_first: Option<Duration>,
     runs_completed: u64,
@@ -143,15 +132,23 @@ pub fn run(args: &FailoverArgs) -> Result<()> {
             .block_on(trial(&pair, replication, args.replicas, stall))
             .with_context(|| format!("failover trial {} ({replication:?})", index + 1))?;
         println!(
-            "failover {}: {:?}{}: {} acknowledged, {} lost, {} reported lost, {} replays, \
-             promoted cursor {}, crash to first reservation on the new primary {}, {} runs completed",
+            "failover {}: {:?}{}: {} acknowledged, {} lost, {} reported lost, {} replays \
+             (each checked against the standby before the promotion), Worker batches lost {}, \
+             {} replicas refused by the halt, promoted cursor {}, crash to first reservation \
+             on the new primary {}, {} runs completed",
             index + 1,
             trial.replication,
-            if trial.stall { " (replication stalled 1 s)" } else { "" },
+            if trial.stall {
+                " (replication stalled 1 s)"
+            } else {
+                ""
+            },
             trial.acknowledged,
             trial.lost,
             trial.reported,
             trial.replays,
+            trial.worker_lost,
+            trial.refused,
             trial.promoted_cursor,
             trial
                 .crash_to_first
@@ -259,13 +256,29 @@ async fn trial(
         }));
     }
     // One Worker executing runs on the same shard (restarted after a
-    // transient end, as a supervisor would).
+    // transient end, as a supervisor would); its batches are judged too.
     let worker_stop = CancellationToken::new();
+    let worker_batches: Arc<Mutex<Vec<(Uuid, u64)>>> = Arc::default();
     let worker = {
         let store = store(&url, accepted)?;
         let policy = policy.clone();
         let stop = worker_stop.clone();
-        tokio::spawn(async move { worker_loop(store, policy, stop).await })
+        let batches = Arc::clone(&worker_batches);
+        tokio::spawn(async move { worker_loop(store, policy, stop, batches).await })
+    };
+    // A second shard, reserved once on the old primary and never again
+    // before the promotion: the first store to reserve on it afterwards
+    // has nothing to re-read, and must halt it as unverified.
+    let idle = idle_policy()?;
+    let idle_first = if replication == Replication::Synchronous {
+        admin.register(&idle).await.context("idle shard")?;
+        let first = admin
+            .reserve(idle.shard_id(), &idle.digest(), Uuid::now_v7())
+            .await
+            .context("idle shard's reservation")?;
+        Some(first.sequence())
+    } else {
+        None
     };
 
     tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -278,6 +291,9 @@ async fn trial(
     }
     let crashed_at = Instant::now();
     pair.crash_primary()?;
+    // What the standby holds before the promotion, once it has replayed
+    // all it received: what every replay must return.
+    let before_promotion = standby_rows(pair.standby_port).await?;
     pair.promote_standby()?;
     let promoted = connect(&format!(
         "postgres://postgres@127.0.0.1:{}/postgres",
@@ -345,83 +361,229 @@ async fn trial(
         "the promoted server's sequences are not 0..{cursor} (holes or repeats)"
     );
 
-    let mut acknowledged = 0;
-    let mut lost_total = 0;
-    let mut reported_total = 0;
-    let mut replays = 0;
-    let mut first_on_new: Option<Instant> = None;
-    for (index, log) in logs.iter().enumerate() {
-        let log = log.lock().map_err(|_| anyhow::anyhow!("poisoned log"))?;
-        acknowledged += log.acknowledged.len();
-        replays += log.replays.len();
-        // An id acknowledged twice must carry one sequence.
-        let mut by_id: BTreeMap<Uuid, u64> = BTreeMap::new();
-        for &(id, sequence, _) in &log.acknowledged {
-            if let Some(previous) = by_id.insert(id, sequence) {
-                ensure!(
-                    previous == sequence,
-                    "replica {index}: id {id} acknowledged at {previous} and {sequence}"
-                );
-            }
-        }
-        for &(id, sequence) in &log.replays {
-            ensure!(
-                by_id.get(&id) == Some(&sequence),
-                "replica {index}: replay of {id} returned {sequence}, not its original sequence"
-            );
-        }
-        let lost: HashSet<Uuid> = log
-            .acknowledged
-            .iter()
-            .filter(|&&(id, sequence, timeline)| timeline == 1 && held.get(&id) != Some(&sequence))
-            .map(|&(id, _, _)| id)
-            .collect();
-        lost_total += lost.len();
-        if let Some((reported, reserved_first)) = &log.reported {
-            reported_total += reported.len();
-            let reported: HashSet<Uuid> = reported.iter().copied().collect();
-            ensure!(
-                reported == lost,
-                "replica {index} reported {} lost ids, {} were lost",
-                reported.len(),
-                lost.len()
-            );
-            ensure!(
-                !reserved_first,
-                "replica {index} reserved on the new primary before it reported its loss"
-            );
-        } else {
-            ensure!(
-                lost.is_empty(),
-                "replica {index} lost {} acknowledged reservations and did not report it",
-                lost.len()
-            );
-        }
-        if let Some(at) = log.first_on_new {
-            first_on_new = Some(first_on_new.map_or(at, |f| f.min(at)));
-        }
-    }
+    // The halts the database recorded, read by a new store on the new
+    // primary (as an operator would).
+    let operator = setup_store(&url, accepted)?;
+    let halts = operator.shard_halts(policy.shard_id()).await?;
+    let recorded_lost: HashSet<Uuid> = halts
+        .iter()
+        .flat_map(|h| h.lost.iter().map(|l| l.reservation_id))
+        .collect();
+    let logs: Vec<ReplicaLog> = logs
+        .iter()
+        .map(|log| {
+            log.lock()
+                .map(|l| l.clone())
+                .map_err(|_| anyhow::anyhow!("poisoned log"))
+        })
+        .collect::<Result<_>>()?;
+    let evidence = Evidence {
+        held,
+        before_promotion,
+        worker_batches: worker_batches
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned log"))?
+            .clone(),
+        recorded_lost,
+    };
+    let verdict = judge(replication == Replication::Asynchronous, &logs, &evidence)?;
+    let first_on_new = logs.iter().filter_map(|l| l.first_on_new).min();
     match replication {
-        Replication::Asynchronous => ensure!(
-            lost_total > 0,
-            "the forced lag lost nothing: the asynchronous trial proves nothing"
-        ),
+        Replication::Asynchronous => {
+            check_halted_then_resumed(&operator, &policy, &halts, &evidence).await?;
+        }
         Replication::Synchronous => {
-            ensure!(lost_total == 0, "synchronous failover lost {lost_total}");
-            ensure!(reported_total == 0, "synchronous failover reported losses");
+            ensure!(halts.is_empty(), "a synchronous failover recorded halts");
+            // A new store after the promotion (the live replicas reserved
+            // on timeline 2 first): it reserves.
+            operator
+                .reserve(policy.shard_id(), &policy.digest(), Uuid::now_v7())
+                .await
+                .context("a new store after a failover without loss")?;
+            if let Some(first) = idle_first {
+                check_unverified(&operator, &idle, first).await?;
+            }
         }
     }
     Ok(Trial {
         replication,
         stall,
-        acknowledged,
-        lost: lost_total,
-        reported: reported_total,
-        replays,
+        acknowledged: verdict.acknowledged,
+        lost: verdict.lost,
+        reported: verdict.reported,
+        replays: verdict.replays,
+        worker_lost: verdict.worker_lost,
+        refused: verdict.refused,
         promoted_cursor: cursor,
         crash_to_first: first_on_new.map(|at| at.saturating_duration_since(crashed_at)),
         runs_completed,
     })
+}
+
+fn idle_policy() -> Result<WeightedFairnessPolicy> {
+    Ok(WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("failover-idle-v1")?,
+        [TenantFairnessWeight::new(
+            TenantId::try_from("tenant-a")?,
+            1,
+        )?],
+    )?)
+}
+
+/// After an asynchronous failover that lost reservations: the shard is
+/// halted for a new store (a restarted process) too, an owner's resume
+/// covers every lost sequence with its reissued ranges, and then the new
+/// store reserves at the cursor.
+async fn check_halted_then_resumed(
+    operator: &PgStore,
+    policy: &WeightedFairnessPolicy,
+    halts: &[statek_store_pg::ShardHalt],
+    evidence: &Evidence,
+) -> Result<()> {
+    ensure!(
+        halts.iter().any(statek_store_pg::ShardHalt::is_open),
+        "no open halt after a loss: {halts:?}"
+    );
+    match operator
+        .reserve(policy.shard_id(), &policy.digest(), Uuid::now_v7())
+        .await
+    {
+        Err(StoreError::ShardHalted(h)) => ensure!(
+            h.halts.len() == halts.iter().filter(|h| h.is_open()).count(),
+            "a restarted process sees {} open halts, the database {}",
+            h.halts.len(),
+            halts.len()
+        ),
+        other => bail!("a restarted process was not refused by the halt: {other:?}"),
+    }
+    let resumed = operator
+        .resume_shard(policy.shard_id(), Some("failover harness"))
+        .await?;
+    let ranges: Vec<_> = resumed
+        .iter()
+        .filter_map(|h| h.resume.as_ref().map(|r| r.reissued))
+        .collect();
+    for halt in &resumed {
+        for lost in &halt.lost {
+            for sequence in
+                lost.acknowledged_sequence..lost.acknowledged_sequence + u64::from(lost.count)
+            {
+                ensure!(
+                    ranges.iter().any(|r| r.contains(sequence)),
+                    "lost sequence {sequence} is in no reissued range {ranges:?}"
+                );
+            }
+        }
+    }
+    let cursor = operator.next_sequence(policy.shard_id()).await?;
+    let next = operator
+        .reserve(policy.shard_id(), &policy.digest(), Uuid::now_v7())
+        .await
+        .context("reserving after the resume")?;
+    ensure!(
+        next.sequence() == cursor,
+        "after the resume the next reservation got {}, the cursor was {cursor}",
+        next.sequence()
+    );
+    eprintln!(
+        "xtask: {} halt(s) recorded {} lost id(s) ({} of them the Worker's batches); a restarted \
+         process was refused; resumed with reissued ranges {:?}",
+        halts.len(),
+        evidence.recorded_lost.len(),
+        evidence
+            .worker_batches
+            .iter()
+            .filter(|(id, _)| evidence.recorded_lost.contains(id))
+            .count(),
+        ranges.iter().map(ToString::to_string).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+/// The idle shard, last reserved on timeline 1 and not since: a new store
+/// halts it as unverified (from 1 to 2); after the resume it reserves.
+async fn check_unverified(
+    operator: &PgStore,
+    idle: &WeightedFairnessPolicy,
+    first: u64,
+) -> Result<()> {
+    let fresh = setup_store_for(operator)?;
+    match fresh
+        .reserve(idle.shard_id(), &idle.digest(), Uuid::now_v7())
+        .await
+    {
+        Err(StoreError::ShardHalted(h)) => {
+            let halt = &h.halts[0];
+            ensure!(
+                h.halts.len() == 1
+                    && halt.cause == statek_store_pg::HaltCause::Unverified
+                    && (halt.from_timeline, halt.to_timeline) == (1, 2)
+                    && halt.cursor_at_detection == first + 1,
+                "unexpected unverified halt: {h:?}"
+            );
+        }
+        other => bail!("a new store reserved on a shard last reserved on timeline 1: {other:?}"),
+    }
+    let resumed = operator.resume_shard(idle.shard_id(), None).await?;
+    ensure!(
+        resumed.len() == 1
+            && resumed[0]
+                .resume
+                .as_ref()
+                .map(|r| (r.reissued.first, r.reissued.end))
+                == Some((first + 1, None)),
+        "unexpected resume of the unverified halt: {resumed:?}"
+    );
+    let next = fresh
+        .reserve(idle.shard_id(), &idle.digest(), Uuid::now_v7())
+        .await?;
+    ensure!(next.sequence() == first + 1, "after the resume: {next:?}");
+    eprintln!("xtask: a new store halted the idle shard as unverified (timeline 1 to 2); resumed");
+    Ok(())
+}
+
+fn setup_store_for(like: &PgStore) -> Result<PgStore> {
+    Ok(PgStore::new(like.config().clone())?)
+}
+
+/// The standby's reservation rows (id to first sequence) once it has
+/// replayed every WAL record it received (its primary is gone).
+async fn standby_rows(port: u16) -> Result<HashMap<Uuid, u64>> {
+    let standby = connect(&format!("postgres://postgres@127.0.0.1:{port}/postgres")).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let caught_up: bool = standby
+            .query_one(
+                "SELECT coalesce(pg_last_wal_receive_lsn() <= pg_last_wal_replay_lsn(), true)",
+                &[],
+            )
+            .await?
+            .get(0);
+        if caught_up {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the standby did not replay what it received in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rows = standby
+        .query(
+            "SELECT reservation_id, sequence FROM statek.scheduler_reservations
+             WHERE shard_id = 'failover-v1'",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            (
+                row.get::<_, Uuid>(0),
+                u64::try_from(row.get::<_, i64>(1)).unwrap_or(u64::MAX),
+            )
+        })
+        .collect())
 }
 
 async fn connect(url: &str) -> Result<tokio_postgres::Client> {
@@ -442,7 +604,8 @@ async fn walsender_pid(primary_url: &str) -> Result<i32> {
 }
 
 /// Reserves until `stop`, retrying each id until it is acknowledged; ends
-/// at a reported loss (the store halts the shard).
+/// at a reported loss (after checking that the store is then refused by
+/// the halt it recorded) or at a refusal by the halt.
 async fn reserve_loop(
     store: PgStore,
     policy: WeightedFairnessPolicy,
@@ -471,12 +634,31 @@ async fn reserve_loop(
                     break;
                 }
                 Err(StoreError::ReservationsLostInFailover(lost)) => {
-                    let mut log = log.lock().map_err(|_| anyhow::anyhow!("poisoned log"))?;
-                    let reserved_first = log.acknowledged.iter().any(|&(_, _, t)| t >= 2);
-                    log.reported = Some((
-                        lost.lost.iter().map(|l| l.reservation_id).collect(),
-                        reserved_first,
-                    ));
+                    {
+                        let mut log = log.lock().map_err(|_| anyhow::anyhow!("poisoned log"))?;
+                        let reserved_first = log.acknowledged.iter().any(|&(_, _, t)| t >= 2);
+                        log.reported = Some((
+                            lost.lost.iter().map(|l| l.reservation_id).collect(),
+                            reserved_first,
+                        ));
+                    }
+                    // Recorded in the database: the next reservation of
+                    // this store is refused by the halt.
+                    match store
+                        .reserve(policy.shard_id(), &digest, Uuid::now_v7())
+                        .await
+                    {
+                        Err(StoreError::ShardHalted(_)) => {}
+                        other => {
+                            bail!("after its reported loss a replica got {other:?}, not the halt")
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(StoreError::ShardHalted(_)) => {
+                    log.lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned log"))?
+                        .refused = true;
                     return Ok(());
                 }
                 Err(e) if e.is_retryable() => {
@@ -495,12 +677,14 @@ async fn reserve_loop(
 
 /// A Worker on the shard, restarted after it ends on a transient error;
 /// returns the runs it executed (counted from its tick outcomes, so a
-/// Worker that ends with an error still counts its runs). A reported loss
-/// ends it (as it should).
+/// Worker that ends with an error still counts its runs) and logs each
+/// batch it acknowledged into `batches` (batch id, first sequence). A
+/// loss or a halt does not end it: it waits for the resume.
 async fn worker_loop(
     store: PgStore,
     policy: WeightedFairnessPolicy,
     stop: CancellationToken,
+    batches: Arc<Mutex<Vec<(Uuid, u64)>>>,
 ) -> Result<u64> {
     let executed = Arc::new(AtomicU64::new(0));
     let (sink, mut outcomes) =
@@ -508,10 +692,17 @@ async fn worker_loop(
     let counter = {
         let executed = Arc::clone(&executed);
         tokio::spawn(async move {
+            let mut first: HashMap<Uuid, u64> = HashMap::new();
             while let Some(outcome) = outcomes.recv().await {
                 if outcome.tenant_outcome().label() == "executed" {
                     executed.fetch_add(1, Ordering::Relaxed);
                 }
+                let r = outcome.reservation();
+                let entry = first.entry(r.id()).or_insert(r.sequence());
+                *entry = (*entry).min(r.sequence());
+            }
+            if let Ok(mut batches) = batches.lock() {
+                batches.extend(first);
             }
         })
     };
@@ -539,10 +730,6 @@ async fn worker_loop(
         {
             Ok(_) => {}
             Err(e) if e.is_retryable() => {}
-            Err(statek_scheduler::SchedulerError::Store {
-                source: StoreError::ReservationsLostInFailover(_),
-                ..
-            }) => break,
             Err(e) => return Err(e.into()),
         }
     }

@@ -30,6 +30,7 @@ mod debian_tool;
 mod demo;
 mod deploy_check;
 mod failover;
+mod failover_judge;
 mod ha_layouts;
 mod interrupt;
 mod migrate;
