@@ -65,7 +65,7 @@ CREATE TABLE statek.shard_halts (
     -- The shard's cursor on the new timeline when the loss was recorded.
     cursor_at_detection bigint      NOT NULL CHECK (cursor_at_detection >= 0),
     -- The replica as it named itself (application name, process id, host).
-    detected_by         text        NOT NULL CHECK (octet_length(detected_by) BETWEEN 1 AND 256),
+    detected_by         text        NOT NULL CHECK (char_length(detected_by) BETWEEN 1 AND 256),
     -- Set by the insert trigger: the login role and the database time.
     detected_role       text        NOT NULL,
     detected_at         timestamptz NOT NULL,
@@ -87,7 +87,7 @@ CREATE TABLE statek.shard_resumes (
     -- many.
     reissued_first  bigint      NOT NULL CHECK (reissued_first >= 0),
     reissued_end    bigint      CHECK (reissued_end > reissued_first),
-    note            text        CHECK (octet_length(note) <= 1024),
+    note            text        CHECK (char_length(note) <= 1024),
     -- Set by the insert trigger.
     resumed_role    text        NOT NULL,
     resumed_at      timestamptz NOT NULL

@@ -4,8 +4,8 @@
 use statek_policy::{PolicyDigest, ScheduleId, SchedulerShardId};
 
 use crate::durability_report::{DurabilityReport, DurabilityRisk, SynchronousCommit};
-use crate::halt::ShardHalted;
 use crate::lost_reservations::LostReservations;
+use crate::shard_halt::ShardHalted;
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 

@@ -149,6 +149,7 @@ mod run_history;
 mod run_queue;
 mod run_retention;
 mod shard;
+mod shard_halt;
 mod statement;
 mod store;
 mod succession;
@@ -168,7 +169,7 @@ pub use durability_report::{
 };
 pub use error::{StoreError, TlsFailure};
 pub use failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
-pub use halt::{HaltCause, ReissuedRange, ShardHalt, ShardHalted, ShardResume, SHARD_HALTED};
+pub use halt::SHARD_HALTED;
 pub use limits::{
     RateLimit, StoredTenantLimits, TenantLimits, MAX_RATE_CLAIMS, MAX_RATE_WINDOW,
     MAX_RUNNING_LIMIT, MIN_RATE_WINDOW,
@@ -194,6 +195,7 @@ pub use run_queue::{
 };
 pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
 pub use shard::{Registration, ShardSeal, ShardStatus, StoredShard};
+pub use shard_halt::{HaltCause, ReissuedRange, ShardHalt, ShardHalted, ShardResume};
 pub use store::PgStore;
 pub use succession::{Rollout, ShardSeam};
 pub use synchronous_standbys::SynchronousStandbys;
