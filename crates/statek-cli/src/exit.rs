@@ -328,6 +328,14 @@ mod tests {
             NOT_LIVE_SHARD,
         );
         check(
+            StoreError::ShardHalted(Box::new(statek_store_pg::ShardHalted {
+                shard: shard("v1"),
+                halts: Vec::new(),
+            }))
+            .into(),
+            SHARD_HALTED,
+        );
+        check(
             StoreError::NotLiveShard {
                 shard: shard("v1"),
                 schedule: schedule("primary"),
