@@ -259,9 +259,12 @@ const CLAIM_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 /// outcome is recorded), give unused permits back, and go
 /// on until every slot is decided; runs already started keep executing
 /// while a later claim of the batch (or its retry pause) is under way. A
-/// claim that fails transiently is
-/// retried (3 attempts, 50 ms doubling); one that fails for good abandons
-/// the rest of the batch ([`SlotBatch::abandon_from`]).
+/// claim that fails transiently is retried (3 attempts, 50 ms doubling)
+/// for the same slots with the same permits, so that an executor can send
+/// the same claim again (the PostgreSQL executor then recovers what a
+/// claim whose acknowledgement was lost had claimed, by its tokens); one
+/// that fails for good abandons the rest of the batch
+/// ([`SlotBatch::abandon_from`]).
 pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
     batch: &SlotBatch<'_, E>,
     is_retryable: fn(&E) -> bool,
@@ -278,11 +281,20 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
     let mut running = FuturesUnordered::new();
     let mut next = 0;
     let mut failures = 0;
+    // The permits of a claim that failed transiently, kept for its retry:
+    // the retry claims for the same slots with as many permits, so that
+    // the runs an earlier attempt claimed (recovered by the retry) each
+    // have one.
+    let mut kept: Option<Vec<RunPermit>> = None;
     while next < slots.len() {
-        let permits = tokio::select! {
-            biased;
-            Some(()) = running.next(), if !running.is_empty() => continue,
-            permits = batch.permits(slots.len() - next) => permits,
+        let permits = match kept.take() {
+            Some(permits) if !batch.is_stopping() => Some(permits),
+            Some(_) => None,
+            None => tokio::select! {
+                biased;
+                Some(()) = running.next(), if !running.is_empty() => continue,
+                permits = batch.permits(slots.len() - next) => permits,
+            },
         };
         let Some(mut permits) = permits else {
             break;
@@ -316,7 +328,7 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
             }
             Err(e) if is_retryable(&e) && failures + 1 < CLAIM_ATTEMPTS => {
                 tracing::warn!(error = %e, retry = failures + 1, "batch claim failed transiently; retrying");
-                drop(permits);
+                kept = Some(permits);
                 let pause = CLAIM_PAUSE * 2u32.pow(failures);
                 failures += 1;
                 let pausing = tokio::time::sleep(pause);

@@ -47,7 +47,9 @@ pub(crate) fn lease_margin(lease: Duration) -> Duration {
 /// `claim_sent` (before the claim was sent) or from before the last
 /// successful heartbeat was sent, and ends a margin before the lease, so the
 /// handler is told to stop before anyone else can claim the run. Returns
-/// the handler's result and the lease state at its end.
+/// the handler's result, the lease state at its end, and the latest time
+/// the queue may still hold the lease: the local deadline plus its margin
+/// (after it, the run may have been claimed again).
 pub(crate) async fn run_under_lease<HF>(
     handler: impl Future<Output = Result<(), RunError>>,
     run_id: Uuid,
@@ -56,7 +58,7 @@ pub(crate) async fn run_under_lease<HF>(
     claim_sent: Instant,
     cancel: &CancellationToken,
     mut heartbeat: impl FnMut() -> HF,
-) -> (Result<(), RunError>, LeaseState)
+) -> (Result<(), RunError>, LeaseState, Instant)
 where
     HF: Future<Output = Heartbeat>,
 {
@@ -73,7 +75,7 @@ where
             }
         };
         tokio::select! {
-            result = &mut handler => return (result, state),
+            result = &mut handler => return (result, state, deadline + margin),
             _ = heartbeat_due, if state == LeaseState::Held => {
                 let sent = Instant::now();
                 next_heartbeat = heartbeat_every.map(|p| sent + p);

@@ -70,6 +70,7 @@ mod batch;
 mod error;
 mod executor;
 mod fairness_report;
+mod finish_recording;
 mod group_commit;
 mod handler;
 mod lease;

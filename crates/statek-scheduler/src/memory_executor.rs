@@ -290,7 +290,7 @@ impl<H: RunHandler> InMemoryExecutor<H> {
         let shared = &self.shared;
         let lease = shared.options.lease;
         let run_id = run.run_id;
-        run_under_lease(
+        let (result, state, _lease_held_until) = run_under_lease(
             shared.handler.handle(run, cancel.clone()),
             run_id,
             lease,
@@ -305,7 +305,8 @@ impl<H: RunHandler> InMemoryExecutor<H> {
                 })
             },
         )
-        .await
+        .await;
+        (result, state)
     }
 
     /// Runs a claimed run's handler under its lease and records how it

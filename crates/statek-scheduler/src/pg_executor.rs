@@ -8,14 +8,15 @@ use tokio::time::Instant;
 
 use statek_policy::TenantId;
 use statek_store_pg::{
-    ClaimOutcome, ClaimedRun, FailOutcome, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease,
-    RunNotifications, SlotClaim, StoreError, MAX_FINISH_BATCH,
+    ClaimOutcome, ClaimedRun, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease,
+    RunNotifications, SlotClaim, SlotClaimRequest, StoreError, MAX_FINISH_BATCH,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::{claim_and_run, BatchSlot, RunPermit, SlotBatch, SlotStart};
 use crate::error::SchedulerError;
 use crate::executor::TenantExecutor;
+use crate::finish_recording::{flush_finished, record_alone, PendingFinish, Recorded};
 use crate::group_commit::GroupCommit;
 use crate::handler::{Run, RunError, RunHandler};
 use crate::lease::{run_under_lease, Heartbeat, LeaseState};
@@ -40,38 +41,11 @@ enum Recording {
 
 /// The group commit of finished runs of one executor (and its clones).
 #[derive(Clone)]
-struct Completions(Arc<GroupCommit<FinishRun, Result<FinishOutcome, String>>>);
+struct Completions(Arc<GroupCommit<PendingFinish, Recorded>>);
 
 impl std::fmt::Debug for Completions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Completions")
-    }
-}
-
-/// Writes a group of finished runs in one statement, retrying transient
-/// failures (50 ms doubling to 2 s) for up to `give_up_after`: a flush is
-/// never dropped while the runs' leases may still hold. After that every
-/// item gets the last error.
-async fn flush_finished(
-    store: &PgStore,
-    items: Vec<FinishRun>,
-    give_up_after: Duration,
-) -> Vec<Result<FinishOutcome, String>> {
-    let started = Instant::now();
-    let mut pause = Duration::from_millis(50);
-    loop {
-        match store.finish_runs(&items).await {
-            Ok(outcomes) => return outcomes.into_iter().map(Ok).collect(),
-            Err(e) if e.is_retryable() && started.elapsed() + pause < give_up_after => {
-                tracing::warn!(runs = items.len(), error = %crate::error::chain(&e), pause_ms = pause.as_millis() as u64, "recording finished runs failed transiently; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => {
-                let message = crate::error::chain(&e).to_string();
-                return items.iter().map(|_| Err(message.clone())).collect();
-            }
-        }
     }
 }
 
@@ -162,10 +136,14 @@ impl ExecutorOptions {
     /// `linger` (0..=1 s) for others to join; runs finishing while a write
     /// is under way form the next one. Each run is still fenced by its own
     /// token (a lost lease is that run's alone). A write that fails
-    /// transiently is retried (50 ms doubling to 2 s) for up to one lease,
-    /// never dropped while the lease may hold. A slot's outcome is known
-    /// when its run's write committed; its permit returns as soon as the
-    /// handler finished. `execute_one` records each run alone.
+    /// transiently is retried (50 ms doubling to 2 s) until it commits; the
+    /// database then answers each run (recorded, or its lease lost, when
+    /// its token no longer holds it). It is given up only once the run's
+    /// handler was cancelled (shutdown) and its lease has run out. A write
+    /// that fails non-retryably is retried run by run. A slot's outcome is
+    /// known when its run's write committed; its permit returns as soon as
+    /// the handler finished. `execute_one` records each run alone, with
+    /// the same retries.
     pub fn completion_batching(
         mut self,
         max_runs: usize,
@@ -237,7 +215,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         held: &RunLease,
         cancel: &CancellationToken,
         claim_sent: Instant,
-    ) -> (Result<(), RunError>, LeaseState) {
+    ) -> (Result<(), RunError>, LeaseState, Instant) {
         let (store, lease) = (&self.store, self.options.lease);
         run_under_lease(
             self.handler.handle(run, cancel.clone()),
@@ -281,9 +259,17 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
             claimed_at: run.claimed_at,
         };
         let cancel = shutdown.child_token();
-        let (result, lease_state) = self
+        let (result, lease_state, lease_held_until) = self
             .run_with_heartbeats(&run, &held, &cancel, claim_sent)
             .await;
+        let pending = |finish: RunFinish| PendingFinish {
+            finish: match finish {
+                RunFinish::Complete => FinishRun::complete(held),
+                RunFinish::Fail { error, retry_after } => FinishRun::fail(held, error, retry_after),
+            },
+            lease_held_until,
+            cancel: shutdown.clone(),
+        };
         // The handler is done: its permit goes back before the outcome is
         // recorded.
         drop(permit);
@@ -297,7 +283,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         // Expired locally: the token may still hold (nobody re-claimed), so
         // the outcome is still recorded under it; the store says if not.
         match result {
-            Ok(()) => match self.record(&held, RunFinish::Complete, recording).await {
+            Ok(()) => match self.record(pending(RunFinish::Complete), recording).await {
                 Ok(FinishOutcome::Completed | FinishOutcome::AlreadyRecorded) => {
                     run_outcome(tenant, "completed");
                     Ok(TenantTickOutcome::Executed(executed))
@@ -320,11 +306,10 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
                 };
                 let failed = self
                     .record(
-                        &held,
-                        RunFinish::Fail {
+                        pending(RunFinish::Fail {
                             error: error.to_string(),
                             retry_after,
-                        },
+                        }),
                         recording,
                     )
                     .await;
@@ -367,58 +352,35 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         }
     }
 
-    /// Records a finished run: alone (`complete_run`/`fail_run`), or in the
-    /// next group commit of finished runs (`finish_runs`).
+    /// Records a finished run until the record commits
+    /// (`crate::finish_recording`): alone, or in the next group commit of
+    /// finished runs; both through `finish_runs`, fenced by its token.
+    /// A record given up at shutdown (handlers cancelled, lease run out)
+    /// answers [`FinishOutcome::LeaseLost`]: the run may execute again, as
+    /// its lease allows.
     async fn record(
         &self,
-        lease: &RunLease,
-        finish: RunFinish,
+        item: PendingFinish,
         recording: Recording,
     ) -> Result<FinishOutcome, StoreError> {
-        match recording {
-            Recording::Direct => match finish {
-                RunFinish::Complete => match self.store.complete_run(lease).await {
-                    Ok(()) => Ok(FinishOutcome::Completed),
-                    Err(StoreError::LeaseLost { .. }) => Ok(FinishOutcome::LeaseLost),
-                    Err(e) => Err(e),
-                },
-                RunFinish::Fail { error, retry_after } => {
-                    match self.store.fail_run(lease, &error, retry_after).await {
-                        Ok(FailOutcome::Retrying { available_at }) => {
-                            Ok(FinishOutcome::Retrying { available_at })
-                        }
-                        Ok(FailOutcome::Failed) => Ok(FinishOutcome::Failed),
-                        Err(StoreError::LeaseLost { .. }) => Ok(FinishOutcome::LeaseLost),
-                        Err(e) => Err(e),
-                    }
+        let store = &self.store;
+        if recording == Recording::Grouped {
+            let flush = |items: Vec<PendingFinish>| flush_finished(store, items);
+            match self.completions.0.submit(item.clone(), flush).await {
+                Some(Recorded::Outcome(outcome)) => return Ok(outcome),
+                Some(Recorded::GaveUp(error)) => {
+                    tracing::error!(run_id = %item.finish.lease().run_id(), error, "finished run not recorded before its lease ran out at shutdown; it may execute again");
+                    return Ok(FinishOutcome::LeaseLost);
                 }
-            },
-            Recording::Grouped => {
-                let item = match finish {
-                    RunFinish::Complete => FinishRun::complete(*lease),
-                    RunFinish::Fail { error, retry_after } => {
-                        FinishRun::fail(*lease, error, retry_after)
-                    }
-                };
-                let store = &self.store;
-                let give_up_after = self.options.lease;
-                let flush = |items: Vec<FinishRun>| flush_finished(store, items, give_up_after);
-                match self.completions.0.submit(item, flush).await {
-                    Some(Ok(outcome)) => Ok(outcome),
-                    failed => {
-                        // Retried for a whole lease: the lease has expired
-                        // by now, so the run is claimable again and will
-                        // execute again (at-least-once); this lease is lost.
-                        let error = match failed {
-                            Some(Err(message)) => message,
-                            _ => "its flush was interrupted".to_owned(),
-                        };
-                        tracing::error!(run_id = %lease.run_id(), error, "finished run not recorded; it will execute again after its lease expired");
-                        Ok(FinishOutcome::LeaseLost)
-                    }
-                }
+                // A non-retryable flush, or one interrupted (its leader
+                // dropped): this run alone, which answers AlreadyRecorded
+                // when the flush did commit it.
+                Some(Recorded::Alone) | None => {}
             }
         }
+        Ok(record_alone(store, &item)
+            .await?
+            .unwrap_or(FinishOutcome::LeaseLost))
     }
 }
 
@@ -492,6 +454,12 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
 
     async fn execute_batch(&self, batch: &SlotBatch<'_, StoreError>) {
         let lease = self.options.lease;
+        // The claim request of the slots being claimed for, kept across
+        // its retries: a retry sends the same tokens, so a claim whose
+        // acknowledgement was lost is answered from the claim history
+        // (`PgStore::claim_slots`), its runs handed back, not abandoned.
+        let pending: std::sync::Mutex<Option<Arc<SlotClaimRequest>>> = std::sync::Mutex::new(None);
+        let pending = &pending;
         claim_and_run(
             batch,
             StoreError::is_retryable,
@@ -501,18 +469,39 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                     .map(|s| (s.sequence, s.tenant.clone()))
                     .collect();
                 async move {
+                    let request = {
+                        let mut kept = pending.lock().unwrap_or_else(|p| p.into_inner());
+                        match kept.as_ref() {
+                            Some(request)
+                                if request.slots() == pairs.as_slice()
+                                    && request.max_runs() == max_runs =>
+                            {
+                                Arc::clone(request)
+                            }
+                            _ => {
+                                let request = Arc::new(SlotClaimRequest::new(
+                                    batch.shard(),
+                                    &pairs,
+                                    lease,
+                                    max_runs,
+                                )?);
+                                *kept = Some(Arc::clone(&request));
+                                request
+                            }
+                        }
+                    };
                     let claim_sent = Instant::now();
-                    let claims = self
-                        .store
-                        .claim_runs_for_slots_up_to(&pairs, batch.shard(), lease, max_runs)
-                        .await?;
+                    let claims = self.store.claim_slots(&request).await?;
+                    *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     Ok(claims
                         .into_iter()
                         .map(|claim| match claim {
                             SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
                             SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
                             SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
-                            // Contended, or any answer without a run.
+                            // Contended, a recovered claim whose lease was
+                            // lost meanwhile (another claimer holds the
+                            // run), or any answer without a run.
                             _ => SlotStart::Done(TenantTickOutcome::Contended),
                         })
                         .collect())

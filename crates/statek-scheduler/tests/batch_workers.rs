@@ -40,14 +40,18 @@ fn policy() -> WeightedFairnessPolicy {
     .unwrap()
 }
 
-/// Sleeps its duration (zero: returns at once).
-struct Sleep(Duration);
+/// Each completed execution of a handler: `(run, attempt)`.
+type Executions = Arc<std::sync::Mutex<Vec<(Uuid, u32)>>>;
+
+/// Sleeps its duration (zero: returns at once), then notes the execution.
+struct Sleep(Duration, Executions);
 
 impl RunHandler for Sleep {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
         if !self.0.is_zero() {
             tokio::time::sleep(self.0).await;
         }
+        self.1.lock().unwrap().push((run.run_id, run.attempt));
         Ok(())
     }
 }
@@ -74,6 +78,7 @@ async fn start_workers(
     workers: usize,
     executor: ExecutorOptions,
     work: Duration,
+    executions: &Executions,
     shutdown: &CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<Result<WorkerReport, statek_scheduler::SchedulerError>>> {
     let mut running = Vec::new();
@@ -83,7 +88,11 @@ async fn start_workers(
             DurableFairScheduler::register(
                 store.clone(),
                 policy(),
-                PgRunQueueExecutor::new(store.clone(), Sleep(work), executor),
+                PgRunQueueExecutor::new(
+                    store.clone(),
+                    Sleep(work, Arc::clone(executions)),
+                    executor,
+                ),
                 SchedulerOptions::new(),
             )
             .await
@@ -225,7 +234,16 @@ async fn four_workers_with_batch_claims_execute_each_run_once() {
         .get(0);
     assert_eq!(total, 20_004);
     let shutdown = CancellationToken::new();
-    let running = start_workers(&db, 4, ExecutorOptions::new(), Duration::ZERO, &shutdown).await;
+    let executions = Executions::default();
+    let running = start_workers(
+        &db,
+        4,
+        ExecutorOptions::new(),
+        Duration::ZERO,
+        &executions,
+        &shutdown,
+    )
+    .await;
     wait_until_done(&client, total, Duration::from_secs(240)).await;
     shutdown.cancel();
     let mut executed = 0;
@@ -257,8 +275,11 @@ async fn four_workers_with_batch_claims_execute_each_run_once() {
 
 /// Completion batching while every connection of the Workers (runs of
 /// 5 ms) is terminated every 100 ms (`pg_terminate_backend`): no completion is
-/// lost: every run ends completed, and a run executes again only when its
-/// earlier claim's finish was never recorded (its lease, 2 s, ran out).
+/// lost: every run ends completed; a completed handler's record is retried
+/// until it commits and a claim whose acknowledgement was lost is
+/// recovered, so no run executes again while the lease of a claim whose
+/// handler completed still held (exactly 0); a run executes again only
+/// after such a lease (2 s, no heartbeat during a 5 ms handler) ran out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_completion_is_lost_when_connections_are_terminated() {
     let db = TestDatabase::create().await;
@@ -270,7 +291,16 @@ async fn no_completion_is_lost_when_connections_are_terminated() {
     let lease = ExecutorOptions::new()
         .lease(Duration::from_secs(2))
         .unwrap();
-    let running = start_workers(&db, 2, lease, Duration::from_millis(5), &shutdown).await;
+    let executions = Executions::default();
+    let running = start_workers(
+        &db,
+        2,
+        lease,
+        Duration::from_millis(5),
+        &executions,
+        &shutdown,
+    )
+    .await;
     let killer = {
         let stop = shutdown.clone();
         let killer_client = observer(&db).await;
@@ -311,10 +341,49 @@ async fn no_completion_is_lost_when_connections_are_terminated() {
     let cursor = db.store().next_sequence(policy.shard_id()).await.unwrap();
     let history = claims(&client).await;
     let executed_again = check_history(&history, &policy, cursor);
+    // A handler that completed for claim k of a run, and a claim k + 1
+    // of that run: the completion was dropped (or came too late). Every
+    // handler here completes within 5 ms of its claim, well inside its
+    // 2 s lease, and its record is retried until it commits, so there
+    // must be none, whether or not claim k + 1 came after claim k's lease
+    // (claim time + 2 s, no heartbeat during a 5 ms handler) ran out.
+    let claim_at: HashMap<(Uuid, i32), SystemTime> = history
+        .iter()
+        .map(|c| ((c.run_id, c.attempt), c.claimed_at))
+        .collect();
+    let executions = executions.lock().unwrap().clone();
+    let (mut within_lease, mut after_lease) = (0, 0);
+    for (run_id, attempt) in &executions {
+        let attempt = i32::try_from(*attempt).unwrap();
+        let (Some(claimed), Some(next)) = (
+            claim_at.get(&(*run_id, attempt)),
+            claim_at.get(&(*run_id, attempt + 1)),
+        ) else {
+            continue;
+        };
+        if next.duration_since(*claimed).unwrap_or_default() < Duration::from_secs(2) {
+            within_lease += 1;
+        } else {
+            after_lease += 1;
+        }
+    }
     eprintln!(
         "{terminated} backends terminated; {transient} transient errors survived; \
-         {executed_again} of 6000 runs executed again after a lost lease or completion"
+         {executed_again} of 6000 runs claimed again (a claim never run or recorded); \
+         {} handler executions",
+        executions.len()
     );
+    assert_eq!(
+        (within_lease, after_lease),
+        (0, 0),
+        "completed handlers whose run was claimed again (while the lease held, after it ran out)"
+    );
+    // Every run's handler completed at least once, and each claim ran its
+    // handler at most once.
+    let distinct: std::collections::HashSet<(Uuid, u32)> = executions.iter().copied().collect();
+    assert_eq!(distinct.len(), executions.len(), "a claim ran twice");
+    let runs: std::collections::HashSet<Uuid> = executions.iter().map(|(r, _)| *r).collect();
+    assert_eq!(runs.len(), 6_000);
     assert!(terminated > 0);
     let states: Vec<(String, i64)> = client
         .query("SELECT state, count(*) FROM statek.runs GROUP BY 1", &[])

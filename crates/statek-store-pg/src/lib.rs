@@ -189,9 +189,9 @@ pub use roles::RoleProfile;
 pub use run_history::{RunClaimRecord, RunRecord, MAX_RUN_HISTORY_BATCH};
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
-    RunCounts, RunLease, RunListing, RunPage, RunState, SlotClaim, MAX_ATTEMPTS_LIMIT,
-    MAX_CLAIM_SLOTS, MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES, MAX_IDEMPOTENCY_KEY_LENGTH,
-    MAX_LIST_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MIN_PRIORITY,
+    RunCounts, RunLease, RunListing, RunPage, RunState, SlotClaim, SlotClaimRequest,
+    MAX_ATTEMPTS_LIMIT, MAX_CLAIM_SLOTS, MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES,
+    MAX_IDEMPOTENCY_KEY_LENGTH, MAX_LIST_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MIN_PRIORITY,
 };
 pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
 pub use shard::{Registration, ShardSeal, ShardStatus, StoredShard};

@@ -101,6 +101,7 @@ macro_rules! claimable {
     };
 }
 
+mod claim_recovery;
 mod enqueue;
 mod operator;
 mod run;
@@ -114,7 +115,7 @@ pub use run::{
 };
 #[cfg(feature = "test-support")]
 pub(crate) use slot_claim::CLAIM_FOR_SLOTS;
-pub use slot_claim::{SlotClaim, MAX_CLAIM_SLOTS};
+pub use slot_claim::{SlotClaim, SlotClaimRequest, MAX_CLAIM_SLOTS};
 
 /// One claim of tenant $1: `allowance` is what its limits let it start now
 /// (1 without limits, 0 when capped or rate-limited; for a tenant with a

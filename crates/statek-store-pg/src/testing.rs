@@ -20,6 +20,8 @@ use uuid::Uuid;
 
 use crate::{DurabilityPolicy, PgStore, StoreConfig};
 
+pub mod fault_proxy;
+
 /// Environment variable naming the server used by database tests.
 pub const TEST_DATABASE_URL_ENV: &str = "STATEK_TEST_DATABASE_URL";
 

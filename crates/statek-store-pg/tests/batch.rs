@@ -7,14 +7,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::collections::BTreeMap;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{PgStore, StoreError, MAX_RESERVATION_BATCH};
-use support::fault_proxy::{Fault, FaultProxy};
 use uuid::Uuid;
 
 /// a:3 b:1 c:3, L = 7.

@@ -6,18 +6,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use statek_policy::{SchedulerShardId, TenantId};
+use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::{test_store_config, TestDatabase};
 use statek_store_pg::{
     ClaimOutcome, ClaimedRun, FinishOutcome, FinishRun, NewRun, PgStore, RunLease, SlotClaim,
     StoreError, MAX_FINISH_BATCH,
 };
-use support::fault_proxy::{Fault, FaultProxy};
 use uuid::Uuid;
 
 const LEASE: Duration = Duration::from_secs(60);

@@ -14,15 +14,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(clippy::print_stderr)]
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{PgStore, StoreError};
-use support::fault_proxy::{Fault, FaultProxy};
 use uuid::Uuid;
 
 /// Rounds of each variant.

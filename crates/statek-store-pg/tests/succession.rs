@@ -5,15 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use statek_policy::{
     PolicySeam, ScheduleId, SchedulerShardId, TenantFairnessWeight, TenantId,
     WeightedFairnessPolicy,
 };
+use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{PgStore, Registration, RoleProfile, StoreError};
-use support::fault_proxy::{Fault, FaultProxy};
 use uuid::Uuid;
 
 fn policy(shard: &str, tenants: &[(&str, u32)]) -> WeightedFairnessPolicy {

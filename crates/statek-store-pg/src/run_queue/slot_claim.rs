@@ -1,7 +1,11 @@
 //! Claims for the slots of a reserved batch, in one statement
-//! ([`PgStore::claim_runs_for_slots`] and
-//! [`PgStore::claim_runs_for_slots_up_to`]).
+//! ([`PgStore::claim_slots`], [`PgStore::claim_runs_for_slots`] and
+//! [`PgStore::claim_runs_for_slots_up_to`]), and the request a claim
+//! sends ([`SlotClaimRequest`]): its slots and the lease tokens made for
+//! them once, so that a retry after a lost acknowledgement is answered
+//! from the claim history by those tokens (`claim_recovery.rs`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use statek_policy::TenantId;
@@ -27,6 +31,122 @@ pub enum SlotClaim {
     /// limit ([`crate::TenantLimits`]) lets it start none for this slot
     /// now. The slot is consumed like an idle one.
     Limited,
+    /// Only in a recovered answer ([`PgStore::claim_slots`] sent again):
+    /// the earlier attempt claimed `run_id` for this slot with the token
+    /// it sent, but that token no longer holds the run (its lease expired
+    /// and it was rescued or claimed again, or it was cancelled). The run
+    /// is not this claim's to execute; the slot is consumed.
+    LeaseLost {
+        /// The run the slot claimed.
+        run_id: Uuid,
+    },
+}
+
+/// One claim for the slots of a reserved batch, made once and sent with
+/// [`PgStore::claim_slots`] as often as it takes: the shard, the slots
+/// `(sequence, tenant)` in increasing sequence order, the lease, the most
+/// runs to claim, and one fresh lease token per slot, made here.
+///
+/// **Retries.** The tokens never change, so sending the same request again
+/// after an error (a lost commit acknowledgement, a terminated backend, a
+/// response timeout) cannot claim twice: every send after the first reads
+/// the claim history (`statek.run_claims`) for the request's slots first,
+/// and when the earlier send committed it answers what that send claimed,
+/// the same runs with the same tokens, instead of abandoning them to wait
+/// out their leases. See [`PgStore::claim_slots`].
+#[derive(Debug)]
+pub struct SlotClaimRequest {
+    shard: statek_policy::SchedulerShardId,
+    slots: Vec<(u64, TenantId)>,
+    pub(super) sequences: Vec<i64>,
+    pub(super) tokens: Vec<Uuid>,
+    lease_secs: f64,
+    pub(super) max_runs: i64,
+    /// Set at the first send: later sends read the claim history first.
+    sent: AtomicBool,
+}
+
+impl SlotClaimRequest {
+    /// A claim for `slots` (`(sequence, tenant)`, the tenant each slot
+    /// maps to) of `shard`, at most [`MAX_CLAIM_SLOTS`] of them in
+    /// increasing sequence order, each claimed run leased for `lease`
+    /// (1 ms..=24 h, database clock), claiming at most `max_runs`
+    /// (1..=[`MAX_CLAIM_SLOTS`]) runs. Pass the shard the slots were
+    /// reserved on: it is recorded as given, not looked up.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`]: a lease or `max_runs` out of range,
+    /// more than [`MAX_CLAIM_SLOTS`] slots, slots not in increasing
+    /// sequence order, a sequence above `i64::MAX`.
+    pub fn new(
+        shard: &statek_policy::SchedulerShardId,
+        slots: &[(u64, TenantId)],
+        lease: Duration,
+        max_runs: usize,
+    ) -> Result<Self, StoreError> {
+        let lease_secs = lease_secs(lease)?;
+        if !(1..=MAX_CLAIM_SLOTS).contains(&max_runs) {
+            return Err(StoreError::InvalidArgument(format!(
+                "max_runs must be 1..={MAX_CLAIM_SLOTS}, got {max_runs}"
+            )));
+        }
+        let max_runs = i64::try_from(max_runs).unwrap_or(i64::MAX);
+        if slots.len() > MAX_CLAIM_SLOTS {
+            return Err(StoreError::InvalidArgument(format!(
+                "{} slots, at most {MAX_CLAIM_SLOTS} per claim",
+                slots.len()
+            )));
+        }
+        if slots.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(StoreError::InvalidArgument(
+                "slots must be in increasing sequence order".into(),
+            ));
+        }
+        let sequences = slots
+            .iter()
+            .map(|(s, _)| {
+                i64::try_from(*s).map_err(|_| {
+                    StoreError::InvalidArgument(format!("sequence {s} exceeds i64::MAX"))
+                })
+            })
+            .collect::<Result<Vec<i64>, _>>()?;
+        Ok(Self {
+            shard: shard.clone(),
+            slots: slots.to_vec(),
+            sequences,
+            tokens: slots.iter().map(|_| Uuid::now_v7()).collect(),
+            lease_secs,
+            max_runs,
+            sent: AtomicBool::new(false),
+        })
+    }
+
+    /// The shard the slots were reserved on.
+    pub fn shard(&self) -> &statek_policy::SchedulerShardId {
+        &self.shard
+    }
+
+    /// The slots, `(sequence, tenant)` in sequence order.
+    pub fn slots(&self) -> &[(u64, TenantId)] {
+        &self.slots
+    }
+
+    /// The lease token each slot's run gets if the slot claims one, in
+    /// slot order; the same on every send.
+    pub fn tokens(&self) -> &[Uuid] {
+        &self.tokens
+    }
+
+    /// The most runs the claim takes.
+    pub fn max_runs(&self) -> usize {
+        usize::try_from(self.max_runs).unwrap_or(MAX_CLAIM_SLOTS)
+    }
+
+    /// Whether the request was sent before (a later send reads the claim
+    /// history first).
+    pub fn was_sent(&self) -> bool {
+        self.sent.load(Ordering::Acquire)
+    }
 }
 
 /// The largest number of slots one [`PgStore::claim_runs_for_slots`] call
@@ -196,6 +316,69 @@ pub(crate) const CLAIM_FOR_SLOTS: &str = concat!(
 );
 
 impl PgStore {
+    /// Sends `request`: claims, in ONE statement, at most one run per slot
+    /// with the request's tokens (see
+    /// [`claim_runs_for_slots_up_to`](Self::claim_runs_for_slots_up_to)
+    /// for what a slot gets and the decided prefix of the answer).
+    ///
+    /// **Sending again is safe, and recovers.** The first send runs the
+    /// claim statement. Every later send of the same request (after any
+    /// error: the first may or may not have committed) first reads the
+    /// claim history of the request's slots. When the earlier send
+    /// committed, its claims are there under the tokens it sent, and the
+    /// answer is recovered from them without claiming anything: each slot
+    /// that claimed a run answers [`SlotClaim::Claimed`] with the same run
+    /// and token (attempt, claim time and lease expiry as that claim wrote
+    /// them), or [`SlotClaim::LeaseLost`] when the token no longer holds
+    /// the run. Which of idle, contended or limited an earlier slot
+    /// without a run was is not recorded; a recovered answer reports such
+    /// a slot [`SlotClaim::Contended`] (consumed, and never taken for an
+    /// empty queue). The recovered decided prefix is every slot when the
+    /// earlier send claimed fewer than `max_runs` runs, else the slots up
+    /// to its last claimed one (the slots after it claimed nothing and may
+    /// be claimed for in a later request). When the history has nothing
+    /// for the slots, the earlier send did not commit and the statement is
+    /// sent again, with the same tokens. A send whose statement meets a
+    /// claim that committed meanwhile (the unique key of shard and
+    /// sequence) reads the history too and answers from it the same way.
+    ///
+    /// One gap is left: an earlier send that the server is still
+    /// executing when the later one reads the history (its response timed
+    /// out, the server had not finished) is not seen, and the runs it then
+    /// commits wait out their leases unless the later statement meets its
+    /// claims on the unique key. A terminated backend or a lost
+    /// acknowledgement after the commit leaves no such send behind.
+    ///
+    /// # Errors
+    /// - [`StoreError::SlotAlreadyClaimed`]: a slot of the request's shard
+    ///   claimed a run under a token this request did not send (another
+    ///   claim for the same slot); nothing of this send is kept.
+    /// - [`StoreError::CorruptData`]: an answer that does not match the
+    ///   request (row count, sequences, tenants, claim count).
+    /// - connection and server errors: send the request again.
+    pub async fn claim_slots(
+        &self,
+        request: &SlotClaimRequest,
+    ) -> Result<Vec<SlotClaim>, StoreError> {
+        if request.slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        if request.sent.swap(true, Ordering::AcqRel) {
+            if let Some(recovered) = self.recover_slot_claims(request).await? {
+                return Ok(recovered);
+            }
+        }
+        match self.send_slot_claim(request).await {
+            Err(StoreError::SlotAlreadyClaimed { shard }) => {
+                match self.recover_slot_claims(request).await? {
+                    Some(recovered) => Ok(recovered),
+                    None => Err(StoreError::SlotAlreadyClaimed { shard }),
+                }
+            }
+            answered => answered,
+        }
+    }
+
     /// Claims, in ONE statement, at most one run per slot of a reserved
     /// batch: `slots` are `(sequence, tenant)` in sequence order (the
     /// tenant the slot maps to), at most [`MAX_CLAIM_SLOTS`], each sequence
@@ -215,6 +398,11 @@ impl PgStore {
     /// claim for the same `(shard, sequence)`.
     ///
     /// Returns one [`SlotClaim`] per slot, in the order given.
+    ///
+    /// This call makes its tokens itself and sends once: to retry a claim
+    /// whose acknowledgement may have been lost without abandoning what it
+    /// claimed, build a [`SlotClaimRequest`] and send it with
+    /// [`claim_slots`](Self::claim_slots).
     ///
     /// # Errors
     /// - [`StoreError::InvalidArgument`]: a lease out of range, more than
@@ -259,48 +447,28 @@ impl PgStore {
         lease: Duration,
         max_runs: usize,
     ) -> Result<Vec<SlotClaim>, StoreError> {
-        let lease_secs = lease_secs(lease)?;
-        if !(1..=MAX_CLAIM_SLOTS).contains(&max_runs) {
-            return Err(StoreError::InvalidArgument(format!(
-                "max_runs must be 1..={MAX_CLAIM_SLOTS}, got {max_runs}"
-            )));
-        }
-        let max_runs = i64::try_from(max_runs).unwrap_or(i64::MAX);
-        if slots.len() > MAX_CLAIM_SLOTS {
-            return Err(StoreError::InvalidArgument(format!(
-                "{} slots, at most {MAX_CLAIM_SLOTS} per claim",
-                slots.len()
-            )));
-        }
-        if slots.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err(StoreError::InvalidArgument(
-                "slots must be in increasing sequence order".into(),
-            ));
-        }
-        if slots.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sequences = slots
-            .iter()
-            .map(|(s, _)| {
-                i64::try_from(*s).map_err(|_| {
-                    StoreError::InvalidArgument(format!("sequence {s} exceeds i64::MAX"))
-                })
-            })
-            .collect::<Result<Vec<i64>, _>>()?;
+        self.claim_slots(&SlotClaimRequest::new(shard, slots, lease, max_runs)?)
+            .await
+    }
+
+    /// Sends the claim statement of `request` once.
+    async fn send_slot_claim(
+        &self,
+        request: &SlotClaimRequest,
+    ) -> Result<Vec<SlotClaim>, StoreError> {
+        let (slots, shard) = (&request.slots, &request.shard);
         let tenants: Vec<&str> = slots.iter().map(|(_, t)| t.as_str()).collect();
-        let tokens: Vec<Uuid> = slots.iter().map(|_| Uuid::now_v7()).collect();
         let rows = self
             .with_response_timeout(async |db: &Db<'_>| {
                 db.query(
                     CLAIM_FOR_SLOTS,
                     &[
-                        (&sequences, Type::INT8_ARRAY),
+                        (&request.sequences, Type::INT8_ARRAY),
                         (&tenants, Type::TEXT_ARRAY),
-                        (&tokens, Type::UUID_ARRAY),
-                        (&lease_secs, Type::FLOAT8),
+                        (&request.tokens, Type::UUID_ARRAY),
+                        (&request.lease_secs, Type::FLOAT8),
                         (&shard.as_str(), Type::TEXT),
-                        (&max_runs, Type::INT8),
+                        (&request.max_runs, Type::INT8),
                     ],
                 )
                 .await

@@ -9,8 +9,9 @@
 //! - or, outside a `BEGIN`/`START TRANSACTION` block, the `Sync` (`S`) that
 //!   ends an extended-protocol exchange binding a prepared statement that
 //!   writes reservation rows (it calls `statek.reserve` or
-//!   `statek.reserve_batch`) or finishes runs (it sets a claim's finish
-//!   time, `UPDATE statek.run_claims`):
+//!   `statek.reserve_batch`), claims runs (it writes claim history,
+//!   `INSERT INTO statek.run_claims`) or finishes runs (it sets a claim's
+//!   finish time, `UPDATE statek.run_claims`):
 //!   the server commits such an implicit transaction at that `Sync`, and
 //!   rolls it back if the connection ends before it.
 //!
@@ -28,17 +29,23 @@
 //! query (`Q`) and every `Sync` (`S`) the client sends is answered by exactly
 //! one `ReadyForQuery` (`Z`), and the startup exchange ends with one more.
 //!
-//! Only loopback addresses are used, on both sides.
+//! Only loopback addresses are used, on both sides. Part of the test
+//! fixtures (feature `test-support`) so that every crate's tests can cut
+//! a store's connections the same way.
+
+// A fixture: a broken relay is a failed test.
+#![allow(clippy::unwrap_used, clippy::panic, clippy::expect_used)]
 
 use std::collections::HashSet;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_postgres::config::Host;
 
@@ -61,6 +68,10 @@ const PROTOCOL_MAJOR_3: u32 = 3;
 struct Shared {
     armed: Mutex<Option<Fault>>,
     fired: AtomicU64,
+    /// While set, the relay refuses connections (see [`FaultProxy::down`]).
+    down: AtomicBool,
+    /// Wakes the accept loop when `down` is set.
+    went_down: Notify,
 }
 
 impl Shared {
@@ -139,6 +150,20 @@ impl FaultProxy {
         self.shared.armed.lock().unwrap().is_some()
     }
 
+    /// An outage: closes every relayed connection now and, until
+    /// [`up`](Self::up), closes each new one as soon as it is accepted
+    /// (the client sees its connection end during startup).
+    pub fn down(&self) {
+        self.shared.down.store(true, Ordering::SeqCst);
+        self.shared.went_down.notify_waiters();
+    }
+
+    /// Ends the outage of [`down`](Self::down): new connections are
+    /// relayed again.
+    pub fn up(&self) {
+        self.shared.down.store(false, Ordering::SeqCst);
+    }
+
     /// How many faults have fired since the relay started. A fault counts
     /// before its connection is closed, so a client that saw the cut also
     /// sees the count.
@@ -160,9 +185,14 @@ async fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shar
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((client, _)) = accepted {
-                    relays.spawn(relay(client, target, Arc::clone(&shared)));
+                    if shared.down.load(Ordering::SeqCst) {
+                        drop(client);
+                    } else {
+                        relays.spawn(relay(client, target, Arc::clone(&shared)));
+                    }
                 }
             }
+            () = shared.went_down.notified() => relays.abort_all(),
             Some(_) = relays.join_next(), if !relays.is_empty() => {}
         }
     }
@@ -264,11 +294,13 @@ fn is_commit(query_message: &[u8]) -> bool {
 }
 
 /// The parts of statement text that mark a write whose lost
-/// acknowledgement the tests reproduce: reservations, and the finish of
-/// runs (complete, fail, `finish_runs`: each sets a claim's finish time).
-const WRITES: [&str; 3] = [
+/// acknowledgement the tests reproduce: reservations, claims (each writes
+/// claim history) and the finish of runs (complete, fail, `finish_runs`:
+/// each sets a claim's finish time).
+const WRITES: [&str; 4] = [
     "statek.reserve(",
     "statek.reserve_batch(",
+    "INSERT INTO statek.run_claims",
     "UPDATE statek.run_claims",
 ];
 
