@@ -157,7 +157,11 @@ pub fn run(args: &ChaosArgs) -> Result<()> {
     );
     let failures: Vec<String> = results
         .iter()
-        .flat_map(|r| r.failures().into_iter().map(move |f| format!("{}: {f}", r.name)))
+        .flat_map(|r| {
+            r.failures()
+                .into_iter()
+                .map(move |f| format!("{}: {f}", r.name))
+        })
         .collect();
     if !failures.is_empty() {
         bail!("chaos: {}", failures.join("; "));
@@ -189,7 +193,10 @@ async fn cell(
         .with_context(|| format!("creating database {database}"))?;
     let url = database_url(&admin_url, &database);
     let cell_config = StoreConfig::from_url(&url)?;
-    fleet::store(&url, 2)?.migrate().await.context("migrations")?;
+    fleet::store(&url, 2)?
+        .migrate()
+        .await
+        .context("migrations")?;
     cell_config
         .connect_client()
         .await?

@@ -24,10 +24,12 @@ use crate::tick_outcome::TickOutcome;
 /// doubling from the first to the second value between attempts.
 const RELISTEN_PAUSE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 
+mod halt;
 mod options;
 mod outage;
 mod sizer;
 
+use halt::{halt_of, Halt};
 pub use options::{
     WorkerOptions, DEFAULT_CONCURRENCY, DEFAULT_OUTAGE_BUDGET, MAX_CONCURRENCY, MAX_OUTAGE_BUDGET,
 };
@@ -547,29 +549,6 @@ fn slot_error_round<E, R>(
             }
             None => Ok(Some(outage::MAX_PAUSE)),
         },
-    }
-}
-
-/// How a reservation error concerns a halt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Halt {
-    /// This store found acknowledged reservations lost (and recorded them).
-    Found,
-    /// The shard is halted in the database.
-    Halted,
-}
-
-fn halt_of(e: &SchedulerError) -> Option<Halt> {
-    match e {
-        SchedulerError::Store {
-            source: statek_store_pg::StoreError::ReservationsLostInFailover(_),
-            ..
-        } => Some(Halt::Found),
-        SchedulerError::Store {
-            source: statek_store_pg::StoreError::ShardHalted(_),
-            ..
-        } => Some(Halt::Halted),
-        _ => None,
     }
 }
 

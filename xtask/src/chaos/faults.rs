@@ -142,7 +142,9 @@ pub async fn inject(
         Fault::TenantRowsLocked(length) => {
             hold_locks(cell, LOCK_TENANT_ROWS, "t-a", length).await?
         }
-        Fault::ShardRowLocked(length) => hold_locks(cell, LOCK_SHARD_ROW, "chaos-v1", length).await?,
+        Fault::ShardRowLocked(length) => {
+            hold_locks(cell, LOCK_SHARD_ROW, "chaos-v1", length).await?
+        }
     };
     Ok(Injected {
         began,

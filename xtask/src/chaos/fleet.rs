@@ -33,7 +33,8 @@ pub const CREATE_EXECUTIONS: &str = "CREATE SCHEMA chaos;
          executed_at timestamptz NOT NULL DEFAULT clock_timestamp()
      )";
 
-const INSERT_EXECUTION: &str = "INSERT INTO chaos.executions (run_id, attempt, worker, lease_expires_at)
+const INSERT_EXECUTION: &str =
+    "INSERT INTO chaos.executions (run_id, attempt, worker, lease_expires_at)
      VALUES ($1, $2, $3, $4)";
 
 /// The cell's tenants and weights (L = 8).
@@ -202,7 +203,10 @@ impl Fleet {
 
     /// Executions whose handler failed so far.
     pub fn failed_executions(&self) -> HashSet<(Uuid, i32)> {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Shuts the Workers down; their reports, or the first error.
