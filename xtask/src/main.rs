@@ -11,6 +11,8 @@
 //! - `cargo xtask rule-tests`: `promtool test rules` on the alerts' unit
 //!   tests (Debian's package `prometheus`, installed when missing as root).
 //! - `cargo xtask demo`: the noisy-neighbour demonstration.
+//! - `cargo xtask chaos [--quick]`: a Worker fleet through database faults
+//!   (restarts, killed backends, taken connections, held row locks).
 //! - `cargo xtask bench [--quick]`: performance figures against pgbench and
 //!   a plain `SKIP LOCKED` queue (see `docs/benchmarks.md`).
 //! - `cargo xtask bounds-report [--seed N] [--sets-per-family N] [--write-docs]`:
@@ -24,6 +26,7 @@
 mod arch_check;
 mod bench;
 mod bounds_report;
+mod chaos;
 mod cnpg_check;
 mod command;
 mod debian_tool;
@@ -84,6 +87,8 @@ enum Task {
     Bench(bench::BenchArgs),
     /// A real failover under load: primary crashed, standby promoted (asynchronous with lag, then synchronous).
     Failover(failover::FailoverArgs),
+    /// A Worker fleet under load on a durable server through restarts, killed backends, taken connections and held row locks.
+    Chaos(chaos::ChaosArgs),
     /// Judge real standby layouts (FIRST 1 and ANY 1 of two, FIRST 1 beside an asynchronous one) with the durability check.
     HaLayouts(ha_layouts::HaLayoutsArgs),
     /// Print bound / ceil(L/w) ratios of swrr-v1, min-gap-v1 and min-gap-v2 over generated weight families.
@@ -171,6 +176,7 @@ fn run(cli: Cli) -> Result<()> {
         Task::Bench(args) => bench::run(&args),
         Task::Failover(args) => failover::run(&args),
         Task::HaLayouts(args) => ha_layouts::run(&args),
+        Task::Chaos(args) => chaos::run(&args),
         Task::Demo(args) => {
             // A bad policy file fails before any server starts.
             statek_cli::demo::load_policy(&args.demo)?;

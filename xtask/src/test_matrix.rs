@@ -21,7 +21,9 @@
 //! asynchronous failover with forced lag and five synchronous ones on a
 //! durable primary/standby pair of that version, and `cargo xtask
 //! ha-layouts` judges standby layouts on a primary with two standbys of
-//! that version. Every step runs even when
+//! that version, and `cargo xtask chaos --quick` runs a Worker fleet
+//! through an immediate restart and a termination of every backend on a
+//! durable server of that version. Every step runs even when
 //! an earlier one failed; any failure fails the command.
 
 use std::time::{Duration, Instant};
@@ -30,7 +32,8 @@ use anyhow::{anyhow, bail, Result};
 
 use crate::pg::{self, PgMajor, RunningPgBouncer, Server};
 use crate::{
-    arch_check, command, deploy_check, failover, ha_layouts, interrupt, rule_tests, workspace,
+    arch_check, chaos, command, deploy_check, failover, ha_layouts, interrupt, rule_tests,
+    workspace,
 };
 
 /// Options of `cargo xtask test`.
@@ -304,6 +307,18 @@ pub fn run(args: &TestArgs) -> Result<()> {
                          FIRST 1 beside an asynchronous one)"
                     ),
                     || ha_layouts::run(&args),
+                );
+                let args = chaos::ChaosArgs {
+                    quick: true,
+                    workers: 3,
+                    pg: major,
+                };
+                report.step(
+                    &format!(
+                        "PostgreSQL {major}: chaos --quick (an immediate restart, every backend \
+                         terminated once, under load: 0 lost, 0 double executions, back to 80%)"
+                    ),
+                    || chaos::run(&args),
                 );
             }
         }

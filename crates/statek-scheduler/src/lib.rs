@@ -114,7 +114,10 @@ pub use reservation::Reservation;
 pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use scheduler::DurableFairScheduler;
 pub use tick_outcome::TickOutcome;
-pub use worker::{Worker, WorkerOptions, WorkerReport, DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
+pub use worker::{
+    Worker, WorkerOptions, WorkerReport, DEFAULT_CONCURRENCY, DEFAULT_OUTAGE_BUDGET,
+    MAX_CONCURRENCY, MAX_OUTAGE_BUDGET,
+};
 
 /// The README's library example, compiled as a doctest so it cannot rot.
 #[doc = include_str!("../../../README.md")]

@@ -700,14 +700,33 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         })
     }
 
-    /// Reserves a batch of `k` slots for the Worker (retried like
-    /// [`tick`](Self::tick)'s reservation), counting a failure in
-    /// `statek_tick_errors_total`.
+    /// Reserves a batch of `k` slots for the Worker under batch id `id`
+    /// (retried like [`tick`](Self::tick)'s reservation; the Worker passes
+    /// the same id again after a failed round), counting a failure in
+    /// `statek_tick_errors_total`. After following a seal the successor
+    /// gets a fresh id (nothing was written on the sealed shard).
     pub(crate) async fn reserve_batch_counted(
         &self,
+        id: Uuid,
         k: u32,
     ) -> Result<(Vec<Reservation>, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
-        let reserved = self.reserve_batch(k).await;
+        let first_shard = self.policy().shard_id().clone();
+        let reserved = self
+            .on_live_shard(|policy| {
+                let id = if *policy.shard_id() == first_shard {
+                    id
+                } else {
+                    Uuid::now_v7()
+                };
+                async move {
+                    let digest = policy.digest();
+                    self.with_retries(policy.shard_id(), id, u64::from(k), || {
+                        self.source.reserve_batch(policy.shard_id(), &digest, id, k)
+                    })
+                    .await
+                }
+            })
+            .await;
         if let Err(e) = &reserved {
             self.count_error(e);
         }

@@ -24,10 +24,16 @@ use crate::tick_outcome::TickOutcome;
 /// doubling from the first to the second value between attempts.
 const RELISTEN_PAUSE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 
+mod halt;
 mod options;
+mod outage;
 mod sizer;
 
-pub use options::{WorkerOptions, DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
+use halt::{halt_of, Halt};
+pub use options::{
+    WorkerOptions, DEFAULT_CONCURRENCY, DEFAULT_OUTAGE_BUDGET, MAX_CONCURRENCY, MAX_OUTAGE_BUDGET,
+};
+use outage::{AfterFailure, Outage};
 use sizer::BatchSizer;
 
 /// What a [`Worker`] did, counted over its whole run.
@@ -65,6 +71,10 @@ pub struct WorkerReport {
     /// within a lease is not counted here: its slot is `ExecutionFailed`
     /// (lease lost) and the run executes again.
     pub transient_errors: u64,
+    /// Outages ridden out: streaks of failing reservations that a
+    /// successful reservation ended within
+    /// [`WorkerOptions::outage_budget`].
+    pub outages: u64,
 }
 
 #[derive(Default)]
@@ -81,6 +91,7 @@ struct Counters {
     wakeups: AtomicU64,
     listen_reconnects: AtomicU64,
     transient_errors: AtomicU64,
+    outages: AtomicU64,
 }
 
 impl Counters {
@@ -99,6 +110,7 @@ impl Counters {
             wakeups: get(&self.wakeups),
             listen_reconnects: get(&self.listen_reconnects),
             transient_errors: get(&self.transient_errors),
+            outages: get(&self.outages),
         }
     }
 }
@@ -219,8 +231,9 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
     /// durability policy refuses the server (nothing is reserved); the
     /// first non-retryable [`SchedulerError`] of any reservation or slot
     /// (e.g. `CorruptData`, `PolicyDigestMismatch`), or the last transient
-    /// one after 10 failing rounds in a row; the worker then stops as at
-    /// shutdown. A reservation loss (`ReservationsLostInFailover`) or a
+    /// one once reservations (or slots' claims) have failed for the whole
+    /// [`WorkerOptions::outage_budget`] (default 60 s) in a row; the worker
+    /// then stops as at shutdown. A reservation loss (`ReservationsLostInFailover`) or a
     /// halted shard (`ShardHalted`) does not stop it: it reserves nothing
     /// and re-checks every [`WorkerOptions::halted_recheck`] until an owner
     /// resumes the shard.
@@ -329,8 +342,12 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
     hard: &CancellationToken,
 ) -> Result<(), SchedulerError> {
     let mut sizer = BatchSizer::new(shared.options.max_batch);
-    let mut failing_reservations = 0u32;
-    let mut slot_error_rounds = 0u32;
+    let mut reservation_outage = Outage::new(shared.options.outage_budget);
+    let mut slot_outage = Outage::new(shared.options.outage_budget);
+    // While reservations fail, every attempt reuses one batch id (and its
+    // size), so a batch whose commit acknowledgement was lost is answered
+    // with its original range, never reserved twice.
+    let mut pending: Option<(uuid::Uuid, u32)> = None;
     // Batches whose slots are not all decided, oldest first: at most one
     // claiming and one reserved behind it (its reservation overlaps the
     // other's claims; its claims wait for the other's to be decided).
@@ -366,7 +383,7 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
         if lock(&shared.fatal).is_some() {
             break;
         }
-        match slot_error_round(shared, &mut slot_error_rounds) {
+        match slot_error_round(shared, &mut slot_outage) {
             Ok(None) => {}
             Ok(Some(pause)) => {
                 tokio::select! {
@@ -395,15 +412,21 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
             let without_run = batch.without_run.load(Ordering::Relaxed).min(batch.len);
             sizer.observe(batch.len, batch.len - without_run);
         }
-        let k = sizer.next(pool.available() + 1, pool.capacity());
+        let (id, k) = *pending.get_or_insert_with(|| {
+            (
+                uuid::Uuid::now_v7(),
+                sizer.next(pool.available() + 1, pool.capacity()),
+            )
+        });
         drop(free);
-        let (batch, retries, policy) = match shared.scheduler.reserve_batch_counted(k).await {
+        let (batch, retries, policy) = match shared.scheduler.reserve_batch_counted(id, k).await {
             Ok(reserved) => reserved,
             Err(e) if halt_of(&e).is_some() => {
                 // The shard is halted in the database (or this store just
                 // found and recorded a loss that halts it): stay up,
                 // reserve nothing, and look again until an owner resumes it.
-                failing_reservations = 0;
+                pending = None;
+                reservation_outage.succeeded();
                 if halt_of(&e) == Some(Halt::Found) {
                     tracing::error!(error = %crate::error::chain(&e), "acknowledged reservations were lost in a failover; the shard is halted");
                 } else {
@@ -416,19 +439,32 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                 continue;
             }
             Err(e) => {
-                if !e.is_retryable() || failing_reservations >= 10 {
+                if !e.is_retryable() {
                     return Err(e);
                 }
-                failing_reservations += 1;
                 shared
                     .counters
                     .transient_errors
                     .fetch_add(1, Ordering::Relaxed);
-                pause_after_error(&e, failing_reservations, stop).await;
+                match reservation_outage.failed(std::time::Instant::now()) {
+                    AfterFailure::Retry(pause) => pause_after_error(&e, pause, stop).await,
+                    AfterFailure::GiveUp { failing_for } => {
+                        tracing::error!(error = %crate::error::chain(&e), failing_ms = failing_for.as_millis() as u64, "reservations failed for the whole outage budget; stopping the worker");
+                        return Err(e);
+                    }
+                }
                 continue;
             }
         };
-        failing_reservations = 0;
+        pending = None;
+        if reservation_outage.is_failing() {
+            reservation_outage.succeeded();
+            shared
+                .counters
+                .outages
+                .store(reservation_outage.survived(), Ordering::Relaxed);
+            tracing::info!("reserving again after an outage");
+        }
         shared.counters.batches.fetch_add(1, Ordering::Relaxed);
         let shard = policy.shard_id().to_string();
         metrics::histogram!(crate::metrics::WORKER_BATCH_SLOTS, "shard" => shard.clone())
@@ -486,57 +522,38 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
     Ok(())
 }
 
-/// Slot errors since the last look: none (`Ok(None)`, and the count of
-/// failing rounds restarts), a pause of 50 ms per failing round in a row,
-/// or, after 10 such rounds, the last error, which stops the worker.
+/// Slot errors since the last look: none (`Ok(None)`, and the streak of
+/// failing rounds ends), a pause (50 ms doubling to 1 s) while rounds with
+/// slot errors have come in a row for less than the outage budget, or,
+/// once they have lasted the budget, the last error, which stops the
+/// worker.
 fn slot_error_round<E, R>(
     shared: &Shared<E, R>,
-    rounds: &mut u32,
+    outage: &mut Outage,
 ) -> Result<Option<Duration>, SchedulerError> {
     let errors = shared.slot_errors.swap(0, Ordering::Relaxed);
     if errors == 0 {
-        *rounds = 0;
+        outage.succeeded();
         return Ok(None);
     }
-    *rounds += 1;
-    if *rounds > 10 {
-        if let Some(last) = lock(&shared.last_slot_error).take() {
-            tracing::error!(
-                errors,
-                "slot errors in 11 rounds in a row; stopping the worker"
-            );
-            return Err(last);
-        }
-    }
-    Ok(Some(Duration::from_millis(50) * *rounds))
-}
-
-/// Logs a failed reservation round and pauses 50 ms per failing round.
-/// How a reservation error concerns a halt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Halt {
-    /// This store found acknowledged reservations lost (and recorded them).
-    Found,
-    /// The shard is halted in the database.
-    Halted,
-}
-
-fn halt_of(e: &SchedulerError) -> Option<Halt> {
-    match e {
-        SchedulerError::Store {
-            source: statek_store_pg::StoreError::ReservationsLostInFailover(_),
-            ..
-        } => Some(Halt::Found),
-        SchedulerError::Store {
-            source: statek_store_pg::StoreError::ShardHalted(_),
-            ..
-        } => Some(Halt::Halted),
-        _ => None,
+    match outage.failed(std::time::Instant::now()) {
+        AfterFailure::Retry(pause) => Ok(Some(pause)),
+        AfterFailure::GiveUp { failing_for } => match lock(&shared.last_slot_error).take() {
+            Some(last) => {
+                tracing::error!(
+                    errors,
+                    failing_ms = failing_for.as_millis() as u64,
+                    "slot errors in every round for the whole outage budget; stopping the worker"
+                );
+                Err(last)
+            }
+            None => Ok(Some(outage::MAX_PAUSE)),
+        },
     }
 }
 
-async fn pause_after_error(e: &SchedulerError, rounds: u32, stop: &CancellationToken) {
-    let pause = Duration::from_millis(50) * rounds;
+/// Logs a failed reservation round and pauses (the outage's backoff).
+async fn pause_after_error(e: &SchedulerError, pause: Duration, stop: &CancellationToken) {
     tracing::warn!(error = %crate::error::chain(e), pause_ms = pause.as_millis() as u64, "reservation failed transiently");
     tokio::select! {
         () = stop.cancelled() => {}

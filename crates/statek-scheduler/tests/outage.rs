@@ -1,7 +1,9 @@
 //! A Worker whose database goes away mid-batch (every connection cut,
 //! new ones refused, as when the server crashed or was stopped) and comes
-//! back: the store's errors are retryable, the Worker survives a short
-//! outage, and a lasting one ends it with a retryable error, not a hang.
+//! back: the store's errors are retryable, the Worker rides out an outage
+//! shorter than its outage budget (`WorkerOptions::outage_budget`) and
+//! finishes every run exactly once, and an outage that outlasts the
+//! budget ends it with a retryable error, not a hang.
 
 #![allow(
     clippy::unwrap_used,
@@ -17,7 +19,7 @@ use std::time::Duration;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions,
+    SchedulerError, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
 use statek_store_pg::testing::{test_store_config, TestDatabase};
 use statek_store_pg::PgStore;
@@ -155,18 +157,28 @@ async fn count(client: &tokio_postgres::Client, sql: &str) -> i64 {
     client.query_one(sql, &[]).await.unwrap().get(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_survives_a_short_outage_mid_batch_and_finishes_every_run() {
-    let db = TestDatabase::create().await;
+/// Runs of 200 per tenant (600) under a Worker of 8 permits on a relayed
+/// store; returns what the test needs.
+async fn started(
+    db: &TestDatabase,
+    budget: Duration,
+) -> (
+    Arc<DurableFairScheduler<PgRunQueueExecutor<Counting>, PgStore>>,
+    Arc<Switch>,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<WorkerReport, SchedulerError>>,
+) {
     let client = db.client().await;
-    let (store, switch) = relayed_store(&db).await;
+    let (store, switch) = relayed_store(db).await;
     enqueue(&client, 200).await;
-    let handler = Counting::default();
+    // A 10 s lease: a completion whose write fails during the outage is
+    // retried for a lease, so it commits once the server is back; a claim
+    // whose acknowledgement the cut lost is rescued after it.
     let executor = PgRunQueueExecutor::new(
         store.clone(),
-        handler,
+        Counting::default(),
         ExecutorOptions::new()
-            .lease(Duration::from_secs(3))
+            .lease(Duration::from_secs(10))
             .unwrap(),
     );
     let scheduler = Arc::new(
@@ -177,10 +189,18 @@ async fn a_worker_survives_a_short_outage_mid_batch_and_finishes_every_run() {
     let shutdown = CancellationToken::new();
     let worker = Worker::new(
         Arc::clone(&scheduler),
-        WorkerOptions::new().concurrency(8).unwrap(),
+        WorkerOptions::new()
+            .concurrency(8)
+            .unwrap()
+            .maintenance_every(Duration::from_secs(1))
+            .unwrap()
+            .shutdown_grace(Duration::from_secs(2))
+            .unwrap()
+            .outage_budget(budget)
+            .unwrap(),
     );
     let running = tokio::spawn(worker.run(shutdown.clone()));
-    // Mid-backlog: the server goes away for 1 s.
+    // Mid-backlog.
     while count(
         &client,
         "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
@@ -190,8 +210,19 @@ async fn a_worker_survives_a_short_outage_mid_batch_and_finishes_every_run() {
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    (scheduler, switch, shutdown, running)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_rides_out_a_6_s_outage_within_a_10_s_budget_and_runs_every_run_once() {
+    let db = TestDatabase::create().await;
+    let client = db.client().await;
+    let (scheduler, switch, shutdown, running) = started(&db, Duration::from_secs(10)).await;
+    // The server is gone for 6 s, within the budget of 10 s (and longer
+    // than the 10 failing rounds, about 4.3 s, that ended a Worker before
+    // it had a budget).
     switch.down();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
     switch.up();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
@@ -215,7 +246,7 @@ async fn a_worker_survives_a_short_outage_mid_batch_and_finishes_every_run() {
         .await
         .expect("the worker stops")
         .unwrap()
-        .expect("the worker survives a 1 s outage");
+        .expect("the worker rides out a 6 s outage");
     eprintln!("{report:?}");
     let executions = scheduler
         .executor()
@@ -229,54 +260,47 @@ async fn a_worker_survives_a_short_outage_mid_batch_and_finishes_every_run() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    eprintln!("{executions} executions of 600 runs");
-    assert_eq!(states, [("completed".to_owned(), 600)]);
+    // One outage, ridden out; every run completed, and executed once: no
+    // lease expired during 6 s of a 10 s lease.
+    assert_eq!(
+        (
+            states,
+            executions,
+            report.outages,
+            report.transient_errors > 0
+        ),
+        (vec![("completed".to_owned(), 600)], 600, 1, true)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lasting_outage_ends_the_worker_with_a_retryable_error() {
+async fn an_outage_outlasting_a_1_s_budget_ends_the_worker_with_a_retryable_error() {
     let db = TestDatabase::create().await;
-    let client = db.client().await;
-    let (store, switch) = relayed_store(&db).await;
-    enqueue(&client, 200).await;
-    let executor = PgRunQueueExecutor::new(
-        store.clone(),
-        Counting::default(),
-        ExecutorOptions::new()
-            .lease(Duration::from_secs(3))
-            .unwrap(),
-    );
-    let scheduler = Arc::new(
-        DurableFairScheduler::register(store.clone(), policy(), executor, SchedulerOptions::new())
-            .await
-            .unwrap(),
-    );
-    let shutdown = CancellationToken::new();
-    let worker = Worker::new(
-        Arc::clone(&scheduler),
-        WorkerOptions::new()
-            .concurrency(8)
-            .unwrap()
-            .shutdown_grace(Duration::from_secs(2))
-            .unwrap(),
-    );
-    let running = tokio::spawn(worker.run(shutdown.clone()));
-    while count(
-        &client,
-        "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
-    )
-    .await
-        < 100
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (_scheduler, switch, _shutdown, running) = started(&db, Duration::from_secs(1)).await;
     switch.down();
-    let started = tokio::time::Instant::now();
-    let ended = tokio::time::timeout(Duration::from_secs(180), running)
+    let cut = std::time::Instant::now();
+    // The server stays away until the Worker ends (it gives up about
+    // 1.4 s after its first failed reservation).
+    let ended = tokio::time::timeout(Duration::from_secs(60), running)
         .await
         .expect("the worker ends instead of hanging")
         .unwrap();
-    eprintln!("ended after {:?}: {ended:?}", started.elapsed());
-    let error = ended.expect_err("a lasting outage ends the worker");
-    assert!(error.is_retryable(), "{error}");
+    let after = cut.elapsed();
+    switch.up();
+    eprintln!("ended after {after:?}: {ended:?}");
+    let error = ended.expect_err("an outage past the budget ends the worker");
+    let retryable_store_error = matches!(
+        &error,
+        SchedulerError::Store { source, .. } if source.is_retryable()
+    );
+    // It gave up only once reservations had failed for the whole budget.
+    assert_eq!(
+        (
+            retryable_store_error,
+            error.is_retryable(),
+            after >= Duration::from_secs(1)
+        ),
+        (true, true, true),
+        "{error}"
+    );
 }

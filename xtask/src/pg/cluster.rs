@@ -208,6 +208,35 @@ impl Cluster {
             .context(format!("no free port after {PORT_ATTEMPTS} attempts"))
     }
 
+    /// Starts the stopped server again on `port` (the port its clients
+    /// know), with `extra` settings as [`start_with`](Self::start_with);
+    /// waits until it accepts connections (`pg_ctl start -w`, at most 60 s).
+    pub fn start_on(&self, port: u16, extra: &[String]) -> Result<()> {
+        let log_offset = fs::metadata(self.log_file()).map_or(0, |m| m.len());
+        let mut pg_ctl = self.tool("pg_ctl");
+        pg_ctl
+            .arg("start")
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-l")
+            .arg(self.log_file())
+            .args(["-w", "-t", "60", "-o"])
+            .arg(server_options(port, &self.tls_files(), extra));
+        let output = pg_ctl
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|error| command::spawn_error(&pg_ctl, &error))?;
+        if !output.status.success() {
+            bail!(
+                "{}\n--- last {TAIL_LINES} lines of {} ---\n{}",
+                command::failure_message(&pg_ctl, &output),
+                self.log_file().display(),
+                command::tail(&self.log_since(log_offset), TAIL_LINES)
+            );
+        }
+        Ok(())
+    }
+
     fn log_since(&self, offset: u64) -> String {
         let bytes = fs::read(self.log_file()).unwrap_or_default();
         let start = usize::try_from(offset).unwrap_or(0).min(bytes.len());

@@ -156,6 +156,7 @@ impl Server {
         Ok(RunningServer {
             major: self.major,
             port,
+            settings: settings.to_vec(),
             version_string: self.binaries.version_string.clone(),
             source: self.binaries.source.clone(),
             cluster,
@@ -205,6 +206,8 @@ static NEXT_EPHEMERAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU
 pub struct RunningServer {
     major: PgMajor,
     port: u16,
+    /// The settings it was started with (kept by a restart).
+    settings: Vec<String>,
     version_string: String,
     source: BinarySource,
     cluster: Cluster,
@@ -260,6 +263,23 @@ impl RunningServer {
             self.port,
             self.cluster.server_user.as_ref(),
         )
+    }
+
+    /// Restarts the server in place: `pg_ctl stop -m <mode>` (`fast` or
+    /// `immediate`, which leaves crash recovery to the start), then starts
+    /// it on the same port with the same settings and waits until it
+    /// accepts connections. The timeline stays (nothing is promoted).
+    /// Returns when the server stopped (`down`) and when it accepted
+    /// connections again (`up`).
+    pub fn restart(&self, mode: &str) -> Result<(Instant, Instant)> {
+        self.cluster
+            .stop(mode)
+            .with_context(|| format!("stopping PostgreSQL {} (-m {mode})", self.major))?;
+        let down = Instant::now();
+        self.cluster
+            .start_on(self.port, &self.settings)
+            .with_context(|| format!("starting PostgreSQL {} again", self.major))?;
+        Ok((down, Instant::now()))
     }
 
     /// Stops the server and deletes the cluster, reporting failure.

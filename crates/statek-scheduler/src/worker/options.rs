@@ -10,7 +10,8 @@ use crate::SchedulerError;
 /// by the Worker up to 1,024 slots; back off after one full cycle of idle
 /// slots (`L` consecutive `Idle` outcomes); idle backoff from 10 ms
 /// doubling to 1 s; 30 s for running handlers to finish at shutdown; a
-/// halted shard re-checked every 5 s.
+/// halted shard re-checked every 5 s; database outages ridden out for up
+/// to 60 s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerOptions {
     pub(crate) concurrency: usize,
@@ -21,6 +22,7 @@ pub struct WorkerOptions {
     pub(crate) shutdown_grace: Duration,
     pub(crate) maintenance_every: Duration,
     pub(crate) halted_recheck: Duration,
+    pub(crate) outage_budget: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -34,12 +36,20 @@ impl Default for WorkerOptions {
             shutdown_grace: Duration::from_secs(30),
             maintenance_every: Duration::from_secs(10),
             halted_recheck: Duration::from_secs(5),
+            outage_budget: DEFAULT_OUTAGE_BUDGET,
         }
     }
 }
 
 /// The default [`WorkerOptions::concurrency`]: 16 runs executing at once.
 pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// The default [`WorkerOptions::outage_budget`]: 60 s, longer than a
+/// PostgreSQL restart and a managed failover.
+pub const DEFAULT_OUTAGE_BUDGET: Duration = Duration::from_secs(60);
+
+/// The largest [`WorkerOptions::outage_budget`]: 1 hour.
+pub const MAX_OUTAGE_BUDGET: Duration = Duration::from_secs(3600);
 
 /// The largest [`WorkerOptions::concurrency`].
 pub const MAX_CONCURRENCY: usize = 4096;
@@ -147,6 +157,36 @@ impl WorkerOptions {
         Ok(self)
     }
 
+    /// How long the Worker rides out a database outage (1 s..=1 hour,
+    /// default 60 s: longer than a PostgreSQL restart, fast or immediate,
+    /// and a managed failover).
+    ///
+    /// While reservations fail with retryable errors (connection refused
+    /// or cut, the server starting up or shutting down, `lock_timeout`,
+    /// the response timeout), the Worker keeps trying, with the same
+    /// reservation id while the outage lasts, pausing 50 ms doubling to
+    /// 1 s between attempts; the first successful reservation ends the
+    /// outage ([`crate::WorkerReport::outages`]). Slots whose claims fail
+    /// with retryable errors round after round are judged the same way.
+    /// An outage that lasts the whole budget ends the Worker with its last
+    /// retryable error (as at shutdown: running handlers get the shutdown
+    /// grace). A non-retryable error ends it at once, whatever the budget.
+    ///
+    /// Running handlers follow the lease rule meanwhile: heartbeats that
+    /// cannot be written leave the lease at its last deadline, and a
+    /// handler whose lease is about to expire is cancelled; a run whose
+    /// lease expired during the outage may run again (at-least-once), as
+    /// its lease allows.
+    pub fn outage_budget(mut self, budget: Duration) -> Result<Self, SchedulerError> {
+        if budget < Duration::from_secs(1) || budget > MAX_OUTAGE_BUDGET {
+            return Err(SchedulerError::InvalidOption(format!(
+                "outage budget must be 1 s..=1 hour, got {budget:?}"
+            )));
+        }
+        self.outage_budget = budget;
+        Ok(self)
+    }
+
     /// How long running handlers may take to finish after shutdown is
     /// requested before they are cancelled (0..=1 hour).
     pub fn shutdown_grace(mut self, grace: Duration) -> Result<Self, SchedulerError> {
@@ -177,6 +217,21 @@ mod tests {
         assert!(o.max_batch(1025).is_err());
         assert!(o.idle_threshold(0).is_err());
         assert_eq!(o.halted_recheck, Duration::from_secs(5));
+        assert_eq!(o.outage_budget, Duration::from_secs(60));
+        assert!(o.outage_budget(Duration::from_millis(999)).is_err());
+        assert_eq!(
+            o.outage_budget(Duration::from_secs(1))
+                .unwrap()
+                .outage_budget,
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            o.outage_budget(Duration::from_secs(3600))
+                .unwrap()
+                .outage_budget,
+            Duration::from_secs(3600)
+        );
+        assert!(o.outage_budget(Duration::from_secs(3601)).is_err());
         assert!(o.halted_recheck(Duration::from_millis(99)).is_err());
         assert_eq!(
             o.halted_recheck(Duration::from_millis(100))
