@@ -17,10 +17,11 @@
 //!   queue may still hold its lease has passed: the run is claimable again
 //!   and may execute again, as its lease allows. This bounds a shutdown
 //!   during an outage by the grace plus one lease.
-//! - a flush of many runs that fails non-retryably: each of its runs is
-//!   then recorded alone, so one run's error is that run's alone, and a
-//!   run whose own record fails non-retryably returns that error (nothing
-//!   silent).
+//! - a flush of many runs that fails non-retryably, or on a lock not
+//!   granted within `lock_timeout` (55P03: a session holds one of its
+//!   rows): each of its runs is then recorded alone, so one run's error or
+//!   lock is that run's alone, and a run whose own record fails
+//!   non-retryably returns that error (nothing silent).
 
 use std::time::Duration;
 
@@ -32,6 +33,9 @@ use tokio_util::sync::CancellationToken;
 /// [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// SQLSTATE 55P03: a lock was not granted within `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// A finished run waiting for its record: what to record, until when the
 /// queue may hold its lease, and its handler's cancellation token.
@@ -79,6 +83,14 @@ pub(crate) async fn flush_finished(store: &PgStore, items: Vec<PendingFinish>) -
                 for (&i, outcome) in open.iter().zip(outcomes) {
                     out[i] = Some(Recorded::Outcome(outcome));
                 }
+                break;
+            }
+            // One locked run (a session holding its row, 55P03 after
+            // `lock_timeout`) must not hold back the others of its flush:
+            // each is then recorded alone, by its own task, and only the
+            // locked one waits.
+            Err(e) if open.len() > 1 && e.sqlstate() == Some(LOCK_NOT_AVAILABLE) => {
+                tracing::warn!(runs = open.len(), error = %crate::error::chain(&e), "a row of a flush of finished runs is locked; recording each alone");
                 break;
             }
             Err(e) if e.is_retryable() => {

@@ -563,8 +563,10 @@ impl StoreError {
     /// True for transient conditions where retrying the same call (with the
     /// same reservation id) is safe and may succeed: connection loss, pool
     /// timeout, serialization failure (40001), deadlock (40P01), lock not
-    /// available (55P03), query cancelled or timed out (57014), and server
-    /// shutdown (57P01, 57P02, 57P03).
+    /// available (55P03), query cancelled or timed out (57014), server
+    /// shutdown (57P01, 57P02, 57P03), and too many connections (53300:
+    /// the server is at `max_connections`, which frees as other clients
+    /// disconnect).
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Connection(_)
@@ -599,7 +601,7 @@ impl StoreError {
 fn is_retryable_sqlstate(code: &str) -> bool {
     matches!(
         code,
-        "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "25006"
+        "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "25006" | "53300"
     ) || (code.starts_with("08") && code != PROTOCOL_VIOLATION)
 }
 
@@ -728,6 +730,7 @@ mod tests {
         check("40001", true); // serialization_failure
         check("40P01", true); // deadlock_detected
         check("55P03", true); // lock_not_available
+        check("53300", true); // too_many_connections: frees as clients leave
         check("57014", true); // query_canceled (statement_timeout)
         check("57P01", true); // admin_shutdown
         check("57P02", true); // crash_shutdown
