@@ -40,7 +40,8 @@
 //!   [`PgStore::count_runs`];
 //! - **retention**: [`PgStore::prune_scheduler_fairness_reservations`]
 //!   deletes the oldest reservation rows past a
-//!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time;
+//!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time,
+//!   per shard an unbroken prefix in sequence order (never a hole);
 //!   [`PgStore::prune_finished_runs`] deletes finished runs past a
 //!   [`RunRetentionPolicy`] the same way, never a live run nor claim
 //!   history still inside the reservation retention window.
