@@ -1,0 +1,167 @@
+//! When a Worker stops reserving, against a real PostgreSQL: the idle
+//! threshold (one cycle of the live shard, also after a rollout).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::{
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
+    SchedulerOptions, TickOutcome, Worker, WorkerOptions,
+};
+use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::{NewRun, PgStore};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+fn tenant(id: &str) -> TenantId {
+    TenantId::try_from(id).unwrap()
+}
+
+fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from(shard).unwrap(),
+        weights
+            .iter()
+            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
+    )
+    .unwrap()
+}
+
+/// `tenant-a:3, tenant-b:1`: cycle `[a, a, b, a]`, L = 4.
+fn v1() -> WeightedFairnessPolicy {
+    policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)])
+}
+
+/// Holds its run until cancelled, or returns at once.
+struct Handler {
+    hold: bool,
+}
+
+impl RunHandler for Handler {
+    async fn handle(&self, _run: &Run, cancel: CancellationToken) -> Result<(), RunError> {
+        if self.hold {
+            cancel.cancelled().await;
+            return Err(RunError::new("cancelled"));
+        }
+        Ok(())
+    }
+}
+
+type Scheduler = Arc<DurableFairScheduler<PgRunQueueExecutor<Handler>>>;
+
+async fn scheduler(store: &PgStore, hold: bool) -> Scheduler {
+    let executor = PgRunQueueExecutor::new(store.clone(), Handler { hold }, ExecutorOptions::new());
+    Arc::new(
+        DurableFairScheduler::register(store.clone(), v1(), executor, SchedulerOptions::new())
+            .await
+            .unwrap(),
+    )
+}
+
+/// One slot per batch, no notifications: a slot is reserved only once the
+/// one before it started claiming, so the worker overshoots its idle
+/// threshold by at most that one slot in flight.
+fn options() -> WorkerOptions {
+    WorkerOptions::new()
+        .concurrency(4)
+        .unwrap()
+        .max_batch(1)
+        .unwrap()
+        .shutdown_grace(Duration::from_millis(100))
+        .unwrap()
+}
+
+/// Waits until the shard's cursor has not moved for 2.5 s (longer than the
+/// 1 s backoff cap: a worker that still reserved would move it) and
+/// returns it.
+async fn settled_cursor(store: &PgStore, shard: &SchedulerShardId) -> u64 {
+    let mut last = store.next_sequence(shard).await.unwrap();
+    for _ in 0..24 {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let now = store.next_sequence(shard).await.unwrap();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the cursor of {shard} still moves after 60 s: {last}");
+}
+
+/// Every outcome sent so far: (shard, sequence, outcome label).
+fn drain(outcomes: &mut mpsc::UnboundedReceiver<TickOutcome>) -> Vec<(String, u64, &'static str)> {
+    let mut seen = Vec::new();
+    while let Ok(o) = outcomes.try_recv() {
+        seen.push((
+            o.reservation().shard().to_string(),
+            o.reservation().sequence(),
+            o.tenant_outcome().label(),
+        ));
+    }
+    seen.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_threshold_follows_a_rollout_to_a_longer_cycle() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = scheduler(&store, false).await;
+    // L = 40: tenant-a's one slot among tenant-c's 39.
+    let v2 = policy("primary-v2", &[("tenant-a", 1), ("tenant-c", 39)]);
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(Arc::clone(&scheduler), options()).with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // Nothing to run: one cycle of v1 (4 slots, at most one more in
+    // flight), then the worker backs off.
+    let v1_cursor = settled_cursor(&store, v1().shard_id()).await;
+    assert!((4..=5).contains(&v1_cursor), "v1 cursor {v1_cursor}");
+    store.rollout(&v1(), &v2, None).await.unwrap();
+    // The probe finds tenant-a's run (a tenant of v1 and v2): the worker
+    // reserves on v1, meets the seal, follows to v2 and runs it there.
+    let run = store
+        .enqueue(&NewRun::new(tenant("tenant-a"), vec![]))
+        .await
+        .unwrap();
+    let v2_cursor = settled_cursor(&store, v2.shard_id()).await;
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    let seen = drain(&mut outcomes);
+    let on_v2: Vec<&str> = seen
+        .iter()
+        .filter(|(s, _, _)| s == "primary-v2")
+        .map(|(_, _, label)| *label)
+        .collect();
+    assert_eq!(on_v2.len() as u64, v2_cursor, "{seen:?}");
+    let executed = on_v2.iter().position(|l| *l == "executed").unwrap();
+    assert_eq!(
+        on_v2.iter().filter(|l| **l == "executed").count(),
+        1,
+        "{on_v2:?}"
+    );
+    // After the run: one full cycle of v2 came back idle (40 slots, at most
+    // one more in flight), not v1's 4.
+    let idle_after = &on_v2[executed + 1..];
+    assert!(idle_after.iter().all(|l| *l == "idle"), "{on_v2:?}");
+    assert!(
+        (40..=41).contains(&idle_after.len()),
+        "{} idle slots after the run on v2: {on_v2:?}",
+        idle_after.len()
+    );
+    assert_eq!(report.executed, 1, "{report:?}");
+    let client = db.client().await;
+    let claimed_on: Vec<String> = client
+        .query(
+            "SELECT shard_id FROM statek.run_claims WHERE run_id = $1",
+            &[&run.run_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get("shard_id"))
+        .collect();
+    assert_eq!(claimed_on, ["primary-v2"]);
+}
