@@ -1,5 +1,7 @@
 //! When a Worker stops reserving, against a real PostgreSQL: the idle
-//! threshold (one cycle of the live shard, also after a rollout).
+//! threshold (one cycle of the live shard, also after a rollout), slots of
+//! a capped or rate-limited tenant counted like idle ones, and the idle
+//! probe's cap and rate-limit branches.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -9,10 +11,10 @@ use std::time::Duration;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, TickOutcome, Worker, WorkerOptions,
+    SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{NewRun, PgStore};
+use statek_store_pg::{NewRun, PgStore, TenantLimits};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -164,4 +166,129 @@ async fn the_idle_threshold_follows_a_rollout_to_a_longer_cycle() {
         .map(|r| r.get("shard_id"))
         .collect();
     assert_eq!(claimed_on, ["primary-v2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_only_busy_tenant_is_capped_backs_off() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    store
+        .set_tenant_limits(&a, &TenantLimits::new(Some(1), None).unwrap())
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        store
+            .enqueue(&NewRun::new(a.clone(), vec![]))
+            .await
+            .unwrap();
+    }
+    // The handler holds its run: tenant-a stays at its cap of 1.
+    let scheduler = scheduler(&store, true).await;
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(Arc::clone(&scheduler), options()).with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // Slot 0 (a) claims the run that then runs on; slots 1, 3, 4 (a) are
+    // limited, slot 2 (b) idle: four slots without a run in a row, a cycle,
+    // and the probe says no (a's cap is full, b has nothing): the worker
+    // reserves nothing more although a has 4 runs waiting.
+    let cursor = settled_cursor(&store, v1().shard_id()).await;
+    assert!((5..=6).contains(&cursor), "cursor {cursor}");
+    assert!(!store.any_claimable_runs(&[a.clone()]).await.unwrap());
+    let before_shutdown = drain(&mut outcomes);
+    let labels: Vec<(u64, &str)> = before_shutdown.iter().map(|(_, q, l)| (*q, *l)).collect();
+    assert_eq!(
+        &labels[..4],
+        [(1, "limited"), (2, "idle"), (3, "limited"), (4, "limited")],
+        "{labels:?}"
+    );
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert!(report.backoffs >= 2, "{report:?}");
+    assert_eq!(
+        report.limited,
+        labels.iter().filter(|(_, l)| *l == "limited").count() as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_tenant_is_reserved_for_again_only_when_its_window_frees() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = tenant("tenant-a");
+    store
+        .set_tenant_limits(
+            &a,
+            &TenantLimits::new(None, Some("1/3s".parse().unwrap())).unwrap(),
+        )
+        .await
+        .unwrap();
+    let first = store
+        .enqueue(&NewRun::new(a.clone(), vec![]))
+        .await
+        .unwrap();
+    let second = store
+        .enqueue(&NewRun::new(a.clone(), vec![]))
+        .await
+        .unwrap();
+    let scheduler = scheduler(&store, false).await;
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let worker = Worker::new(Arc::clone(&scheduler), options()).with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // Both runs execute, the second once the 3 s window after the first
+    // claim frees; in between the probe's rate branch says no, so the
+    // worker reserves nothing for the waiting run.
+    let mut executed = Vec::new();
+    while executed.len() < 2 {
+        let o = tokio::time::timeout(Duration::from_secs(30), outcomes.recv())
+            .await
+            .expect("an outcome within 30 s")
+            .expect("the worker runs");
+        if let TenantTickOutcome::Executed(run) = o.tenant_outcome() {
+            executed.push((run.run_id, o.reservation().sequence()));
+        }
+    }
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(
+        executed.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        [first.run_id, second.run_id]
+    );
+    // Slot 0 runs the first; slots 1..=4 (limited, idle, limited, limited)
+    // end the cycle, at most one more is in flight; then the worker backs
+    // off for the rest of the window and reserves again when the probe
+    // sees room: tenant-a's next slot is at most 2 further (its bound).
+    let (s1, s2) = (executed[0].1, executed[1].1);
+    assert_eq!(s1, 0);
+    assert!((5..=8).contains(&s2), "second run at sequence {s2}");
+    // Database evidence: the two claims 3 s apart at least, and no
+    // reservation between them was made in the middle of the window.
+    let client = db.client().await;
+    let claimed: Vec<std::time::SystemTime> = client
+        .query(
+            "SELECT claimed_at FROM statek.run_claims ORDER BY claimed_at",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get("claimed_at"))
+        .collect();
+    assert_eq!(claimed.len(), 2);
+    let gap = claimed[1].duration_since(claimed[0]).unwrap();
+    assert!(gap >= Duration::from_secs(3), "{gap:?}");
+    let reserved_mid_window: i64 = client
+        .query_one(
+            "SELECT count(*) AS n FROM statek.scheduler_reservations
+             WHERE reserved_at > $1::timestamptz + interval '1 second'
+               AND reserved_at < $1::timestamptz + interval '3 seconds'",
+            &[&claimed[0]],
+        )
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(reserved_mid_window, 0);
+    assert!(report.backoffs >= 2, "{report:?}");
 }
