@@ -144,12 +144,15 @@ async fn the_idle_threshold_follows_a_rollout_to_a_longer_cycle() {
         1,
         "{on_v2:?}"
     );
-    // After the run: one full cycle of v2 came back idle (40 slots, at most
-    // one more in flight), not v1's 4.
+    // After the run: one full cycle of v2 came back idle (40 slots), not
+    // v1's 4, before the worker backed off. A few more can come: the run's
+    // outcome resets the streak when the run has finished, so the slots
+    // decided in the meantime count from the reset on, and one slot more
+    // can be in flight; fewer than a second cycle.
     let idle_after = &on_v2[executed + 1..];
     assert!(idle_after.iter().all(|l| *l == "idle"), "{on_v2:?}");
     assert!(
-        (40..=41).contains(&idle_after.len()),
+        (40..80).contains(&idle_after.len()),
         "{} idle slots after the run on v2: {on_v2:?}",
         idle_after.len()
     );
@@ -256,13 +259,16 @@ async fn a_rate_limited_tenant_is_reserved_for_again_only_when_its_window_frees(
         executed.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
         [first.run_id, second.run_id]
     );
-    // Slot 0 runs the first; slots 1..=4 (limited, idle, limited, limited)
-    // end the cycle, at most one more is in flight; then the worker backs
-    // off for the rest of the window and reserves again when the probe
-    // sees room: tenant-a's next slot is at most 2 further (its bound).
+    // Slot 0 runs the first; a cycle of slots without a run follows
+    // (limited, idle, limited, limited; counted from when the first run's
+    // outcome reset the streak, with one slot more in flight), then the
+    // worker backs off for the rest of the window and reserves again when
+    // the probe sees room: tenant-a's next slot is at most 2 further (its
+    // bound). Within three cycles, where a worker reserving through the
+    // window would be far beyond.
     let (s1, s2) = (executed[0].1, executed[1].1);
     assert_eq!(s1, 0);
-    assert!((5..=8).contains(&s2), "second run at sequence {s2}");
+    assert!((5..12).contains(&s2), "second run at sequence {s2}");
     // Database evidence: the two claims 3 s apart at least, and no
     // reservation between them was made in the middle of the window.
     let client = db.client().await;
