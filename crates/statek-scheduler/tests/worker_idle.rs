@@ -198,7 +198,10 @@ async fn a_worker_whose_only_busy_tenant_is_capped_backs_off() {
     // reserves nothing more although a has 4 runs waiting.
     let cursor = settled_cursor(&store, v1().shard_id()).await;
     assert!((5..=6).contains(&cursor), "cursor {cursor}");
-    assert!(!store.any_claimable_runs(&[a.clone()]).await.unwrap());
+    assert!(!store
+        .any_claimable_runs(std::slice::from_ref(&a))
+        .await
+        .unwrap());
     let before_shutdown = drain(&mut outcomes);
     let labels: Vec<(u64, &str)> = before_shutdown.iter().map(|(_, q, l)| (*q, *l)).collect();
     assert_eq!(
