@@ -146,6 +146,7 @@ mod pooling;
 mod reservation;
 mod retention;
 mod roles;
+mod rollout_preview;
 mod run_history;
 mod run_queue;
 mod run_retention;
@@ -186,6 +187,7 @@ pub use retention::{
     PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
 };
 pub use roles::RoleProfile;
+pub use rollout_preview::RolloutPreview;
 pub use run_history::{RunClaimRecord, RunRecord, MAX_RUN_HISTORY_BATCH};
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
