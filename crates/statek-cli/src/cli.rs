@@ -351,6 +351,12 @@ enum RolesCommand {
         /// Role of the pruning job.
         #[arg(long)]
         retention: String,
+        /// Also set the runtime role's default synchronous_commit (`ALTER
+        /// ROLE runtime SET synchronous_commit = LEVEL`: on, remote_apply,
+        /// remote_write, local, off), what a pooler's new server connection
+        /// for it starts with. Needs CREATEROLE or a superuser.
+        #[arg(long, value_name = "LEVEL")]
+        synchronous_commit: Option<statek_store_pg::SynchronousCommit>,
         /// Print the SQL instead of applying it.
         #[arg(long)]
         print: bool,
@@ -486,6 +492,7 @@ pub fn run(cli: Cli) -> Result<()> {
             owner,
             runtime: runtime_role,
             retention,
+            synchronous_commit,
             print,
             db,
         }) => emit(
@@ -493,6 +500,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 &owner,
                 &runtime_role,
                 &retention,
+                synchronous_commit,
                 print,
                 &db,
             ))?,

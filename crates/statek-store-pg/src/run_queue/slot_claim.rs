@@ -291,7 +291,7 @@ impl PgStore {
         let tenants: Vec<&str> = slots.iter().map(|(_, t)| t.as_str()).collect();
         let tokens: Vec<Uuid> = slots.iter().map(|_| Uuid::now_v7()).collect();
         let rows = self
-            .with_response_timeout(async |db: &Db<'_>| {
+            .with_durable_write(async |db: &Db<'_>| {
                 db.query(
                     CLAIM_FOR_SLOTS,
                     &[
