@@ -65,7 +65,10 @@ enum Command {
     /// Replicas follow the chain within one tick of meeting the seal: no
     /// drain, no restart. Prints every tenant's exact seam bound (a retry
     /// after a lost acknowledgement prints `replayed`). `--dry-run` needs no
-    /// database: each tenant's seam bound at its worst over every seal point.
+    /// database: each tenant's seam bound at its worst over every seal point
+    /// (FROM counted from its own start); `--dry-run --at-cursor` reads the
+    /// chain for the exact bound at the live cursor, with the gaps carried
+    /// into FROM from the shard before it.
     Rollout {
         /// The policy of the live shard (TOML).
         from: PathBuf,
@@ -75,6 +78,12 @@ enum Command {
         /// (no database needed).
         #[arg(long)]
         dry_run: bool,
+        /// With --dry-run: read the live shard's cursor and the gaps carried
+        /// from its predecessor (--database-url or $DATABASE_URL) and print
+        /// the exact seam for a seal at that cursor; still writes nothing.
+        /// Without it a dry run never connects, whatever the environment.
+        #[arg(long, requires = "dry_run")]
+        at_cursor: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -342,6 +351,12 @@ enum RolesCommand {
         /// Role of the pruning job.
         #[arg(long)]
         retention: String,
+        /// Also set the runtime role's default synchronous_commit (`ALTER
+        /// ROLE runtime SET synchronous_commit = LEVEL`: on, remote_apply,
+        /// remote_write, local, off), what a pooler's new server connection
+        /// for it starts with. Needs CREATEROLE or a superuser.
+        #[arg(long, value_name = "LEVEL")]
+        synchronous_commit: Option<statek_store_pg::SynchronousCommit>,
         /// Print the SQL instead of applying it.
         #[arg(long)]
         print: bool,
@@ -459,11 +474,14 @@ pub fn run(cli: Cli) -> Result<()> {
             from,
             to,
             dry_run,
+            at_cursor,
             format,
             db,
         } => {
             let plan = rollout_cmd::RolloutPlan::load(&from, &to)?;
-            let report = if dry_run {
+            let report = if at_cursor {
+                runtime()?.block_on(plan.dry_run_at_cursor(&db))?
+            } else if dry_run {
                 plan.dry_run()
             } else {
                 runtime()?.block_on(plan.run(&db))?
@@ -474,6 +492,7 @@ pub fn run(cli: Cli) -> Result<()> {
             owner,
             runtime: runtime_role,
             retention,
+            synchronous_commit,
             print,
             db,
         }) => emit(
@@ -481,6 +500,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 &owner,
                 &runtime_role,
                 &retention,
+                synchronous_commit,
                 print,
                 &db,
             ))?,

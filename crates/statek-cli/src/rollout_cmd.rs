@@ -1,9 +1,14 @@
-//! `statek rollout FROM.toml TO.toml [--dry-run]`: change a schedule's
-//! policy live. The real rollout seals FROM's shard at its cursor and
-//! registers TO's shard as its successor in one transaction
-//! (`PgStore::rollout`, owner role) and prints the exact seam bounds; a dry
-//! run needs no database and prints each tenant's seam bound at its worst
-//! over every seal point.
+//! `statek rollout FROM.toml TO.toml [--dry-run [--at-cursor]]`: change a
+//! schedule's policy live. The real rollout seals FROM's shard at its
+//! cursor and registers TO's shard as its successor in one transaction
+//! (`PgStore::rollout`, owner role) and prints the exact seam bounds. A
+//! dry run needs no database and prints each tenant's seam bound at its
+//! worst over every seal point, for FROM counted from its own start; with
+//! `--at-cursor` it reads the chain instead (`PgStore::preview_rollout`:
+//! the live cursor and the gaps carried into FROM from the seam before it)
+//! and prints the exact bounds for a seal at that cursor. Only the flag
+//! switches modes: a `DATABASE_URL` in the environment never makes a dry
+//! run connect.
 
 use std::fmt;
 use std::path::Path;
@@ -20,8 +25,21 @@ use crate::policy_cmd::{self, SeamRow};
 /// What `statek rollout` reports, dry run or not.
 #[derive(Debug, Serialize)]
 pub struct RolloutReport {
-    /// True for `--dry-run`: nothing was written, no database was asked.
+    /// True for `--dry-run`: nothing was written (no database was asked,
+    /// unless `--at-cursor`).
     dry_run: bool,
+    /// How the seam was judged: `worst` (a dry run without a database: at
+    /// its worst over every seal point N, FROM counted from its start),
+    /// `cursor` (a dry run with `--at-cursor`: exact for a seal at the
+    /// cursor read), `sealed` (the rollout: exact for its seal).
+    seam_at: &'static str,
+    /// `--at-cursor`: the live shard's cursor read, where a rollout now
+    /// would seal it. Null otherwise.
+    cursor: Option<u64>,
+    /// The shard FROM succeeded, whose carried gaps the exact bounds
+    /// include (null for a schedule's first shard, and without a
+    /// database).
+    carried_from: Option<String>,
     /// The schedule: the sealed shard's (as stored) for a rollout; for a
     /// dry run the one the files name, or null when neither names one.
     schedule: Option<String>,
@@ -90,6 +108,9 @@ impl RolloutPlan {
         let (old, new) = (self.from.policy(), self.to.policy());
         RolloutReport {
             dry_run: true,
+            seam_at: "worst",
+            cursor: None,
+            carried_from: None,
             schedule: self.schedule.as_ref().map(ToString::to_string),
             predecessor: old.shard_id().to_string(),
             successor: new.shard_id().to_string(),
@@ -99,6 +120,37 @@ impl RolloutPlan {
             seam: policy_cmd::seam_rows(old, new, &PolicySeam::new(old, new).worst()),
             leaving: self.leaving(),
         }
+    }
+
+    /// `--dry-run --at-cursor`: the exact seam for a seal at the live
+    /// shard's cursor now, with the gaps carried into FROM from the seam
+    /// before it; writes nothing.
+    ///
+    /// # Errors
+    /// As the rollout would fail before it writes: `UnknownShard` (1),
+    /// `PolicyConflict` (4), `NotLiveShard` (11), `SuccessorExists` (12),
+    /// `ScheduleConflict` (13); a missing database URL (2); connection
+    /// errors (6, 9).
+    pub async fn dry_run_at_cursor(&self, db: &DbArgs) -> Result<RolloutReport> {
+        let (old, new) = (self.from.policy(), self.to.policy());
+        let store = db.store(1)?;
+        let preview = store
+            .preview_rollout(old, new, self.schedule.as_ref())
+            .await?;
+        Ok(RolloutReport {
+            dry_run: true,
+            seam_at: "cursor",
+            cursor: Some(preview.cursor()),
+            carried_from: preview.carried_from().map(ToString::to_string),
+            schedule: Some(preview.schedule().to_string()),
+            predecessor: old.shard_id().to_string(),
+            successor: new.shard_id().to_string(),
+            sealed_at_sequence: None,
+            sealed_at: None,
+            replayed: false,
+            seam: policy_cmd::seam_rows(old, new, preview.seam()),
+            leaving: self.leaving(),
+        })
     }
 
     /// The rollout: seals FROM's shard and registers TO's as its successor.
@@ -123,6 +175,9 @@ impl RolloutPlan {
             })?;
         Ok(RolloutReport {
             dry_run: false,
+            seam_at: "sealed",
+            cursor: None,
+            carried_from: None,
             schedule: Some(rollout.schedule().to_string()),
             predecessor: rollout.predecessor().to_string(),
             successor: rollout.successor().to_string(),
@@ -161,15 +216,35 @@ impl Report for RolloutReport {
                 writeln!(w, "sealed at    {}", r.sealed_at.as_deref().unwrap_or("-"))?;
             }
             _ => {
+                let asked = match r.cursor {
+                    Some(_) => "read the database",
+                    None => "no database asked",
+                };
                 writeln!(
                     w,
-                    "dry run (nothing written, no database asked): {} -> {}, schedule {}",
+                    "dry run (nothing written, {asked}): {} -> {}, schedule {}",
                     r.predecessor,
                     r.successor,
                     r.schedule
                         .as_deref()
                         .unwrap_or("(the one the sealed shard belongs to)")
                 )?;
+                match (r.cursor, &r.carried_from) {
+                    (Some(n), Some(carried)) => writeln!(
+                        w,
+                        "seam: exact for a seal at cursor N = {n}, with the gaps carried from {carried}"
+                    )?,
+                    (Some(n), None) => writeln!(
+                        w,
+                        "seam: exact for a seal at cursor N = {n} ({} is the first shard of its schedule)",
+                        r.predecessor
+                    )?,
+                    (None, _) => writeln!(
+                        w,
+                        "seam: worst case over every seal point N, {} counted from its own start",
+                        r.predecessor
+                    )?,
+                }
             }
         }
         writeln!(w)?;
@@ -182,13 +257,23 @@ impl Report for RolloutReport {
             )?;
         }
         writeln!(w)?;
-        if r.dry_run {
+        if r.dry_run && r.cursor.is_some() {
+            writeln!(
+            w,
+            "seam bound = reservations from the tenant's last pick before {} to its first pick in {}, counting \
+             the picking one: exact for a seal at the cursor read. The cursor moves on while replicas \
+             reserve; the rollout seals at the cursor it locks and prints the bound for that N.",
+            r.successor, r.successor
+        )?;
+        } else if r.dry_run {
             writeln!(
             w,
             "seam bound = reservations from the tenant's last pick in {} to its first pick in {}, counting \
-             the picking one; shown at its worst over every seal point N (the smallest N reaching it). \
-             The rollout prints the exact bound for the N it seals at.",
-            r.predecessor, r.successor
+             the picking one; shown at its worst over every seal point N (the smallest N reaching it), \
+             counting {} from its own start: if it succeeded another shard, a tenant it has not picked \
+             yet carries a longer gap (--at-cursor reads it). The rollout prints the exact bound for the N \
+             it seals at.",
+            r.predecessor, r.successor, r.predecessor
         )?;
         } else {
             writeln!(
@@ -214,6 +299,9 @@ mod tests {
     fn text_sealed_at(n: u64) -> String {
         let report = RolloutReport {
             dry_run: false,
+            seam_at: "sealed",
+            cursor: None,
+            carried_from: None,
             schedule: Some("primary".into()),
             predecessor: "primary-v1".into(),
             successor: "primary-v2".into(),

@@ -291,6 +291,8 @@ pub enum RolesApplied {
         owner: String,
         runtime: String,
         retention: String,
+        /// The runtime role's default `synchronous_commit`, when set.
+        synchronous_commit: Option<&'static str>,
     },
 }
 
@@ -302,10 +304,20 @@ impl Report for RolesApplied {
                 owner,
                 runtime,
                 retention,
-            } => writeln!(
-                w,
-                "applied role profile: owner {owner}, runtime {runtime}, retention {retention}"
-            ),
+                synchronous_commit,
+            } => {
+                writeln!(
+                    w,
+                    "applied role profile: owner {owner}, runtime {runtime}, retention {retention}"
+                )?;
+                if let Some(level) = synchronous_commit {
+                    writeln!(
+                        w,
+                        "runtime role {runtime}: synchronous_commit = {level} by default"
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -315,10 +327,14 @@ pub async fn roles_apply(
     owner: &str,
     runtime: &str,
     retention: &str,
+    synchronous_commit: Option<statek_store_pg::SynchronousCommit>,
     print: bool,
     db: &DbArgs,
 ) -> Result<RolesApplied> {
-    let profile = RoleProfile::new(owner, runtime, retention)?;
+    let mut profile = RoleProfile::new(owner, runtime, retention)?;
+    if let Some(level) = synchronous_commit {
+        profile = profile.runtime_synchronous_commit(level);
+    }
     if print {
         return Ok(RolesApplied::Sql(profile.sql()));
     }
@@ -336,6 +352,7 @@ pub async fn roles_apply(
         owner: owner.to_owned(),
         runtime: runtime.to_owned(),
         retention: retention.to_owned(),
+        synchronous_commit: synchronous_commit.map(|level| level.as_str()),
     })
 }
 

@@ -484,6 +484,9 @@ fn rollout_dry_run_and_policy_diff_print_the_worst_seam_without_a_database() {
         dry,
         serde_json::json!({
             "dry_run": true,
+            "seam_at": "worst",
+            "cursor": null,
+            "carried_from": null,
             "schedule": "primary",
             "predecessor": "primary-v1",
             "successor": "primary-v2",

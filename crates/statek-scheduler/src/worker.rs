@@ -119,7 +119,6 @@ impl Counters {
 struct Shared<E, R> {
     scheduler: Arc<DurableFairScheduler<E, R>>,
     options: WorkerOptions,
-    threshold: u64,
     /// Consecutive `Idle` outcomes; any other outcome resets it.
     idle_streak: AtomicU64,
     /// Current backoff in microseconds (0 = not backing off).
@@ -161,8 +160,9 @@ struct Shared<E, R> {
 /// no statement of its own: the batch is one range row and one claim
 /// statement); when a batch claims little, the next one is larger again.
 ///
-/// **Idle.** When a full cycle of slots (`L`, or
-/// [`WorkerOptions::idle_threshold`]) came back idle, the Worker reserves
+/// **Idle.** When a full cycle of slots (`L` of the live shard, also after
+/// following a rollout, or [`WorkerOptions::idle_threshold`]) came back
+/// idle or limited, the Worker reserves
 /// nothing: it sleeps its backoff (10 ms doubling to 1 s), then asks
 /// [`TenantExecutor::has_claimable_work`] for the policy's tenants and
 /// reserves again only when that says yes (or cannot tell) or a
@@ -251,14 +251,9 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
             .ensure_durable()
             .await
             .map_err(|source| SchedulerError::Store { source, retries: 0 })?;
-        let threshold = self
-            .options
-            .idle_threshold
-            .unwrap_or_else(|| u64::from(self.scheduler.policy().cycle_length()));
         let shared = Arc::new(Shared {
             scheduler: self.scheduler,
             options: self.options,
-            threshold,
             idle_streak: AtomicU64::new(0),
             backoff_micros: AtomicU64::new(0),
             wake: Notify::new(),
@@ -311,6 +306,18 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
             Err(e) => Err(e),
             Ok(()) => Ok(shared.counters.report()),
         }
+    }
+}
+
+impl<E: TenantExecutor, R: ReservationSource> Shared<E, R> {
+    /// Slots in a row without a run (`Idle`, `Limited`) before the worker
+    /// backs off: [`WorkerOptions::idle_threshold`], else the cycle length
+    /// `L` of the live shard's policy, read each time, so that it follows
+    /// a rollout to a shard with another `L`.
+    fn idle_threshold(&self) -> u64 {
+        self.options
+            .idle_threshold
+            .unwrap_or_else(|| u64::from(self.scheduler.policy().cycle_length()))
     }
 }
 
@@ -393,7 +400,7 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
             }
             Err(last) => return Err(last),
         }
-        if shared.idle_streak.load(Ordering::Relaxed) >= shared.threshold {
+        if shared.idle_streak.load(Ordering::Relaxed) >= shared.idle_threshold() {
             if !back_off(shared, stop).await {
                 continue;
             }

@@ -275,7 +275,7 @@ impl PgStore {
             }
         }
         let rows = self
-            .with_response_timeout(async |db: &Db<'_>| {
+            .with_durable_write(async |db: &Db<'_>| {
                 Ok(db
                     .query(
                         FINISH_RUNS,

@@ -40,7 +40,8 @@
 //!   [`PgStore::count_runs`];
 //! - **retention**: [`PgStore::prune_scheduler_fairness_reservations`]
 //!   deletes the oldest reservation rows past a
-//!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time;
+//!   [`SchedulerFairnessRetentionPolicy`], in small batches by database time,
+//!   per shard an unbroken prefix in sequence order (never a hole);
 //!   [`PgStore::prune_finished_runs`] deletes finished runs past a
 //!   [`RunRetentionPolicy`] the same way, never a live run nor claim
 //!   history still inside the reservation retention window.
@@ -145,6 +146,7 @@ mod pooling;
 mod reservation;
 mod retention;
 mod roles;
+mod rollout_preview;
 mod run_history;
 mod run_queue;
 mod run_retention;
@@ -186,6 +188,7 @@ pub use retention::{
     PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
 };
 pub use roles::RoleProfile;
+pub use rollout_preview::RolloutPreview;
 pub use run_history::{RunClaimRecord, RunRecord, MAX_RUN_HISTORY_BATCH};
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,

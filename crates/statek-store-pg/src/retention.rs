@@ -23,26 +23,85 @@ pub const PRUNE_BATCH_DURATION_SECONDS: &str = "statek_prune_batch_duration_seco
 pub const MAX_PRUNE_BATCH: u32 = 10_000;
 
 /// One batch: the database clock is read once (`now()`, the transaction's
-/// start), candidates are the oldest rows strictly older than the cutoff in
-/// retention-index order, locked with `SKIP LOCKED` so concurrent pruners
-/// never wait for or delete the same row twice.
+/// start). Per shard, only an unbroken oldest prefix in **sequence** order
+/// is deleted: the rows before the shard's first row still inside the
+/// retention. Never by `reserved_at` alone: two concurrent reservations can
+/// commit their sequences in the other order of their start times
+/// (`reserved_at` is the transaction's start), and deleting the younger
+/// sequence first would leave a hole that every reader refuses as
+/// `CorruptData`. A row due behind a row still inside the retention waits
+/// until that row is due too.
+///
+/// The shards are found by a skip scan of the `(shard_id, sequence)` key
+/// (the retention role cannot read the shard table), and each shard's
+/// oldest rows (at most a batch) are read from that key in sequence
+/// order. The due rows are locked `SKIP LOCKED`, so concurrent pruners
+/// never wait for or delete the same row twice; a shard's rows are
+/// deleted only up to its first due row that this batch could not lock (a
+/// concurrent pruner holds it, or deleted it), so a pruner never deletes
+/// past another one's uncommitted batch either. At most `$2` rows in all,
+/// the shard whose oldest row is oldest first.
 pub(crate) const PRUNE_BATCH: &str = "
-    WITH clock AS (
+    WITH RECURSIVE shards AS (
+        (SELECT r.shard_id FROM statek.scheduler_reservations AS r
+         ORDER BY r.shard_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT r.shard_id FROM statek.scheduler_reservations AS r
+                WHERE r.shard_id > s.shard_id ORDER BY r.shard_id LIMIT 1)
+        FROM shards AS s
+        WHERE s.shard_id IS NOT NULL
+    ),
+    clock AS (
         SELECT now() AS observed_at, now() - make_interval(secs => $1) AS cutoff
     ),
-    candidates AS MATERIALIZED (
-        SELECT ctid
-        FROM statek.scheduler_reservations
-        WHERE reserved_at < (SELECT cutoff FROM clock)
-        ORDER BY reserved_at, reservation_id
+    oldest AS MATERIALIZED (
+        SELECT o.shard_id, o.sequence,
+               -- True while every row of the shard up to this one is due.
+               bool_and(o.reserved_at < (SELECT cutoff FROM clock))
+                   OVER (PARTITION BY o.shard_id ORDER BY o.sequence) AS due,
+               first_value(o.reserved_at)
+                   OVER (PARTITION BY o.shard_id ORDER BY o.sequence) AS shard_oldest
+        FROM shards AS s
+        CROSS JOIN LATERAL (
+            SELECT r.shard_id, r.sequence, r.reserved_at
+            FROM statek.scheduler_reservations AS r
+            WHERE r.shard_id = s.shard_id
+            ORDER BY r.sequence
+            LIMIT $2
+        ) AS o
+        WHERE s.shard_id IS NOT NULL
+    ),
+    due AS MATERIALIZED (
+        SELECT o.shard_id, o.sequence
+        FROM oldest AS o
+        WHERE o.due
+        ORDER BY o.shard_oldest, o.shard_id, o.sequence
         LIMIT $2
-        FOR UPDATE SKIP LOCKED
+    ),
+    locked AS MATERIALIZED (
+        -- One key lookup per due row, never a join over the table.
+        SELECT l.ctid, d.shard_id, d.sequence
+        FROM due AS d
+        CROSS JOIN LATERAL (
+            SELECT r.ctid
+            FROM statek.scheduler_reservations AS r
+            WHERE r.shard_id = d.shard_id AND r.sequence = d.sequence
+            FOR UPDATE SKIP LOCKED
+        ) AS l
+    ),
+    unbroken AS (
+        SELECT l.ctid,
+               -- True while every due row of the shard up to this one is locked.
+               bool_and(l.ctid IS NOT NULL)
+                   OVER (PARTITION BY d.shard_id ORDER BY d.sequence) AS held
+        FROM due AS d
+        LEFT JOIN locked AS l ON l.shard_id = d.shard_id AND l.sequence = d.sequence
     ),
     deleted AS (
         -- By physical row id: a TID scan of exactly the locked candidates
         -- (locked rows cannot move), never a scan of the table.
         DELETE FROM statek.scheduler_reservations
-        WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
+        WHERE ctid = ANY (ARRAY(SELECT ctid FROM unbroken WHERE held))
         RETURNING 1
     )
     SELECT (SELECT observed_at FROM clock) AS observed_at,
@@ -108,9 +167,15 @@ pub struct PruneReport {
 
 impl PgStore {
     /// Deletes at most one batch of the oldest reservation rows older than
-    /// the retention window, in one transaction. Never touches shard rows or
-    /// cursors: the next reservation continues the sequence. Call it in a
-    /// loop until `deleted == 0` to prune everything due.
+    /// the retention window, in one transaction. Per shard it deletes only
+    /// an unbroken oldest prefix in sequence order, never a row behind a
+    /// row still inside the retention (whose `reserved_at` can be later
+    /// than a higher sequence's: see the statement's comment), so the
+    /// retained rows of a shard never have a hole. Never touches shard rows
+    /// or cursors: the next reservation continues the sequence. Call it in
+    /// a loop until `deleted == 0` to prune everything due (a batch of a
+    /// concurrent pruner holding the oldest due rows also gives 0: that
+    /// pruner deletes them).
     ///
     /// Takes the retention policy by value or by reference (it is `Copy`):
     /// both `prune_scheduler_fairness_reservations(policy)` and

@@ -21,7 +21,7 @@
 //! update of a reservation row, whoever asks.
 
 use crate::statement::Db;
-use crate::{PgStore, StoreError};
+use crate::{PgStore, StoreError, SynchronousCommit};
 
 /// The statements of the profile, with `{owner}`, `{runtime}` and
 /// `{retention}` replaced by quoted role names. Idempotent: safe to apply
@@ -36,6 +36,7 @@ pub struct RoleProfile {
     owner: String,
     runtime: String,
     retention: String,
+    runtime_synchronous_commit: Option<SynchronousCommit>,
 }
 
 impl RoleProfile {
@@ -61,7 +62,23 @@ impl RoleProfile {
             owner: owner.to_owned(),
             runtime: runtime.to_owned(),
             retention: retention.to_owned(),
+            runtime_synchronous_commit: None,
         })
+    }
+
+    /// Also sets `synchronous_commit` as the runtime role's default
+    /// (`ALTER ROLE runtime SET synchronous_commit = level`): the value a
+    /// new session of that role starts with, so a server connection a
+    /// transaction-mode pooler opens for it commits durably by default
+    /// even for a client that does not set it. statek's own writes set it
+    /// per transaction anyway (`StoreConfig::synchronous_commit`); this
+    /// covers everything else that writes as that role, and the check at
+    /// register under transaction pooling reads it. Needs a role that may
+    /// alter the runtime role (`CREATEROLE`, or a superuser).
+    #[must_use]
+    pub fn runtime_synchronous_commit(mut self, level: SynchronousCommit) -> Self {
+        self.runtime_synchronous_commit = Some(level);
+        self
     }
 
     /// The owner role (migrations).
@@ -82,10 +99,18 @@ impl RoleProfile {
     /// The SQL that [`PgStore::apply_role_profile`] runs, for review or for
     /// applying by hand.
     pub fn sql(&self) -> String {
-        PROFILE_SQL
+        let mut sql = PROFILE_SQL
             .replace("{owner}", &quote(&self.owner))
             .replace("{runtime}", &quote(&self.runtime))
-            .replace("{retention}", &quote(&self.retention))
+            .replace("{retention}", &quote(&self.retention));
+        if let Some(level) = self.runtime_synchronous_commit {
+            sql.push_str(&format!(
+                "ALTER ROLE {} SET synchronous_commit = '{}';\n",
+                quote(&self.runtime),
+                level.as_str()
+            ));
+        }
+        sql
     }
 }
 

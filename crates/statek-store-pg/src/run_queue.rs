@@ -339,7 +339,7 @@ impl PgStore {
         let run_id = Uuid::now_v7();
         let max_attempts = i32::try_from(run.max_attempts).unwrap_or(i32::MAX);
         let delay_secs = run.delay.as_secs_f64();
-        self.with_response_timeout(async |db: &Db<'_>| {
+        self.with_durable_write(async |db: &Db<'_>| {
             let inserted = db
                 .query_opt(
                     INSERT_RUN,
@@ -396,7 +396,7 @@ impl PgStore {
     /// # Errors
     /// Connection and server errors.
     pub async fn cancel_run(&self, run_id: Uuid) -> Result<bool, StoreError> {
-        self.with_response_timeout(async |db: &Db<'_>| {
+        self.with_durable_write(async |db: &Db<'_>| {
             Ok(db.execute(CANCEL_RUN, &[(&run_id, Type::UUID)]).await? == 1)
         })
         .await
@@ -443,7 +443,7 @@ impl PgStore {
     /// Connection and server errors.
     pub async fn rescue_expired_run(&self, run: &ExpiredRun) -> Result<RescueOutcome, StoreError> {
         let row = self
-            .with_response_timeout(async |db: &Db<'_>| {
+            .with_durable_write(async |db: &Db<'_>| {
                 Ok(db
                     .query_opt(
                         RESCUE_EXPIRED,
@@ -478,7 +478,7 @@ impl PgStore {
     ) -> Result<ClaimOutcome, StoreError> {
         let lease_secs = lease_secs(lease)?;
         let token = Uuid::now_v7();
-        self.with_response_timeout(async |db: &Db<'_>| {
+        self.with_durable_write(async |db: &Db<'_>| {
             let row = db
                 .query_one(
                     CLAIM_RUN,
@@ -532,7 +532,7 @@ impl PgStore {
         lease: Duration,
     ) -> Result<SystemTime, StoreError> {
         let lease_secs = lease_secs(lease)?;
-        self.with_response_timeout(async |db: &Db<'_>| {
+        self.with_durable_write(async |db: &Db<'_>| {
             let row = db
                 .query_opt(
                     HEARTBEAT_RUN,
@@ -558,7 +558,7 @@ impl PgStore {
     /// worker owns the run now, or it already finished); connection and
     /// server errors.
     pub async fn complete_run(&self, held: &RunLease) -> Result<(), StoreError> {
-        self.with_response_timeout(async |db: &Db<'_>| {
+        self.with_durable_write(async |db: &Db<'_>| {
             let changed: i64 = db
                 .query_one(
                     COMPLETE_RUN,
@@ -593,7 +593,7 @@ impl PgStore {
     ) -> Result<FailOutcome, StoreError> {
         let retry_secs = retry_secs(retry_after)?;
         let error = failure_text(error);
-        self.with_response_timeout(async |db: &Db<'_>| {
+        self.with_durable_write(async |db: &Db<'_>| {
             let row = db
                 .query_opt(
                     FAIL_RUN,

@@ -128,6 +128,74 @@ impl PgStore {
         }
     }
 
+    /// Runs a run-queue write (enqueue, claim, heartbeat, completion,
+    /// failure, release, cancel, retry) as
+    /// [`with_response_timeout`](Self::with_response_timeout) does, with
+    /// the store's `synchronous_commit` in force for its transaction.
+    ///
+    /// Outside transaction pooling the session carries it (a startup
+    /// option of every pooled connection), so this is
+    /// `with_response_timeout` itself and costs nothing. Under transaction
+    /// pooling a server connection is shared, and its session setting is
+    /// whatever the role's default or the last client's `SET` left there;
+    /// so the call runs in an explicit transaction: the simple query
+    /// `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit
+    /// = <level>` is pipelined with the call's first statement (sent
+    /// without waiting for its answer: no round trip of its own), and a
+    /// `COMMIT` ends it, which is the one extra round trip per write (see
+    /// docs/operations.md for the figure). A call dropped half way (its
+    /// future cancelled) leaves its transaction open on the connection, so
+    /// that connection is closed, never handed out again.
+    pub(crate) async fn with_durable_write<T>(
+        &self,
+        call: impl AsyncFnOnce(&Db<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if !self.config.uses_transaction_pooling() {
+            return self.with_response_timeout(call).await;
+        }
+        let after = self.config.effective_response_timeout();
+        let begin = format!(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = {}",
+            self.config.synchronous_commit_level().as_str()
+        );
+        let mut open = OpenTransaction {
+            client: Some(self.client().await?),
+            ended: false,
+        };
+        let answered = tokio::time::timeout(after, async {
+            let Some(client) = open.client.as_ref() else {
+                return (Err(StoreError::Pool("no pooled connection".into())), false);
+            };
+            let db = Db::client(client, true);
+            let (began, out) =
+                futures_util::future::join(client.batch_execute(&begin), call(&db)).await;
+            let end = if began.is_ok() && out.is_ok() {
+                "COMMIT"
+            } else {
+                "ROLLBACK"
+            };
+            let ended = client.batch_execute(end).await;
+            let ended_cleanly = ended.is_ok();
+            let result = match (began, out, ended) {
+                (Err(e), _, _) => Err(StoreError::from(e)),
+                (Ok(()), Err(e), _) => Err(e),
+                (Ok(()), Ok(_), Err(e)) => Err(StoreError::from(e)),
+                (Ok(()), Ok(out), Ok(())) => Ok(out),
+            };
+            (result, ended_cleanly)
+        })
+        .await;
+        match answered {
+            Ok((result, ended_cleanly)) => {
+                // A transaction whose end failed leaves the connection in
+                // an unknown state: it is closed when `open` drops.
+                open.ended = ended_cleanly;
+                result
+            }
+            Err(_) => Err(StoreError::ResponseTimeout { after }),
+        }
+    }
+
     /// Runs `call` in one READ COMMITTED transaction on a pooled
     /// connection, committing when it returns `Ok`; the whole transaction
     /// (begin, statements, commit) runs under `after`, as
@@ -139,8 +207,12 @@ impl PgStore {
     ) -> Result<T, StoreError> {
         let mut client = self.client().await?;
         let unnamed = self.config.uses_transaction_pooling();
+        let set_local = self.set_local_synchronous_commit();
         let answered = tokio::time::timeout(after, async {
             let tx = PgStore::begin(&mut client).await?;
+            if let Some(set_local) = &set_local {
+                tx.batch_execute(set_local).await?;
+            }
             let out = {
                 let db = Db::transaction(&tx, unnamed);
                 call(&db).await?
@@ -169,8 +241,12 @@ impl PgStore {
         call: impl AsyncFnOnce(&tokio_postgres::Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut client = self.client().await?;
+        let set_local = self.set_local_synchronous_commit();
         let answered = tokio::time::timeout(after, async {
             let tx = PgStore::begin(&mut client).await?;
+            if let Some(set_local) = &set_local {
+                tx.batch_execute(set_local).await?;
+            }
             let out = call(&tx).await?;
             tx.commit().await?;
             Ok(out)
@@ -185,6 +261,21 @@ impl PgStore {
         }
     }
 
+    /// Under transaction pooling, the statement that puts the store's
+    /// `synchronous_commit` in force for one transaction (the session's is
+    /// the shared server connection's, not this store's); `None` otherwise.
+    /// One round trip at the start of each transaction of
+    /// [`in_transaction`](Self::in_transaction) and
+    /// [`in_generic_transaction`](Self::in_generic_transaction).
+    fn set_local_synchronous_commit(&self) -> Option<String> {
+        self.config.uses_transaction_pooling().then(|| {
+            format!(
+                "SET LOCAL synchronous_commit = {}",
+                self.config.synchronous_commit_level().as_str()
+            )
+        })
+    }
+
     /// Starts a READ COMMITTED transaction on a pooled connection.
     async fn begin<'c>(
         client: &'c mut deadpool_postgres::Object,
@@ -194,5 +285,23 @@ impl PgStore {
             .isolation_level(IsolationLevel::ReadCommitted)
             .start()
             .await?)
+    }
+}
+
+/// A pooled connection with an explicit transaction begun by a simple
+/// query: closed when dropped before the transaction ended (never handed
+/// back to the pool inside it).
+struct OpenTransaction {
+    client: Option<deadpool_postgres::Object>,
+    ended: bool,
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            if !self.ended {
+                drop(deadpool_postgres::Object::take(client));
+            }
+        }
     }
 }

@@ -33,7 +33,7 @@ const LOCK_SHARD: &str = "
     WHERE shard_id = $1
     FOR UPDATE";
 
-const SHARD_EXISTS: &str = "SELECT 1 FROM statek.scheduler_shards WHERE shard_id = $1";
+pub(crate) const SHARD_EXISTS: &str = "SELECT 1 FROM statek.scheduler_shards WHERE shard_id = $1";
 
 /// The seal, at the locked cursor (the V8 trigger refuses any other
 /// sequence and sets `sealed_at`), with the seam bounds as a JSON array in
@@ -209,7 +209,7 @@ pub(crate) async fn refusal(
 /// first_pick_after_seal`); empty for the first shard of a schedule. What
 /// [`PolicySeam::at_carrying`] takes, so that a tenant `shard` never picked
 /// is counted from its last pick before `shard`, not from `shard`'s start.
-async fn open_gaps_into(
+pub(crate) async fn open_gaps_into(
     db: &Db<'_>,
     shard: &StoredShard,
 ) -> Result<BTreeMap<String, u64>, StoreError> {

@@ -12,7 +12,7 @@ use uuid::Uuid;
 const DAY: Duration = Duration::from_secs(86_400);
 
 #[tokio::test]
-async fn prunes_oldest_first_in_batches_and_keeps_the_cursor() {
+async fn prunes_in_sequence_order_in_batches_and_keeps_the_cursor() {
     let db = TestDatabase::create().await;
     let store = db.store();
     let p = WeightedFairnessPolicy::new(
@@ -66,12 +66,13 @@ async fn prunes_oldest_first_in_batches_and_keeps_the_cursor() {
             break;
         }
     }
-    // Oldest first (sequence 6 is the oldest back-dated row), 3 per call.
+    // In sequence order, 3 per call, though sequence 6 is the oldest
+    // back-dated row: a shard's retained rows never have a hole.
     assert_eq!(
         deleted,
         vec![
-            (3, vec![0, 1, 2, 3, 7, 8, 9]),
-            (3, vec![0, 7, 8, 9]),
+            (3, vec![3, 4, 5, 6, 7, 8, 9]),
+            (3, vec![6, 7, 8, 9]),
             (1, vec![7, 8, 9]),
             (0, vec![7, 8, 9]),
         ]
@@ -181,7 +182,7 @@ async fn two_concurrent_pruners_delete_each_row_exactly_once() {
 }
 
 #[tokio::test]
-async fn the_prune_candidates_come_from_the_retention_index() {
+async fn the_prune_candidates_come_from_the_shard_sequence_key() {
     let db = TestDatabase::create().await;
     let p = one_tenant_policy();
     db.store().register(&p).await.unwrap();
@@ -199,11 +200,176 @@ async fn the_prune_candidates_come_from_the_retention_index() {
         .collect();
     let plan = plan.join("\n");
     assert!(
-        plan.contains("Index Scan using scheduler_reservations_retention_idx"),
+        plan.contains("Index Scan using scheduler_reservations_shard_sequence_key"),
         "{plan}"
     );
     assert!(
         !plan.contains("Seq Scan on scheduler_reservations"),
         "{plan}"
     );
+}
+
+/// One reservation inside the caller's open transaction, as the store
+/// sends it: the sequence and `reserved_at` (the transaction's start).
+async fn reserve_in_open_transaction(
+    client: &tokio_postgres::Client,
+    p: &WeightedFairnessPolicy,
+) -> (i64, std::time::SystemTime) {
+    let row = client
+        .query_one(
+            "SELECT sequence, reserved_at
+             FROM statek.reserve($1, $2, $3, statek.server_timeline(), NULL)",
+            &[
+                &Uuid::now_v7(),
+                &p.shard_id().as_str(),
+                &&p.digest().as_bytes()[..],
+            ],
+        )
+        .await
+        .unwrap();
+    (row.get("sequence"), row.get("reserved_at"))
+}
+
+#[tokio::test]
+async fn a_prune_between_swapped_reservation_times_leaves_no_hole() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = one_tenant_policy();
+    store.register(&p).await.unwrap();
+    for _ in 0..2 {
+        store
+            .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+            .await
+            .unwrap();
+    }
+    // Two concurrent reservation transactions: A starts first, B two
+    // seconds later; B reserves and commits first (sequence 2, the later
+    // start), then A (sequence 3, the earlier start).
+    let a = db.client().await;
+    let b = db.client().await;
+    a.batch_execute("BEGIN").await.unwrap();
+    a.query_one("SELECT now()", &[]).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    b.batch_execute("BEGIN").await.unwrap();
+    let (b_sequence, b_at) = reserve_in_open_transaction(&b, &p).await;
+    b.batch_execute("COMMIT").await.unwrap();
+    let (a_sequence, a_at) = reserve_in_open_transaction(&a, &p).await;
+    a.batch_execute("COMMIT").await.unwrap();
+    assert_eq!((b_sequence, a_sequence), (2, 3));
+    assert!(a_at < b_at, "A {a_at:?}, B {b_at:?}");
+    store
+        .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
+        .await
+        .unwrap();
+    // Every row moved back by the same amount, so that a one-day cutoff
+    // taken within a second from now falls between A's and B's times.
+    let client = db.client().await;
+    let immutable = "TRIGGER scheduler_reservations_immutable";
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE statek.scheduler_reservations DISABLE {immutable}"
+        ))
+        .await
+        .unwrap();
+    let moved: Vec<(i64, std::time::SystemTime)> = client
+        .query(
+            "UPDATE statek.scheduler_reservations
+                SET reserved_at = reserved_at - interval '1 day' + interval '1 second'
+                    - ((SELECT reserved_at FROM statek.scheduler_reservations
+                        WHERE sequence = 2) - now())
+              RETURNING sequence, reserved_at",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get("sequence"), r.get("reserved_at")))
+        .collect();
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE statek.scheduler_reservations ENABLE {immutable}"
+        ))
+        .await
+        .unwrap();
+    let at = |sequence: i64| moved.iter().find(|(s, _)| *s == sequence).unwrap().1;
+    let report = store
+        .prune_scheduler_fairness_reservations(
+            SchedulerFairnessRetentionPolicy::new(DAY, 100).unwrap(),
+        )
+        .await
+        .unwrap();
+    // The arrangement held: A's row (3) was due, B's (2) was not.
+    assert!(
+        at(3) < report.cutoff && report.cutoff <= at(2),
+        "cutoff {:?}, rows {moved:?}",
+        report.cutoff
+    );
+    // Only the unbroken prefix 0, 1 went; A's row waits behind B's.
+    let left: Vec<i64> = client
+        .query(
+            "SELECT sequence FROM statek.scheduler_reservations ORDER BY sequence",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get("sequence"))
+        .collect();
+    assert_eq!((report.deleted, left), (2, vec![2, 3, 4]));
+    let read: Vec<u64> = store
+        .reservations(p.shard_id(), 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.sequence())
+        .collect();
+    assert_eq!(read, vec![2, 3, 4]);
+}
+
+#[tokio::test]
+async fn a_prune_stops_at_a_due_row_it_cannot_lock() {
+    let db = TestDatabase::create().await;
+    let p = one_tenant_policy();
+    db.store().register(&p).await.unwrap();
+    seed(&db, &p, 6, 0).await;
+    let retention = SchedulerFairnessRetentionPolicy::new(DAY, 100).unwrap();
+    // Another session (a pruner whose batch has not committed) holds
+    // sequence 2: this prune deletes 0 and 1 and nothing past 2.
+    let holder = db.client().await;
+    holder
+        .batch_execute(
+            "BEGIN;
+             SELECT 1 FROM statek.scheduler_reservations WHERE sequence = 2 FOR UPDATE;",
+        )
+        .await
+        .unwrap();
+    let store = db.store();
+    let report = store
+        .prune_scheduler_fairness_reservations(retention)
+        .await
+        .unwrap();
+    let client = db.client().await;
+    assert_eq!(
+        (report.deleted, sequences(&client).await),
+        (2, vec![2, 3, 4, 5])
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    let report = store
+        .prune_scheduler_fairness_reservations(retention)
+        .await
+        .unwrap();
+    assert_eq!((report.deleted, sequences(&client).await), (4, vec![]));
+}
+
+async fn sequences(client: &tokio_postgres::Client) -> Vec<i64> {
+    client
+        .query(
+            "SELECT sequence FROM statek.scheduler_reservations ORDER BY sequence",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get("sequence"))
+        .collect()
 }

@@ -449,3 +449,64 @@ async fn the_role_matrix_holds() {
     );
     assert_eq!(rt.count_live_runs().await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn the_profile_can_set_the_runtime_roles_synchronous_commit() {
+    let db = TestDatabase::create().await;
+    let suffix = &db.name()["statek_test_".len()..];
+    let (owner, runtime, retention) = (
+        format!("o_{suffix}"),
+        format!("rt_{suffix}"),
+        format!("rn_{suffix}"),
+    );
+    let admin = db.client().await;
+    for role in [&owner, &runtime, &retention] {
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN; GRANT CONNECT ON DATABASE {} TO {role}",
+                db.name()
+            ))
+            .await
+            .unwrap();
+    }
+    let role_settings = |role: String| {
+        let admin = &admin;
+        async move {
+            admin
+                .query(
+                    "SELECT unnest(s.setconfig) AS setting FROM pg_db_role_setting AS s
+                     JOIN pg_roles AS r ON r.oid = s.setrole
+                     WHERE r.rolname = $1 AND s.setdatabase = 0",
+                    &[&role],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get::<_, String>("setting"))
+                .collect::<Vec<_>>()
+        }
+    };
+    // Without the option the role keeps no setting of its own.
+    let profile = RoleProfile::new(&owner, &runtime, &retention).unwrap();
+    db.store().apply_role_profile(&profile).await.unwrap();
+    assert_eq!(role_settings(runtime.clone()).await, Vec::<String>::new());
+    let profile =
+        profile.runtime_synchronous_commit(statek_store_pg::SynchronousCommit::RemoteApply);
+    assert!(profile.sql().ends_with(&format!(
+        "ALTER ROLE \"{runtime}\" SET synchronous_commit = 'remote_apply';\n"
+    )));
+    db.store().apply_role_profile(&profile).await.unwrap();
+    assert_eq!(
+        role_settings(runtime.clone()).await,
+        ["synchronous_commit=remote_apply"]
+    );
+    assert_eq!(role_settings(owner.clone()).await, Vec::<String>::new());
+    // A new session of the runtime role starts with it.
+    let session = client_as(&db, &runtime).await;
+    let level: String = session
+        .query_one("SELECT current_setting('synchronous_commit') AS level", &[])
+        .await
+        .unwrap()
+        .get("level");
+    assert_eq!(level, "remote_apply");
+}

@@ -94,9 +94,10 @@ impl WorkerOptions {
         Ok(self)
     }
 
-    /// Consecutive `Idle` outcomes (1..=1,000,000) after which the worker
-    /// stops reserving and backs off. Default: the cycle length, so every
-    /// tenant's slot came up empty once.
+    /// Consecutive slots without a run (`Idle` or `Limited` outcomes,
+    /// 1..=1,000,000) after which the worker stops reserving and backs off.
+    /// Default: the cycle length `L` of the live shard (after a rollout,
+    /// the successor's), so every tenant's slot came up empty once.
     pub fn idle_threshold(mut self, slots: u64) -> Result<Self, SchedulerError> {
         if !(1..=1_000_000).contains(&slots) {
             return Err(SchedulerError::InvalidOption(format!(

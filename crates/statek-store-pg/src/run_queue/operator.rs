@@ -312,7 +312,7 @@ impl PgStore {
     pub async fn retry_run(&self, run_id: Uuid) -> Result<RunListing, StoreError> {
         let limit = i32::try_from(super::MAX_ATTEMPTS_LIMIT).unwrap_or(i32::MAX);
         let row = self
-            .with_response_timeout(async |db: &Db<'_>| {
+            .with_durable_write(async |db: &Db<'_>| {
                 Ok(db
                     .query_opt(RETRY_RUN, &[(&run_id, Type::UUID), (&limit, Type::INT4)])
                     .await?)

@@ -459,7 +459,7 @@ impl PgStore {
         let (slots, shard) = (&request.slots, &request.shard);
         let tenants: Vec<&str> = slots.iter().map(|(_, t)| t.as_str()).collect();
         let rows = self
-            .with_response_timeout(async |db: &Db<'_>| {
+            .with_durable_write(async |db: &Db<'_>| {
                 db.query(
                     CLAIM_FOR_SLOTS,
                     &[
