@@ -19,7 +19,7 @@
 //! The durability check is asserted on both kinds of pair: an asynchronous
 //! standby is a refused risk, a synchronous one is none.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -365,9 +365,13 @@ async fn trial(
     // primary (as an operator would).
     let operator = setup_store(&url, accepted)?;
     let halts = operator.shard_halts(policy.shard_id()).await?;
-    let recorded_lost: HashSet<Uuid> = halts
+    let recorded_lost: HashMap<Uuid, u64> = halts
         .iter()
-        .flat_map(|h| h.lost.iter().map(|l| l.reservation_id))
+        .flat_map(|h| {
+            h.lost
+                .iter()
+                .map(|l| (l.reservation_id, l.acknowledged_sequence))
+        })
         .collect();
     let logs: Vec<ReplicaLog> = logs
         .iter()
@@ -493,7 +497,7 @@ async fn check_halted_then_resumed(
         evidence
             .worker_batches
             .iter()
-            .filter(|(id, _)| evidence.recorded_lost.contains(id))
+            .filter(|(id, _)| evidence.recorded_lost.contains_key(id))
             .count(),
         ranges.iter().map(ToString::to_string).collect::<Vec<_>>()
     );

@@ -51,8 +51,9 @@ pub struct Evidence {
     /// batch acknowledged on the new timeline is held by the promoted
     /// server, so each is judged as if acknowledged on the old one.
     pub worker_batches: Vec<(Uuid, u64)>,
-    /// The lost ids the database's halts of the shard record.
-    pub recorded_lost: HashSet<Uuid>,
+    /// The lost ids the database's halts of the shard record, with the
+    /// sequence each was acknowledged at.
+    pub recorded_lost: HashMap<Uuid, u64>,
 }
 
 /// What one trial's checks counted.
@@ -138,14 +139,27 @@ pub fn judge(asynchronous: bool, logs: &[ReplicaLog], evidence: &Evidence) -> Re
     );
     verdict.worker_lost = worker_lost.len();
     all_lost.extend(worker_lost);
+    // Every loss is recorded; every record is a loss (the promoted server
+    // does not hold that id at that sequence). A record of an id no log
+    // names is a loss all the same when the server does not hold it: a
+    // Worker batch acknowledged whose slots were never decided (the Worker
+    // halted first) sends no outcome.
+    let not_recorded = all_lost
+        .iter()
+        .filter(|id| !evidence.recorded_lost.contains_key(id))
+        .count();
+    let not_lost = evidence
+        .recorded_lost
+        .iter()
+        .filter(|&(id, sequence)| evidence.held.get(id) == Some(sequence))
+        .count();
     ensure!(
-        evidence.recorded_lost == all_lost,
+        not_recorded == 0 && not_lost == 0,
         "the database's halts record {} lost ids; the replicas and the Worker lost {} \
-         (recorded but not lost: {}; lost but not recorded: {})",
+         (recorded but held by the promoted server: {not_lost}; lost but not recorded: \
+         {not_recorded})",
         evidence.recorded_lost.len(),
-        all_lost.len(),
-        evidence.recorded_lost.difference(&all_lost).count(),
-        all_lost.difference(&evidence.recorded_lost).count()
+        all_lost.len()
     );
     if asynchronous {
         ensure!(
@@ -208,7 +222,7 @@ mod tests {
             held: HashMap::from([(id(1), 0), (id(2), 1), (id(9), 3)]),
             before_promotion: HashMap::from([(id(1), 0), (id(2), 1)]),
             worker_batches: vec![(id(5), 2), (id(10), 5)],
-            recorded_lost: HashSet::from([id(3), id(4), id(10)]),
+            recorded_lost: HashMap::from([(id(3), 3), (id(4), 4), (id(10), 5)]),
         };
         (logs, evidence)
     }
@@ -292,8 +306,19 @@ mod tests {
         // A Worker batch recorded lost that the promoted server holds.
         let (logs, mut evidence) = asynchronous();
         evidence.held.insert(id(5), 2);
-        evidence.recorded_lost.insert(id(5));
-        fails(&logs, &evidence, true, "recorded but not lost: 1");
+        evidence.recorded_lost.insert(id(5), 2);
+        fails(
+            &logs,
+            &evidence,
+            true,
+            "recorded but held by the promoted server: 1",
+        );
+        // A recorded loss no log names, not held: a batch whose slots were
+        // never decided. Accepted.
+        let (logs, mut evidence) = asynchronous();
+        evidence.held.insert(id(5), 2);
+        evidence.recorded_lost.insert(id(11), 9);
+        assert_eq!(judge(true, &logs, &evidence).unwrap().lost, 2);
     }
 
     #[test]
@@ -323,7 +348,7 @@ mod tests {
         assert_eq!(judge(false, &logs, &evidence).unwrap().lost, 0);
         evidence.held.remove(&id(5));
         fails(&logs, &evidence, false, "lost but not recorded");
-        evidence.recorded_lost.insert(id(5));
+        evidence.recorded_lost.insert(id(5), 1);
         fails(
             &logs,
             &evidence,
@@ -340,7 +365,7 @@ mod tests {
                 (id(5), 2),
                 (id(10), 5),
             ]),
-            recorded_lost: HashSet::new(),
+            recorded_lost: HashMap::new(),
             ..evidence
         };
         let mut logs = logs;

@@ -181,6 +181,10 @@ async fn a_batch_claim_cut_before_its_commit_claims_anew_with_the_same_tokens() 
     assert_eq!(proxy.fired(), 1);
     assert!(err.is_retryable(), "{err:?}");
     assert_eq!(history(&client).await, []);
+    // The cut transaction's backend holds its row locks until the server
+    // notices the closed socket and rolls it back: a claim before then
+    // skips the locked run (SKIP LOCKED), as it should. Wait for it.
+    rolled_back(&client).await;
     let claimed = through_proxy.claim_slots(&request).await.unwrap();
     assert_eq!(
         claimed.iter().map(held).collect::<Vec<_>>(),
@@ -228,4 +232,30 @@ async fn a_recovered_claim_of_at_most_max_runs_answers_the_prefix_it_decided() {
     let again = through_proxy.claim_slots(&request).await.unwrap();
     assert_eq!(again[1], SlotClaim::LeaseLost { run_id: a1 });
     assert_eq!(held(&again[2]), Some((a2, tokens[2])));
+}
+
+/// Waits (at most 30 s) until no other session of this database is inside
+/// a transaction.
+async fn rolled_back(client: &tokio_postgres::Client) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let open: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND xact_start IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if open == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cut transaction was not rolled back in 30 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
