@@ -352,7 +352,9 @@ BEGIN
     INSERT INTO statek.shard_halts AS h
         (shard_id, cause, halts, from_timeline, to_timeline, checked, lost,
          cursor_at_detection, detected_by)
-    VALUES (p_shard_id, p_cause, p_halts, p_from_timeline, p_to_timeline, p_checked, p_lost,
+    -- A sealed shard takes no reservation anyway: its record does not halt.
+    VALUES (p_shard_id, p_cause, p_halts AND v_sealed IS NULL, p_from_timeline, p_to_timeline,
+            p_checked, p_lost,
             v_cursor, left(coalesce(nullif(p_detected_by, ''), 'unnamed replica'), 256))
     RETURNING h.halt_id, h.detected_at INTO v_id, v_at;
     IF p_halts AND v_halt IS NULL AND v_sealed IS NULL THEN

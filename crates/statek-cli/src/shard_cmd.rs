@@ -19,6 +19,22 @@ fn shard_id(text: &str) -> Result<SchedulerShardId> {
         .map_err(|e| anyhow!(InvalidInput(format!("shard {}: {e}", EchoedValue(text)))))
 }
 
+/// Text from the database as one printable line: control characters (a
+/// newline, a terminal escape) are shown escaped, never sent to the
+/// terminal. Any runtime credential can name its replica.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
@@ -95,14 +111,14 @@ impl HaltLine {
                 })
                 .collect(),
             cursor_at_detection: halt.cursor_at_detection,
-            detected_by: halt.detected_by.clone(),
-            detected_role: halt.detected_role.clone(),
+            detected_by: printable(&halt.detected_by),
+            detected_role: printable(&halt.detected_role),
             detected_at: rfc3339(halt.detected_at),
             reissued_first: resume.map(|r| r.reissued.first),
             reissued_end: resume.and_then(|r| r.reissued.end),
-            resumed_role: resume.map(|r| r.resumed_role.clone()),
+            resumed_role: resume.map(|r| printable(&r.resumed_role)),
             resumed_at: resume.map(|r| rfc3339(r.resumed_at)),
-            note: resume.and_then(|r| r.note.clone()),
+            note: resume.and_then(|r| r.note.as_deref().map(printable)),
         }
     }
 
@@ -177,9 +193,12 @@ impl Report for HaltsReport {
             "shard {}: {}; {} recorded",
             self.shard,
             if self.halted {
-                "halted (resume with `statek shard resume SHARD --acknowledge-loss`)"
+                format!(
+                    "halted (resume with `statek shard resume {} --acknowledge-loss`)",
+                    self.shard
+                )
             } else {
-                "not halted"
+                "not halted".to_owned()
             },
             count(self.halts.len() as u64, "halt", "halts")
         )?;
@@ -208,6 +227,9 @@ impl Report for HaltsReport {
             }
             if let (Some(at), Some(role)) = (&halt.resumed_at, &halt.resumed_role) {
                 writeln!(w, "  resumed at {at} by role {role}: {}", halt.reissued())?;
+                if let Some(note) = &halt.note {
+                    writeln!(w, "  note: {note}")?;
+                }
             }
         }
         Ok(())
@@ -365,6 +387,18 @@ mod tests {
     }
 
     #[test]
+    fn text_from_the_database_is_printed_escaped() {
+        assert_eq!(
+            printable("evil\nhalt 7 (fake)\u{1b}[31m"),
+            "evil\\nhalt 7 (fake)\\u{1b}[31m"
+        );
+        assert_eq!(
+            printable("statek pid 9 on host-ä"),
+            "statek pid 9 on host-ä"
+        );
+    }
+
+    #[test]
     fn the_halts_list_shows_each_loss() {
         let report = HaltsReport {
             shard: "s".into(),
@@ -373,7 +407,7 @@ mod tests {
         };
         assert_eq!(
             text(&report),
-            "shard s: halted (resume with `statek shard resume SHARD --acknowledge-loss`); 1 halt recorded\n\
+            "shard s: halted (resume with `statek shard resume s --acknowledge-loss`); 1 halt recorded\n\
              halt 3 (lost, timeline 1 to 2): 2 lost reservations holding 5 sequences from 17; \
              recorded at 1970-01-01T00:00:00.000Z by statek pid 9 (role runtime) [open]\n  \
              lost 00000000-0000-0000-0000-000000000000 at sequence 17 (+3): missing\n  \

@@ -131,7 +131,7 @@ async fn a_halted_shard_is_shown_listed_and_resumed_by_the_cli() {
     let halts_text = text(&halts.stdout);
     assert!(
         halts_text.starts_with(
-            "shard primary-v1: halted (resume with `statek shard resume SHARD --acknowledge-loss`); 1 halt recorded\nhalt 1 (lost, "
+            "shard primary-v1: halted (resume with `statek shard resume primary-v1 --acknowledge-loss`); 1 halt recorded\nhalt 1 (lost, "
         ),
         "{halts_text}"
     );
@@ -208,4 +208,6 @@ async fn a_halted_shard_is_shown_listed_and_resumed_by_the_cli() {
     assert_eq!(a["halts"][0]["reissued_first"], 4);
     assert_eq!(a["halts"][0]["reissued_end"], 6);
     assert_eq!(a["halts"][0]["note"], "INC-9");
+    let after_text = text(&statek(&["shard", "halts", "primary-v1"], &url).stdout);
+    assert!(after_text.ends_with("  note: INC-9\n"), "{after_text}");
 }
