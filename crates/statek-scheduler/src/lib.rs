@@ -85,6 +85,7 @@ mod outcome;
 mod pg_executor;
 mod pg_reservations;
 mod reservation;
+mod reservation_retries;
 mod reservation_source;
 mod scheduler;
 #[cfg(feature = "testing")]

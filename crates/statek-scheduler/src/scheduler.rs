@@ -15,6 +15,7 @@ use crate::executor::TenantExecutor;
 use crate::options::SchedulerOptions;
 use crate::outcome::TenantTickOutcome;
 use crate::reservation::Reservation;
+use crate::reservation_retries::with_retries;
 use crate::reservation_source::{ReservationSource, SourceShard};
 use crate::tick_outcome::{tenant_of, TickOutcome};
 
@@ -659,7 +660,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         self.on_live_shard(|policy| async move {
             let id = Uuid::now_v7();
             let digest = policy.digest();
-            self.with_retries(policy.shard_id(), id, 1, || {
+            with_retries(&self.options, policy.shard_id(), id, 1, || {
                 self.source.reserve(policy.shard_id(), &digest, id)
             })
             .await
@@ -703,30 +704,13 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// Reserves a batch of `k` slots for the Worker under batch id `id`
     /// (retried like [`tick`](Self::tick)'s reservation; the Worker passes
     /// the same id again after a failed round), counting a failure in
-    /// `statek_tick_errors_total`. After following a seal the successor
-    /// gets a fresh id (nothing was written on the sealed shard).
+    /// `statek_tick_errors_total`.
     pub(crate) async fn reserve_batch_counted(
         &self,
         id: Uuid,
         k: u32,
     ) -> Result<(Vec<Reservation>, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
-        let first_shard = self.policy().shard_id().clone();
-        let reserved = self
-            .on_live_shard(|policy| {
-                let id = if *policy.shard_id() == first_shard {
-                    id
-                } else {
-                    Uuid::now_v7()
-                };
-                async move {
-                    let digest = policy.digest();
-                    self.with_retries(policy.shard_id(), id, u64::from(k), || {
-                        self.source.reserve_batch(policy.shard_id(), &digest, id, k)
-                    })
-                    .await
-                }
-            })
-            .await;
+        let reserved = self.reserve_batch_as(id, k).await;
         if let Err(e) = &reserved {
             self.count_error(e);
         }
@@ -737,61 +721,33 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         &self,
         k: u32,
     ) -> Result<(Vec<Reservation>, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
-        self.on_live_shard(|policy| async move {
-            let id = Uuid::now_v7();
-            let digest = policy.digest();
-            self.with_retries(policy.shard_id(), id, u64::from(k), || {
-                self.source.reserve_batch(policy.shard_id(), &digest, id, k)
-            })
-            .await
-        })
-        .await
+        self.reserve_batch_as(Uuid::now_v7(), k).await
     }
 
-    /// Runs one reservation call (single or batch, keyed by `id`), retrying
-    /// transient errors with the same id and bounded backoff; counts
-    /// `reservations` reservations and the call's latency on success.
-    async fn with_retries<T, F, Fut>(
+    /// A batch of `k` slots on the live shard under batch id `id`; after
+    /// following a seal the successor gets a fresh id (nothing was written
+    /// on the sealed shard).
+    async fn reserve_batch_as(
         &self,
-        shard: &SchedulerShardId,
         id: Uuid,
-        reservations: u64,
-        call: F,
-    ) -> Result<(T, u32), SchedulerError>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<T, StoreError>>,
-    {
-        let started = std::time::Instant::now();
-        let mut retries = 0;
-        loop {
-            match call().await {
-                Ok(reserved) => {
-                    let shard_label = shard.to_string();
-                    metrics::counter!(crate::metrics::RESERVATIONS_TOTAL, "shard" => shard_label.clone())
-                        .increment(reservations);
-                    metrics::histogram!(crate::metrics::RESERVATION_DURATION_SECONDS, "shard" => shard_label)
-                        .record(started.elapsed().as_secs_f64());
-                    return Ok((reserved, retries));
-                }
-                Err(e) if e.is_retryable() && retries + 1 < self.options.attempts() => {
-                    let backoff = self.options.backoff(retries);
-                    tracing::warn!(
-                        shard = %shard, reservation_id = %id, retry = retries + 1,
-                        backoff_ms = backoff.as_millis() as u64, error = %crate::error::chain(&e),
-                        "reservation failed transiently; retrying with the same id"
-                    );
-                    metrics::counter!(
-                        crate::metrics::RESERVATION_RETRIES_TOTAL,
-                        "shard" => shard.to_string()
-                    )
-                    .increment(1);
-                    tokio::time::sleep(backoff).await;
-                    retries += 1;
-                }
-                Err(source) => return Err(SchedulerError::Store { source, retries }),
+        k: u32,
+    ) -> Result<(Vec<Reservation>, u32, Arc<WeightedFairnessPolicy>), SchedulerError> {
+        let first_shard = self.policy().shard_id().clone();
+        self.on_live_shard(|policy| {
+            let id = if *policy.shard_id() == first_shard {
+                id
+            } else {
+                Uuid::now_v7()
+            };
+            async move {
+                let digest = policy.digest();
+                with_retries(&self.options, policy.shard_id(), id, u64::from(k), || {
+                    self.source.reserve_batch(policy.shard_id(), &digest, id, k)
+                })
+                .await
             }
-        }
+        })
+        .await
     }
 }
 
