@@ -92,25 +92,21 @@ impl AcknowledgedLog {
         Ok(Guard::Reserve(log.timeline))
     }
 
-    /// Notes whether the shard is halted, as a reservation just saw it;
-    /// true when that changed what this store last saw.
-    pub(crate) fn note_halted(&self, shard: &SchedulerShardId, halted: bool) -> bool {
+    /// Notes that a reservation saw the shard halted; true when this store
+    /// had not seen it halted since its last accepted reservation.
+    pub(crate) fn note_halted(&self, shard: &SchedulerShardId) -> bool {
         let mut shards = lock(&self.shards);
-        match shards.get_mut(shard) {
-            Some(log) if log.halted_seen == halted => false,
-            Some(log) => {
-                log.halted_seen = halted;
-                true
-            }
-            None if !halted => false,
-            None => {
-                shards.entry(shard.clone()).or_default().halted_seen = true;
-                true
-            }
-        }
+        let log = match shards.get_mut(shard) {
+            Some(log) => log,
+            None => shards.entry(shard.clone()).or_default(),
+        };
+        !std::mem::replace(&mut log.halted_seen, true)
     }
 
-    pub(crate) fn acknowledge(&self, shard: &SchedulerShardId, entry: Acknowledged) {
+    /// Keeps an acknowledged reservation in the ring, under the one lock
+    /// of the hot path; true when the store had seen the shard halted
+    /// (an accepted reservation ends that: the gauge goes back to 0).
+    pub(crate) fn acknowledge(&self, shard: &SchedulerShardId, entry: Acknowledged) -> bool {
         let mut shards = lock(&self.shards);
         // The hot path: the shard is known after its first reservation.
         let log = match shards.get_mut(shard) {
@@ -126,6 +122,7 @@ impl AcknowledgedLog {
             log.ring.pop_front();
         }
         log.ring.push_back(entry);
+        std::mem::replace(&mut log.halted_seen, false)
     }
 }
 
@@ -203,10 +200,11 @@ mod tests {
     #[test]
     fn the_halt_state_reports_only_its_changes() {
         let log = AcknowledgedLog::new(3);
-        assert!(!log.note_halted(&shard(), false));
-        assert!(log.note_halted(&shard(), true));
-        assert!(!log.note_halted(&shard(), true));
-        assert!(log.note_halted(&shard(), false));
-        assert!(!log.note_halted(&shard(), false));
+        assert!(log.note_halted(&shard()));
+        assert!(!log.note_halted(&shard()));
+        // An accepted reservation ends the halt this store saw, once.
+        assert!(log.acknowledge(&shard(), entry(0, 1)));
+        assert!(!log.acknowledge(&shard(), entry(1, 1)));
+        assert!(log.note_halted(&shard()));
     }
 }

@@ -120,7 +120,7 @@ impl PgStore {
                         first,
                         count,
                     } => {
-                        self.failover_log().acknowledge(
+                        let was_halted = self.failover_log().acknowledge(
                             shard,
                             Acknowledged {
                                 id,
@@ -129,6 +129,9 @@ impl PgStore {
                                 timeline,
                             },
                         );
+                        if was_halted {
+                            metrics::gauge!(SHARD_HALTED, "shard" => shard.to_string()).set(0.0);
+                        }
                         return Ok(value);
                     }
                     Guarded::TimelineChanged(None) => return Err(StoreError::InRecovery),
@@ -139,25 +142,18 @@ impl PgStore {
         Err(StoreError::InRecovery)
     }
 
-    /// Keeps the [`SHARD_HALTED`] gauge at what the reservation saw: 1 on
-    /// [`StoreError::ShardHalted`], 0 again at the next answer of a shard
-    /// that accepted it.
+    /// Sets the [`SHARD_HALTED`] gauge to 1 the first time this store
+    /// sees the shard halted ([`StoreError::ShardHalted`]); an accepted
+    /// reservation sets it back to 0 (`acknowledge`).
     fn note_halt<T>(
         &self,
         shard: &SchedulerShardId,
         answer: Result<Guarded<T>, StoreError>,
     ) -> Result<Guarded<T>, StoreError> {
-        let halted = match &answer {
-            Err(StoreError::ShardHalted(_)) => true,
-            Ok(Guarded::Done { .. }) => false,
-            _ => return answer,
-        };
-        if self.failover_log().note_halted(shard, halted) {
-            metrics::gauge!(SHARD_HALTED, "shard" => shard.to_string()).set(if halted {
-                1.0
-            } else {
-                0.0
-            });
+        if matches!(answer, Err(StoreError::ShardHalted(_)))
+            && self.failover_log().note_halted(shard)
+        {
+            metrics::gauge!(SHARD_HALTED, "shard" => shard.to_string()).set(1.0);
         }
         answer
     }
@@ -182,7 +178,7 @@ impl PgStore {
             shard = %report.shard, halt_id = recorded.halt_id, shard_halted = recorded.shard_halted,
             "reservation loss recorded in the database"
         );
-        if recorded.shard_halted && self.failover_log().note_halted(&report.shard, true) {
+        if recorded.shard_halted && self.failover_log().note_halted(&report.shard) {
             metrics::gauge!(SHARD_HALTED, "shard" => report.shard.to_string()).set(1.0);
         }
     }
