@@ -39,6 +39,7 @@ mod interrupt;
 mod migrate;
 mod pg;
 mod rule_tests;
+mod test_binaries;
 mod test_matrix;
 #[cfg(test)]
 mod tidy;

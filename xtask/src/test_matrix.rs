@@ -16,7 +16,8 @@
 //! when missing and running as root, or `STATEK_PGBOUNCER=/path`; see
 //! `pg/pgbouncer.rs`). The first version runs the whole workspace
 //! test suite (unit, property, doc and database tests); the second runs the
-//! database tests of statek-store-pg, statek-scheduler and statek-cli again.
+//! test binaries of statek-store-pg, statek-scheduler and statek-cli again,
+//! from the first one's build (`test_binaries.rs`: no second build).
 //! After the first version's suite, `cargo xtask failover` runs one
 //! asynchronous failover with forced lag and five synchronous ones on a
 //! durable primary/standby pair of that version, and `cargo xtask
@@ -33,7 +34,7 @@ use anyhow::{anyhow, bail, Result};
 use crate::pg::{self, PgMajor, RunningPgBouncer, Server};
 use crate::{
     arch_check, chaos, command, deploy_check, failover, ha_layouts, interrupt, rule_tests,
-    workspace,
+    test_binaries, workspace,
 };
 
 /// Options of `cargo xtask test`.
@@ -49,18 +50,31 @@ pub struct TestArgs {
 const PGBOUNCER_URL_ENV: &str = "STATEK_TEST_PGBOUNCER_URL";
 
 const FULL_SUITE: &[&str] = &["test", "--workspace", "--all-features", "--no-fail-fast"];
-const DATABASE_SUITE: &[&str] = &[
-    "test",
-    "-p",
-    "statek-store-pg",
-    "-p",
-    "statek-scheduler",
-    "-p",
-    "statek-cli",
-    "--all-features",
-    "--tests",
-    "--no-fail-fast",
-];
+/// The packages whose test binaries (unit and integration, no doctests)
+/// the second PostgreSQL version runs, from the first version's build (see
+/// `test_binaries.rs`).
+const DATABASE_PACKAGES: &[&str] = &["statek-store-pg", "statek-scheduler", "statek-cli"];
+
+/// What one version's test step runs.
+#[derive(Clone, Copy)]
+enum Suite {
+    /// `cargo test` with these arguments.
+    Cargo(&'static [&'static str]),
+    /// The test binaries of these packages, from the workspace's build.
+    Binaries(&'static [&'static str]),
+}
+
+impl Suite {
+    fn display(self) -> String {
+        match self {
+            Self::Cargo(args) => display(args),
+            Self::Binaries(packages) => format!(
+                "the test binaries of {} (cargo test --workspace --all-features --no-run)",
+                packages.join(", ")
+            ),
+        }
+    }
+}
 
 struct StepRecord {
     name: String,
@@ -150,30 +164,41 @@ fn cargo_step<'a>(args: &'a [&'a str]) -> impl FnOnce() -> Result<()> + 'a {
 /// certificate for the TLS tests (`None` for `DATABASE_URL`: then the
 /// caller's `STATEK_TEST_TLS_CA`, if any, is passed on, and without it the
 /// TLS tests fail).
-fn cargo_test(
-    args: &[&str],
+fn run_suite(
+    suite: Suite,
     url: &str,
     pgbouncer: Option<&str>,
     major: Option<PgMajor>,
     tls_ca: Option<&std::path::Path>,
 ) -> Result<()> {
-    let mut cargo = workspace::cargo();
-    if let Some(ca) = tls_ca {
-        cargo.env(pg::TLS_CA_ENV, ca);
-    }
-    cargo
-        .args(args)
-        .env("STATEK_TEST_DATABASE_URL", url)
-        .env("STATEK_TEST_REQUIRE_DB", "1")
-        .env_remove("STATEK_TEST_SKIP_DB");
-    if let Some(pgbouncer) = pgbouncer {
-        cargo.env(PGBOUNCER_URL_ENV, pgbouncer);
-    }
-    match major {
-        Some(major) => cargo.env("STATEK_TEST_PG_VERSION", major.to_string()),
-        None => cargo.env_remove("STATEK_TEST_PG_VERSION"),
+    let test_env = |command: &mut std::process::Command| {
+        if let Some(ca) = tls_ca {
+            command.env(pg::TLS_CA_ENV, ca);
+        }
+        command
+            .env("STATEK_TEST_DATABASE_URL", url)
+            .env("STATEK_TEST_REQUIRE_DB", "1")
+            .env_remove("STATEK_TEST_SKIP_DB");
+        if let Some(pgbouncer) = pgbouncer {
+            command.env(PGBOUNCER_URL_ENV, pgbouncer);
+        }
+        match major {
+            Some(major) => command.env("STATEK_TEST_PG_VERSION", major.to_string()),
+            None => command.env_remove("STATEK_TEST_PG_VERSION"),
+        };
     };
-    command::run_inherited(&mut cargo)
+    match suite {
+        Suite::Cargo(args) => {
+            let mut cargo = workspace::cargo();
+            cargo.args(args);
+            test_env(&mut cargo);
+            command::run_inherited(&mut cargo)
+        }
+        Suite::Binaries(packages) => {
+            let binaries = test_binaries::build(packages)?;
+            test_binaries::run_all(&binaries, test_env)
+        }
+    }
 }
 
 fn display(args: &[&str]) -> String {
@@ -224,8 +249,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
             "\nDATABASE_URL is set ({}): the PostgreSQL 16/17 matrix is replaced by that one server",
             pg::redact(&url)
         );
-        let name = format!("{} [DATABASE_URL]", display(FULL_SUITE));
-        report.step(&name, || cargo_test(FULL_SUITE, &url, None, None, None));
+        let suite = Suite::Cargo(FULL_SUITE);
+        let name = format!("{} [DATABASE_URL]", suite.display());
+        report.step(&name, || run_suite(suite, &url, None, None, None));
         report.servers.push((
             "DATABASE_URL".to_owned(),
             "external server, version not probed".to_owned(),
@@ -236,9 +262,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
             .map_or_else(|| PgMajor::ALL.to_vec(), |major| vec![major]);
         for (index, major) in versions.into_iter().enumerate() {
             let suite = if index == 0 {
-                FULL_SUITE
+                Suite::Cargo(FULL_SUITE)
             } else {
-                DATABASE_SUITE
+                Suite::Binaries(DATABASE_PACKAGES)
             };
             let provision = format!("PostgreSQL {major}: provision and start");
             let Some(server) = report.step(&provision, || Server::provision_and_start(major))
@@ -271,9 +297,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
             }
             let bouncer_url = bouncer.as_ref().map(RunningPgBouncer::url);
             let tls_ca = server.tls_ca_file();
-            let name = format!("{} [PostgreSQL {major}]", display(suite));
+            let name = format!("{} [PostgreSQL {major}]", suite.display());
             report.step(&name, || {
-                cargo_test(suite, &url, bouncer_url.as_deref(), Some(major), Some(&tls_ca)).map_err(|error| {
+                run_suite(suite, &url, bouncer_url.as_deref(), Some(major), Some(&tls_ca)).map_err(|error| {
                     let bouncer_log = bouncer.as_ref().map_or_else(String::new, |b| {
                         format!("\n--- last lines of the PgBouncer log ---\n{}", b.log_tail())
                     });
