@@ -145,10 +145,18 @@ mod tests {
         let lines = [
             artifact("/w/crates/statek-cli/Cargo.toml", true, Some("/t/cli-1")),
             artifact("/w/crates/statek-cli/Cargo.toml", false, Some("/t/statek")),
-            artifact("/w/crates/statek-policy/Cargo.toml", true, Some("/t/policy-1")),
+            artifact(
+                "/w/crates/statek-policy/Cargo.toml",
+                true,
+                Some("/t/policy-1"),
+            ),
             artifact("/w/crates/statek-store-pg/Cargo.toml", true, None),
             r#"{"reason":"build-finished","success":true}"#.to_owned(),
-            artifact("/w/crates/statek-store-pg/Cargo.toml", true, Some("/t/pg-1")),
+            artifact(
+                "/w/crates/statek-store-pg/Cargo.toml",
+                true,
+                Some("/t/pg-1"),
+            ),
             artifact("/w/crates/statek-cli/Cargo.toml", true, Some("/t/cli-1")),
         ]
         .join("\n");

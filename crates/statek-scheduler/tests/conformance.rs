@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use statek_policy::TenantId;
+use statek_policy::{SchedulerShardId, TenantId};
 use statek_scheduler::testing::conformance::{self, Harness, Settings, Status, SuiteHandler};
 use statek_scheduler::{
-    ExecutorOptions, InMemoryExecutor, InMemoryExecutorOptions, MemoryRunLock, MemoryRunState,
-    PgRunQueueExecutor,
+    ExecutorOptions, InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations,
+    MemoryRunLock, MemoryRunState, PgRunQueueExecutor,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{NewRun, PgStore};
@@ -30,6 +30,15 @@ struct Pg {
 impl Harness for Pg {
     type Executor = PgRunQueueExecutor<SuiteHandler>;
     type Lock = (oneshot::Sender<()>, tokio::task::JoinHandle<()>);
+    type Source = PgStore;
+
+    fn source(&self) -> PgStore {
+        self.store.clone()
+    }
+
+    async fn next_sequence(&self, shard: &SchedulerShardId) -> u64 {
+        self.store.next_sequence(shard).await.unwrap()
+    }
 
     async fn new(handler: SuiteHandler, s: Settings) -> (Self, Self::Executor) {
         let db = TestDatabase::create().await;
@@ -144,11 +153,21 @@ fn state_name(state: &str) -> &'static str {
 /// The in-process run queue.
 struct Memory {
     executor: InMemoryExecutor<SuiteHandler>,
+    source: InMemoryReservations,
 }
 
 impl Harness for Memory {
     type Executor = InMemoryExecutor<SuiteHandler>;
     type Lock = MemoryRunLock;
+    type Source = InMemoryReservations;
+
+    fn source(&self) -> InMemoryReservations {
+        self.source.clone()
+    }
+
+    async fn next_sequence(&self, shard: &SchedulerShardId) -> u64 {
+        self.source.next_sequence(shard).unwrap()
+    }
 
     async fn new(handler: SuiteHandler, s: Settings) -> (Self, Self::Executor) {
         let options = InMemoryExecutorOptions::new()
@@ -162,6 +181,7 @@ impl Harness for Memory {
         (
             Self {
                 executor: executor.clone(),
+                source: InMemoryReservations::new(),
             },
             executor,
         )

@@ -47,71 +47,14 @@ const FAIL: &str = "fail";
 /// `$1` run ids, `$2` lease tokens, `$3` kinds (`complete` or `fail`), `$4`
 /// retry delays in seconds (0 for a completion), `$5` error texts (NULL
 /// for a completion), one element per finished run in input order
-/// (`ord`, 1-based). Answers one row per input element, in input order:
-/// the run's new state when this statement finished it, else whether the
-/// claim of that token already has a finish time (a replay).
+/// (`ord`, 1-based): one call of the SECURITY DEFINER function
+/// `statek.finish_runs` (migration V11, which holds the statement), the
+/// only writer of claim finish times. Answers one row per input element,
+/// in input order: the run's new state when this call finished it, else
+/// whether the claim of that token already has a finish time (a replay).
 const FINISH_RUNS: &str = "
-    WITH input AS MATERIALIZED (
-        SELECT i.ord, i.run_id, i.token, i.kind, i.retry_secs, i.error
-        FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::text[])
-             WITH ORDINALITY AS i(run_id, token, kind, retry_secs, error, ord)
-    ),
-    -- The runs their token still holds, locked in run id order: two
-    -- flushes naming the same runs (a retry racing its first attempt) wait
-    -- for each other instead of deadlocking. A row changed by a
-    -- transaction that committed while this one waited is checked again
-    -- as it is now (READ COMMITTED): a run it finished is no longer held.
-    held AS MATERIALIZED (
-        SELECT i.ord, r.run_id
-        FROM input AS i JOIN statek.runs AS r ON r.run_id = i.run_id
-        WHERE r.lease_token = i.token AND r.state = 'running'
-        ORDER BY r.run_id
-        FOR UPDATE OF r
-    ),
-    -- complete_run and fail_run, per run: a failure is available again
-    -- after its delay while attempts remain, else failed.
-    finished AS (
-        UPDATE statek.runs AS r
-        SET state = CASE WHEN i.kind = 'complete' THEN 'completed'
-                         WHEN r.attempt < r.max_attempts THEN 'available'
-                         ELSE 'failed' END,
-            available_at = CASE WHEN i.kind = 'fail' AND r.attempt < r.max_attempts
-                                THEN clock_timestamp() + make_interval(secs => i.retry_secs)
-                                ELSE r.available_at END,
-            finished_at = CASE WHEN i.kind = 'fail' AND r.attempt < r.max_attempts
-                               THEN NULL ELSE clock_timestamp() END,
-            lease_token = NULL, lease_expires_at = NULL,
-            last_error = CASE WHEN i.kind = 'fail' THEN i.error ELSE r.last_error END
-        FROM held AS h JOIN input AS i ON i.ord = h.ord
-        WHERE r.run_id = h.run_id AND r.lease_token = i.token AND r.state = 'running'
-        RETURNING i.ord, r.run_id, i.token, r.state, r.available_at,
-                  coalesce(r.finished_at, clock_timestamp()) AS claim_finished_at
-    ),
-    -- The claim of each finished run's token gets its finish time, once.
-    history AS (
-        UPDATE statek.run_claims AS c
-        SET finished_at = f.claim_finished_at
-        FROM finished AS f
-        WHERE c.run_id = f.run_id AND c.lease_token = f.token AND c.finished_at IS NULL
-    ),
-    -- The claims of the runs not finished here, read locked (FOR SHARE):
-    -- a flush of the same claims that committed while this statement
-    -- waited is seen as it is now, not as this statement's snapshot had
-    -- it. These claims are disjoint from those `history` updates (each
-    -- run appears once).
-    earlier AS MATERIALIZED (
-        SELECT i.ord, c.finished_at
-        FROM input AS i
-        JOIN statek.run_claims AS c ON c.run_id = i.run_id AND c.lease_token = i.token
-        WHERE i.ord NOT IN (SELECT ord FROM finished)
-        FOR SHARE OF c
-    )
-    SELECT i.ord, i.run_id, f.state, f.available_at,
-           e.finished_at IS NOT NULL AS already_recorded
-    FROM input AS i
-    LEFT JOIN finished AS f ON f.ord = i.ord
-    LEFT JOIN earlier AS e ON e.ord = i.ord
-    ORDER BY i.ord";
+    SELECT * FROM statek.finish_runs($1::uuid[], $2::uuid[], $3::text[], $4::float8[],
+                                     $5::text[])";
 
 /// What to record for one finished run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,6 +12,11 @@ use uuid::Uuid;
 /// SQLSTATE raised by statek's immutability triggers (see `migrations/V1`).
 pub(crate) const IMMUTABLE_ROW_SQLSTATE: &str = "SK001";
 
+/// SQLSTATE of a claim or finish the evidence functions refused (migration
+/// V11): a slot not reserved on its shard, a tenant not the cycle's, a
+/// shard without a slot map, a malformed call.
+pub(crate) const CLAIM_REFUSED_SQLSTATE: &str = "SK002";
+
 /// Everything that can go wrong in `statek-store-pg`.
 ///
 /// Callers decide whether to retry with [`StoreError::is_retryable`]; nobody
@@ -225,6 +230,17 @@ pub enum StoreError {
     #[error("refused by the database: {message}")]
     ImmutableRow {
         /// The trigger's message.
+        message: String,
+    },
+    /// The database's claim and finish functions refused what they were
+    /// asked to record (SQLSTATE SK002, migration V11): a slot in no
+    /// reservation range of its shard, a tenant that is not the cycle's
+    /// tenant at the slot, a shard without a slot map (registered before
+    /// migration V6: roll it out to a new shard), or a malformed call.
+    /// Nothing was written.
+    #[error("claim refused by the database: {message}")]
+    ClaimRefused {
+        /// The function's message.
         message: String,
     },
     /// The connected role lacks a privilege (SQLSTATE 42501).
@@ -586,6 +602,7 @@ impl StoreError {
             }
             StoreError::PermissionDenied { .. } => Some(SqlState::INSUFFICIENT_PRIVILEGE.code()),
             StoreError::ImmutableRow { .. } => Some(IMMUTABLE_ROW_SQLSTATE),
+            StoreError::ClaimRefused { .. } => Some(CLAIM_REFUSED_SQLSTATE),
             _ => None,
         }
     }
@@ -660,6 +677,9 @@ impl From<tokio_postgres::Error> for StoreError {
         }
         if code == IMMUTABLE_ROW_SQLSTATE {
             return StoreError::ImmutableRow { message };
+        }
+        if code == CLAIM_REFUSED_SQLSTATE {
+            return StoreError::ClaimRefused { message };
         }
         StoreError::Database {
             code,

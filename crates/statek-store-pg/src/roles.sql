@@ -41,6 +41,13 @@ ALTER FUNCTION statek.record_reservation_loss(text, boolean, integer, integer, j
     OWNER TO {owner};
 ALTER FUNCTION statek.halt_unverified(text, integer) OWNER TO {owner};
 ALTER FUNCTION statek.resume_shard(text, text) OWNER TO {owner};
+ALTER TABLE statek.shard_slot_maps OWNER TO {owner};
+ALTER FUNCTION statek.refuse_slot_map_change() OWNER TO {owner};
+ALTER FUNCTION statek.attach_slot_map(text, smallint[]) OWNER TO {owner};
+ALTER FUNCTION statek.check_claimed_slots(text, bigint[], text[]) OWNER TO {owner};
+ALTER FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint) OWNER TO {owner};
+ALTER FUNCTION statek.claim_run(text, uuid, float8) OWNER TO {owner};
+ALTER FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[]) OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -52,7 +59,13 @@ GRANT USAGE ON SCHEMA statek TO {runtime}, {retention};
 -- Runtime: register (insert a shard; a trigger checks the new row),
 -- reserve (only through the SECURITY DEFINER functions, which write a row
 -- only at the locked cursor with the shard's slot and digest and move the
--- cursor by exactly the rows written), run queue (insert, claim, update).
+-- cursor by exactly the rows written), run queue (insert, and update of
+-- the columns heartbeat, cancel, lease rescue and retry set). Claims and
+-- finishes, the only writers of the claim history, go through the
+-- SECURITY DEFINER functions of migration V11, which check each slot
+-- against the reservation ranges and the shard's slot map: the runtime
+-- role cannot write claim history itself, nor change a run's tenant,
+-- payload, attempt, claim time or priority.
 -- No INSERT of reservation rows, no UPDATE of shards, no DELETE anywhere.
 -- Register (INSERT) but never seal: a seal (UPDATE of the seal columns,
 -- `statek rollout`) needs the owner, so a runtime credential cannot change
@@ -63,9 +76,17 @@ GRANT EXECUTE ON FUNCTION statek.server_timeline() TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.reserve(uuid, text, bytea, integer, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.reserve_batch(uuid, text, bytea, bigint, uuid[], integer, text)
     TO {runtime};
-GRANT SELECT, INSERT, UPDATE ON statek.runs TO {runtime};
-GRANT SELECT, INSERT ON statek.run_claims TO {runtime};
-GRANT UPDATE (finished_at) ON statek.run_claims TO {runtime};
+GRANT SELECT, INSERT ON statek.runs TO {runtime};
+GRANT UPDATE (state, available_at, finished_at, max_attempts, lease_token, lease_expires_at,
+              last_error)
+    ON statek.runs TO {runtime};
+GRANT SELECT ON statek.run_claims, statek.shard_slot_maps TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.attach_slot_map(text, smallint[]) TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)
+    TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.claim_run(text, uuid, float8) TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[])
+    TO {runtime};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA statek TO {runtime};
 -- Tenant limits: the runtime role reads them; claims lock their rows only
 -- through the SECURITY DEFINER `claim_allowance`. Only the owner changes

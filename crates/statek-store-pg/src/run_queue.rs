@@ -117,50 +117,11 @@ pub use run::{
 pub(crate) use slot_claim::CLAIM_FOR_SLOTS;
 pub use slot_claim::{SlotClaim, SlotClaimRequest, MAX_CLAIM_SLOTS};
 
-/// One claim of tenant $1: `allowance` is what its limits let it start now
-/// (1 without limits, 0 when capped or rate-limited; for a tenant with a
-/// limits row the call locks it, see `limits.rs`; for one without, the
-/// one-time filter skips the call), the candidate its best claimable run.
-const CLAIM_RUN: &str = concat!(
-    "
-    WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-    allowance AS MATERIALIZED (
-        SELECT coalesce((
-            SELECT a.allowed
-            FROM statek.claim_allowance(ARRAY[$1::text], ARRAY[1::bigint]) AS a
-            WHERE EXISTS (SELECT 1 FROM statek.tenant_limits AS l WHERE l.tenant_id = $1)
-        ), 1) AS allowed
-    ),
-    candidate AS MATERIALIZED (
-        SELECT run_id
-        FROM statek.runs CROSS JOIN now
-        WHERE ",
-    claimable!(),
-    "
-        ORDER BY priority DESC, available_at, queue_seq
-        LIMIT (SELECT allowed FROM allowance)
-        FOR UPDATE OF runs SKIP LOCKED
-    ),
-    claimed AS (
-        UPDATE statek.runs AS r
-        SET state = 'running',
-            attempt = r.attempt + 1,
-            lease_token = $2,
-            lease_expires_at = clock_timestamp() + make_interval(secs => $3),
-            claimed_at = clock_timestamp()
-        FROM candidate
-        WHERE r.run_id = candidate.run_id
-        RETURNING r.run_id, r.tenant_id, r.payload, r.attempt, r.max_attempts, r.enqueued_at,
-                  r.available_at, r.claimed_at, r.lease_expires_at
-    ),
-    -- The claim history (migration V7): no slot named here.
-    history AS (
-        INSERT INTO statek.run_claims (run_id, attempt, tenant_id, lease_token, claimed_at)
-        SELECT run_id, attempt, tenant_id, $2, claimed_at FROM claimed
-    )
-    SELECT now.t AS judged_at, (SELECT allowed FROM allowance) AS allowed, claimed.*
-    FROM now LEFT JOIN claimed ON true"
-);
+/// One claim of tenant $1 with token $2 and lease $3 s: one call of the
+/// SECURITY DEFINER function `statek.claim_run` (migration V11): `allowed`
+/// is what its limits let it start now (1 without limits, 0 when capped or
+/// rate-limited), the claimed columns its best claimable run, if any.
+const CLAIM_RUN: &str = "SELECT * FROM statek.claim_run($1::text, $2::uuid, $3::float8)";
 
 /// Is there a run claimable (locked or not) at the instant $2 the claim
 /// judged? Asked only after a claim found nothing, to tell `Contended` from
@@ -212,45 +173,22 @@ const HEARTBEAT_RUN: &str = "
     RETURNING lease_expires_at";
 
 /// Completes a held run and sets the finish time of its claim (the history
-/// row of this lease token, once); `done` counts the runs completed.
+/// row of this lease token, once), through `statek.finish_runs` (migration
+/// V11); `done` counts the runs completed.
 const COMPLETE_RUN: &str = "
-    WITH done AS (
-        UPDATE statek.runs
-        SET state = 'completed', finished_at = clock_timestamp(),
-            lease_token = NULL, lease_expires_at = NULL
-        WHERE run_id = $1 AND lease_token = $2 AND state = 'running'
-        RETURNING run_id, finished_at
-    ),
-    history AS (
-        UPDATE statek.run_claims AS h
-        SET finished_at = done.finished_at
-        FROM done
-        WHERE h.run_id = done.run_id AND h.lease_token = $2 AND h.finished_at IS NULL
-    )
-    SELECT count(*) AS done FROM done";
+    SELECT count(f.state) AS done
+    FROM statek.finish_runs(ARRAY[$1::uuid], ARRAY[$2::uuid], ARRAY['complete'],
+                            ARRAY[0::float8], ARRAY[NULL::text]) AS f";
 
 /// Records a failed execution of a held run (available again after $3 s
 /// while attempts remain, else `failed`) and sets the finish time of its
-/// claim (the history row of this lease token, once).
+/// claim, through `statek.finish_runs`; no row when the token no longer
+/// holds the run.
 const FAIL_RUN: &str = "
-    WITH failed AS (
-        UPDATE statek.runs
-        SET state = CASE WHEN attempt < max_attempts THEN 'available' ELSE 'failed' END,
-            available_at = CASE WHEN attempt < max_attempts
-                                THEN clock_timestamp() + make_interval(secs => $3)
-                                ELSE available_at END,
-            finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE clock_timestamp() END,
-            lease_token = NULL, lease_expires_at = NULL, last_error = $4
-        WHERE run_id = $1 AND lease_token = $2 AND state = 'running'
-        RETURNING run_id, state, available_at
-    ),
-    history AS (
-        UPDATE statek.run_claims AS h
-        SET finished_at = clock_timestamp()
-        FROM failed
-        WHERE h.run_id = failed.run_id AND h.lease_token = $2 AND h.finished_at IS NULL
-    )
-    SELECT state, available_at FROM failed";
+    SELECT f.state, f.available_at
+    FROM statek.finish_runs(ARRAY[$1::uuid], ARRAY[$2::uuid], ARRAY['fail'],
+                            ARRAY[$3::float8], ARRAY[$4::text]) AS f
+    WHERE f.state IS NOT NULL";
 
 const COUNT_LIVE_RUNS_OF: &str = "
     SELECT count(*) AS live FROM statek.runs

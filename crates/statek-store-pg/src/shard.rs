@@ -27,6 +27,34 @@ const INSERT_SHARD: &str = "
     ON CONFLICT DO NOTHING
     RETURNING registered_at";
 
+/// Attaches the shard's slot map (the tenant index of each slot) through
+/// the SECURITY DEFINER `statek.attach_slot_map` (migration V11), which
+/// checks it against the stored cycle digest; once per shard, a repeat
+/// does nothing. Claims of the shard's slots are checked against it.
+const ATTACH_SLOT_MAP: &str = "SELECT statek.attach_slot_map($1, $2::smallint[])";
+
+/// Attaches `policy`'s slot map to its shard in the transaction of `db`.
+pub(crate) async fn attach_slot_map(
+    db: &Db<'_>,
+    policy: &WeightedFairnessPolicy,
+) -> Result<(), StoreError> {
+    let map: Vec<i16> = policy
+        .cycle_tenant_indexes()
+        .iter()
+        .map(|&index| i16::try_from(index))
+        .collect::<Result<_, _>>()
+        .map_err(|_| StoreError::InvalidArgument("a tenant index exceeds i16".into()))?;
+    db.execute(
+        ATTACH_SLOT_MAP,
+        &[
+            (&policy.shard_id().as_str(), Type::TEXT),
+            (&map, Type::INT2_ARRAY),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 /// The store's `synchronous_commit` for this transaction only (it holds
 /// behind PgBouncer in transaction mode, where session settings do not).
 pub(crate) const SET_SYNCHRONOUS_COMMIT: &str = "SELECT set_config('synchronous_commit', $1, true)";
@@ -392,6 +420,7 @@ impl PgStore {
                         )
                         .await?;
                     if let Some(row) = inserted {
+                        attach_slot_map(db, policy).await?;
                         return Ok(Bound::Inserted(row.try_get("registered_at")?));
                     }
                     // The shard exists (possibly inserted by a concurrent
@@ -438,6 +467,15 @@ impl PgStore {
                     offered: offered.clone(),
                 });
             }
+        }
+        // A shard registered before migration V11 gets its slot map now
+        // (one registered before V6 has no cycle digest to check one
+        // against: its slots cannot be claimed, see the migration). A
+        // replica that compiled another cycle attaches nothing: its caller
+        // compares cycle digests next and refuses (`CycleMismatch`).
+        if stored.cycle_digest() == Some(policy.cycle_digest()) {
+            self.with_durable_write(async |db: &Db<'_>| attach_slot_map(db, policy).await)
+                .await?;
         }
         Ok(Registration::Idempotent {
             registered_at: stored.registered_at,

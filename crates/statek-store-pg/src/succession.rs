@@ -410,6 +410,7 @@ impl PgStore {
                         ],
                     )
                     .await?;
+                    crate::shard::attach_slot_map(db, to).await?;
                     Ok(Sealed::Now {
                         sealed_at_sequence: n,
                         sealed_at,

@@ -344,3 +344,77 @@ pub const PRUNE_BATCH_SQL: &str = crate::retention::PRUNE_BATCH;
 /// seconds float8, `$5` shard text, `$6` most runs to claim int8), for
 /// plan checks with `EXPLAIN`.
 pub const CLAIM_FOR_SLOTS_SQL: &str = crate::run_queue::CLAIM_FOR_SLOTS;
+
+/// Reserves, on `policy`'s registered shard, the sequences from its cursor
+/// through the first slots whose cycle tenants are `tenants` in this order
+/// (the next slot of the first tenant at or after the cursor, then the
+/// next slot of the second after it, ...), and returns those slots as
+/// `(sequence, tenant)`: what a claim may name since migration V11, which
+/// refuses a slot that is not reserved or not its cycle tenant's. The
+/// sequences skipped in between are reserved and left unclaimed.
+pub async fn reserved_slots(
+    store: &PgStore,
+    policy: &statek_policy::WeightedFairnessPolicy,
+    tenants: &[&statek_policy::TenantId],
+) -> Vec<(u64, statek_policy::TenantId)> {
+    let shard = policy.shard_id();
+    let cursor = store
+        .next_sequence(shard)
+        .await
+        .expect("read the shard's cursor");
+    let length = u64::from(policy.cycle_length());
+    let mut slots = Vec::with_capacity(tenants.len());
+    let mut next = cursor;
+    for &tenant in tenants {
+        let sequence = (next..next + length)
+            .find(|sequence| policy.tenant_for_slot(sequence % length) == Some(tenant))
+            .unwrap_or_else(|| panic!("tenant {tenant} has no slot in policy {shard}"));
+        slots.push((sequence, tenant.clone()));
+        next = sequence + 1;
+    }
+    let mut reserved = cursor;
+    while reserved < next {
+        let k = u32::try_from((next - reserved).min(u64::from(crate::MAX_RESERVATION_BATCH)))
+            .expect("at most MAX_RESERVATION_BATCH");
+        store
+            .reserve_batch(shard, &policy.digest(), Uuid::now_v7(), k)
+            .await
+            .expect("reserve the slots");
+        reserved += u64::from(k);
+    }
+    slots
+}
+
+/// Reserves the next `count` sequences of `policy`'s shard (from its
+/// cursor) and returns them with their cycle tenants, in order.
+pub async fn reserve_next_slots(
+    store: &PgStore,
+    policy: &statek_policy::WeightedFairnessPolicy,
+    count: u64,
+) -> Vec<(u64, statek_policy::TenantId)> {
+    let shard = policy.shard_id();
+    let cursor = store
+        .next_sequence(shard)
+        .await
+        .expect("read the shard's cursor");
+    let length = u64::from(policy.cycle_length());
+    let mut reserved = 0;
+    while reserved < count {
+        let k = u32::try_from((count - reserved).min(u64::from(crate::MAX_RESERVATION_BATCH)))
+            .expect("at most MAX_RESERVATION_BATCH");
+        store
+            .reserve_batch(shard, &policy.digest(), Uuid::now_v7(), k)
+            .await
+            .expect("reserve the slots");
+        reserved += u64::from(k);
+    }
+    (cursor..cursor + count)
+        .map(|sequence| {
+            let tenant = policy
+                .tenant_for_slot(sequence % length)
+                .expect("every slot has a tenant")
+                .clone();
+            (sequence, tenant)
+        })
+        .collect()
+}

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantId};
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::baseline::PlainFifoQueue;
-use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::testing::{reserved_slots, TestDatabase};
 use statek_store_pg::{NewRun, SlotClaim, StoreError};
 use uuid::Uuid;
 
@@ -67,12 +67,22 @@ async fn run_history_shows_each_claim_with_its_slot() {
     let db = TestDatabase::create().await;
     let store = db.store();
     let shard = SchedulerShardId::try_from("primary-v1").unwrap();
+    let a = tenant("a");
+    let policy = WeightedFairnessPolicy::new(
+        shard.clone(),
+        [TenantFairnessWeight::new(a.clone(), 1).unwrap()],
+    )
+    .unwrap();
+    store.register(&policy).await.unwrap();
     let run = store
-        .enqueue(&NewRun::new(tenant("a"), Vec::new()))
+        .enqueue(&NewRun::new(a.clone(), Vec::new()))
         .await
         .unwrap();
+    // A slot of a, reserved before it is claimed.
+    let slots = reserved_slots(&store, &policy, &[&a]).await;
+    let sequence = slots[0].0;
     let claims = store
-        .claim_runs_for_slots(&[(7, tenant("a"))], &shard, Duration::from_secs(60))
+        .claim_runs_for_slots(&slots, &shard, Duration::from_secs(60))
         .await
         .unwrap();
     let SlotClaim::Claimed(claimed) = &claims[0] else {
@@ -89,7 +99,7 @@ async fn run_history_shows_each_claim_with_its_slot() {
     assert_eq!(record.claims.len(), 1);
     let claim = &record.claims[0];
     assert_eq!(claim.attempt, 1);
-    assert_eq!(claim.slot, Some((shard, 7)));
+    assert_eq!(claim.slot, Some((shard, sequence)));
     assert_eq!(claim.claimed_at, claimed.claimed_at);
     assert!(claim.finished_at.is_some());
 

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantId};
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
-use statek_store_pg::testing::{test_store_config, TestDatabase};
+use statek_store_pg::testing::{reserved_slots, test_store_config, TestDatabase};
 use statek_store_pg::{NewRun, PgStore, SlotClaim, SlotClaimRequest, StoreError};
 use uuid::Uuid;
 
@@ -21,6 +21,33 @@ fn tenant(id: &str) -> TenantId {
 
 fn shard() -> SchedulerShardId {
     SchedulerShardId::try_from("primary-v1").unwrap()
+}
+
+/// The shard's policy: tenants a (weight 2), b and c. A claim names only
+/// reserved slots with their cycle tenants (migration V11).
+fn policy() -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        shard(),
+        [("tenant-a", 2), ("tenant-b", 1), ("tenant-c", 1)]
+            .iter()
+            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
+    )
+    .unwrap()
+}
+
+/// Registers [`policy`] on `store` and reserves the next slots of
+/// `tenants`, in this order: `(sequence, tenant)`.
+async fn slots_of(store: &PgStore, tenants: &[&str]) -> Vec<(u64, TenantId)> {
+    let p = policy();
+    store.register(&p).await.unwrap();
+    let tenants: Vec<TenantId> = tenants.iter().map(|t| tenant(t)).collect();
+    let tenants: Vec<&TenantId> = tenants.iter().collect();
+    reserved_slots(store, &p, &tenants).await
+}
+
+/// A slot's sequence as the claim history stores it.
+fn seq(slot: &(u64, TenantId)) -> i64 {
+    i64::try_from(slot.0).unwrap()
 }
 
 /// `(run, token)` of a claimed slot, `None` for any other answer.
@@ -92,13 +119,8 @@ async fn a_batch_claim_whose_acknowledgement_is_lost_is_recovered_with_its_runs_
     let a1 = enqueue(&store, "tenant-a").await;
     let a2 = enqueue(&store, "tenant-a").await;
     let c1 = enqueue(&store, "tenant-c").await;
-    // Slots 0..4: a, b (no runs: idle), a, c.
-    let slots = [
-        (0, tenant("tenant-a")),
-        (1, tenant("tenant-b")),
-        (2, tenant("tenant-a")),
-        (3, tenant("tenant-c")),
-    ];
+    // Four slots: a, b (no runs: idle), a, c.
+    let slots = slots_of(&store, &["tenant-a", "tenant-b", "tenant-a", "tenant-c"]).await;
     let request = SlotClaimRequest::new(&shard(), &slots, LEASE, 4).unwrap();
     let tokens = request.tokens().to_vec();
     assert!(!request.was_sent());
@@ -113,9 +135,9 @@ async fn a_batch_claim_whose_acknowledgement_is_lost_is_recovered_with_its_runs_
     assert_eq!(
         committed,
         [
-            (0, a1, tokens[0], 1),
-            (2, a2, tokens[2], 1),
-            (3, c1, tokens[3], 1),
+            (seq(&slots[0]), a1, tokens[0], 1),
+            (seq(&slots[2]), a2, tokens[2], 1),
+            (seq(&slots[3]), c1, tokens[3], 1),
         ]
     );
 
@@ -173,7 +195,7 @@ async fn a_batch_claim_cut_before_its_commit_claims_anew_with_the_same_tokens() 
     let through_proxy =
         PgStore::new(test_store_config(proxy.pg_config()).pool_size(1).unwrap()).unwrap();
     let a1 = enqueue(&store, "tenant-a").await;
-    let slots = [(10, tenant("tenant-a")), (11, tenant("tenant-b"))];
+    let slots = slots_of(&store, &["tenant-a", "tenant-b"]).await;
     let request = SlotClaimRequest::new(&shard(), &slots, LEASE, 2).unwrap();
     let tokens = request.tokens().to_vec();
     proxy.arm(Fault::BeforeCommit);
@@ -191,7 +213,7 @@ async fn a_batch_claim_cut_before_its_commit_claims_anew_with_the_same_tokens() 
         [Some((a1, tokens[0])), None]
     );
     assert_eq!(claimed[1], SlotClaim::Idle);
-    assert_eq!(history(&client).await, [(10, a1, tokens[0], 1)]);
+    assert_eq!(history(&client).await, [(seq(&slots[0]), a1, tokens[0], 1)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,13 +227,8 @@ async fn a_recovered_claim_of_at_most_max_runs_answers_the_prefix_it_decided() {
     let a1 = enqueue(&store, "tenant-a").await;
     let a2 = enqueue(&store, "tenant-a").await;
     let _a3 = enqueue(&store, "tenant-a").await;
-    let slots = [
-        (20, tenant("tenant-b")),
-        (21, tenant("tenant-a")),
-        (22, tenant("tenant-a")),
-        (23, tenant("tenant-a")),
-    ];
-    // Two permits: slots 20..=22 decided, 23 not.
+    let slots = slots_of(&store, &["tenant-b", "tenant-a", "tenant-a", "tenant-a"]).await;
+    // Two permits: the first three slots decided, the fourth not.
     let request = SlotClaimRequest::new(&shard(), &slots, LEASE, 2).unwrap();
     let tokens = request.tokens().to_vec();
     proxy.arm(Fault::AfterCommit);
@@ -223,7 +240,10 @@ async fn a_recovered_claim_of_at_most_max_runs_answers_the_prefix_it_decided() {
     );
     assert_eq!(
         history(&client).await,
-        [(21, a1, tokens[1], 1), (22, a2, tokens[2], 1)]
+        [
+            (seq(&slots[1]), a1, tokens[1], 1),
+            (seq(&slots[2]), a2, tokens[2], 1)
+        ]
     );
 
     // The lease of a recovered claim lost meanwhile (cancelled): the slot

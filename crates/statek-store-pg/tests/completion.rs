@@ -408,9 +408,19 @@ async fn a_full_batch_of_1024_runs_completes_in_one_call_and_1025_is_refused() {
         .await
         .unwrap();
     let shard = SchedulerShardId::try_from("primary-v1").unwrap();
-    let slots: Vec<(u64, TenantId)> = (0..u64::try_from(MAX_FINISH_BATCH).unwrap())
-        .map(|s| (s, a.clone()))
-        .collect();
+    // Claims name reserved slots of a registered shard (migration V11).
+    let policy = statek_policy::WeightedFairnessPolicy::new(
+        shard.clone(),
+        [statek_policy::TenantFairnessWeight::new(a.clone(), 1).unwrap()],
+    )
+    .unwrap();
+    store.register(&policy).await.unwrap();
+    let slots = statek_store_pg::testing::reserve_next_slots(
+        &store,
+        &policy,
+        u64::try_from(MAX_FINISH_BATCH).unwrap(),
+    )
+    .await;
     let mut leases: Vec<RunLease> = store
         .claim_runs_for_slots(&slots, &shard, LEASE)
         .await

@@ -131,8 +131,9 @@ async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
             )
             .await
             .unwrap();
-    } else if !has_column(&db, "schedule_id").await {
-        // Before V8: no schedule column, which today's register writes.
+    } else if !has_column(&db, "schedule_id").await || !has_slot_maps(&db).await {
+        // Before V8: no schedule column, which today's register writes;
+        // before V11: no slot maps, which today's register attaches.
         db.client()
             .await
             .execute(
@@ -153,6 +154,7 @@ async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
         store.register(&p).await.unwrap();
     }
     let schedules_before = has_column(&db, "schedule_id").await;
+    let slot_maps_before = has_slot_maps(&db).await;
     store
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
         .await
@@ -211,6 +213,13 @@ async fn a_database_from_the_previous_migration_set_upgrades_in_place() {
         assert_eq!(rollout.sealed_at_sequence(), 2);
         assert_eq!(rollout.schedule().as_str(), "primary-v1");
     }
+    if !slot_maps_before && !registered_before {
+        // A shard registered before V11 gets its slot map when registered
+        // again (a Worker registers at start).
+        assert_eq!(slot_maps(&db).await, 0);
+        store.register(&p).await.unwrap();
+        assert_eq!(slot_maps(&db).await, 1);
+    }
     if registered_before {
         // A shard registered before V6 has no cycle digest to check; a
         // shard registered after it has its own.
@@ -260,4 +269,28 @@ async fn divergent_and_unknown_applied_migrations_are_typed_errors() {
         }
         other => panic!("expected MigrationMissing, got {other:?}"),
     }
+}
+
+/// Whether migration V11's slot maps exist yet.
+async fn has_slot_maps(db: &TestDatabase) -> bool {
+    db.client()
+        .await
+        .query_opt(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = 'statek' \
+             AND table_name = 'shard_slot_maps'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .is_some()
+}
+
+/// How many slot maps (migration V11) are attached.
+async fn slot_maps(db: &TestDatabase) -> i64 {
+    db.client()
+        .await
+        .query_one("SELECT count(*) FROM statek.shard_slot_maps", &[])
+        .await
+        .unwrap()
+        .get(0)
 }

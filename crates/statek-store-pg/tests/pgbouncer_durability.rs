@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantId};
-use statek_store_pg::testing::TestDatabase;
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::{reserved_slots, TestDatabase};
 use statek_store_pg::{ClaimOutcome, FinishRun, NewRun, PgStore, SlotClaim};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -111,9 +111,17 @@ async fn every_run_queue_write_commits_with_the_stores_synchronous_commit() {
         .fail_run(&two.lease, "boom", Duration::from_secs(3600))
         .await
         .unwrap();
-    let shard = SchedulerShardId::try_from("primary-v1").unwrap();
+    // Two reserved slots of tenant-a (registering and reserving write no
+    // run, so the trigger records nothing for them).
+    let policy = WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [TenantFairnessWeight::new(a.clone(), 1).unwrap()],
+    )
+    .unwrap();
+    store.register(&policy).await.unwrap();
+    let slots = reserved_slots(&store, &policy, &[&a, &a]).await;
     let claims = store
-        .claim_runs_for_slots(&[(0, a.clone()), (1, a.clone())], &shard, LEASE)
+        .claim_runs_for_slots(&slots, policy.shard_id(), LEASE)
         .await
         .unwrap();
     let leases: Vec<_> = claims

@@ -260,7 +260,8 @@ async fn the_role_matrix_holds() {
             )
             .await,
     );
-    // The claim history: insert and finish only, never delete or rewrite.
+    // The claim history: written only by the claim and finish functions
+    // (migration V11), never by the runtime role's own statements.
     sql_denied(
         "runtime delete claim history",
         rt_sql.execute("DELETE FROM statek.run_claims", &[]).await,
@@ -269,6 +270,52 @@ async fn the_role_matrix_holds() {
         "runtime rewrite claim history",
         rt_sql
             .execute("UPDATE statek.run_claims SET sequence = 0", &[])
+            .await,
+    );
+    sql_denied(
+        "runtime finishes a claim itself",
+        rt_sql
+            .execute(
+                "UPDATE statek.run_claims SET finished_at = now() WHERE finished_at IS NULL",
+                &[],
+            )
+            .await,
+    );
+    sql_denied(
+        "runtime forges a claim",
+        rt_sql
+            .execute(
+                "INSERT INTO statek.run_claims
+                     (run_id, attempt, tenant_id, shard_id, sequence, lease_token, claimed_at)
+                 SELECT run_id, attempt + 1, tenant_id, 'primary-v1', 0, gen_random_uuid(), now()
+                 FROM statek.runs LIMIT 1",
+                &[],
+            )
+            .await,
+    );
+    // Runs: never the tenant, payload, attempt, claim time or priority.
+    for column in [
+        "tenant_id = 'tenant-b'",
+        "payload = '\\x00'",
+        "attempt = attempt + 1",
+        "claimed_at = now()",
+        "priority = 5",
+    ] {
+        sql_denied(
+            &format!("runtime sets runs.{column}"),
+            rt_sql
+                .execute(&format!("UPDATE statek.runs SET {column}"), &[])
+                .await,
+        );
+    }
+    sql_denied(
+        "runtime attaches a slot map itself",
+        rt_sql
+            .execute(
+                "INSERT INTO statek.shard_slot_maps (shard_id, tenant_ids, slot_map)
+                 VALUES ('primary-v1', ARRAY['tenant-a'], ARRAY[0::smallint])",
+                &[],
+            )
             .await,
     );
     sql_denied(

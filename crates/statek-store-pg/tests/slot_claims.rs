@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
-use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::testing::{reserved_slots, TestDatabase};
 use statek_store_pg::{ClaimedRun, FailOutcome, NewRun, PgStore, SlotClaim, StoreError};
 use uuid::Uuid;
 
@@ -102,12 +102,7 @@ async fn a_mixed_batch_gets_exact_outcomes_per_slot_and_each_claim_is_recorded()
         .await
         .unwrap();
 
-    let slots = [
-        (10, a.clone()),
-        (11, b.clone()),
-        (12, a.clone()),
-        (13, c.clone()),
-    ];
+    let slots = reserved_slots(&store, &p, &[&a, &b, &a, &c]).await;
     let claims = store
         .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
         .await
@@ -168,7 +163,7 @@ async fn a_mixed_batch_gets_exact_outcomes_per_slot_and_each_claim_is_recorded()
                 1,
                 "tenant-a",
                 Some("primary-v1"),
-                Some(10),
+                Some(slots[0].0 as i64),
                 first.lease.token(),
                 None
             ),
@@ -177,7 +172,7 @@ async fn a_mixed_batch_gets_exact_outcomes_per_slot_and_each_claim_is_recorded()
                 1,
                 "tenant-a",
                 Some("primary-v1"),
-                Some(12),
+                Some(slots[2].0 as i64),
                 second.lease.token(),
                 None
             ),
@@ -199,7 +194,7 @@ async fn a_mixed_batch_gets_exact_outcomes_per_slot_and_each_claim_is_recorded()
 
     // A slot never claims twice: nothing of the call is kept.
     match store
-        .claim_runs_for_slots(&[(12, a.clone())], p.shard_id(), LEASE)
+        .claim_runs_for_slots(&[slots[2].clone()], p.shard_id(), LEASE)
         .await
     {
         Err(StoreError::SlotAlreadyClaimed { shard }) => assert_eq!(&shard, p.shard_id()),
@@ -209,17 +204,9 @@ async fn a_mixed_batch_gets_exact_outcomes_per_slot_and_each_claim_is_recorded()
     // since the failure, so after the third by available time) as attempt
     // 2 in a new history row; the first attempt's row is unchanged. c's
     // run is free now.
+    let next = reserved_slots(&store, &p, &[&a, &c, &a, &a]).await;
     let claims = store
-        .claim_runs_for_slots(
-            &[
-                (14, a.clone()),
-                (15, c.clone()),
-                (16, a.clone()),
-                (17, a.clone()),
-            ],
-            p.shard_id(),
-            LEASE,
-        )
+        .claim_runs_for_slots(&next, p.shard_id(), LEASE)
         .await
         .unwrap();
     assert_eq!(claimed(&claims[0]).lease.run_id(), a_runs[2]);
@@ -238,9 +225,9 @@ async fn a_mixed_batch_gets_exact_outcomes_per_slot_and_each_claim_is_recorded()
     assert_eq!(
         seqs,
         [
-            (Some(14), a_runs[2], 1),
-            (Some(15), c_run, 1),
-            (Some(16), a_runs[1], 2)
+            (Some(next[0].0 as i64), a_runs[2], 1),
+            (Some(next[1].0 as i64), c_run, 1),
+            (Some(next[2].0 as i64), a_runs[1], 2)
         ]
     );
 
@@ -348,6 +335,9 @@ async fn four_claimers_of_disjoint_slot_batches_claim_every_run_exactly_once() {
             .unwrap();
     }
     const BATCH: u64 = 16;
+    // Claims name reserved slots only (migration V11): reserve far more
+    // than the 2,000 claims and the idle batches that end each task take.
+    statek_store_pg::testing::reserve_next_slots(&store, &p, 8192).await;
     let mut tasks = tokio::task::JoinSet::new();
     for task in 0..4_u64 {
         let (store, p) = (store.clone(), p.clone());
@@ -472,14 +462,7 @@ async fn a_claim_limited_to_free_permits_answers_its_decided_prefix() {
             .await
             .unwrap();
     }
-    let slots = [
-        (20, b.clone()),
-        (21, a.clone()),
-        (22, b.clone()),
-        (23, a.clone()),
-        (24, c.clone()),
-        (25, b.clone()),
-    ];
+    let slots = reserved_slots(&store, &p, &[&b, &a, &b, &a, &c, &b]).await;
     // One permit: b idle, a's first run, then stop.
     let first = store
         .claim_runs_for_slots_up_to(&slots, p.shard_id(), LEASE, 1)
@@ -502,9 +485,9 @@ async fn a_claim_limited_to_free_permits_answers_its_decided_prefix() {
     assert_eq!(
         recorded,
         [
-            (Some(21), "tenant-a".to_owned()),
-            (Some(23), "tenant-a".to_owned()),
-            (Some(24), "tenant-c".to_owned()),
+            (Some(slots[1].0 as i64), "tenant-a".to_owned()),
+            (Some(slots[3].0 as i64), "tenant-a".to_owned()),
+            (Some(slots[4].0 as i64), "tenant-c".to_owned()),
         ]
     );
     // A run left over by the limit is not claimed and stays available.
@@ -517,7 +500,12 @@ async fn a_claim_limited_to_free_permits_answers_its_decided_prefix() {
         .await
         .unwrap();
     let limited = store
-        .claim_runs_for_slots_up_to(&[(30, a.clone()), (31, a.clone())], p.shard_id(), LEASE, 1)
+        .claim_runs_for_slots_up_to(
+            &reserved_slots(&store, &p, &[&a, &a]).await,
+            p.shard_id(),
+            LEASE,
+            1,
+        )
         .await
         .unwrap();
     assert_eq!(labels(&limited), ["a3"]);
@@ -542,9 +530,9 @@ async fn a_claim_limited_to_free_permits_answers_its_decided_prefix() {
 
 /// The limits function (`statek.claim_allowance`, which locks limits rows)
 /// runs in a claim only when a tenant of the batch with claimable runs
-/// has limits: without, the plan shows it never executed; with a cap on
-/// that tenant, executed once. (It ran for every claim before: a filter
-/// the planner had moved into a join.)
+/// has limits: without, the claim's transaction counts no call of it
+/// (`track_functions`); with a cap on that tenant, one call. (It ran for
+/// every claim before: a filter the planner had moved into a join.)
 #[tokio::test]
 async fn the_limits_function_runs_only_for_a_batch_with_a_limited_tenant() {
     let db = TestDatabase::create().await;
@@ -557,18 +545,20 @@ async fn the_limits_function_runs_only_for_a_batch_with_a_limited_tenant() {
             .await
             .unwrap();
     }
+    let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+    let slots = reserved_slots(&store, &p, &[&a, &b, &a, &b]).await;
     let mut client = db.client().await;
-    let mut allowance_line = async || -> String {
+    let mut allowance_calls = async || -> i64 {
         let tx = client.transaction().await.unwrap();
-        let plan: Vec<String> = tx
+        tx.batch_execute("SET LOCAL track_functions = 'pl'")
+            .await
+            .unwrap();
+        let claims = tx
             .query(
-                &format!(
-                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {}",
-                    statek_store_pg::testing::CLAIM_FOR_SLOTS_SQL
-                ),
+                statek_store_pg::testing::CLAIM_FOR_SLOTS_SQL,
                 &[
-                    &vec![0i64, 1, 2, 3],
-                    &vec!["tenant-a", "tenant-b", "tenant-a", "tenant-b"],
+                    &slots.iter().map(|s| s.0 as i64).collect::<Vec<_>>(),
+                    &slots.iter().map(|s| s.1.as_str()).collect::<Vec<_>>(),
                     &(0..4).map(|_| Uuid::now_v7()).collect::<Vec<_>>(),
                     &60.0f64,
                     &"primary-v1",
@@ -576,25 +566,28 @@ async fn the_limits_function_runs_only_for_a_batch_with_a_limited_tenant() {
                 ],
             )
             .await
+            .unwrap();
+        // Both of a's slots claimed a run, b's were idle.
+        assert_eq!(
+            claims
+                .iter()
+                .map(|row| row.get::<_, Option<Uuid>>("run_id").is_some())
+                .collect::<Vec<_>>(),
+            [true, false, true, false]
+        );
+        let calls: i64 = tx
+            .query_one(
+                "SELECT coalesce(pg_stat_get_xact_function_calls(
+                     'statek.claim_allowance(text[], bigint[])'::regprocedure), 0) AS calls",
+                &[],
+            )
+            .await
             .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .get("calls");
         tx.rollback().await.unwrap();
-        plan.iter()
-            .find(|line| line.contains("Function Scan on claim_allowance"))
-            .map(|line| line.trim().trim_start_matches("->").trim().to_owned())
-            .unwrap_or_else(|| {
-                panic!(
-                    "no call of claim_allowance in the plan:\n{}",
-                    plan.join("\n")
-                )
-            })
+        calls
     };
-    assert_eq!(
-        allowance_line().await,
-        "Function Scan on claim_allowance f (never executed)"
-    );
+    assert_eq!(allowance_calls().await, 0);
     store
         .set_tenant_limits(
             &tenant("tenant-a"),
@@ -602,8 +595,213 @@ async fn the_limits_function_runs_only_for_a_batch_with_a_limited_tenant() {
         )
         .await
         .unwrap();
+    assert_eq!(allowance_calls().await, 1);
+}
+
+fn refused(result: Result<Vec<SlotClaim>, StoreError>) -> String {
+    match result {
+        Err(error @ StoreError::ClaimRefused { .. }) => {
+            assert_eq!(error.sqlstate(), Some("SK002"));
+            assert!(!error.is_retryable());
+            match error {
+                StoreError::ClaimRefused { message } => message,
+                _ => unreachable!(),
+            }
+        }
+        other => panic!("expected ClaimRefused, got {other:?}"),
+    }
+}
+
+/// Migration V11: the claim function (the only writer of slot claims)
+/// refuses a slot in no reservation range of its shard and a slot named
+/// with another tenant than the cycle's, writing nothing; the slot map it
+/// checks against is attached at registration, hashes to the stored cycle
+/// digest, and never changes.
+#[tokio::test]
+async fn the_claim_function_refuses_slots_not_reserved_or_not_the_cycle_tenants() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let p = policy(&[("tenant-a", 2), ("tenant-b", 1), ("tenant-c", 1)]);
+    store.register(&p).await.unwrap();
+    let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+    for t in [&a, &b] {
+        store
+            .enqueue(&NewRun::new(t.clone(), b"x".to_vec()))
+            .await
+            .unwrap();
+    }
+    // The stored map: the policy's cycle, tenants in index (id) order.
+    let row = client
+        .query_one(
+            "SELECT tenant_ids, slot_map FROM statek.shard_slot_maps WHERE shard_id = 'primary-v1'",
+            &[],
+        )
+        .await
+        .unwrap();
     assert_eq!(
-        allowance_line().await,
-        "Function Scan on claim_allowance f (actual rows=1 loops=1)"
+        row.get::<_, Vec<String>>("tenant_ids"),
+        ["tenant-a", "tenant-b", "tenant-c"]
     );
+    let indexes: Vec<i16> = p
+        .cycle_tenant_indexes()
+        .iter()
+        .map(|&i| i16::try_from(i).unwrap())
+        .collect();
+    assert_eq!(row.get::<_, Vec<i16>>("slot_map"), indexes);
+
+    let slots = reserved_slots(&store, &p, &[&a]).await;
+    let sequence = slots[0].0;
+    let cursor = store.next_sequence(p.shard_id()).await.unwrap();
+    assert_eq!(cursor, sequence + 1);
+    // Not reserved: the cursor's own slot, with its own cycle tenant.
+    let unreserved = (cursor, p.tenant_for_slot(cursor % 4).unwrap().clone());
+    assert_eq!(
+        refused(
+            store
+                .claim_runs_for_slots(&[unreserved], p.shard_id(), LEASE)
+                .await
+        ),
+        format!(
+            "statek: sequence {cursor} is not a reserved slot of shard primary-v1 (no reservation range holds it)"
+        )
+    );
+    // Reserved, but a's slot named as b's.
+    assert_eq!(
+        refused(
+            store
+                .claim_runs_for_slots(&[(sequence, b.clone())], p.shard_id(), LEASE)
+                .await
+        ),
+        format!(
+            "statek: slot {sequence} of shard primary-v1 belongs to tenant tenant-a, not tenant-b"
+        )
+    );
+    // Nothing was written: no claim, both runs still available.
+    assert_eq!(history(&client).await, []);
+    let available: i64 = client
+        .query_one(
+            "SELECT count(*) FROM statek.runs WHERE state = 'available'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(available, 2);
+    // The slot as reserved claims a's run.
+    let claims = store
+        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
+        .await
+        .unwrap();
+    assert_eq!(claimed(&claims[0]).tenant, a);
+
+    // A map that is not the cycle's is refused; the stored one never
+    // changes, not even for the owner.
+    let attach = |map: String| {
+        let client = &client;
+        async move {
+            let error = client
+                .execute(
+                    &format!("SELECT statek.attach_slot_map('primary-v1', '{map}'::smallint[])"),
+                    &[],
+                )
+                .await
+                .unwrap_err();
+            let db_error = error.as_db_error().unwrap();
+            (
+                db_error.code().code().to_owned(),
+                db_error.message().to_owned(),
+            )
+        }
+    };
+    let mut swapped = indexes.clone();
+    swapped.reverse();
+    assert_ne!(
+        swapped, indexes,
+        "the test needs a cycle that is not a palindrome"
+    );
+    let swapped_text = format!(
+        "{{{}}}",
+        swapped
+            .iter()
+            .map(i16::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    assert_eq!(
+        attach(swapped_text).await,
+        (
+            "SK002".to_owned(),
+            "statek: this slot map of shard primary-v1 does not match its stored cycle digest"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        attach("{0,1,2}".to_owned()).await,
+        (
+            "SK002".to_owned(),
+            "statek: a slot map of shard primary-v1 has one tenant index below 3 for each of its 4 slots"
+                .to_owned()
+        )
+    );
+    for statement in [
+        "UPDATE statek.shard_slot_maps SET slot_map = slot_map",
+        "DELETE FROM statek.shard_slot_maps",
+    ] {
+        let error = client.execute(statement, &[]).await.unwrap_err();
+        let db_error = error.as_db_error().unwrap();
+        assert_eq!(
+            (db_error.code().code(), db_error.message()),
+            (
+                "SK001",
+                "statek: the slot map of shard primary-v1 is bound forever and cannot be changed or deleted"
+            ),
+            "{statement}"
+        );
+    }
+}
+
+/// A shard without a slot map (registered before migration V11) cannot
+/// have its slots claimed until it is registered again, which attaches the
+/// map (a Worker registers at start).
+#[tokio::test]
+async fn a_shard_registered_before_v11_gets_its_slot_map_when_registered_again() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let p = policy(&[("tenant-a", 1), ("tenant-b", 1)]);
+    // The row as a V10 store inserted it: no slot map.
+    client
+        .execute(
+            "INSERT INTO statek.scheduler_shards
+                 (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest)
+             VALUES ('primary-v1', $1, $2, $3, $4)",
+            &[
+                &p.canonical_bytes(),
+                &&p.digest().as_bytes()[..],
+                &i32::try_from(p.cycle_length()).unwrap(),
+                &&p.cycle_digest().as_bytes()[..],
+            ],
+        )
+        .await
+        .unwrap();
+    let a = tenant("tenant-a");
+    store
+        .enqueue(&NewRun::new(a.clone(), b"x".to_vec()))
+        .await
+        .unwrap();
+    let slots = reserved_slots(&store, &p, &[&a]).await;
+    assert_eq!(
+        refused(store.claim_runs_for_slots(&slots, p.shard_id(), LEASE).await),
+        "statek: shard primary-v1 has no slot map (register it with this version of statek, or roll a shard registered before migration V6 out to a new one)"
+    );
+    assert!(matches!(
+        store.register(&p).await.unwrap(),
+        statek_store_pg::Registration::Idempotent { .. }
+    ));
+    let claims = store
+        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
+        .await
+        .unwrap();
+    assert_eq!(claimed(&claims[0]).tenant, a);
 }

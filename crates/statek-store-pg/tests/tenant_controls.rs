@@ -4,12 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use statek_policy::{SchedulerShardId, TenantId};
-use statek_store_pg::testing::TestDatabase;
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::{reserve_next_slots, reserved_slots, TestDatabase};
 use statek_store_pg::{
     ClaimOutcome, NewRun, PgStore, RateLimit, SlotClaim, StoreError, TenantLimits, MAX_CLAIM_SLOTS,
     MAX_RUNNING_LIMIT,
@@ -21,6 +21,19 @@ fn tenant(id: &str) -> TenantId {
 
 fn shard() -> SchedulerShardId {
     SchedulerShardId::try_from("primary-v1").unwrap()
+}
+
+/// The policy of [`shard`] with these tenants and weights (register it
+/// before reserving: a claim names only reserved slots of its cycle's
+/// tenants).
+fn policy(weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        shard(),
+        weights
+            .iter()
+            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
+    )
+    .unwrap()
 }
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -36,9 +49,17 @@ async fn enqueue_n(store: &PgStore, tenant: &TenantId, n: usize) {
     store.enqueue_many(&runs).await.unwrap();
 }
 
-/// Distinct slot sequences for claimers that share a shard.
-fn next_sequences(counter: &AtomicU64, n: u64) -> u64 {
-    counter.fetch_add(n, Ordering::SeqCst)
+/// Distinct slots for claimers that share a shard: the next reserved
+/// slots of `tenants` (in this order), reserved by one claimer at a time
+/// (`one_at_a_time`), so that no two claimers get the same slot.
+async fn next_slots(
+    one_at_a_time: &tokio::sync::Mutex<()>,
+    store: &PgStore,
+    policy: &WeightedFairnessPolicy,
+    tenants: &[&TenantId],
+) -> Vec<(u64, TenantId)> {
+    let _reserving = one_at_a_time.lock().await;
+    reserved_slots(store, policy, tenants).await
 }
 
 /// The largest number of a tenant's claims whose [claimed_at, finished_at]
@@ -72,12 +93,14 @@ async fn a_cap_of_two_holds_across_eight_concurrent_claimers_and_other_tenants_a
     let db = TestDatabase::create().await;
     let owner = db.store();
     let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+    let p = policy(&[("tenant-a", 2), ("tenant-b", 1)]);
+    owner.register(&p).await.unwrap();
     owner.set_tenant_limits(&a, &cap(2)).await.unwrap();
     enqueue_n(&owner, &a, 50).await;
     enqueue_n(&owner, &b, 50).await;
     // 8 claimers over 4 stores (4 pools, as 4 replicas would have).
     let stores: Vec<PgStore> = (0..4).map(|_| db.store()).collect();
-    let sequences = Arc::new(AtomicU64::new(0));
+    let reserving = Arc::new(tokio::sync::Mutex::new(()));
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {
         let client = db.client().await;
@@ -103,16 +126,16 @@ async fn a_cap_of_two_holds_across_eight_concurrent_claimers_and_other_tenants_a
     let mut claimers = Vec::new();
     for i in 0..8 {
         let store = stores[i % 4].clone();
-        let (a, b) = (a.clone(), b.clone());
-        let sequences = Arc::clone(&sequences);
+        let (a, b, p) = (a.clone(), b.clone(), p.clone());
+        let reserving = Arc::clone(&reserving);
         claimers.push(tokio::spawn(async move {
             let (mut limited_a, mut limited_b, mut ran) = (0_u64, 0_u64, 0_u64);
             let mut empty_rounds = 0;
             while empty_rounds < 20 {
-                let s = next_sequences(&sequences, 3);
-                let slots = [(s, a.clone()), (s + 1, a.clone()), (s + 2, b.clone())];
+                // Two slots of a, one of b.
+                let slots = next_slots(&reserving, &store, &p, &[&a, &a, &b]).await;
                 let claims = store
-                    .claim_runs_for_slots(&slots, &shard(), LEASE)
+                    .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
                     .await
                     .unwrap();
                 let mut any = false;
@@ -171,13 +194,15 @@ async fn a_rate_of_ten_per_second_holds_in_every_sliding_second_over_ten_seconds
     let db = TestDatabase::create().await;
     let store = db.store();
     let a = tenant("tenant-a");
+    let p = policy(&[("tenant-a", 1)]);
+    store.register(&p).await.unwrap();
     let rate: RateLimit = "10/s".parse().unwrap();
     store
         .set_tenant_limits(&a, &TenantLimits::new(None, Some(rate)).unwrap())
         .await
         .unwrap();
     enqueue_n(&store, &a, 400).await;
-    let sequences = Arc::new(AtomicU64::new(0));
+    let reserving = Arc::new(tokio::sync::Mutex::new(()));
     // Eight stores, each connected before the 10 s start.
     let mut stores = Vec::new();
     for _ in 0..8 {
@@ -188,15 +213,14 @@ async fn a_rate_of_ten_per_second_holds_in_every_sliding_second_over_ten_seconds
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     let mut claimers = Vec::new();
     for store in stores {
-        let a = a.clone();
-        let sequences = Arc::clone(&sequences);
+        let (a, p) = (a.clone(), p.clone());
+        let reserving = Arc::clone(&reserving);
         claimers.push(tokio::spawn(async move {
             let mut limited = 0_u64;
             while tokio::time::Instant::now() < until {
-                let s = next_sequences(&sequences, 2);
-                let slots = [(s, a.clone()), (s + 1, a.clone())];
+                let slots = next_slots(&reserving, &store, &p, &[&a, &a]).await;
                 for claim in store
-                    .claim_runs_for_slots(&slots, &shard(), LEASE)
+                    .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
                     .await
                     .unwrap()
                 {
@@ -249,6 +273,8 @@ async fn a_single_claim_is_limited_by_a_cap_and_limits_apply_from_the_next_claim
     let db = TestDatabase::create().await;
     let store = db.store();
     let a = tenant("tenant-a");
+    let p = policy(&[("tenant-a", 1)]);
+    store.register(&p).await.unwrap();
     enqueue_n(&store, &a, 10).await;
     store.set_tenant_limits(&a, &cap(1)).await.unwrap();
     let first = match store.claim_run(&a, LEASE).await.unwrap() {
@@ -270,9 +296,9 @@ async fn a_single_claim_is_limited_by_a_cap_and_limits_apply_from_the_next_claim
         .any_claimable_runs(std::slice::from_ref(&a))
         .await
         .unwrap());
-    let slots = [(0, a.clone()), (1, a.clone()), (2, a.clone())];
+    let slots = reserved_slots(&store, &p, &[&a, &a, &a]).await;
     let claims = store
-        .claim_runs_for_slots(&slots, &shard(), LEASE)
+        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
         .await
         .unwrap();
     let kinds: Vec<&str> = claims
@@ -293,9 +319,9 @@ async fn a_single_claim_is_limited_by_a_cap_and_limits_apply_from_the_next_claim
     // Cleared: no limit at all.
     assert!(store.clear_tenant_limits(&a).await.unwrap());
     assert!(!store.clear_tenant_limits(&a).await.unwrap());
-    let slots: Vec<(u64, TenantId)> = (10..16).map(|s| (s, a.clone())).collect();
+    let slots = reserved_slots(&store, &p, &[&a; 6]).await;
     let claims = store
-        .claim_runs_for_slots(&slots, &shard(), LEASE)
+        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
         .await
         .unwrap();
     let claimed = claims
@@ -386,6 +412,8 @@ async fn five_priorities_are_claimed_highest_first_fifo_within_and_never_across_
     let db = TestDatabase::create().await;
     let store = db.store();
     let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+    let p = policy(&[("tenant-a", 1), ("tenant-b", 1)]);
+    store.register(&p).await.unwrap();
     // (priority, label) in the order enqueued.
     let order = [
         (0, "p0-1"),
@@ -412,14 +440,9 @@ async fn five_priorities_are_claimed_highest_first_fifo_within_and_never_across_
         .unwrap();
     let mut claimed = Vec::new();
     // Four slots of tenant-a, then six single claims.
-    let slots = [
-        (0, a.clone()),
-        (1, a.clone()),
-        (2, a.clone()),
-        (3, a.clone()),
-    ];
+    let slots = reserved_slots(&store, &p, &[&a, &a, &a, &a]).await;
     for claim in store
-        .claim_runs_for_slots(&slots, &shard(), LEASE)
+        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
         .await
         .unwrap()
     {
@@ -547,6 +570,8 @@ async fn a_bulk_enqueue_of_100000_runs_is_one_notification_and_is_claimed_in_fif
     let db = TestDatabase::create().await;
     let store = db.store();
     let a = tenant("tenant-a");
+    let p = policy(&[("tenant-a", 1)]);
+    store.register(&p).await.unwrap();
     let mut notifications = store.listen_for_runs().await.unwrap();
     let runs: Vec<NewRun> = (0..100_000_u32)
         .map(|i| NewRun::new(a.clone(), i.to_be_bytes().to_vec()))
@@ -566,14 +591,13 @@ async fn a_bulk_enqueue_of_100000_runs_is_one_notification_and_is_claimed_in_fif
         "only one notification for the whole statement"
     );
     let mut next = 0_u32;
-    let mut sequence = 0_u64;
     while next < 100_000 {
-        let slots: Vec<(u64, TenantId)> = (0..MAX_CLAIM_SLOTS as u64)
-            .map(|i| (sequence + i, a.clone()))
-            .collect();
-        sequence += MAX_CLAIM_SLOTS as u64;
+        // The next MAX_CLAIM_SLOTS slots, all of tenant-a's (the policy's
+        // only tenant).
+        let slots = reserve_next_slots(&store, &p, MAX_CLAIM_SLOTS as u64).await;
+        assert!(slots.iter().all(|(_, t)| *t == a));
         for claim in store
-            .claim_runs_for_slots(&slots, &shard(), LEASE)
+            .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
             .await
             .unwrap()
         {

@@ -6,8 +6,9 @@
 //!
 //! Implement [`Harness`] for your executor, then run [`exercise`] (every
 //! case) or the cases one by one. Slots come from a
-//! [`crate::DurableFairScheduler`] over an [`InMemoryReservations`], so no
-//! database is needed unless your executor needs one. What the cases
+//! [`crate::DurableFairScheduler`] over the harness's reservation source
+//! ([`Harness::Source`]: an [`crate::InMemoryReservations`] needs no
+//! database). What the cases
 //! check: FIFO per tenant, priorities within a tenant and never across
 //! tenants, tenant isolation, idle slots consumed, failures retried with
 //! backoff then `failed`, in-flight runs not waited for, locked runs
@@ -39,8 +40,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::{
-    DurableFairScheduler, FairnessMonitor, InMemoryReservations, SchedulerOptions,
-    TenantTickOutcome, TickOutcome,
+    DurableFairScheduler, FairnessMonitor, SchedulerOptions, TenantTickOutcome, TickOutcome,
 };
 
 use super::harness::Probe;
@@ -61,22 +61,20 @@ fn policy(weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
 }
 
 /// One case's world: the harness, the suite's handler's probe, and a
-/// scheduler reserving from an [`InMemoryReservations`] (the executor is
-/// under test, not the reservation source).
+/// scheduler reserving from the harness's source (the executor is under
+/// test, not the reservation source).
 struct Setup<H: Harness> {
-    source: InMemoryReservations,
     harness: H,
     probe: Arc<Probe>,
-    scheduler: Arc<DurableFairScheduler<H::Executor, InMemoryReservations>>,
+    scheduler: Arc<DurableFairScheduler<H::Executor, H::Source>>,
     shutdown: CancellationToken,
 }
 
 async fn setup<H: Harness>(weights: &[(&str, u32)], settings: Settings) -> Setup<H> {
-    let source = InMemoryReservations::new();
     let probe = Probe::new();
     let (harness, executor) = H::new(SuiteHandler(probe.clone()), settings).await;
     let scheduler = DurableFairScheduler::register(
-        source.clone(),
+        harness.source(),
         policy(weights),
         executor,
         SchedulerOptions::new(),
@@ -84,7 +82,6 @@ async fn setup<H: Harness>(weights: &[(&str, u32)], settings: Settings) -> Setup
     .await
     .unwrap();
     Setup {
-        source,
         harness,
         probe,
         scheduler: Arc::new(scheduler),
@@ -98,9 +95,9 @@ impl<H: Harness> Setup<H> {
     }
 
     async fn next_sequence(&self) -> u64 {
-        self.source
+        self.harness
             .next_sequence(self.scheduler.policy().shard_id())
-            .unwrap()
+            .await
     }
 }
 

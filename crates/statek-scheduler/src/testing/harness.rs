@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use statek_policy::TenantId;
+use statek_policy::{SchedulerShardId, TenantId};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::{Run, RunError, RunHandler, TenantExecutor};
+use crate::{ReservationSource, Run, RunError, RunHandler, TenantExecutor};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Execution {
@@ -156,6 +156,13 @@ pub trait Harness: Sized + Send + Sync + 'static {
     /// A held lock on one run (as another session's `SELECT … FOR
     /// UPDATE`): while held, claims must skip the run without waiting.
     type Lock: Send;
+    /// Where the suite's scheduler reserves its slots: an
+    /// [`crate::InMemoryReservations`] for an executor that needs no
+    /// database; the executor's own store when it claims only reserved
+    /// slots (PostgreSQL's claim function refuses any other slot since
+    /// migration V11, so [`crate::PgRunQueueExecutor`] reserves from its
+    /// `PgStore`).
+    type Source: ReservationSource + Clone + 'static;
 
     /// A fresh, empty queue and an executor on it whose runs `handler`
     /// executes, with `settings`.
@@ -184,6 +191,10 @@ pub trait Harness: Sized + Send + Sync + 'static {
     fn lock(&self, run_id: Uuid) -> impl Future<Output = Self::Lock> + Send;
     /// Releases a lock from [`lock`](Self::lock).
     fn unlock(&self, lock: Self::Lock) -> impl Future<Output = ()> + Send;
+    /// The reservation source of this queue (see [`Harness::Source`]).
+    fn source(&self) -> Self::Source;
+    /// The source's cursor of `shard`: the next sequence it hands out.
+    fn next_sequence(&self, shard: &SchedulerShardId) -> impl Future<Output = u64> + Send;
     /// How many of `ids` are in each (state, attempt).
     fn count_by_state(
         &self,

@@ -153,167 +153,29 @@ impl SlotClaimRequest {
 /// takes: a batch reservation's largest size.
 pub const MAX_CLAIM_SLOTS: usize = crate::batch::MAX_RESERVATION_BATCH as usize;
 
-/// A claim for a batch of slots, in one statement. `$1` sequences, `$2`
+/// A claim for a batch of slots: one call of the SECURITY DEFINER function
+/// `statek.claim_slots` (migration V11, which holds the statement and
+/// documents it), the only writer of slot claims. `$1` sequences, `$2`
 /// tenants, `$3` fresh lease tokens, one per slot in sequence order
 /// (`ord`); `$4` the lease in seconds; `$5` the shard; `$6` the most runs
-/// to claim. Per tenant, one `SKIP LOCKED` pick of as many of its
-/// claimable runs as it has slots and its limits allow
-/// (`statek.claim_allowance`, which locks a limited tenant's limits row),
+/// to claim. The function refuses (SQLSTATE SK002,
+/// [`StoreError::ClaimRefused`]) a slot that is in no reservation range of
+/// the shard or whose tenant is not the cycle's tenant at `sequence mod
+/// L`. Per tenant, one `SKIP LOCKED` pick of as many of its claimable runs
+/// as it has slots and its limits allow (`statek.claim_allowance`),
 /// highest priority first, then by available time, then per-insert
-/// sequence; the tenant's k-th slot in sequence order takes its k-th
-/// run. Of these pairs only the first `$6` in slot order are claimed
-/// (`kept`); the slots after the last kept pair are *undecided* when
-/// pairs were left over (their picked runs are unlocked at commit, nothing
-/// of them is written) and are answered with `decided = false`. Each
-/// claimed run gets its slot's token and its own expiry
-/// (`clock_timestamp()`), and one row of claim history naming the slot.
-/// A decided slot without a run is contended when a claimable run of its
+/// sequence; the tenant's k-th slot in sequence order takes its k-th run.
+/// Of these pairs only the first `$6` in slot order are claimed; the slots
+/// after the last kept pair are *undecided* when pairs were left over and
+/// are answered with `decided = false`. Each claimed run gets its slot's
+/// token, its own expiry and one row of claim history naming the slot. A
+/// decided slot without a run is contended when a claimable run of its
 /// tenant exists that this statement did not take (locked by another
 /// claimer), else idle; limited instead of contended when the slot is
 /// beyond what the tenant's limits allowed.
-pub(crate) const CLAIM_FOR_SLOTS: &str = concat!(
-    "
-    WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-    slots AS MATERIALIZED (
-        SELECT s.sequence, s.tenant_id, s.token, s.ord,
-               row_number() OVER (PARTITION BY s.tenant_id ORDER BY s.ord) AS nth
-        FROM unnest($1::bigint[], $2::text[], $3::uuid[]) WITH ORDINALITY
-             AS s(sequence, tenant_id, token, ord)
-    ),
-    demand AS MATERIALIZED (
-        SELECT tenant_id, count(*) AS wanted FROM slots GROUP BY tenant_id
-    ),
-    -- Tenants with any claimable run now, locked or not: one ordered index
-    -- probe each (a scalar subquery: PostgreSQL drops ORDER BY/LIMIT inside
-    -- EXISTS). Only they are picked from and probed for contention; the
-    -- others' slots are idle (with many tenants and few busy ones, that
-    -- is most of a batch).
-    live AS MATERIALIZED (
-        SELECT d.tenant_id, d.wanted
-        FROM demand AS d CROSS JOIN now
-        WHERE (SELECT true FROM statek.runs
-               WHERE runs.tenant_id = d.tenant_id AND ",
-    claimable_now!(),
-    "
-               ORDER BY runs.priority DESC, runs.available_at, runs.queue_seq
-               LIMIT 1)
-    ),
-    -- How many runs each live tenant may start now (migration V9): as many
-    -- as it wants without limits, else what its cap and rate leave. The
-    -- function locks the limited tenants' limits rows until commit, so
-    -- every claimer of such a tenant, on any replica, counts after the
-    -- previous one committed. It is not called at all when no live tenant
-    -- has limits: the uncorrelated EXISTS is a one-time filter above the
-    -- call in a CTE of its own (inside the LEFT JOIN below, the planner
-    -- made it a join filter and ran the function for every claim).
-    limited_live AS MATERIALIZED (
-        SELECT d.tenant_id, d.wanted FROM live AS d
-        WHERE EXISTS (SELECT 1 FROM statek.tenant_limits AS l WHERE l.tenant_id = d.tenant_id)
-    ),
-    limited_allowance AS MATERIALIZED (
-        SELECT f.tenant_id, f.allowed
-        FROM statek.claim_allowance(
-            ARRAY(SELECT tenant_id FROM limited_live ORDER BY tenant_id),
-            ARRAY(SELECT wanted FROM limited_live ORDER BY tenant_id)) AS f
-        WHERE EXISTS (SELECT 1 FROM limited_live)
-    ),
-    allowance AS MATERIALIZED (
-        SELECT d.tenant_id, coalesce(a.allowed, d.wanted) AS allowed
-        FROM live AS d
-        LEFT JOIN limited_allowance AS a ON a.tenant_id = d.tenant_id
-    ),
-    picked AS MATERIALIZED (
-        SELECT p.run_id, d.tenant_id,
-               row_number() OVER (PARTITION BY d.tenant_id
-                                  ORDER BY p.priority DESC, p.available_at, p.queue_seq) AS nth
-        FROM live AS d JOIN allowance AS a ON a.tenant_id = d.tenant_id
-        CROSS JOIN now
-        CROSS JOIN LATERAL (
-            SELECT runs.run_id, runs.priority, runs.available_at, runs.queue_seq
-            FROM statek.runs
-            WHERE runs.tenant_id = d.tenant_id AND ",
-    claimable_now!(),
-    "
-            ORDER BY runs.priority DESC, runs.available_at, runs.queue_seq
-            LIMIT a.allowed
-            FOR UPDATE OF runs SKIP LOCKED
-        ) AS p
-    ),
-    all_pairs AS MATERIALIZED (
-        SELECT s.ord, s.sequence, s.token, p.run_id,
-               row_number() OVER (ORDER BY s.ord) AS rank
-        FROM slots AS s
-        JOIN picked AS p ON p.tenant_id = s.tenant_id AND p.nth = s.nth
-    ),
-    pairs AS MATERIALIZED (
-        SELECT ord, sequence, token, run_id FROM all_pairs WHERE rank <= $6
-    ),
-    -- The last decided slot: every slot when no pair was left over, else
-    -- the slot of the last kept pair.
-    cutoff AS MATERIALIZED (
-        SELECT CASE WHEN (SELECT count(*) FROM all_pairs) > $6
-                    THEN (SELECT max(ord) FROM pairs)
-                    ELSE (SELECT max(ord) FROM slots) END AS ord
-    ),
-    claimed AS (
-        UPDATE statek.runs AS r
-        SET state = 'running',
-            attempt = r.attempt + 1,
-            lease_token = pairs.token,
-            lease_expires_at = clock_timestamp() + make_interval(secs => $4),
-            claimed_at = clock_timestamp()
-        FROM pairs
-        WHERE r.run_id = pairs.run_id
-        RETURNING pairs.ord, r.run_id, r.tenant_id, r.payload, r.attempt, r.max_attempts,
-                  r.enqueued_at, r.available_at, r.claimed_at, r.lease_expires_at, r.lease_token
-    ),
-    history AS (
-        INSERT INTO statek.run_claims
-            (run_id, attempt, tenant_id, shard_id, sequence, lease_token, claimed_at)
-        SELECT c.run_id, c.attempt, c.tenant_id, $5, pairs.sequence, c.lease_token, c.claimed_at
-        FROM claimed AS c JOIN pairs ON pairs.ord = c.ord
-        RETURNING run_id
-    ),
-    -- Tenants with a decided slot left without a run: is a claimable run
-    -- of theirs left that this statement did not pick (locked by another
-    -- claimer)? One probe per tenant, not per slot, and an ordered one
-    -- (ORDER BY ... LIMIT 1 on runs_claim_priority_idx's order): a plain EXISTS
-    -- lets the planner pick a sequential scan when few tenants have runs,
-    -- which reads the whole table for every tenant that has none.
-    short AS MATERIALIZED (
-        SELECT DISTINCT s.tenant_id
-        FROM slots AS s CROSS JOIN cutoff
-        WHERE s.ord <= cutoff.ord AND s.ord NOT IN (SELECT ord FROM pairs)
-          AND s.tenant_id IN (SELECT tenant_id FROM live)
-    ),
-    contention AS MATERIALIZED (
-        SELECT short.tenant_id, left_over.run_id IS NOT NULL AS contended
-        FROM short CROSS JOIN now
-        LEFT JOIN LATERAL (
-            SELECT runs.run_id
-            FROM statek.runs
-            WHERE runs.tenant_id = short.tenant_id AND ",
-    claimable_now!(),
-    "
-              AND runs.run_id NOT IN (SELECT run_id FROM all_pairs)
-            ORDER BY runs.priority DESC, runs.available_at, runs.queue_seq
-            LIMIT 1
-        ) AS left_over ON true
-    )
-    SELECT s.ord, s.sequence, s.tenant_id AS slot_tenant, s.ord <= cutoff.ord AS decided,
-           c.run_id, c.tenant_id, c.payload,
-           c.attempt, c.max_attempts, c.enqueued_at, c.available_at, c.claimed_at,
-           c.lease_expires_at, c.lease_token,
-           (SELECT count(*) FROM history) AS recorded,
-           c.run_id IS NULL AND coalesce(ct.contended, false) AS contended,
-           c.run_id IS NULL AND coalesce(ct.contended, false)
-               AND s.nth > coalesce(al.allowed, s.nth) AS limited
-    FROM slots AS s CROSS JOIN cutoff
-    LEFT JOIN claimed AS c ON c.ord = s.ord
-    LEFT JOIN contention AS ct ON ct.tenant_id = s.tenant_id
-    LEFT JOIN allowance AS al ON al.tenant_id = s.tenant_id
-    ORDER BY s.ord"
-);
+pub(crate) const CLAIM_FOR_SLOTS: &str = "
+    SELECT * FROM statek.claim_slots($1::bigint[], $2::text[], $3::uuid[], $4::float8,
+                                     $5::text, $6::bigint)";
 
 impl PgStore {
     /// Sends `request`: claims, in ONE statement, at most one run per slot

@@ -10,8 +10,8 @@
 //!   ends an extended-protocol exchange binding a prepared statement that
 //!   writes reservation rows (it calls `statek.reserve` or
 //!   `statek.reserve_batch`), claims runs (it writes claim history,
-//!   `INSERT INTO statek.run_claims`) or finishes runs (it sets a claim's
-//!   finish time, `UPDATE statek.run_claims`):
+//!   `statek.claim_slots` or `statek.claim_run`) or finishes runs (it sets
+//!   a claim's finish time, `statek.finish_runs`):
 //!   the server commits such an implicit transaction at that `Sync`, and
 //!   rolls it back if the connection ends before it.
 //!
@@ -295,13 +295,15 @@ fn is_commit(query_message: &[u8]) -> bool {
 
 /// The parts of statement text that mark a write whose lost
 /// acknowledgement the tests reproduce: reservations, claims (each writes
-/// claim history) and the finish of runs (complete, fail, `finish_runs`:
-/// each sets a claim's finish time).
-const WRITES: [&str; 4] = [
+/// claim history through `statek.claim_slots` or `statek.claim_run`) and
+/// the finish of runs (complete, fail, `finish_runs`: each sets a claim's
+/// finish time through `statek.finish_runs`; migration V11).
+const WRITES: [&str; 5] = [
     "statek.reserve(",
     "statek.reserve_batch(",
-    "INSERT INTO statek.run_claims",
-    "UPDATE statek.run_claims",
+    "statek.claim_slots(",
+    "statek.claim_run(",
+    "statek.finish_runs(",
 ];
 
 /// Reads the NUL-terminated string at `at` in `message`; returns it and the
