@@ -136,6 +136,34 @@ async fn backends(client: &tokio_postgres::Client, db: &TestDatabase, app: &str)
         .collect()
 }
 
+/// Waits (at most 60 s) until no backend of application `app` is running a
+/// statement, seen twice 100 ms apart.
+async fn wait_until_no_statement_runs(
+    client: &tokio_postgres::Client,
+    db: &TestDatabase,
+    app: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut quiet_checks = 0;
+    while quiet_checks < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "a statement of {app} still runs after 60 s"
+        );
+        let active: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = $1 AND application_name = $2 AND state <> 'idle'",
+                &[&db.name(), &app],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        quiet_checks = if active == 0 { quiet_checks + 1 } else { 0 };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The probe itself: it sees a transaction left open and an aborted one,
 /// from another connection, on this server version.
 #[tokio::test]
@@ -218,6 +246,13 @@ async fn dropped_reserve_futures_never_leave_a_connection_in_a_transaction() {
             backend_pids.extend(backends(&checker.client, &db, "statek-cancellation").await);
         }
     }
+
+    // A reserve whose future was dropped may still be running on the
+    // server (its statement was sent) and commit after this point: wait
+    // until no backend of the store is active, twice in a row, before the
+    // evidence is read (seen once on a loaded machine: 999 rows read, then
+    // a cursor of 1,000).
+    wait_until_no_statement_runs(&checker.client, &db, "statek-cancellation").await;
 
     // Rows equal the cursor, sequences contiguous, and each completed
     // reserve's answer is what is stored.
