@@ -9,7 +9,7 @@
 //! see `rule_tests.rs`); then for
 //! PostgreSQL 17 and 16 a fresh server (with `ssl=on`, see `pg/tls.rs`) and
 //! the tests with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_TLS_CA`,
-//! `STATEK_TEST_PG_VERSION` (which statek-store-pg's `tests/server_version.rs`
+//! `STATEK_TEST_PG_VERSION` (which statek-store-pg's `tests/it/server_version.rs`
 //! checks against the server's major version) and `STATEK_TEST_REQUIRE_DB=1`, with PgBouncer
 //! in transaction pooling mode in front of the server
 //! (`STATEK_TEST_PGBOUNCER_URL`; Debian's package `pgbouncer`, installed

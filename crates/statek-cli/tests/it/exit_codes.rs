@@ -21,7 +21,7 @@ fn command(args: &[&str], database_url: Option<&str>) -> Command {
         .current_dir(workspace())
         .env_remove("DATABASE_URL")
         // The test server is fast, not durable: exit 10 by default is
-        // tested in tests/cli.rs.
+        // tested in tests/it/cli.rs.
         .env("STATEK_DURABILITY", "none")
         .env("RUST_BACKTRACE", "1");
     if let Some(url) = database_url {

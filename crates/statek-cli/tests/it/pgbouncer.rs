@@ -17,7 +17,7 @@ fn statek(args: &[&str]) -> Output {
         .env_remove("DATABASE_URL")
         .env_remove("STATEK_TRANSACTION_POOLING")
         .env_remove("STATEK_DIRECT_DATABASE_URL")
-        // The test server is fast, not durable (see tests/cli.rs for the
+        // The test server is fast, not durable (see tests/it/cli.rs for the
         // default refusal).
         .env("STATEK_DURABILITY", "none")
         .output()

@@ -169,7 +169,7 @@ algorithms compared on one policy: bound = most consecutive reservations until t
 "
     );
     // An unknown algorithm is a usage error (exit 2, see
-    // tests/exit_codes.rs); so is neither a second file nor --against (a
+    // tests/it/exit_codes.rs); so is neither a second file nor --against (a
     // missing argument).
     let args = ["policy", "diff", file];
     assert_eq!(statek(&args, None).status.code(), Some(2), "{args:?}");
@@ -887,7 +887,7 @@ async fn runs_list_cancel_retry_and_prune_against_postgres() {
         stderr(&out)
     );
     // (A run id that is not a UUID or an unknown state is a usage error,
-    // exit 2: tests/exit_codes.rs.)
+    // exit 2: tests/it/exit_codes.rs.)
     for bad in [
         vec!["runs", "list", "--limit", "0"],
         vec!["runs", "list", "--tenant", ".."],
