@@ -372,17 +372,27 @@ pub async fn reserved_slots(
         slots.push((sequence, tenant.clone()));
         next = sequence + 1;
     }
-    let mut reserved = cursor;
-    while reserved < next {
-        let k = u32::try_from((next - reserved).min(u64::from(crate::MAX_RESERVATION_BATCH)))
+    reserve_sequences(store, policy, next - cursor).await;
+    slots
+}
+
+/// Reserves `count` sequences of `policy`'s shard from its cursor, in
+/// batches of at most [`crate::MAX_RESERVATION_BATCH`].
+async fn reserve_sequences(
+    store: &PgStore,
+    policy: &statek_policy::WeightedFairnessPolicy,
+    count: u64,
+) {
+    let mut reserved = 0;
+    while reserved < count {
+        let k = u32::try_from((count - reserved).min(u64::from(crate::MAX_RESERVATION_BATCH)))
             .expect("at most MAX_RESERVATION_BATCH");
         store
-            .reserve_batch(shard, &policy.digest(), Uuid::now_v7(), k)
+            .reserve_batch(policy.shard_id(), &policy.digest(), Uuid::now_v7(), k)
             .await
             .expect("reserve the slots");
         reserved += u64::from(k);
     }
-    slots
 }
 
 /// Reserves the next `count` sequences of `policy`'s shard (from its
@@ -398,16 +408,7 @@ pub async fn reserve_next_slots(
         .await
         .expect("read the shard's cursor");
     let length = u64::from(policy.cycle_length());
-    let mut reserved = 0;
-    while reserved < count {
-        let k = u32::try_from((count - reserved).min(u64::from(crate::MAX_RESERVATION_BATCH)))
-            .expect("at most MAX_RESERVATION_BATCH");
-        store
-            .reserve_batch(shard, &policy.digest(), Uuid::now_v7(), k)
-            .await
-            .expect("reserve the slots");
-        reserved += u64::from(k);
-    }
+    reserve_sequences(store, policy, count).await;
     (cursor..cursor + count)
         .map(|sequence| {
             let tenant = policy
