@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// warm-up; each workload runs three sides on two settings).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub workload_seconds: u64,
+    /// Samples per side and setting of section `workloads` (sides
+    /// interleaved; each side judged by its median; `--quick` takes 1).
+    #[arg(long, default_value_t = workloads::samples::SAMPLES, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub samples: u32,
     /// Minutes at full load of section `soak`.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=240))]
     pub soak_minutes: u64,
@@ -78,6 +82,18 @@ pub struct BenchArgs {
     /// `results.json`; measures nothing.
     #[arg(long, value_name = "RESULTS_JSON")]
     pub charts_from: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// Samples per side of section `workloads`: `--samples`, or 1 for a
+    /// `--quick` smoke run.
+    fn workload_samples(&self) -> u32 {
+        if self.quick {
+            1
+        } else {
+            self.samples
+        }
+    }
 }
 
 /// The sections of a run.
@@ -426,7 +442,14 @@ async fn measure_in(
     if args.only.contains(&Section::Workloads) {
         report.workloads.window_seconds = args.workload_seconds;
         let window = Duration::from_secs(args.workload_seconds);
-        workloads::run(url, "fast", window, &mut report.workloads).await?;
+        workloads::run(
+            url,
+            "fast",
+            window,
+            args.workload_samples(),
+            &mut report.workloads,
+        )
+        .await?;
     }
     if args.only.contains(&Section::Enqueue) {
         report.enqueue = enqueue::run(url, Duration::from_secs(args.seconds)).await?;
@@ -579,6 +602,7 @@ fn durable_workloads(
             &url,
             "durable",
             Duration::from_secs(args.workload_seconds),
+            args.workload_samples(),
             into,
         )
         .await

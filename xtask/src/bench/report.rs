@@ -32,6 +32,13 @@ pub struct Machine {
     pub pgbench: String,
     /// When (UTC, `date -u`).
     pub date: String,
+    /// The commit measured (`git rev-parse --short HEAD`, `+dirty` with
+    /// uncommitted changes): a figure is evidence for this commit only.
+    #[serde(default)]
+    pub commit: String,
+    /// `/proc/loadavg`'s 1, 5 and 15 minute load averages at the start.
+    #[serde(default)]
+    pub load_average: String,
 }
 
 /// One client count of the reservation comparison.
@@ -171,7 +178,27 @@ impl Machine {
             settings: BTreeMap::new(),
             pgbench: String::new(),
             date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            commit: commit(),
+            load_average: std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
         }
+    }
+}
+
+/// The short commit of the workspace, `+dirty` when it has uncommitted
+/// changes.
+fn commit() -> String {
+    let head = command_output("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty =
+        !command_output("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    if dirty {
+        format!("{head}+dirty")
+    } else {
+        head
     }
 }
 
@@ -428,9 +455,10 @@ impl Report {
         println!();
         println!("==== cargo xtask bench ({})", m.date);
         println!(
-            "machine: {} ({} CPUs, {:.1} GiB), Linux {}",
-            m.cpu, m.cpus, m.memory_gib, m.kernel
+            "machine: {} ({} CPUs, {:.1} GiB), Linux {}, load average {} at the start",
+            m.cpu, m.cpus, m.memory_gib, m.kernel, m.load_average
         );
+        println!("commit:  {}", m.commit);
         println!("server:  {}", m.postgres);
         println!(
             "settings: {}",

@@ -13,10 +13,12 @@
 //! rows' database times.
 
 mod batched;
+mod db_work;
 mod fair;
 mod feeder;
 pub mod lag;
 pub mod results;
+pub mod samples;
 mod shape;
 pub mod table;
 pub mod targets;
@@ -44,38 +46,56 @@ pub const MAX_CONNECTIONS: usize = shape::LONG_EXECUTING_RUNS + 6;
 const WARM_UP: Duration = Duration::from_millis(500);
 
 /// Runs every workload and the slot rate on the server of `url` (a
-/// migrated database), `window` seconds each, labelled `setting`.
-pub async fn run(url: &str, setting: &str, window: Duration, into: &mut Workloads) -> Result<()> {
+/// migrated database), `window` seconds each, labelled `setting`: each
+/// side `samples` times, sides interleaved (fair, plain, batched, then
+/// the next sample), a drained sample run again with twice the backlog
+/// (at most [`samples::DRAINED_RETRIES`] times).
+pub async fn run(
+    url: &str,
+    setting: &str,
+    window: Duration,
+    samples: u32,
+    into: &mut Workloads,
+) -> Result<()> {
     let client = crate::bench::connection::connect(url).await?;
     for workload in Workload::ALL {
         let policy = workload.policy()?;
-        let mut sides = Vec::new();
-        for side in [FAIR, PLAIN, BATCHED] {
-            eprintln!(
-                "==> workloads ({setting}): {}, {side}, {} executing runs",
-                workload.name(),
-                workload.executing_runs()
-            );
-            let measured = measure_side(url, &client, workload, &policy, side, window).await?;
-            eprintln!(
-                "    {:.0} runs/s{}{}",
-                measured.runs_per_second,
-                measured
-                    .slots_per_second
-                    .map_or_else(String::new, |s| format!(", {s:.0} slots/s")),
-                measured.lag.as_ref().map_or_else(String::new, |l| format!(
-                    ", fed p50 {:.1} ms p99 {:.1} ms ({} runs, {} unclaimed)",
-                    l.p50_ms, l.p99_ms, l.runs, l.unclaimed
-                ))
-            );
-            sides.push(measured);
+        let mut all = Vec::new();
+        for sample in 0..samples {
+            for side in [FAIR, PLAIN, BATCHED] {
+                let mut scale = 1;
+                for _ in 0..=samples::DRAINED_RETRIES {
+                    eprintln!(
+                        "==> workloads ({setting}): {}, {side}, sample {} of {samples}, {} executing runs{}",
+                        workload.name(),
+                        sample + 1,
+                        workload.executing_runs(),
+                        if scale > 1 { format!(", {scale}x the backlog") } else { String::new() }
+                    );
+                    let at = Sample {
+                        number: sample,
+                        backlog_scale: scale,
+                    };
+                    let measured =
+                        measure_side(url, &client, workload, &policy, side, window, at).await?;
+                    print_sample(&measured);
+                    let drained = measured.drained;
+                    all.push(measured);
+                    if !drained {
+                        break;
+                    }
+                    scale *= 2;
+                    eprintln!("    a backlog ran out inside the window: not judged, run again");
+                }
+            }
         }
         into.runs.push(WorkloadRun {
             setting: setting.to_owned(),
             workload: workload.name().to_owned(),
             executing_runs: workload.executing_runs(),
             handler_ms: u64::try_from(workload.handler().as_millis())?,
-            sides,
+            sides: samples::summarize(&all, &[FAIR, PLAIN, BATCHED]),
+            samples: all,
         });
     }
     eprintln!(
@@ -94,8 +114,49 @@ pub async fn run(url: &str, setting: &str, window: Duration, into: &mut Workload
     Ok(())
 }
 
-/// One side of one workload: load the queue, start the side (and the
-/// feeder), warm up, measure the window, stop, read the figures.
+/// Which sample a measurement is, and how large its backlog.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    number: u32,
+    backlog_scale: u64,
+}
+
+/// One line per sample on standard error.
+fn print_sample(measured: &Side) {
+    eprintln!(
+        "    {:.0} runs/s{}{}{}",
+        measured.runs_per_second,
+        measured
+            .slots_per_second
+            .map_or_else(String::new, |s| format!(", {s:.0} slots/s")),
+        measured.lag.as_ref().map_or_else(String::new, |l| format!(
+            ", fed p50 {:.1} ms p99 {:.1} ms ({} runs, {} unclaimed)",
+            l.p50_ms, l.p99_ms, l.runs, l.unclaimed
+        )),
+        measured.work.as_ref().map_or_else(String::new, |w| format!(
+            "; per run: {:.0} WAL bytes, {:.2} rows written ({:.2} HOT updates), {:.3} ms client CPU",
+            w.wal_bytes,
+            w.rows_written(),
+            w.hot_updated,
+            w.client_cpu_ms
+        ))
+    );
+}
+
+/// `CHECKPOINT`, so no sample pays for the dirty pages of the one before
+/// (needs a superuser or `pg_checkpoint`; said once and skipped when
+/// refused).
+async fn checkpoint(client: &tokio_postgres::Client) {
+    static REFUSED: std::sync::Once = std::sync::Once::new();
+    if let Err(e) = client.batch_execute("CHECKPOINT").await {
+        REFUSED
+            .call_once(|| eprintln!("xtask: CHECKPOINT refused ({e}); samples not checkpointed"));
+    }
+}
+
+/// One sample of one side of one workload: load the queue, checkpoint,
+/// start the side (and the feeder), warm up, measure the window, stop,
+/// wait for the side's sessions to end, read the figures.
 async fn measure_side(
     url: &str,
     client: &tokio_postgres::Client,
@@ -103,13 +164,23 @@ async fn measure_side(
     policy: &WeightedFairnessPolicy,
     side: &str,
     window: Duration,
+    at: Sample,
 ) -> Result<Side> {
-    feeder::load(client, &workload.backlog(policy)).await?;
+    let backlog: Vec<(String, u64)> = workload
+        .backlog(policy)
+        .into_iter()
+        .map(|(tenant, runs)| (tenant, runs * at.backlog_scale))
+        .collect();
+    feeder::load(client, &backlog).await?;
     let baseline = side != FAIR;
     if baseline {
         plain_claimer::create_index(url).await?;
     }
+    checkpoint(client).await;
     let shard = policy.shard_id().to_string();
+    let keep = window::sessions(client).await?;
+    let work_before = db_work::read(client).await?;
+    let born = window::edge(client, &shard).await?;
     let stop = CancellationToken::new();
     let (executing, handler) = (workload.executing_runs(), workload.handler());
     let running = match side {
@@ -131,19 +202,25 @@ async fn measure_side(
     let from = window::edge(client, &shard).await?;
     tokio::time::sleep(window).await;
     let to = window::edge(client, &shard).await?;
+    let tenants: Vec<String> = backlog.iter().map(|(tenant, _)| tenant.clone()).collect();
+    let left = window::available_of(client, &tenants).await?;
     let backlog_left = match workload {
-        Workload::NoisyNeighbour => Some(window::available(client, "noisy").await?),
+        Workload::NoisyNeighbour => left.first().copied(),
         _ => None,
     };
     stop.cancel();
     feeding.await??;
     running.join().await?;
     let stopped = window::edge(client, &shard).await?.at;
+    window::sessions_gone(client, &keep).await?;
+    let work_after = db_work::read(client).await?;
+    let died = window::edge(client, &shard).await?;
     if baseline {
         plain_claimer::drop_index(url).await?;
     }
     let seconds = window::seconds(&from, &to);
     let runs = window::completed(client, &from, &to).await?;
+    let lifetime_runs = window::completed(client, &born, &died).await?;
     Ok(Side {
         side: side.to_owned(),
         runs,
@@ -152,6 +229,11 @@ async fn measure_side(
         slots_per_second: (!baseline).then(|| (to.cursor - from.cursor) as f64 / seconds.max(1e-9)),
         lag: window::lag(client, &fed, &from, &to, stopped).await?,
         backlog_left,
+        sample: at.number,
+        drained: samples::drained(&left),
+        backlog_scale: at.backlog_scale,
+        work: db_work::per_run(&work_before, &work_after, lifetime_runs),
+        range: None,
     })
 }
 

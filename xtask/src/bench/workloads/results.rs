@@ -31,6 +31,75 @@ pub struct Side {
     /// Runs of the backlogged tenant still available at the window's end
     /// (noisy-neighbour: 0 means its backlog ran out inside the window).
     pub backlog_left: Option<i64>,
+    /// Which sample of the side this is (0-based; sides interleaved: fair,
+    /// plain, batched, then the next sample).
+    #[serde(default)]
+    pub sample: u32,
+    /// A backlogged tenant's queue ran empty inside the window: the
+    /// sample measured the queue running dry, not the side, and is never
+    /// judged (it is re-run with a larger backlog).
+    #[serde(default)]
+    pub drained: bool,
+    /// Times the backlog of this sample was the workload's (1, or 2, 4
+    /// after drained samples).
+    #[serde(default = "one")]
+    pub backlog_scale: u64,
+    /// The database's work per completed run over the side's whole life
+    /// (start to its sessions' end), when measured.
+    #[serde(default)]
+    pub work: Option<DbWork>,
+    /// In a median row: the lowest and highest runs/s of the judged
+    /// samples, and how many there were.
+    #[serde(default)]
+    pub range: Option<Range>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// The spread of a side's judged samples.
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq)]
+pub struct Range {
+    /// Lowest runs/s.
+    pub low: f64,
+    /// Highest runs/s.
+    pub high: f64,
+    /// Judged samples.
+    pub samples: u32,
+}
+
+/// What the database did per completed run while one side ran (start to
+/// its sessions' end), from `pg_current_wal_lsn()`, `pg_stat_wal` and
+/// `pg_stat_user_tables` of schema `statek` (read after every session of
+/// the side ended, so each backend flushed its statistics), and the bench
+/// process's CPU (`getrusage`), which runs the side's clients. The feeder's
+/// arrivals, where a workload has them, are counted on every side alike.
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq)]
+pub struct DbWork {
+    /// Runs completed over the side's life.
+    pub runs: i64,
+    /// WAL bytes per run.
+    pub wal_bytes: f64,
+    /// Full-page images per run (`pg_stat_wal.wal_fpi`).
+    pub wal_fpi: f64,
+    /// Rows inserted per run (every statek table).
+    pub inserted: f64,
+    /// Rows updated per run (HOT included).
+    pub updated: f64,
+    /// Of those, HOT updates per run.
+    pub hot_updated: f64,
+    /// Rows deleted per run.
+    pub deleted: f64,
+    /// The bench process's CPU milliseconds per run (user + system).
+    pub client_cpu_ms: f64,
+}
+
+impl DbWork {
+    /// Rows written per run: inserted, updated and deleted.
+    pub fn rows_written(&self) -> f64 {
+        self.inserted + self.updated + self.deleted
+    }
 }
 
 /// One workload on one setting.
@@ -44,8 +113,12 @@ pub struct WorkloadRun {
     pub executing_runs: usize,
     /// Handler time per run, milliseconds.
     pub handler_ms: u64,
-    /// Fair, plain, batched.
+    /// Fair, plain, batched: per side the sample of median runs/s among
+    /// the judged ones, with their range (see `samples.rs`).
     pub sides: Vec<Side>,
+    /// Every sample of every side, drained ones included, in the order run.
+    #[serde(default)]
+    pub samples: Vec<Side>,
 }
 
 impl WorkloadRun {

@@ -2,7 +2,7 @@
 //! the Markdown written to `workloads.md` (the tables docs/benchmarks.md
 //! quotes). Pure: no I/O.
 
-use super::results::{Side, Workloads, FAIR};
+use super::results::{DbWork, Side, Workloads, BATCHED, FAIR};
 
 fn lag_cell(side: &Side, percentile: fn(&super::lag::Lag) -> f64) -> String {
     side.lag.as_ref().map_or_else(
@@ -14,12 +14,20 @@ fn lag_cell(side: &Side, percentile: fn(&super::lag::Lag) -> f64) -> String {
     )
 }
 
+/// `low-high (n)` of a median row's judged samples.
+fn range_cell(side: &Side) -> String {
+    side.range.map_or_else(
+        || "—".to_owned(),
+        |r| format!("{:.0}-{:.0} ({})", r.low, r.high, r.samples),
+    )
+}
+
 /// The Markdown tables.
 pub fn markdown(w: &Workloads) -> String {
     let mut out = String::new();
     out.push_str(
-        "| setting | workload | side | executing runs | runs/s | vs plain claimer | slots/s | fed p50 ms | fed p99 ms |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|\n",
+        "| setting | workload | side | executing runs | runs/s (median) | range (samples) | vs plain claimer | slots/s | fed p50 ms | fed p99 ms |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for run in &w.runs {
         let plain = run.side(super::results::PLAIN).map(|s| s.runs_per_second);
@@ -29,18 +37,57 @@ pub fn markdown(w: &Workloads) -> String {
                 |p| format!("{:.2}×", side.runs_per_second / p),
             );
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |\n",
                 run.setting,
                 run.workload,
                 side.side,
                 run.executing_runs,
                 side.runs_per_second,
+                range_cell(side),
                 versus,
                 side.slots_per_second
                     .map_or_else(|| "—".to_owned(), |s| format!("{s:.0}")),
                 lag_cell(side, |l| l.p50_ms),
                 lag_cell(side, |l| l.p99_ms),
             ));
+        }
+    }
+    if w.runs
+        .iter()
+        .any(|run| run.sides.iter().any(|s| s.work.is_some()))
+    {
+        out.push_str(
+            "\n| setting | workload | side | WAL bytes/run | full-page images/run | rows written/run | of which HOT updates | inserted | updated | deleted | client CPU ms/run | rows vs batched | WAL vs batched |\n\
+             |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for run in &w.runs {
+            let batched = run.side(BATCHED).and_then(|s| s.work);
+            for side in &run.sides {
+                let Some(work) = side.work else {
+                    continue;
+                };
+                let versus = |of: fn(&DbWork) -> f64| {
+                    batched
+                        .filter(|b| of(b) > 0.0)
+                        .map_or_else(|| "—".to_owned(), |b| format!("{:.2}×", of(&work) / of(&b)))
+                };
+                out.push_str(&format!(
+                    "| {} | {} | {} | {:.0} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {} |\n",
+                    run.setting,
+                    run.workload,
+                    side.side,
+                    work.wal_bytes,
+                    work.wal_fpi,
+                    work.rows_written(),
+                    work.hot_updated,
+                    work.inserted,
+                    work.updated,
+                    work.deleted,
+                    work.client_cpu_ms,
+                    versus(DbWork::rows_written),
+                    versus(|w| w.wal_bytes),
+                ));
+            }
         }
     }
     if !w.slot_rate.is_empty() {
@@ -122,6 +169,24 @@ mod tests {
             slots_per_second: (name == FAIR).then_some(4000.0),
             lag,
             backlog_left: None,
+            sample: 1,
+            drained: false,
+            backlog_scale: 1,
+            work: Some(DbWork {
+                runs: 1000,
+                wal_bytes: if name == FAIR { 900.0 } else { 600.0 },
+                wal_fpi: 0.0,
+                inserted: 1.0,
+                updated: if name == FAIR { 3.0 } else { 2.0 },
+                hot_updated: 0.5,
+                deleted: 0.0,
+                client_cpu_ms: 0.125,
+            }),
+            range: Some(super::super::results::Range {
+                low: rate - 100.0,
+                high: rate + 50.0,
+                samples: 3,
+            }),
         };
         let lag = |unclaimed| Lag {
             runs: 3,
@@ -140,7 +205,9 @@ mod tests {
                 sides: vec![
                     side(FAIR, 1500.0, Some(lag(0))),
                     side(PLAIN, 3000.0, Some(lag(2))),
+                    side(BATCHED, 3000.0, None),
                 ],
+                samples: Vec::new(),
             }],
             slot_rate: vec![SlotRate {
                 setting: "fast".to_owned(),
@@ -160,9 +227,20 @@ mod tests {
         let lines: Vec<&str> = md.lines().collect();
         assert_eq!(
             lines[2],
-            "| fast | noisy-neighbour | fair Worker | 16 | 1500 | 0.50× | 4000 | 2.0 | 30.2 |"
+            "| fast | noisy-neighbour | fair Worker | 16 | 1500 | 1400-1550 (3) | 0.50× | 4000 | 2.0 | 30.2 |"
         );
-        assert_eq!(lines[3], "| fast | noisy-neighbour | plain SKIP LOCKED claimer | 16 | 3000 | 1.00× | — | ≥ 2.0 | ≥ 30.2 |");
-        assert_eq!(lines[7], "| fast | 16 | 4000 | 10 | 3000.0 | not counted |");
+        assert_eq!(lines[3], "| fast | noisy-neighbour | plain SKIP LOCKED claimer | 16 | 3000 | 2900-3050 (3) | 1.00× | — | ≥ 2.0 | ≥ 30.2 |");
+        assert_eq!(
+            lines[8],
+            "| fast | noisy-neighbour | fair Worker | 900 | 0.000 | 4.00 | 0.50 | 1.00 | 3.00 | 0.00 | 0.125 | 1.33× | 1.50× |"
+        );
+        assert_eq!(
+            lines[10],
+            "| fast | noisy-neighbour | batched plain queue | 600 | 0.000 | 3.00 | 0.50 | 1.00 | 2.00 | 0.00 | 0.125 | 1.00× | 1.00× |"
+        );
+        assert_eq!(
+            lines[14],
+            "| fast | 16 | 4000 | 10 | 3000.0 | not counted |"
+        );
     }
 }

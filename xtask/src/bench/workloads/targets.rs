@@ -21,6 +21,7 @@ pub fn judge(workloads: &Workloads) -> Vec<Target> {
                 floor,
             ))
         };
+        targets.extend(work_targets(run));
         match run.workload.as_str() {
             "all-backlogged" => {
                 targets.extend(rate(PLAIN, 1.0));
@@ -59,6 +60,36 @@ pub fn judge(workloads: &Workloads) -> Vec<Target> {
     targets
 }
 
+/// The most database work per run the fair side may do, as a multiple
+/// of the batched plain queue's (issue 23): rows written and WAL bytes.
+pub const WORK_CEILING: f64 = 1.1;
+
+/// Fair's rows written and WAL bytes per run against the batched queue's,
+/// when both were measured.
+fn work_targets(run: &WorkloadRun) -> Vec<Target> {
+    let (Some(fair), Some(batched)) = (
+        run.side(FAIR).and_then(|s| s.work),
+        run.side(BATCHED).and_then(|s| s.work),
+    ) else {
+        return Vec::new();
+    };
+    let name = |what: &str| format!("{} ({}): {what}", run.workload, run.setting);
+    vec![
+        Target::ratio_at_most(
+            name("fair rows written per run vs batched plain queue"),
+            fair.rows_written(),
+            batched.rows_written(),
+            WORK_CEILING,
+        ),
+        Target::ratio_at_most(
+            name("fair WAL bytes per run vs batched plain queue"),
+            fair.wal_bytes,
+            batched.wal_bytes,
+            WORK_CEILING,
+        ),
+    ]
+}
+
 /// Fair's p99 lag of the fed tenants ≤ 1/20 of the plain claimer's.
 fn lag_target(run: &WorkloadRun, what: &str) -> Option<Target> {
     let fair = run.side(FAIR)?;
@@ -94,6 +125,11 @@ mod tests {
                 max_ms: p99_ms,
             }),
             backlog_left: None,
+            sample: 0,
+            drained: false,
+            backlog_scale: 1,
+            work: None,
+            range: None,
         }
     }
 
@@ -104,6 +140,7 @@ mod tests {
             executing_runs: 16,
             handler_ms: 0,
             sides,
+            samples: Vec::new(),
         }
     }
 
@@ -223,6 +260,52 @@ mod tests {
                     s("slot-rate (durable): reservation rows/s <= batches/s"),
                     None,
                     false
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn database_work_per_run_is_judged_against_the_batched_queue() {
+        let with_work = |name: &str, rows: f64, wal: f64| {
+            let mut s = side(name, 1000.0, None);
+            s.work = Some(super::super::results::DbWork {
+                runs: 100,
+                wal_bytes: wal,
+                wal_fpi: 0.0,
+                inserted: rows,
+                updated: 0.0,
+                hot_updated: 0.0,
+                deleted: 0.0,
+                client_cpu_ms: 0.0,
+            });
+            s
+        };
+        let workloads = Workloads {
+            window_seconds: 4,
+            runs: vec![run(
+                "sparse",
+                vec![
+                    with_work(FAIR, 4.0, 1100.0),
+                    side(PLAIN, 1000.0, None),
+                    with_work(BATCHED, 2.0, 1000.0),
+                ],
+            )],
+            slot_rate: Vec::new(),
+        };
+        let s = |x: &str| x.to_owned();
+        assert_eq!(
+            judged(&workloads),
+            vec![
+                (
+                    s("sparse (fast): fair rows written per run vs batched plain queue"),
+                    Some(2.0),
+                    false
+                ),
+                (
+                    s("sparse (fast): fair WAL bytes per run vs batched plain queue"),
+                    Some(1.1),
+                    true
                 ),
             ]
         );

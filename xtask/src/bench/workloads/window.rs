@@ -58,16 +58,20 @@ pub async fn completed(client: &tokio_postgres::Client, from: &Edge, to: &Edge) 
         .try_get("runs")?)
 }
 
-/// Available runs of `tenant` now.
-pub async fn available(client: &tokio_postgres::Client, tenant: &str) -> Result<i64> {
+/// Available runs of each of `tenants` now, in their order.
+pub async fn available_of(client: &tokio_postgres::Client, tenants: &[String]) -> Result<Vec<i64>> {
     Ok(client
-        .query_one(
-            "SELECT count(*) AS runs FROM statek.runs
-             WHERE tenant_id = $1 AND state = 'available'",
-            &[&tenant],
+        .query(
+            "SELECT b.ord, count(r.run_id) AS runs
+             FROM unnest($1::text[]) WITH ORDINALITY AS b (tenant, ord)
+             LEFT JOIN statek.runs AS r ON r.tenant_id = b.tenant AND r.state = 'available'
+             GROUP BY b.ord ORDER BY b.ord",
+            &[&tenants],
         )
         .await?
-        .try_get("runs")?)
+        .iter()
+        .map(|row| row.try_get("runs"))
+        .collect::<Result<_, _>>()?)
 }
 
 /// The service lag of `tenants`' runs that became claimable in
@@ -161,7 +165,7 @@ pub async fn sessions_gone(client: &tokio_postgres::Client, keep: &[i32]) -> Res
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    eprintln!("xtask: sessions of the slot-rate Worker still open after 10 s; batches may be undercounted");
+    eprintln!("xtask: sessions of the measured side still open after 10 s; its statistics (batches, rows, WAL) may be undercounted");
     Ok(())
 }
 
