@@ -3,6 +3,7 @@
 //! Test-only; `cargo test -p xtask` runs them.
 
 mod architecture_files;
+mod changelog_migrations;
 mod file_circles;
 mod migration_constants;
 mod operations_metrics;
