@@ -4,6 +4,7 @@
 
 mod architecture_files;
 mod changelog_migrations;
+mod design_facts;
 mod file_circles;
 mod migration_constants;
 mod operations_metrics;
