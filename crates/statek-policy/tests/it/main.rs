@@ -8,6 +8,7 @@ mod analysis;
 mod canonical;
 mod golden_cycles;
 mod min_gap;
+mod min_gap_v2_oracle;
 mod policy;
 mod policy_file;
 mod properties;
