@@ -28,8 +28,16 @@
 -- name, NUL, L as 4 bytes big-endian, each slot's tenant index as 2 bytes
 -- big-endian), equals the shard's stored cycle digest (V6), and takes the
 -- tenant names from the shard's canonical policy bytes (JSON, tenants
--- sorted by id: index i is the i-th tenant). A map row never changes and
--- is never deleted. A shard registered before V6 has no cycle digest: no
+-- sorted by id: index i is the i-th tenant). Since the runtime role may
+-- register shards, and so choose their cycle digest, the digest alone does
+-- not tie a map to its policy: the function also requires each tenant to
+-- appear exactly its weight's number of times, and for `swrr-v1` (the
+-- default algorithm, simple enough to run here) it compiles the cycle
+-- itself and requires the map to be that cycle. For the `min-gap`
+-- algorithms (searches that only the Rust compiler runs) the shares are
+-- checked, the order is not: every replica still compares its own
+-- compilation with the stored cycle digest before it ticks
+-- (`CycleMismatch`). A map row never changes and is never deleted. A shard registered before V6 has no cycle digest: no
 -- map can be checked for it, and claims of its slots are refused; roll it
 -- out to a new shard (`statek rollout`).
 --
@@ -82,7 +90,18 @@ DECLARE
     v_tenants  text[];
     v_cycle    bytea;
     v_existing smallint[];
+    v_weights  integer[];
+    v_scores   bigint[];
+    v_best     integer;
+    v_score    bigint;
 BEGIN
+    SELECT m.slot_map INTO v_existing FROM statek.shard_slot_maps AS m WHERE m.shard_id = p_shard_id;
+    IF FOUND THEN
+        IF v_existing IS DISTINCT FROM p_slot_map THEN
+            RAISE EXCEPTION 'statek: shard % has another slot map', p_shard_id USING ERRCODE = 'SK002';
+        END IF;
+        RETURN;
+    END IF;
     SELECT s.policy_bytes, s.cycle_length, s.cycle_digest INTO v_shard
     FROM statek.scheduler_shards AS s WHERE s.shard_id = p_shard_id;
     IF NOT FOUND THEN
@@ -94,6 +113,9 @@ BEGIN
     END IF;
     v_policy := convert_from(v_shard.policy_bytes, 'UTF8')::jsonb;
     v_tenants := ARRAY(SELECT t.value ->> 'id'
+                       FROM jsonb_array_elements(v_policy -> 'tenants') WITH ORDINALITY AS t(value, i)
+                       ORDER BY t.i);
+    v_weights := ARRAY(SELECT (t.value ->> 'weight')::integer
                        FROM jsonb_array_elements(v_policy -> 'tenants') WITH ORDINALITY AS t(value, i)
                        ORDER BY t.i);
     IF p_slot_map IS NULL OR cardinality(p_slot_map) <> v_shard.cycle_length
@@ -113,12 +135,42 @@ BEGIN
         RAISE EXCEPTION 'statek: this slot map of shard % does not match its stored cycle digest',
             p_shard_id USING ERRCODE = 'SK002';
     END IF;
+    -- Each tenant exactly its weight's number of picks.
+    IF EXISTS (SELECT 1
+               FROM generate_series(1, cardinality(v_weights)) AS t(i)
+               WHERE v_weights[t.i] <> (SELECT count(*) FROM unnest(p_slot_map) AS m(tenant_index)
+                                        WHERE m.tenant_index = t.i - 1)) THEN
+        RAISE EXCEPTION 'statek: this slot map of shard % does not give each tenant its weight''s number of slots',
+            p_shard_id USING ERRCODE = 'SK002';
+    END IF;
+    -- swrr-v1, compiled here as statek_policy's reference does: each step
+    -- adds every weight to its tenant's score, picks the highest score
+    -- (the first tenant on a tie) and takes L from it.
+    IF v_policy ->> 'algorithm' = 'swrr-v1' THEN
+        v_scores := array_fill(0::bigint, ARRAY[cardinality(v_weights)]);
+        FOR step IN 1 .. v_shard.cycle_length LOOP
+            v_best := 1;
+            v_score := NULL;
+            FOR t IN 1 .. cardinality(v_weights) LOOP
+                v_scores[t] := v_scores[t] + v_weights[t];
+                IF v_score IS NULL OR v_scores[t] > v_score THEN
+                    v_best := t;
+                    v_score := v_scores[t];
+                END IF;
+            END LOOP;
+            v_scores[v_best] := v_scores[v_best] - v_shard.cycle_length;
+            IF p_slot_map[step] <> v_best - 1 THEN
+                RAISE EXCEPTION 'statek: this slot map of shard % is not the swrr-v1 cycle of its policy (slot %)',
+                    p_shard_id, step - 1 USING ERRCODE = 'SK002';
+            END IF;
+        END LOOP;
+    END IF;
     INSERT INTO statek.shard_slot_maps (shard_id, tenant_ids, slot_map)
     VALUES (p_shard_id, v_tenants, p_slot_map)
     ON CONFLICT (shard_id) DO NOTHING;
     SELECT m.slot_map INTO v_existing FROM statek.shard_slot_maps AS m WHERE m.shard_id = p_shard_id;
     IF v_existing IS DISTINCT FROM p_slot_map THEN
-        -- Unreachable while the cycle digest is immutable; kept as a guard.
+        -- A concurrent attach of another map won the race.
         RAISE EXCEPTION 'statek: shard % has another slot map', p_shard_id USING ERRCODE = 'SK002';
     END IF;
 END;
@@ -219,6 +271,18 @@ BEGIN
     IF cardinality(p_tokens) IS DISTINCT FROM cardinality(p_sequences) THEN
         RAISE EXCEPTION 'statek: a claim names % slots and % lease tokens',
             cardinality(p_sequences), cardinality(p_tokens) USING ERRCODE = 'SK002';
+    END IF;
+    IF array_position(p_tokens, NULL) IS NOT NULL
+       OR (SELECT count(DISTINCT t.token) FROM unnest(p_tokens) AS t(token)) <> cardinality(p_tokens) THEN
+        RAISE EXCEPTION 'statek: every slot of a claim has its own lease token' USING ERRCODE = 'SK002';
+    END IF;
+    IF p_lease_secs IS NULL OR NOT (p_lease_secs BETWEEN 0.001 AND 86400) THEN
+        RAISE EXCEPTION 'statek: a lease is 0.001..=86400 seconds, not %', p_lease_secs
+            USING ERRCODE = 'SK002';
+    END IF;
+    IF p_max_runs IS NULL OR p_max_runs < 1 THEN
+        RAISE EXCEPTION 'statek: a claim claims at least one run, not %', p_max_runs
+            USING ERRCODE = 'SK002';
     END IF;
     PERFORM statek.check_claimed_slots(p_shard_id, p_sequences, p_tenants);
     RETURN QUERY
@@ -374,6 +438,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF p_token IS NULL OR p_lease_secs IS NULL OR NOT (p_lease_secs BETWEEN 0.001 AND 86400) THEN
+        RAISE EXCEPTION 'statek: a claim has a lease token and a lease of 0.001..=86400 seconds'
+            USING ERRCODE = 'SK002';
+    END IF;
     RETURN QUERY
     WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
     allowance AS MATERIALIZED (
@@ -436,9 +504,25 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF cardinality(p_run_ids) IS NULL
+       OR cardinality(p_tokens) IS DISTINCT FROM cardinality(p_run_ids)
+       OR cardinality(p_kinds) IS DISTINCT FROM cardinality(p_run_ids)
+       OR cardinality(p_retry_secs) IS DISTINCT FROM cardinality(p_run_ids)
+       OR cardinality(p_errors) IS DISTINCT FROM cardinality(p_run_ids) THEN
+        RAISE EXCEPTION 'statek: a finish names one run id, token, kind, retry delay and error per run'
+            USING ERRCODE = 'SK002';
+    END IF;
     IF EXISTS (SELECT 1 FROM unnest(p_kinds) AS k(kind)
                WHERE k.kind IS NULL OR k.kind NOT IN ('complete', 'fail')) THEN
         RAISE EXCEPTION 'statek: a finish is ''complete'' or ''fail''' USING ERRCODE = 'SK002';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_run_ids, p_tokens, p_retry_secs) AS f(run_id, token, retry)
+               WHERE f.run_id IS NULL OR f.token IS NULL OR f.retry IS NULL
+                  OR NOT (f.retry BETWEEN 0 AND 31622400))
+       OR (SELECT count(DISTINCT r.run_id) FROM unnest(p_run_ids) AS r(run_id))
+          <> cardinality(p_run_ids) THEN
+        RAISE EXCEPTION 'statek: a finish names each run once, with a token and a retry delay of 0..=31622400 seconds'
+            USING ERRCODE = 'SK002';
     END IF;
     RETURN QUERY
     WITH input AS MATERIALIZED (
@@ -449,10 +533,15 @@ BEGIN
     -- The runs their token still holds, locked in run id order: two
     -- flushes naming the same runs wait for each other instead of
     -- deadlocking.
+    -- Only a lease a claim function gave: a run whose token has no claim
+    -- row of its attempt (a token set by hand) is not finished here.
     held AS MATERIALIZED (
         SELECT i.ord, r.run_id
         FROM input AS i JOIN statek.runs AS r ON r.run_id = i.run_id
         WHERE r.lease_token = i.token AND r.state = 'running'
+          AND EXISTS (SELECT 1 FROM statek.run_claims AS c
+                      WHERE c.run_id = r.run_id AND c.attempt = r.attempt
+                        AND c.lease_token = i.token)
         ORDER BY r.run_id
         FOR UPDATE OF r
     ),

@@ -728,22 +728,15 @@ async fn the_claim_function_refuses_slots_not_reserved_or_not_the_cycle_tenants(
             .collect::<Vec<_>>()
             .join(",")
     );
-    assert_eq!(
-        attach(swapped_text).await,
-        (
-            "SK002".to_owned(),
-            "statek: this slot map of shard primary-v1 does not match its stored cycle digest"
-                .to_owned()
-        )
-    );
-    assert_eq!(
-        attach("{0,1,2}".to_owned()).await,
-        (
-            "SK002".to_owned(),
-            "statek: a slot map of shard primary-v1 has one tenant index below 3 for each of its 4 slots"
-                .to_owned()
-        )
-    );
+    for map in [swapped_text, "{0,1,2}".to_owned()] {
+        assert_eq!(
+            attach(map).await,
+            (
+                "SK002".to_owned(),
+                "statek: shard primary-v1 has another slot map".to_owned()
+            )
+        );
+    }
     for statement in [
         "UPDATE statek.shard_slot_maps SET slot_map = slot_map",
         "DELETE FROM statek.shard_slot_maps",
@@ -804,4 +797,184 @@ async fn a_shard_registered_before_v11_gets_its_slot_map_when_registered_again()
         .await
         .unwrap();
     assert_eq!(claimed(&claims[0]).tenant, a);
+}
+
+/// The SK002 message of `sql`, which must be refused with it.
+async fn sk002(client: &tokio_postgres::Client, sql: &str) -> String {
+    let error = client.batch_execute(sql).await.unwrap_err();
+    let db = error
+        .as_db_error()
+        .unwrap_or_else(|| panic!("{sql}: {error}"));
+    assert_eq!(db.code().code(), "SK002", "{sql}: {}", db.message());
+    db.message().to_owned()
+}
+
+/// A shard row whose cycle digest is that of `map` (not of its policy's
+/// cycle), as a runtime role may insert one, and the SQL array of `map`.
+async fn forge_shard(client: &tokio_postgres::Client, shard: &str, map: &[i16]) -> String {
+    let p = policy(&[("tenant-a", 3), ("tenant-b", 1)]);
+    let mut cycle = b"statek.cycle.v1\0swrr-v1\0".to_vec();
+    cycle.extend_from_slice(&u32::try_from(map.len()).unwrap().to_be_bytes());
+    for index in map {
+        cycle.extend_from_slice(&index.to_be_bytes());
+    }
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(&cycle).to_vec();
+    client
+        .execute(
+            "INSERT INTO statek.scheduler_shards
+                 (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest)
+             VALUES ($1, $2, $3, 4, $4)",
+            &[
+                &shard,
+                &p.canonical_bytes(),
+                &&p.digest().as_bytes()[..],
+                &digest,
+            ],
+        )
+        .await
+        .unwrap();
+    format!(
+        "{{{}}}",
+        map.iter().map(i16::to_string).collect::<Vec<_>>().join(",")
+    )
+}
+
+/// A runtime role may register shards and so choose their cycle digest:
+/// the slot map must still give each tenant its weight's slots, and for
+/// swrr-v1 be the cycle the database compiles itself.
+#[tokio::test]
+async fn a_slot_map_of_a_forged_cycle_digest_is_refused() {
+    let db = TestDatabase::create().await;
+    let client = db.client().await;
+    // {tenant-a: 3, tenant-b: 1}: swrr-v1's cycle is a, a, b, a.
+    let all_b = forge_shard(&client, "forged-v1", &[1, 1, 1, 1]).await;
+    assert_eq!(
+        sk002(
+            &client,
+            &format!("SELECT statek.attach_slot_map('forged-v1', '{all_b}')")
+        )
+        .await,
+        "statek: this slot map of shard forged-v1 does not give each tenant its weight's number of slots"
+    );
+    let b_first = forge_shard(&client, "forged-v2", &[1, 0, 0, 0]).await;
+    assert_eq!(
+        sk002(
+            &client,
+            &format!("SELECT statek.attach_slot_map('forged-v2', '{b_first}')")
+        )
+        .await,
+        "statek: this slot map of shard forged-v2 is not the swrr-v1 cycle of its policy (slot 0)"
+    );
+    let right = forge_shard(&client, "honest-v1", &[0, 0, 1, 0]).await;
+    assert_eq!(
+        sk002(
+            &client,
+            "SELECT statek.attach_slot_map('honest-v1', '{0,1,0,0}')"
+        )
+        .await,
+        "statek: this slot map of shard honest-v1 does not match its stored cycle digest"
+    );
+    assert_eq!(
+        sk002(&client, "SELECT statek.attach_slot_map('honest-v1', '{0,0,1}')").await,
+        "statek: a slot map of shard honest-v1 has one tenant index below 2 for each of its 4 slots"
+    );
+    client
+        .batch_execute(&format!(
+            "SELECT statek.attach_slot_map('honest-v1', '{right}')"
+        ))
+        .await
+        .unwrap();
+    let maps: i64 = client
+        .query_one("SELECT count(*) FROM statek.shard_slot_maps", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(maps, 1);
+}
+
+/// Malformed calls of the claim and finish functions are refused with
+/// SK002 and write nothing; a run whose lease token was set by hand (no
+/// claim row of its attempt) is not finished through them.
+#[tokio::test]
+async fn malformed_claims_and_finishes_are_refused() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let p = policy(&[("tenant-a", 1)]);
+    store.register(&p).await.unwrap();
+    let a = tenant("tenant-a");
+    let run = store
+        .enqueue(&NewRun::new(a.clone(), b"x".to_vec()))
+        .await
+        .unwrap()
+        .run_id;
+    reserved_slots(&store, &p, &[&a, &a]).await;
+    let token = "'00000000-0000-7000-8000-000000000001'::uuid";
+    for (call, message) in [
+        (
+            format!("SELECT * FROM statek.claim_slots('{{0,1}}', '{{tenant-a,tenant-a}}', ARRAY[{token}, {token}], 30, 'primary-v1', 2)"),
+            "statek: every slot of a claim has its own lease token",
+        ),
+        (
+            format!("SELECT * FROM statek.claim_slots('{{0}}', '{{tenant-a}}', ARRAY[{token}], 'NaN', 'primary-v1', 1)"),
+            "statek: a lease is 0.001..=86400 seconds, not NaN",
+        ),
+        (
+            format!("SELECT * FROM statek.claim_slots('{{0}}', '{{tenant-a}}', ARRAY[{token}], -1e6, 'primary-v1', 1)"),
+            "statek: a lease is 0.001..=86400 seconds, not -1000000",
+        ),
+        (
+            format!("SELECT * FROM statek.claim_slots('{{0}}', '{{tenant-a}}', ARRAY[{token}], 30, 'primary-v1', 0)"),
+            "statek: a claim claims at least one run, not 0",
+        ),
+        (
+            "SELECT * FROM statek.claim_run('tenant-a', NULL, 30)".to_owned(),
+            "statek: a claim has a lease token and a lease of 0.001..=86400 seconds",
+        ),
+        (
+            format!("SELECT * FROM statek.finish_runs(ARRAY['{run}'::uuid, '{run}'::uuid], ARRAY[{token}], '{{complete}}', '{{0}}', ARRAY[NULL::text])"),
+            "statek: a finish names one run id, token, kind, retry delay and error per run",
+        ),
+        (
+            format!("SELECT * FROM statek.finish_runs(ARRAY['{run}'::uuid], ARRAY[{token}], '{{fail}}', ARRAY[NULL::float8], ARRAY['x'])"),
+            "statek: a finish names each run once, with a token and a retry delay of 0..=31622400 seconds",
+        ),
+    ] {
+        assert_eq!(sk002(&client, &call).await, message, "{call}");
+    }
+    assert_eq!(history(&client).await, []);
+    // A lease set by hand (no claim made it) is not finished.
+    client
+        .execute(
+            &format!(
+                "UPDATE statek.runs SET state = 'running', lease_token = {token},
+                     lease_expires_at = now() + interval '1 minute' WHERE run_id = $1"
+            ),
+            &[&run],
+        )
+        .await
+        .unwrap();
+    let finished = client
+        .query_one(
+            &format!(
+                "SELECT state, already_recorded FROM statek.finish_runs(ARRAY[$1::uuid],
+                     ARRAY[{token}], '{{complete}}', '{{0}}', ARRAY[NULL::text])"
+            ),
+            &[&run],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            finished.get::<_, Option<String>>("state"),
+            finished.get::<_, bool>("already_recorded")
+        ),
+        (None, false)
+    );
+    let state: String = client
+        .query_one("SELECT state FROM statek.runs WHERE run_id = $1", &[&run])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "running");
 }
