@@ -176,6 +176,11 @@ fn what_to_do(error: &StoreError) -> Option<&'static str> {
         {
             Some("create the three login roles first, see docs/operations.md \"Roles and connection strings\"")
         }
+        StoreError::DurabilityRefused { .. } => Some(
+            "make the server durable (docs/operations.md \"High availability and durability\"), \
+             or, for a throw-away development server such as `cargo xtask pg start`'s, pass \
+             `--durability none`",
+        ),
         _ => None,
     }
 }

@@ -195,10 +195,11 @@ impl Report for RolloutReport {
         let r = self;
         match (r.dry_run, r.sealed_at_sequence) {
             (false, Some(n)) => {
-                // `0..N`: the sequences below N; a shard sealed at 0 had none.
+                // The sequences below N; a shard sealed at 0 had none.
                 let handed_out = match n {
                     0 => "it handed out no reservations".to_owned(),
-                    n => format!("it handed out sequences 0..{n}"),
+                    1 => "it handed out sequence 0".to_owned(),
+                    n => format!("it handed out sequences 0 to {}", n - 1),
                 };
                 writeln!(
                     w,

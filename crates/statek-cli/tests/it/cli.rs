@@ -618,7 +618,7 @@ async fn rollout_register_and_status_against_postgres() {
     assert!(
         stdout(&replay).starts_with(
             "replayed (already rolled out, nothing written): schedule primary: sealed primary-v1 at \
-             sequence 9 (it handed out sequences 0..9); primary-v2 goes on from sequence 0\n"
+             sequence 9 (it handed out sequences 0 to 8); primary-v2 goes on from sequence 0\n"
         ),
         "{}",
         stdout(&replay)

@@ -775,3 +775,32 @@ async fn not_live_shard_11_for_a_demo_on_a_rolled_out_shard() {
     assert!(!charts.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// 10: the durability check refuses the fast test server by default, and
+/// the message says what to do, `--durability none` for a throw-away one
+/// included (a new user's first `statek register` after `cargo xtask pg
+/// start` meets exactly this).
+#[tokio::test]
+async fn durability_refused_10_says_what_to_do() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let out = statek(
+        &[
+            "register",
+            "deploy/policies/two-tenants.toml",
+            "--durability",
+            "require",
+        ],
+        Some(&url),
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(10), "{text}");
+    assert!(
+        text.starts_with("statek: error: ") && text.ends_with(
+            " (make the server durable (docs/operations.md \"High availability and durability\"), \
+             or, for a throw-away development server such as `cargo xtask pg start`'s, pass \
+             `--durability none`)\n"
+        ),
+        "{text}"
+    );
+}
