@@ -336,9 +336,14 @@ mod tests {
              reservations); primary-v2 goes on from sequence 0",
         );
         check(
+            1,
+            "rolled out: schedule primary: sealed primary-v1 at sequence 1 (it handed out \
+             sequence 0); primary-v2 goes on from sequence 0",
+        );
+        check(
             9,
             "rolled out: schedule primary: sealed primary-v1 at sequence 9 (it handed out \
-             sequences 0..9); primary-v2 goes on from sequence 0",
+             sequences 0 to 8); primary-v2 goes on from sequence 0",
         );
     }
 
