@@ -101,19 +101,6 @@ fn brute_force_optimum(weights: &[u32]) -> Ratio {
     best.unwrap()
 }
 
-/// Every multiset of weights summing to `length` (non-increasing).
-fn partitions(length: u32, largest: u32, into: &mut Vec<Vec<u32>>, prefix: &mut Vec<u32>) {
-    if length == 0 {
-        into.push(prefix.clone());
-        return;
-    }
-    for part in (1..=largest.min(length)).rev() {
-        prefix.push(part);
-        partitions(length - part, part, into, prefix);
-        prefix.pop();
-    }
-}
-
 /// `min-gap-v2`'s cycle of `weights` given to tenants `t00`, `t01`, ...
 /// in this order (ids sort as given), and its largest ratio.
 fn min_gap_v2_ratio(weights: &[u32]) -> Ratio {
@@ -162,9 +149,7 @@ fn the_oracle_agrees_with_hand_computed_cycles() {
 fn min_gap_v2_reaches_the_brute_force_optimum_for_every_set_up_to_9_slots_in_both_orders() {
     let mut checked = 0;
     for length in 1..=9 {
-        let mut sets = Vec::new();
-        partitions(length, length, &mut sets, &mut Vec::new());
-        for descending in sets {
+        for descending in statek_policy::analysis::partitions(length) {
             let ascending: Vec<u32> = descending.iter().rev().copied().collect();
             for weights in [descending.clone(), ascending] {
                 let best = brute_force_optimum(&weights);
