@@ -697,23 +697,6 @@ async fn the_claim_function_refuses_slots_not_reserved_or_not_the_cycle_tenants(
 
     // A map that is not the cycle's is refused; the stored one never
     // changes, not even for the owner.
-    let attach = |map: String| {
-        let client = &client;
-        async move {
-            let error = client
-                .execute(
-                    &format!("SELECT statek.attach_slot_map('primary-v1', '{map}'::smallint[])"),
-                    &[],
-                )
-                .await
-                .unwrap_err();
-            let db_error = error.as_db_error().unwrap();
-            (
-                db_error.code().code().to_owned(),
-                db_error.message().to_owned(),
-            )
-        }
-    };
     let mut swapped = indexes.clone();
     swapped.reverse();
     assert_ne!(
@@ -730,11 +713,12 @@ async fn the_claim_function_refuses_slots_not_reserved_or_not_the_cycle_tenants(
     );
     for map in [swapped_text, "{0,1,2}".to_owned()] {
         assert_eq!(
-            attach(map).await,
-            (
-                "SK002".to_owned(),
-                "statek: shard primary-v1 has another slot map".to_owned()
+            sk002(
+                &client,
+                &format!("SELECT statek.attach_slot_map('primary-v1', '{map}'::smallint[])")
             )
+            .await,
+            "statek: shard primary-v1 has another slot map"
         );
     }
     for statement in [
