@@ -5,19 +5,22 @@
 //! and failures in ONE statement (one round trip, one implicit
 //! transaction), with exactly the fencing of [`PgStore::complete_run`] and
 //! [`PgStore::fail_run`]: a run changes only while its lease token still
-//! holds it, and its claim in the claim history (`statek.run_claims`,
-//! migration V7) gets its finish time once. Each run gets its own
+//! holds it, and its attempt gets its finish time once: a completion on
+//! the run row (`finished_at`, migration V12), a failure on its claim in
+//! the claim history (`statek.run_claims`, migration V7). Each run gets its own
 //! [`FinishOutcome`], in input order: a lost lease fails that run alone,
 //! the others still commit.
 //!
 //! **Idempotence.** A flush whose commit acknowledgement was lost (the
 //! connection dropped, the response timed out) may be sent again with the
 //! same input. Nothing is recorded twice: a run that the first attempt
-//! finished is no longer held by its token, and its claim already has a
-//! finish time, so the retry reports [`FinishOutcome::AlreadyRecorded`]
-//! for it and changes nothing. The answer relies on one fact of the claim
-//! history, true of every statement that touches it: only the token
-//! holder's complete or fail sets `finished_at` of a claim —
+//! finished is no longer held by its token, and its attempt already has a
+//! finish time (`statek.run_attempt_finished_at`: the claim's, or the
+//! run's when the run completed on that attempt), so the retry reports
+//! [`FinishOutcome::AlreadyRecorded`] for it and changes nothing. The
+//! answer relies on one fact, true of every statement that touches the
+//! evidence: only the token holder's complete or fail gives an attempt
+//! its finish time (a completed run is never claimed again) —
 //! [`PgStore::complete_run`], [`PgStore::fail_run`] and this batch, each
 //! for the claim of the token whose run it just finished. The claims
 //! ([`PgStore::claim_run`], [`PgStore::claim_runs_for_slots`]) only insert
@@ -48,10 +51,11 @@ const FAIL: &str = "fail";
 /// retry delays in seconds (0 for a completion), `$5` error texts (NULL
 /// for a completion), one element per finished run in input order
 /// (`ord`, 1-based): one call of the SECURITY DEFINER function
-/// `statek.finish_runs` (migration V11, which holds the statement), the
-/// only writer of claim finish times. Answers one row per input element,
-/// in input order: the run's new state when this call finished it, else
-/// whether the claim of that token already has a finish time (a replay).
+/// `statek.finish_runs` (migration V11, which holds the statement; V12
+/// leaves a completion's claim row alone), the only writer of attempt
+/// finish times. Answers one row per input element, in input order: the
+/// run's new state when this call finished it, else whether the attempt of
+/// that token already has a finish time (a replay).
 const FINISH_RUNS: &str = "
     SELECT * FROM statek.finish_runs($1::uuid[], $2::uuid[], $3::text[], $4::float8[],
                                      $5::text[])";
@@ -148,8 +152,9 @@ impl PgStore {
     ///
     /// Each run is fenced exactly like [`PgStore::complete_run`] and
     /// [`PgStore::fail_run`]: it changes only while its lease token still
-    /// holds it (`running` under that token), and the claim history row
-    /// of that (run, token) gets its finish time once. Returns one
+    /// holds it (`running` under that token), and that attempt gets its
+    /// finish time once (a completion's on the run row, a failure's on
+    /// its claim history row). Returns one
     /// [`FinishOutcome`] per input element, in input order. A lost lease is
     /// [`FinishOutcome::LeaseLost`] for that run alone; the others are
     /// recorded all the same.

@@ -48,6 +48,9 @@ ALTER FUNCTION statek.check_claimed_slots(text, bigint[], text[]) OWNER TO {owne
 ALTER FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint) OWNER TO {owner};
 ALTER FUNCTION statek.claim_run(text, uuid, float8) OWNER TO {owner};
 ALTER FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[]) OWNER TO {owner};
+ALTER FUNCTION statek.run_attempt_finished_at(timestamptz, integer, text, integer, timestamptz)
+    OWNER TO {owner};
+ALTER VIEW statek.run_attempts OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -80,12 +83,16 @@ GRANT SELECT, INSERT ON statek.runs TO {runtime};
 GRANT UPDATE (state, available_at, finished_at, max_attempts, lease_token, lease_expires_at,
               last_error)
     ON statek.runs TO {runtime};
-GRANT SELECT ON statek.run_claims, statek.shard_slot_maps TO {runtime};
+GRANT SELECT ON statek.run_claims, statek.run_attempts, statek.shard_slot_maps TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.attach_slot_map(text, smallint[]) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)
     TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_run(text, uuid, float8) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[])
+    TO {runtime};
+-- An attempt's finish time as the evidence records it (V12): run history.
+GRANT EXECUTE ON FUNCTION
+    statek.run_attempt_finished_at(timestamptz, integer, text, integer, timestamptz)
     TO {runtime};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA statek TO {runtime};
 -- Tenant limits: the runtime role reads them; claims lock their rows only

@@ -1,5 +1,9 @@
 //! Reading runs back as evidence: a run's state and attempts with every
 //! claim of it in the claim history (`statek.run_claims`, migration V7).
+//! An attempt's finish time is its claim row's when set (a failure), else
+//! the run's when the run completed on that attempt (migration V12: a
+//! completion writes the run row only), through
+//! `statek.run_attempt_finished_at`.
 //! The demo checks from it that every run it enqueued completed exactly
 //! once, and measures service lag in database time.
 
@@ -20,7 +24,8 @@ const SELECT_RUN_HISTORY: &str = "
     SELECT r.run_id, r.tenant_id, r.state, r.attempt, r.available_at, r.claimed_at,
            r.finished_at, c.attempt AS claim_attempt, c.shard_id AS claim_shard_id,
            c.sequence AS claim_sequence, c.claimed_at AS claim_claimed_at,
-           c.finished_at AS claim_finished_at
+           statek.run_attempt_finished_at(c.finished_at, c.attempt, r.state, r.attempt,
+                                          r.finished_at) AS claim_finished_at
     FROM statek.runs AS r
     LEFT JOIN statek.run_claims AS c ON c.run_id = r.run_id
     WHERE r.run_id = ANY ($1::uuid[])

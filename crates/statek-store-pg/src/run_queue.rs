@@ -172,9 +172,9 @@ const HEARTBEAT_RUN: &str = "
     WHERE run_id = $1 AND lease_token = $2 AND state = 'running'
     RETURNING lease_expires_at";
 
-/// Completes a held run and sets the finish time of its claim (the history
-/// row of this lease token, once), through `statek.finish_runs` (migration
-/// V11); `done` counts the runs completed.
+/// Completes a held run, through `statek.finish_runs` (migration V11): the
+/// run row's `finished_at` is the attempt's finish time (V12; the claim row
+/// is not written); `done` counts the runs completed.
 const COMPLETE_RUN: &str = "
     SELECT count(f.state) AS done
     FROM statek.finish_runs(ARRAY[$1::uuid], ARRAY[$2::uuid], ARRAY['complete'],

@@ -32,21 +32,21 @@ const REPEATED_EXECUTIONS: &str = "WITH e AS (
             (c1.finished_at IS NOT NULL AND c1.finished_at <= c2.claimed_at) AS earlier_finished,
             (c2.claimed_at < e.earlier_lease) AS within_lease
      FROM e
-     JOIN statek.run_claims c1 ON c1.run_id = e.run_id AND c1.attempt = e.earlier
-     JOIN statek.run_claims c2 ON c2.run_id = e.run_id AND c2.attempt = e.attempt
+     JOIN statek.run_attempts c1 ON c1.run_id = e.run_id AND c1.attempt = e.earlier
+     JOIN statek.run_attempts c2 ON c2.run_id = e.run_id AND c2.attempt = e.attempt
      WHERE e.earlier IS NOT NULL";
 
 /// Claims made while the claim before them on the same run was unfinished
 /// and less than one lease old: a lease the queue must have honoured.
-const CLAIMS_WITHIN_A_LEASE: &str = "SELECT count(*) AS claims FROM statek.run_claims c2
-     JOIN statek.run_claims c1 ON c1.run_id = c2.run_id AND c1.attempt = c2.attempt - 1
+const CLAIMS_WITHIN_A_LEASE: &str = "SELECT count(*) AS claims FROM statek.run_attempts c2
+     JOIN statek.run_attempts c1 ON c1.run_id = c2.run_id AND c1.attempt = c2.attempt - 1
      WHERE (c1.finished_at IS NULL OR c1.finished_at > c2.claimed_at)
        AND c2.claimed_at < c1.claimed_at + $1::float8 * interval '1 second'";
 
 /// Claims made after the claim before them on the same run expired
 /// unfinished (what the lease allows).
-const CLAIMS_AFTER_AN_EXPIRED_LEASE: &str = "SELECT count(*) AS claims FROM statek.run_claims c2
-     JOIN statek.run_claims c1 ON c1.run_id = c2.run_id AND c1.attempt = c2.attempt - 1
+const CLAIMS_AFTER_AN_EXPIRED_LEASE: &str = "SELECT count(*) AS claims FROM statek.run_attempts c2
+     JOIN statek.run_attempts c1 ON c1.run_id = c2.run_id AND c1.attempt = c2.attempt - 1
      WHERE c1.finished_at IS NULL
        AND c2.claimed_at >= c1.claimed_at + $1::float8 * interval '1 second'";
 

@@ -151,7 +151,7 @@ async fn claims(client: &tokio_postgres::Client) -> Vec<Claim> {
     client
         .query(
             "SELECT run_id, attempt, tenant_id, sequence, claimed_at, finished_at
-             FROM statek.run_claims ORDER BY run_id, attempt",
+             FROM statek.run_attempts ORDER BY run_id, attempt",
             &[],
         )
         .await

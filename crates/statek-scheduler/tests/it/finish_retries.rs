@@ -162,7 +162,7 @@ async fn evidence(db: &TestDatabase) -> BTreeMap<Uuid, (String, i32, Vec<bool>)>
     for row in client
         .query(
             "SELECT r.run_id, r.state, r.attempt,
-                    array(SELECT c.finished_at IS NOT NULL FROM statek.run_claims AS c
+                    array(SELECT c.finished_at IS NOT NULL FROM statek.run_attempts AS c
                           WHERE c.run_id = r.run_id ORDER BY c.attempt) AS finished
              FROM statek.runs AS r",
             &[],

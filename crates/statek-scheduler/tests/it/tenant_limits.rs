@@ -127,7 +127,7 @@ async fn open_at_each_claim(
 ) -> Vec<(SystemTime, usize)> {
     let rows = client
         .query(
-            "SELECT claimed_at, finished_at FROM statek.run_claims WHERE tenant_id = $1
+            "SELECT claimed_at, finished_at FROM statek.run_attempts WHERE tenant_id = $1
              ORDER BY claimed_at",
             &[&tenant],
         )

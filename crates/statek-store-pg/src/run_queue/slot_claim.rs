@@ -254,8 +254,9 @@ impl PgStore {
     /// never waited for. Each claimed run gets its own lease token and
     /// expiry `lease` from its claim (1 ms..=24 h, database clock), and
     /// one row of claim history (`statek.run_claims`: shard, the slot's
-    /// sequence, run, attempt, token, claim time; the finish time is set by
-    /// complete or fail), so the database shows which slot ran which run.
+    /// sequence, run, attempt, token, claim time; a failure sets its finish
+    /// time there, a completion's is the run's, migration V12), so the
+    /// database shows which slot ran which run.
     /// A slot claims at most one run, ever: the history refuses a second
     /// claim for the same `(shard, sequence)`.
     ///

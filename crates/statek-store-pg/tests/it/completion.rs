@@ -63,7 +63,7 @@ async fn claim_finishes(
 ) -> BTreeMap<(Uuid, Uuid), Option<SystemTime>> {
     client
         .query(
-            "SELECT run_id, lease_token, finished_at FROM statek.run_claims",
+            "SELECT run_id, lease_token, finished_at FROM statek.run_attempts",
             &[],
         )
         .await
@@ -455,7 +455,7 @@ async fn a_full_batch_of_1024_runs_completes_in_one_call_and_1025_is_refused() {
         1024
     );
     assert_eq!(
-        count("SELECT count(*) FROM statek.run_claims WHERE finished_at IS NOT NULL").await,
+        count("SELECT count(*) FROM statek.run_attempts WHERE finished_at IS NOT NULL").await,
         1024
     );
     // The one left over is the only run still running, its claim open.
@@ -670,4 +670,88 @@ async fn a_replay_racing_its_first_attempt_waits_and_answers_already_recorded() 
         [FinishOutcome::AlreadyRecorded; 2]
     );
     assert!(claim_finishes(&client).await.values().all(Option::is_some));
+}
+
+/// Migration V12: a completion writes the run row only, so its claim row
+/// keeps no finish time of its own and is never updated; the run's
+/// `finished_at` is the attempt's finish time, as `statek.run_attempts`
+/// and `run_history` show it. A failure still sets its claim's finish time
+/// once, since a retried run's `finished_at` is cleared.
+#[tokio::test]
+async fn a_completion_writes_the_run_row_only_and_a_failure_its_claim() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let done = claim_one(&store, "tenant-a", 5).await;
+    let retried = claim_one(&store, "tenant-b", 5).await;
+    let xmin_of = async |run_id: Uuid| -> String {
+        client
+            .query_one(
+                "SELECT xmin::text FROM statek.run_claims WHERE run_id = $1",
+                &[&run_id],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let done_xmin = xmin_of(done.lease.run_id()).await;
+    let retried_xmin = xmin_of(retried.lease.run_id()).await;
+
+    let outcomes = store
+        .finish_runs(&[
+            FinishRun::complete(done.lease),
+            FinishRun::fail(retried.lease, "boom", HOUR),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(outcomes[0], FinishOutcome::Completed);
+    assert!(matches!(outcomes[1], FinishOutcome::Retrying { .. }));
+
+    // The completed attempt's claim row is the row the claim inserted.
+    assert_eq!(xmin_of(done.lease.run_id()).await, done_xmin);
+    assert_ne!(xmin_of(retried.lease.run_id()).await, retried_xmin);
+    let raw = |run_id: Uuid| {
+        let client = &client;
+        async move {
+            let row = client
+                .query_one(
+                    "SELECT c.finished_at AS claim, a.finished_at AS attempt, r.finished_at AS run
+                     FROM statek.run_claims AS c
+                     JOIN statek.run_attempts AS a USING (run_id, attempt)
+                     JOIN statek.runs AS r USING (run_id)
+                     WHERE c.run_id = $1",
+                    &[&run_id],
+                )
+                .await
+                .unwrap();
+            let f = |name: &str| row.get::<_, Option<SystemTime>>(name);
+            (f("claim"), f("attempt"), f("run"))
+        }
+    };
+    let (claim, attempt, run) = raw(done.lease.run_id()).await;
+    assert_eq!(claim, None);
+    assert!(run.is_some());
+    assert_eq!(attempt, run);
+    let (claim, attempt, run) = raw(retried.lease.run_id()).await;
+    assert!(claim.is_some());
+    assert_eq!(attempt, claim);
+    assert_eq!(run, None);
+
+    // The history shows both finish times, a replay records nothing twice.
+    let history = store
+        .run_history(&[done.lease.run_id(), retried.lease.run_id()])
+        .await
+        .unwrap();
+    let finishes: Vec<bool> = history
+        .iter()
+        .map(|r| r.claims[0].finished_at.is_some())
+        .collect();
+    assert_eq!(finishes, [true, true]);
+    assert_eq!(
+        store
+            .finish_runs(&[FinishRun::complete(done.lease)])
+            .await
+            .unwrap(),
+        [FinishOutcome::AlreadyRecorded]
+    );
 }

@@ -294,3 +294,107 @@ async fn slot_maps(db: &TestDatabase) -> i64 {
         .unwrap()
         .get(0)
 }
+
+/// Every run's attempts as `(run, attempt, finish time)`: the raw claim
+/// rows, or (from V12) as `statek.run_attempts` reads them.
+async fn attempt_finishes(
+    db: &TestDatabase,
+    relation: &str,
+) -> Vec<(Uuid, i32, Option<std::time::SystemTime>)> {
+    db.client()
+        .await
+        .query(
+            &format!("SELECT run_id, attempt, finished_at FROM statek.{relation} ORDER BY run_id, attempt"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// V11 to V12: a completion stops writing its claim row. Runs claimed,
+/// completed, retried, finally failed and cancelled under V11 keep every
+/// claim row and finish time through the upgrade; a run still running at
+/// the upgrade completes under V12 with its claim row untouched and its
+/// finish time read from the run.
+#[tokio::test]
+async fn claim_history_written_before_v12_reads_the_same_after_it() {
+    use statek_store_pg::{ClaimOutcome, FinishOutcome, FinishRun, NewRun};
+    let db = TestDatabase::create_at_version(11).await;
+    let store = db.store();
+    let tenant = TenantId::try_from("tenant-a").unwrap();
+    let lease = std::time::Duration::from_secs(60);
+    let mut leases = Vec::new();
+    for max_attempts in [5, 5, 1, 5, 5] {
+        store
+            .enqueue(&NewRun::new(tenant.clone(), b"x".to_vec()).max_attempts(max_attempts))
+            .await
+            .unwrap();
+        let ClaimOutcome::Claimed(run) = store.claim_run(&tenant, lease).await.unwrap() else {
+            panic!("expected a claim");
+        };
+        leases.push(run.lease);
+    }
+    let outcomes = store
+        .finish_runs(&[
+            FinishRun::complete(leases[0]),
+            FinishRun::fail(leases[1], "again", std::time::Duration::from_secs(3600)),
+            FinishRun::fail(leases[2], "last", std::time::Duration::ZERO),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(outcomes[0], FinishOutcome::Completed);
+    assert_eq!(outcomes[2], FinishOutcome::Failed);
+    assert!(store.cancel_run(leases[3].run_id()).await.unwrap());
+    let before = attempt_finishes(&db, "run_claims").await;
+    assert_eq!(
+        before
+            .iter()
+            .map(|(_, a, f)| (*a, f.is_some()))
+            .collect::<Vec<_>>(),
+        [(1, true), (1, true), (1, true), (1, false), (1, false)]
+    );
+
+    let report = store.migrate().await.unwrap();
+    assert_eq!(
+        report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        [12]
+    );
+    assert_eq!(attempt_finishes(&db, "run_claims").await, before);
+    assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
+
+    assert_eq!(
+        store
+            .finish_runs(&[FinishRun::complete(leases[4])])
+            .await
+            .unwrap(),
+        [FinishOutcome::Completed]
+    );
+    let raw = attempt_finishes(&db, "run_claims").await;
+    let read = attempt_finishes(&db, "run_attempts").await;
+    assert_eq!(raw[..4], before[..4]);
+    assert_eq!(read[..4], before[..4]);
+    assert_eq!(raw[4].2, None);
+    let run_finished: Option<std::time::SystemTime> = db
+        .client()
+        .await
+        .query_one(
+            "SELECT finished_at FROM statek.runs WHERE run_id = $1",
+            &[&leases[4].run_id()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(run_finished.is_some());
+    assert_eq!(read[4], (leases[4].run_id(), 1, run_finished));
+    // A replay of a V11 completion is still recorded.
+    assert_eq!(
+        store
+            .finish_runs(&[FinishRun::complete(leases[0])])
+            .await
+            .unwrap(),
+        [FinishOutcome::AlreadyRecorded]
+    );
+}

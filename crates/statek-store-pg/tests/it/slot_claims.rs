@@ -53,7 +53,7 @@ async fn history(client: &tokio_postgres::Client) -> Vec<History> {
         .query(
             "SELECT run_id, attempt, tenant_id, shard_id, sequence, lease_token, claimed_at,
                     finished_at
-             FROM statek.run_claims ORDER BY sequence NULLS LAST, claimed_at",
+             FROM statek.run_attempts ORDER BY sequence NULLS LAST, claimed_at",
             &[],
         )
         .await

@@ -67,7 +67,7 @@ async fn next_slots(
 async fn max_overlap(client: &tokio_postgres::Client, tenant: &str) -> usize {
     let rows = client
         .query(
-            "SELECT claimed_at, finished_at FROM statek.run_claims WHERE tenant_id = $1",
+            "SELECT claimed_at, finished_at FROM statek.run_attempts WHERE tenant_id = $1",
             &[&tenant],
         )
         .await
