@@ -241,7 +241,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let url = if let Some(url) = pg::external_database_url() {
         url
     } else {
-        let server = pg::Server::provision_and_start(PgMajor::V17)?;
+        let server = pg::Server::provision_and_start_measured(PgMajor::V17)?;
         let url = server.database_url();
         _server = server;
         url

@@ -27,9 +27,10 @@ impl Durable {
         }))
     }
 
-    /// A durable server alone (stopped when the handle drops) and its URL.
+    /// A durable server alone (stopped when the handle drops), with
+    /// `pg_stat_statements` loaded, and its URL.
     pub fn single(&self) -> Result<(pg::RunningServer, String)> {
-        let single = self.server.start_durable()?;
+        let single = self.server.start_measured(true)?;
         let url = single.database_url();
         Ok((single, url))
     }

@@ -49,6 +49,19 @@ use cluster::Cluster;
 use layout::Layout;
 use server_user::ServerUser;
 
+/// The settings that load `pg_stat_statements` with planning time: the
+/// bench reads statements and server time per run from it (section
+/// `workloads`). The extension ships with PostgreSQL's contrib modules,
+/// which the pinned distribution includes.
+pub const STATEMENT_STATISTICS: &[&str] = &[
+    "shared_preload_libraries=pg_stat_statements",
+    "pg_stat_statements.track_planning=on",
+];
+
+fn owned(settings: &[&str]) -> Vec<String> {
+    settings.iter().map(|s| (*s).to_owned()).collect()
+}
+
 /// `DATABASE_URL` when it is set and not empty.
 pub fn external_database_url() -> Option<String> {
     std::env::var("DATABASE_URL")
@@ -83,6 +96,12 @@ impl Server {
         })
     }
 
+    /// Provisions the binaries and starts a throw-away cluster with
+    /// [`STATEMENT_STATISTICS`] loaded (the bench's fast server).
+    pub fn provision_and_start_measured(major: PgMajor) -> Result<RunningServer> {
+        Self::provision(major)?.start_measured(false)
+    }
+
     /// Provisions the binaries and starts a throw-away cluster.
     pub fn provision_and_start(major: PgMajor) -> Result<RunningServer> {
         Self::provision(major)?.start()
@@ -107,10 +126,16 @@ impl Server {
     /// As [`start`](Self::start), with `fsync`, `synchronous_commit` and
     /// `full_page_writes` on (for the bench's durable section).
     pub fn start_durable(&self) -> Result<RunningServer> {
-        let settings: Vec<String> = cluster::DURABLE_SETTINGS
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
+        self.start_with(&owned(cluster::DURABLE_SETTINGS))
+    }
+
+    /// As [`start`](Self::start) (`durable`: [`start_durable`](Self::start_durable)),
+    /// with [`STATEMENT_STATISTICS`] loaded: the bench's servers.
+    pub fn start_measured(&self, durable: bool) -> Result<RunningServer> {
+        let mut settings = owned(STATEMENT_STATISTICS);
+        if durable {
+            settings.extend(owned(cluster::DURABLE_SETTINGS));
+        }
         self.start_with(&settings)
     }
 

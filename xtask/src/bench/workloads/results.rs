@@ -93,12 +93,29 @@ pub struct DbWork {
     pub deleted: f64,
     /// The bench process's CPU milliseconds per run (user + system).
     pub client_cpu_ms: f64,
+    /// Top-level statements per run (`pg_stat_statements.calls`); `None`
+    /// where the extension is not loaded (a `DATABASE_URL` server).
+    #[serde(default)]
+    pub statements: Option<f64>,
+    /// Execution milliseconds per run (`total_exec_time`).
+    #[serde(default)]
+    pub exec_ms: Option<f64>,
+    /// Planning milliseconds per run (`total_plan_time`, with
+    /// `pg_stat_statements.track_planning`).
+    #[serde(default)]
+    pub plan_ms: Option<f64>,
 }
 
 impl DbWork {
     /// Rows written per run: inserted, updated and deleted.
     pub fn rows_written(&self) -> f64 {
         self.inserted + self.updated + self.deleted
+    }
+
+    /// The server's execution plus planning milliseconds per run, when
+    /// `pg_stat_statements` measured them.
+    pub fn db_ms(&self) -> Option<f64> {
+        Some(self.exec_ms? + self.plan_ms?)
     }
 }
 

@@ -57,8 +57,8 @@ pub fn markdown(w: &Workloads) -> String {
         .any(|run| run.sides.iter().any(|s| s.work.is_some()))
     {
         out.push_str(
-            "\n| setting | workload | side | WAL bytes/run | full-page images/run | rows written/run | of which HOT updates | inserted | updated | deleted | client CPU ms/run | rows vs batched | WAL vs batched |\n\
-             |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "\n| setting | workload | side | WAL bytes/run | full-page images/run | rows written/run | of which HOT updates | inserted | updated | deleted | statements/run | server exec + plan ms/run | client CPU ms/run | rows vs batched | WAL vs batched | server time vs batched |\n\
+             |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for run in &w.runs {
             let batched = run.side(BATCHED).and_then(|s| s.work);
@@ -66,13 +66,20 @@ pub fn markdown(w: &Workloads) -> String {
                 let Some(work) = side.work else {
                     continue;
                 };
-                let versus = |of: fn(&DbWork) -> f64| {
-                    batched
-                        .filter(|b| of(b) > 0.0)
-                        .map_or_else(|| "—".to_owned(), |b| format!("{:.2}×", of(&work) / of(&b)))
+                let versus = |of: fn(&DbWork) -> Option<f64>| match (
+                    of(&work),
+                    batched.as_ref().and_then(of),
+                ) {
+                    (Some(mine), Some(theirs)) if theirs > 0.0 => {
+                        format!("{:.2}×", mine / theirs)
+                    }
+                    _ => "—".to_owned(),
+                };
+                let or_na = |value: Option<f64>, digits: usize| {
+                    value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.digits$}"))
                 };
                 out.push_str(&format!(
-                    "| {} | {} | {} | {:.0} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {} |\n",
+                    "| {} | {} | {} | {:.0} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {:.3} | {} | {} | {} |\n",
                     run.setting,
                     run.workload,
                     side.side,
@@ -83,9 +90,12 @@ pub fn markdown(w: &Workloads) -> String {
                     work.inserted,
                     work.updated,
                     work.deleted,
+                    or_na(work.statements, 2),
+                    or_na(work.db_ms(), 3),
                     work.client_cpu_ms,
-                    versus(DbWork::rows_written),
-                    versus(|w| w.wal_bytes),
+                    versus(|w| Some(w.rows_written())),
+                    versus(|w| Some(w.wal_bytes)),
+                    versus(DbWork::db_ms),
                 ));
             }
         }
@@ -181,6 +191,9 @@ mod tests {
                 hot_updated: 0.5,
                 deleted: 0.0,
                 client_cpu_ms: 0.125,
+                statements: (name != PLAIN).then_some(2.5),
+                exec_ms: (name != PLAIN).then_some(if name == FAIR { 0.5 } else { 0.25 }),
+                plan_ms: (name != PLAIN).then_some(0.125),
             }),
             range: Some(super::super::results::Range {
                 low: rate - 100.0,
@@ -232,11 +245,11 @@ mod tests {
         assert_eq!(lines[3], "| fast | noisy-neighbour | plain SKIP LOCKED claimer | 16 | 3000 | 2900-3050 (3) | 1.00× | — | ≥ 2.0 | ≥ 30.2 |");
         assert_eq!(
             lines[8],
-            "| fast | noisy-neighbour | fair Worker | 900 | 0.000 | 4.00 | 0.50 | 1.00 | 3.00 | 0.00 | 0.125 | 1.33× | 1.50× |"
+            "| fast | noisy-neighbour | fair Worker | 900 | 0.000 | 4.00 | 0.50 | 1.00 | 3.00 | 0.00 | 2.50 | 0.625 | 0.125 | 1.33× | 1.50× | 1.67× |"
         );
         assert_eq!(
             lines[10],
-            "| fast | noisy-neighbour | batched plain queue | 600 | 0.000 | 3.00 | 0.50 | 1.00 | 2.00 | 0.00 | 0.125 | 1.00× | 1.00× |"
+            "| fast | noisy-neighbour | batched plain queue | 600 | 0.000 | 3.00 | 0.50 | 1.00 | 2.00 | 0.00 | 2.50 | 0.375 | 0.125 | 1.00× | 1.00× | 1.00× |"
         );
         assert_eq!(
             lines[14],

@@ -61,11 +61,13 @@ pub fn judge(workloads: &Workloads) -> Vec<Target> {
 }
 
 /// The most database work per run the fair side may do, as a multiple
-/// of the batched plain queue's (issue 23): rows written and WAL bytes.
+/// of the batched plain queue's (issue 23): rows written, WAL bytes and
+/// the server's execution plus planning time.
 pub const WORK_CEILING: f64 = 1.1;
 
-/// Fair's rows written and WAL bytes per run against the batched queue's,
-/// when both were measured.
+/// Fair's rows written, WAL bytes and server time per run against the
+/// batched queue's, when both were measured (server time "not measured"
+/// without `pg_stat_statements`).
 fn work_targets(run: &WorkloadRun) -> Vec<Target> {
     let (Some(fair), Some(batched)) = (
         run.side(FAIR).and_then(|s| s.work),
@@ -87,6 +89,19 @@ fn work_targets(run: &WorkloadRun) -> Vec<Target> {
             batched.wal_bytes,
             WORK_CEILING,
         ),
+        match (fair.db_ms(), batched.db_ms()) {
+            (Some(fair), Some(batched)) => Target::ratio_at_most(
+                name("fair server exec + plan time per run vs batched plain queue"),
+                fair,
+                batched,
+                WORK_CEILING,
+            ),
+            _ => Target::not_measured(
+                name("fair server exec + plan time per run vs batched plain queue"),
+                &format!("<= {WORK_CEILING:.2}x"),
+                "pg_stat_statements is not loaded on this server",
+            ),
+        },
     ]
 }
 
@@ -267,7 +282,7 @@ mod tests {
 
     #[test]
     fn database_work_per_run_is_judged_against_the_batched_queue() {
-        let with_work = |name: &str, rows: f64, wal: f64| {
+        let with_work = |name: &str, rows: f64, wal: f64, db_ms: Option<f64>| {
             let mut s = side(name, 1000.0, None);
             s.work = Some(super::super::results::DbWork {
                 runs: 100,
@@ -278,6 +293,9 @@ mod tests {
                 hot_updated: 0.0,
                 deleted: 0.0,
                 client_cpu_ms: 0.0,
+                statements: db_ms.map(|_| 3.0),
+                exec_ms: db_ms,
+                plan_ms: db_ms.map(|_| 0.0),
             });
             s
         };
@@ -286,9 +304,9 @@ mod tests {
             runs: vec![run(
                 "sparse",
                 vec![
-                    with_work(FAIR, 4.0, 1100.0),
+                    with_work(FAIR, 4.0, 1100.0, Some(0.5)),
                     side(PLAIN, 1000.0, None),
-                    with_work(BATCHED, 2.0, 1000.0),
+                    with_work(BATCHED, 2.0, 1000.0, Some(0.25)),
                 ],
             )],
             slot_rate: Vec::new(),
@@ -307,8 +325,26 @@ mod tests {
                     Some(1.1),
                     true
                 ),
+                (
+                    s("sparse (fast): fair server exec + plan time per run vs batched plain queue"),
+                    Some(2.0),
+                    false
+                ),
             ]
         );
+        // Without pg_stat_statements the server time is not measured.
+        let mut without = workloads.clone();
+        for side in &mut without.runs[0].sides {
+            if let Some(work) = side.work.as_mut() {
+                work.exec_ms = None;
+            }
+        }
+        let targets = judge(&without);
+        assert_eq!(
+            targets[2].measured,
+            "not measured: pg_stat_statements is not loaded on this server"
+        );
+        assert!(!targets[2].met);
     }
 
     #[test]
