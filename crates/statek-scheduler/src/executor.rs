@@ -87,6 +87,24 @@ pub trait TenantExecutor: Send + Sync {
     ) -> impl Future<Output = Option<Result<RunNotifications, StoreError>>> + Send {
         std::future::ready(None)
     }
+
+    /// A [`crate::Worker`] received a run notification of `tenant` (one
+    /// of its policy's tenants), before it decides any slot after this
+    /// call. Default: nothing. [`crate::PgRunQueueExecutor`] asks the
+    /// database about the tenant's next slot again (it may have skipped
+    /// the tenant as known empty; see
+    /// [`crate::ExecutorOptions::idle_recheck`]).
+    fn run_notified(&self, tenant: &TenantId) {
+        let _ = tenant;
+    }
+
+    /// A [`crate::Worker`]'s notification connection started (`true`) or
+    /// stopped (`false`) listening. Default: nothing.
+    /// [`crate::PgRunQueueExecutor`] skips known-empty tenants only while
+    /// at least one connection listens.
+    fn notifications_listening(&self, listening: bool) {
+        let _ = listening;
+    }
 }
 
 /// The default [`TenantExecutor::execute_batch`]: for each slot in

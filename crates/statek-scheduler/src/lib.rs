@@ -73,6 +73,7 @@ mod fairness_report;
 mod finish_recording;
 mod group_commit;
 mod handler;
+mod idle_set;
 mod lease;
 mod memory_executor;
 mod memory_queue;
@@ -110,7 +111,7 @@ pub use monitor::{
 };
 pub use options::SchedulerOptions;
 pub use outcome::{ExecutedRun, TenantTickOutcome};
-pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor};
+pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, DEFAULT_IDLE_RECHECK};
 pub use reservation::Reservation;
 pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use scheduler::DurableFairScheduler;

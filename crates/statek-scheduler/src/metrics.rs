@@ -86,6 +86,15 @@ pub const WORKER_RUNS_EXECUTING: &str = "statek_worker_runs_executing";
 /// Histogram, labels `shard`: slots per reservation batch of a
 /// [`crate::Worker`] (its adaptive batch size).
 pub const WORKER_BATCH_SLOTS: &str = "statek_worker_batch_slots";
+/// Counter, labels `shard`: batch claim statements the
+/// [`crate::PgRunQueueExecutor`] sent (a retry of the same claim counts
+/// again).
+pub const CLAIM_STATEMENTS_TOTAL: &str = "statek_executor_claim_statements_total";
+/// Counter, labels `shard`: slots the [`crate::PgRunQueueExecutor`]
+/// decided idle without asking the database, their tenant known empty
+/// ([`crate::ExecutorOptions::idle_recheck`]); each is also counted
+/// `idle` in [`TICK_OUTCOMES_TOTAL`].
+pub const SLOTS_KNOWN_IDLE_TOTAL: &str = "statek_executor_slots_known_idle_total";
 
 /// The `kind` label values of [`TICK_ERRORS_TOTAL`].
 pub const TICK_ERROR_KINDS: &[&str] = &["policy_conflict", "corrupt_data", "store", "executor"];
@@ -303,6 +312,20 @@ pub const SCHEDULER_METRICS: &[Metric] = &[
         &["shard"],
         "slots",
         "Slots per reservation batch of a Worker (its adaptive batch size).",
+    ),
+    Metric::new(
+        CLAIM_STATEMENTS_TOTAL,
+        Counter,
+        &["shard"],
+        "statements",
+        "Batch claim statements the PgRunQueueExecutor sent (retries count again).",
+    ),
+    Metric::new(
+        SLOTS_KNOWN_IDLE_TOTAL,
+        Counter,
+        &["shard"],
+        "slots",
+        "Slots the PgRunQueueExecutor decided idle without a claim statement (tenant known empty).",
     ),
     Metric::new(
         RETAINED_OLDEST_TIMESTAMP_SECONDS,

@@ -19,6 +19,7 @@ use crate::executor::TenantExecutor;
 use crate::finish_recording::{flush_finished, record_alone, PendingFinish, Recorded};
 use crate::group_commit::GroupCommit;
 use crate::handler::{Run, RunError, RunHandler};
+use crate::idle_set::{IdleSet, Observed};
 use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::outcome::{ExecutedRun, TenantTickOutcome};
 
@@ -29,6 +30,21 @@ fn run_outcome(tenant: &TenantId, outcome: &'static str) {
         "outcome" => outcome
     )
     .increment(1);
+}
+
+/// A claimed run and when its claim was sent, as a batch starts it.
+type ClaimStart = (Box<ClaimedRun>, Instant);
+
+/// One batch claim as planned: the undecided slots it was made for, which
+/// of them it asks the database about (the others' tenants are known
+/// empty), and the request for those (`None` when none is asked about).
+#[derive(Debug)]
+struct PendingClaim {
+    slots: Vec<(u64, TenantId)>,
+    max_runs: usize,
+    asked: Vec<bool>,
+    request: Option<SlotClaimRequest>,
+    observed: Option<Observed>,
 }
 
 /// How a finished run is recorded: by its own statement, or in a group
@@ -65,7 +81,11 @@ pub struct ExecutorOptions {
     pub(crate) retry_max: Duration,
     completion_batch: usize,
     completion_linger: Duration,
+    idle_recheck: Option<Duration>,
 }
+
+/// The default of [`ExecutorOptions::idle_recheck`].
+pub const DEFAULT_IDLE_RECHECK: Duration = Duration::from_secs(1);
 
 impl Default for ExecutorOptions {
     fn default() -> Self {
@@ -76,6 +96,7 @@ impl Default for ExecutorOptions {
             retry_max: Duration::from_secs(300),
             completion_batch: 256,
             completion_linger: Duration::from_millis(1),
+            idle_recheck: Some(DEFAULT_IDLE_RECHECK),
         }
     }
 }
@@ -159,6 +180,38 @@ impl ExecutorOptions {
         Ok(self)
     }
 
+    /// Idle tenants cost no database probe: while a [`crate::Worker`]'s
+    /// run notifications listen, a tenant whose slot a batch claim found
+    /// idle (no claimable run) is *known empty*, and its next slots are
+    /// decided idle without a claim statement (a batch whose tenants are
+    /// all known empty sends none), until
+    /// - a run notification of the tenant arrives (an enqueue or a
+    ///   put-back committed; a run notified before its slot is decided is
+    ///   never skipped), or
+    /// - `recheck` has passed since the claim that found it empty
+    ///   (10 ms..=60 s, default [`DEFAULT_IDLE_RECHECK`], 1 s): the bound
+    ///   on how late a run is noticed that became claimable without a
+    ///   notification (a delayed run's `available_at` passing, a retry
+    ///   delay ending, a lease expiring on another replica).
+    ///
+    /// Nothing is known empty while no notification connection listens
+    /// (no [`crate::Worker::with_notifications`], PgBouncer without a
+    /// direct connection, a lost `LISTEN` connection until it listens
+    /// again). The slots are consumed either way: a known-empty tenant's
+    /// slot is idle, never handed to another tenant. `None` asks the
+    /// database about every slot. See docs/guarantees.md, "Service lag".
+    pub fn idle_recheck(mut self, recheck: Option<Duration>) -> Result<Self, SchedulerError> {
+        if let Some(every) = recheck {
+            if every < Duration::from_millis(10) || every > Duration::from_secs(60) {
+                return Err(SchedulerError::InvalidOption(format!(
+                    "idle recheck must be 10 ms..=60 s, got {every:?}"
+                )));
+            }
+        }
+        self.idle_recheck = recheck;
+        Ok(self)
+    }
+
     pub(crate) fn retry_after(&self, attempt: u32) -> Duration {
         let factor = 1u32
             .checked_shl(attempt.saturating_sub(1).min(20))
@@ -182,6 +235,9 @@ pub struct PgRunQueueExecutor<H> {
     handler: H,
     options: ExecutorOptions,
     completions: Completions,
+    /// Tenants known empty ([`ExecutorOptions::idle_recheck`]); `None`
+    /// asks about every slot.
+    idle: Option<Arc<IdleSet>>,
     /// (tenant, state) pairs of [`crate::metrics::RUNS`] set so far.
     published_counts: Arc<std::sync::Mutex<std::collections::BTreeSet<(String, &'static str)>>>,
 }
@@ -196,6 +252,9 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         Self {
             store,
             handler,
+            idle: options
+                .idle_recheck
+                .map(|every| Arc::new(IdleSet::new(every))),
             options,
             completions,
             published_counts: Arc::default(),
@@ -205,6 +264,101 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
     /// The handler.
     pub fn handler(&self) -> &H {
         &self.handler
+    }
+
+    /// Plans a batch claim of `slots` (the batch's undecided ones, in
+    /// sequence order): asks about every slot whose tenant may have work.
+    fn plan_claim(
+        &self,
+        batch: &SlotBatch<'_, StoreError>,
+        slots: Vec<(u64, TenantId)>,
+        lease: Duration,
+        max_runs: usize,
+    ) -> Result<PendingClaim, StoreError> {
+        let now = std::time::Instant::now();
+        let (asked, observed) = match &self.idle {
+            Some(idle) => {
+                let tenants = || slots.iter().map(|(_, tenant)| tenant);
+                (
+                    idle.may_have_work(tenants(), now),
+                    Some(idle.observe(tenants(), now)),
+                )
+            }
+            None => (vec![true; slots.len()], None),
+        };
+        let asked_pairs: Vec<(u64, TenantId)> = slots
+            .iter()
+            .zip(&asked)
+            .filter(|(_, asked)| **asked)
+            .map(|(slot, _)| slot.clone())
+            .collect();
+        let request = if asked_pairs.is_empty() {
+            None
+        } else {
+            Some(SlotClaimRequest::new(
+                batch.shard(),
+                &asked_pairs,
+                lease,
+                max_runs,
+            )?)
+        };
+        Ok(PendingClaim {
+            slots,
+            max_runs,
+            asked,
+            request,
+            observed,
+        })
+    }
+
+    /// The decided prefix of `claim`'s slots from the answers of the slots
+    /// it asked about (`claims`, their decided prefix): known-empty slots
+    /// are idle, up to the last answered slot (and to the end when every
+    /// asked slot was answered). Tells the idle set what each answer
+    /// showed. Returns the starts and how many slots were decided idle
+    /// without being asked about.
+    fn merge_claims(
+        &self,
+        claim: &PendingClaim,
+        claims: Vec<SlotClaim>,
+        claim_sent: Instant,
+    ) -> (Vec<SlotStart<ClaimStart>>, u64) {
+        let asked_count = claim.asked.iter().filter(|asked| **asked).count();
+        let all_answered = claims.len() >= asked_count;
+        let mut answers = claims.into_iter();
+        let mut starts = Vec::with_capacity(claim.slots.len());
+        let mut known_idle = 0;
+        for ((_, tenant), asked) in claim.slots.iter().zip(&claim.asked) {
+            if !*asked {
+                if answers.as_slice().is_empty() && !all_answered {
+                    break;
+                }
+                known_idle += 1;
+                starts.push(SlotStart::Done(TenantTickOutcome::Idle));
+                continue;
+            }
+            let Some(answer) = answers.next() else {
+                break;
+            };
+            if let (Some(idle), Some(observed)) = (&self.idle, &claim.observed) {
+                match answer {
+                    SlotClaim::Idle => {
+                        idle.found_empty(tenant, observed);
+                    }
+                    _ => idle.found_work(tenant),
+                }
+            }
+            starts.push(match answer {
+                SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
+                SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
+                SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
+                // Contended, a recovered claim whose lease was lost
+                // meanwhile (another claimer holds the run), or any answer
+                // without a run.
+                _ => SlotStart::Done(TenantTickOutcome::Contended),
+            });
+        }
+        (starts, known_idle)
     }
 
     /// Runs the handler under its lease (see [`crate::lease::run_under_lease`]);
@@ -454,12 +608,16 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
 
     async fn execute_batch(&self, batch: &SlotBatch<'_, StoreError>) {
         let lease = self.options.lease;
-        // The claim request of the slots being claimed for, kept across
-        // its retries: a retry sends the same tokens, so a claim whose
+        let shard = batch.shard().to_string();
+        // The claim of the slots being claimed for, kept across its
+        // retries: a retry sends the same tokens, so a claim whose
         // acknowledgement was lost is answered from the claim history
         // (`PgStore::claim_slots`), its runs handed back, not abandoned.
-        let pending: std::sync::Mutex<Option<Arc<SlotClaimRequest>>> = std::sync::Mutex::new(None);
-        let pending = &pending;
+        // Kept with the slots it was made for and which of them it asks
+        // about, so that a notification between two sends cannot change
+        // the claim.
+        let pending: std::sync::Mutex<Option<Arc<PendingClaim>>> = std::sync::Mutex::new(None);
+        let (pending, shard) = (&pending, &shard);
         claim_and_run(
             batch,
             StoreError::is_retryable,
@@ -469,42 +627,38 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                     .map(|s| (s.sequence, s.tenant.clone()))
                     .collect();
                 async move {
-                    let request = {
+                    let claim = {
                         let mut kept = pending.lock().unwrap_or_else(|p| p.into_inner());
                         match kept.as_ref() {
-                            Some(request)
-                                if request.slots() == pairs.as_slice()
-                                    && request.max_runs() == max_runs =>
-                            {
-                                Arc::clone(request)
+                            Some(claim) if claim.slots == pairs && claim.max_runs == max_runs => {
+                                Arc::clone(claim)
                             }
                             _ => {
-                                let request = Arc::new(SlotClaimRequest::new(
-                                    batch.shard(),
-                                    &pairs,
-                                    lease,
-                                    max_runs,
-                                )?);
-                                *kept = Some(Arc::clone(&request));
-                                request
+                                let claim =
+                                    Arc::new(self.plan_claim(batch, pairs, lease, max_runs)?);
+                                *kept = Some(Arc::clone(&claim));
+                                claim
                             }
                         }
                     };
+                    let Some(request) = claim.request.as_ref() else {
+                        // Every tenant known empty: no statement.
+                        *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                        metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
+                            .increment(claim.slots.len() as u64);
+                        return Ok((0..claim.slots.len())
+                            .map(|_| SlotStart::Done(TenantTickOutcome::Idle))
+                            .collect());
+                    };
                     let claim_sent = Instant::now();
-                    let claims = self.store.claim_slots(&request).await?;
+                    metrics::counter!(crate::metrics::CLAIM_STATEMENTS_TOTAL, "shard" => shard.clone())
+                        .increment(1);
+                    let claims = self.store.claim_slots(request).await?;
                     *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                    Ok(claims
-                        .into_iter()
-                        .map(|claim| match claim {
-                            SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
-                            SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
-                            SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
-                            // Contended, a recovered claim whose lease was
-                            // lost meanwhile (another claimer holds the
-                            // run), or any answer without a run.
-                            _ => SlotStart::Done(TenantTickOutcome::Contended),
-                        })
-                        .collect())
+                    let (starts, known_idle) = self.merge_claims(&claim, claims, claim_sent);
+                    metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
+                        .increment(known_idle);
+                    Ok(starts)
                 }
             },
             |(run, claim_sent): (Box<ClaimedRun>, Instant), permit: Option<RunPermit>| async move {
@@ -543,6 +697,22 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
 
     async fn listen_for_runs(&self) -> Option<Result<RunNotifications, StoreError>> {
         Some(self.store.listen_for_runs().await)
+    }
+
+    fn run_notified(&self, tenant: &TenantId) {
+        if let Some(idle) = &self.idle {
+            idle.notified(tenant);
+        }
+    }
+
+    fn notifications_listening(&self, listening: bool) {
+        if let Some(idle) = &self.idle {
+            if listening {
+                idle.listening_started();
+            } else {
+                idle.listening_stopped();
+            }
+        }
     }
 
     async fn has_claimable_work(&self, tenants: &[TenantId]) -> Option<bool> {

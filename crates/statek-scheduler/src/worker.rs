@@ -609,12 +609,42 @@ fn deliver<E, R>(
     }
 }
 
+/// Whether a Worker's notification connection listens, as its executor
+/// hears it ([`TenantExecutor::notifications_listening`]): told on every
+/// change, and "stopped" when dropped (the listening task ended or was
+/// aborted).
+struct ListenState<'a, E: TenantExecutor> {
+    executor: &'a E,
+    listening: bool,
+}
+
+impl<E: TenantExecutor> ListenState<'_, E> {
+    fn set(&mut self, listening: bool) {
+        if self.listening != listening {
+            self.listening = listening;
+            self.executor.notifications_listening(listening);
+        }
+    }
+}
+
+impl<E: TenantExecutor> Drop for ListenState<'_, E> {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
 /// Wakes the worker on run notifications; listens again when they fail.
 async fn listen<E: TenantExecutor, R: ReservationSource>(
     shared: Arc<Shared<E, R>>,
     mut n: RunNotifications,
     stop: CancellationToken,
 ) {
+    let executor = shared.scheduler.executor();
+    let mut state = ListenState {
+        executor,
+        listening: false,
+    };
+    state.set(true);
     loop {
         let message = tokio::select! {
             () = stop.cancelled() => return,
@@ -627,6 +657,7 @@ async fn listen<E: TenantExecutor, R: ReservationSource>(
                 if shared.scheduler.policy().tenant_index(&tenant).is_none() {
                     continue;
                 }
+                executor.run_notified(&tenant);
                 shared.counters.wakeups.fetch_add(1, Ordering::Relaxed);
                 shared.idle_streak.store(0, Ordering::Relaxed);
                 shared.backoff_micros.store(0, Ordering::Relaxed);
@@ -641,14 +672,16 @@ async fn listen<E: TenantExecutor, R: ReservationSource>(
             }
         }
         // Listen again, pausing 1 s doubling to 30 s between attempts. Work
-        // notified meanwhile is found by the backoff probe.
+        // notified meanwhile is found by the backoff probe, and by claims:
+        // nothing is skipped as known empty while no connection listens.
+        state.set(false);
         let mut pause = RELISTEN_PAUSE.0;
         n = loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(pause) => {}
             }
-            match shared.scheduler.executor().listen_for_runs().await {
+            match executor.listen_for_runs().await {
                 Some(Ok(fresh)) => break fresh,
                 None => {
                     tracing::warn!(
@@ -662,6 +695,7 @@ async fn listen<E: TenantExecutor, R: ReservationSource>(
                 }
             }
         };
+        state.set(true);
         shared
             .counters
             .listen_reconnects

@@ -32,13 +32,14 @@ impl Target {
         }
     }
 
-    /// `measured / baseline ≤ ceiling`, shown as a ratio.
+    /// `measured / baseline ≤ ceiling`, shown as a ratio (figures below
+    /// 10 with three decimals: milliseconds per run).
     pub fn ratio_at_most(what: String, measured: f64, baseline: f64, ceiling: f64) -> Self {
         let ratio = measured / baseline;
         Self {
             what,
             required: format!("<= {ceiling:.2}x"),
-            measured: format!("{ratio:.3}x ({measured:.1} vs {baseline:.1})"),
+            measured: format!("{ratio:.3}x ({} vs {})", figure(measured), figure(baseline)),
             ratio: Some(ratio),
             met: ratio <= ceiling,
         }
@@ -65,6 +66,15 @@ impl Target {
             ratio: None,
             met: false,
         }
+    }
+}
+
+/// A figure as a ratio target shows it: one decimal, three below 10.
+fn figure(value: f64) -> String {
+    if value.abs() < 10.0 {
+        format!("{value:.3}")
+    } else {
+        format!("{value:.1}")
     }
 }
 
@@ -105,15 +115,22 @@ mod tests {
         check(
             Target::ratio_at_most(w(), 5.0, 100.0, 0.05),
             "<= 0.05x",
-            "0.050x (5.0 vs 100.0)",
+            "0.050x (5.000 vs 100.0)",
             Some(0.05),
             true,
         );
         check(
             Target::ratio_at_most(w(), 6.0, 100.0, 0.05),
             "<= 0.05x",
-            "0.060x (6.0 vs 100.0)",
+            "0.060x (6.000 vs 100.0)",
             Some(0.06),
+            false,
+        );
+        check(
+            Target::ratio_at_most(w(), 0.14, 0.091, 1.1),
+            "<= 1.10x",
+            "1.538x (0.140 vs 0.091)",
+            Some(0.14 / 0.091),
             false,
         );
         check(

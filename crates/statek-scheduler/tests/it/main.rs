@@ -7,6 +7,7 @@
 mod batch_workers;
 mod fair_tick;
 mod finish_retries;
+mod idle_tenants;
 mod in_memory;
 mod listen_reconnect;
 mod multi_process;

@@ -1,0 +1,260 @@
+//! The tenants an executor knows to be empty, so that their slots are
+//! decided without asking the database (issue 23, "idle tenants cost no
+//! database probe").
+//!
+//! A tenant becomes *known empty* when a claim statement found no
+//! claimable run of it (its slot was idle) and nothing that could have
+//! given it work happened between sending that statement and reading its
+//! answer. It stops being known empty when
+//! - a run notification of the tenant arrives (`NOTIFY statek_runs`,
+//!   sent when an enqueue or a put-back commits): a run notified before a
+//!   slot is decided is never skipped;
+//! - the recheck interval has passed since the claim that found it empty:
+//!   runs that become claimable without a notification (a delayed run's
+//!   `available_at` passing, a failed attempt's retry delay ending, a lease
+//!   expiring on another replica) are found by the first claim after it;
+//! - a claim found a run of it, or found it contended or limited.
+//!
+//! Nothing is known empty while no notification connection is listening
+//! (polling mode, PgBouncer without a direct connection, a lost `LISTEN`
+//! connection until it listens again): every slot is then asked about.
+//! Each change of the listening state starts a new epoch, and a claim's
+//! answer marks a tenant empty only when neither the epoch nor the
+//! tenant's notification count moved since the claim was sent.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use statek_policy::TenantId;
+
+/// What a claim saw of the set when it was sent: the epoch and, per
+/// tenant asked about, its notification count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Observed {
+    epoch: u64,
+    sent_at: Instant,
+    notified: HashMap<TenantId, u64>,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    /// Notifications received for the tenant so far.
+    notified: u64,
+    /// When the claim that found it empty was sent; `None`: it may have
+    /// work.
+    empty_since: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Notification connections listening now.
+    listening: u32,
+    /// Bumped on every change of `listening`.
+    epoch: u64,
+    tenants: HashMap<TenantId, Entry>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct IdleSet {
+    recheck: Duration,
+    state: Mutex<State>,
+}
+
+impl IdleSet {
+    /// A set whose tenants stay known empty for at most `recheck`.
+    pub(crate) fn new(recheck: Duration) -> Self {
+        Self {
+            recheck,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Which of `tenants` (one per slot) may have work at `now`: `false`
+    /// only for a tenant known empty.
+    pub(crate) fn may_have_work<'t>(
+        &self,
+        tenants: impl IntoIterator<Item = &'t TenantId>,
+        now: Instant,
+    ) -> Vec<bool> {
+        let state = self.state();
+        tenants
+            .into_iter()
+            .map(|tenant| {
+                state.listening == 0
+                    || state
+                        .tenants
+                        .get(tenant)
+                        .and_then(|entry| entry.empty_since)
+                        .is_none_or(|since| now.saturating_duration_since(since) >= self.recheck)
+            })
+            .collect()
+    }
+
+    /// What a claim about `tenants` sees as it is sent at `now`.
+    pub(crate) fn observe<'t>(
+        &self,
+        tenants: impl IntoIterator<Item = &'t TenantId>,
+        now: Instant,
+    ) -> Observed {
+        let state = self.state();
+        Observed {
+            epoch: state.epoch,
+            sent_at: now,
+            notified: tenants
+                .into_iter()
+                .map(|tenant| {
+                    let count = state.tenants.get(tenant).map_or(0, |entry| entry.notified);
+                    (tenant.clone(), count)
+                })
+                .collect(),
+        }
+    }
+
+    /// A claim sent as `observed` found no claimable run of `tenant`: it is
+    /// known empty from the claim's sending on, unless a notification of
+    /// it or a change of listening came in meanwhile. Returns whether it
+    /// was marked.
+    pub(crate) fn found_empty(&self, tenant: &TenantId, observed: &Observed) -> bool {
+        let mut state = self.state();
+        if state.listening == 0 || state.epoch != observed.epoch {
+            return false;
+        }
+        let Some(&seen) = observed.notified.get(tenant) else {
+            return false;
+        };
+        let entry = state.tenants.entry(tenant.clone()).or_default();
+        if entry.notified != seen {
+            return false;
+        }
+        entry.empty_since = Some(observed.sent_at);
+        true
+    }
+
+    /// A claim found work of `tenant` (a run, or a contended or limited
+    /// slot): it may have more.
+    pub(crate) fn found_work(&self, tenant: &TenantId) {
+        if let Some(entry) = self.state().tenants.get_mut(tenant) {
+            entry.empty_since = None;
+        }
+    }
+
+    /// A run notification of `tenant` arrived.
+    pub(crate) fn notified(&self, tenant: &TenantId) {
+        let mut state = self.state();
+        let entry = state.tenants.entry(tenant.clone()).or_default();
+        entry.notified = entry.notified.wrapping_add(1);
+        entry.empty_since = None;
+    }
+
+    /// A notification connection listens now.
+    pub(crate) fn listening_started(&self) {
+        let mut state = self.state();
+        state.listening = state.listening.saturating_add(1);
+        state.epoch = state.epoch.wrapping_add(1);
+    }
+
+    /// A notification connection stopped listening: while none listens,
+    /// no tenant is known empty, and what was known is forgotten.
+    pub(crate) fn listening_stopped(&self) {
+        let mut state = self.state();
+        state.listening = state.listening.saturating_sub(1);
+        state.epoch = state.epoch.wrapping_add(1);
+        if state.listening == 0 {
+            for entry in state.tenants.values_mut() {
+                entry.empty_since = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(id: &str) -> TenantId {
+        TenantId::try_from(id).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const RECHECK: Duration = Duration::from_millis(500);
+
+    #[test]
+    fn nothing_is_known_empty_while_no_connection_listens() {
+        let set = IdleSet::new(RECHECK);
+        let (a, now) = (tenant("a"), Instant::now());
+        let seen = set.observe([&a], now);
+        assert!(!set.found_empty(&a, &seen));
+        assert_eq!(set.may_have_work([&a], now), [true]);
+        set.listening_started();
+        // A claim sent before listening began says nothing.
+        assert!(!set.found_empty(&a, &seen));
+        let seen = set.observe([&a], now);
+        assert!(set.found_empty(&a, &seen));
+        assert_eq!(set.may_have_work([&a], now), [false]);
+        // The connection is lost: everything is asked about again, and a
+        // claim sent while it listened marks nothing.
+        set.listening_stopped();
+        assert_eq!(set.may_have_work([&a], now), [true]);
+        assert!(!set.found_empty(&a, &seen));
+        set.listening_started();
+        assert_eq!(set.may_have_work([&a], now), [true]);
+    }
+
+    #[test]
+    fn a_notification_after_the_claim_was_sent_keeps_the_tenant_asked_about() {
+        let set = IdleSet::new(RECHECK);
+        set.listening_started();
+        let (a, b, now) = (tenant("a"), tenant("b"), Instant::now());
+        let seen = set.observe([&a, &b], now);
+        // A run of `a` committed after the claim's snapshot; its
+        // notification arrives before the claim's answer.
+        set.notified(&a);
+        assert!(!set.found_empty(&a, &seen));
+        assert!(set.found_empty(&b, &seen));
+        assert_eq!(set.may_have_work([&a, &b], now), [true, false]);
+        // A notification after the mark ends it at once.
+        set.notified(&b);
+        assert_eq!(set.may_have_work([&a, &b], now), [true, true]);
+        // A tenant the claim did not ask about is not marked by it.
+        let c = tenant("c");
+        assert!(!set.found_empty(&c, &seen));
+    }
+
+    #[test]
+    fn known_empty_lasts_the_recheck_interval_from_the_claims_sending() {
+        let set = IdleSet::new(RECHECK);
+        set.listening_started();
+        let (a, sent) = (tenant("a"), Instant::now());
+        let seen = set.observe([&a], sent);
+        assert!(set.found_empty(&a, &seen));
+        assert_eq!(
+            set.may_have_work([&a], sent + RECHECK - Duration::from_millis(1)),
+            [false]
+        );
+        assert_eq!(set.may_have_work([&a], sent + RECHECK), [true]);
+        // Found work: asked about again at once.
+        assert!(set.found_empty(&a, &set.observe([&a], sent)));
+        set.found_work(&a);
+        assert_eq!(set.may_have_work([&a], sent), [true]);
+    }
+
+    #[test]
+    fn two_listeners_one_lost_keeps_what_is_known() {
+        let set = IdleSet::new(RECHECK);
+        set.listening_started();
+        set.listening_started();
+        let (a, now) = (tenant("a"), Instant::now());
+        assert!(set.found_empty(&a, &set.observe([&a], now)));
+        set.listening_stopped();
+        assert_eq!(set.may_have_work([&a], now), [false]);
+        set.listening_stopped();
+        assert_eq!(set.may_have_work([&a], now), [true]);
+    }
+}
