@@ -15,6 +15,7 @@
 
 mod charts;
 mod connection;
+mod docs_tables;
 mod enqueue;
 mod load;
 mod plain_claimer;
@@ -78,6 +79,10 @@ pub struct BenchArgs {
     /// Where the JSON and charts go (default: target/bench).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Only rewrite the generated tables of docs/benchmarks.md from the
+    /// results files they name (under docs/bench/); measures nothing.
+    #[arg(long, conflicts_with = "charts_from")]
+    pub update_docs: bool,
     /// Only redraw the charts (and reprint the tables) of a saved
     /// `results.json`; measures nothing.
     #[arg(long, value_name = "RESULTS_JSON")]
@@ -171,6 +176,14 @@ fn policy(shard: &str) -> Result<WeightedFairnessPolicy> {
 /// Runs the benchmark against `DATABASE_URL`, or a PostgreSQL 17 that it
 /// provisions (and stops afterwards).
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if args.update_docs {
+        let blocks = docs_tables::update(&crate::workspace::root())?;
+        eprintln!(
+            "xtask: {blocks} generated table block(s) of {} rewritten from their results files",
+            docs_tables::DOC
+        );
+        return Ok(());
+    }
     if let Some(saved) = &args.charts_from {
         let text = std::fs::read_to_string(saved)
             .with_context(|| format!("reading {}", saved.display()))?;

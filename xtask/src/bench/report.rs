@@ -39,6 +39,35 @@ pub struct Machine {
     /// `/proc/loadavg`'s 1, 5 and 15 minute load averages at the start.
     #[serde(default)]
     pub load_average: String,
+    /// CPU steal over the run, percent of all CPU time (`/proc/stat`'s
+    /// `steal` column): time the hypervisor gave this VM's CPUs to
+    /// others. `None` where the kernel does not report it.
+    #[serde(default)]
+    pub cpu_steal_percent: Option<f64>,
+    /// `/proc/stat`'s `(steal, total)` at the start.
+    #[serde(skip)]
+    steal_at_start: Option<(u64, u64)>,
+}
+
+/// `(steal, total)` jiffies of the `cpu` line of `/proc/stat`: user,
+/// nice, system, idle, iowait, irq, softirq and steal add up to the total.
+fn cpu_steal(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    (fields.len() == 8).then(|| (fields[7], fields.iter().sum()))
+}
+
+/// Percent of CPU time stolen between two `(steal, total)` readings.
+fn steal_percent(start: (u64, u64), end: (u64, u64)) -> Option<f64> {
+    let total = end.1.checked_sub(start.1).filter(|t| *t > 0)?;
+    let steal = end.0.checked_sub(start.0)?;
+    Some(steal as f64 * 100.0 / total as f64)
 }
 
 /// One client count of the reservation comparison.
@@ -185,6 +214,23 @@ impl Machine {
                 .take(3)
                 .collect::<Vec<_>>()
                 .join(" "),
+            cpu_steal_percent: None,
+            steal_at_start: std::fs::read_to_string("/proc/stat")
+                .ok()
+                .as_deref()
+                .and_then(cpu_steal),
+        }
+    }
+
+    /// Sets [`cpu_steal_percent`](Self::cpu_steal_percent) from the start
+    /// of the run to now.
+    fn finish_steal(&mut self) {
+        let now = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .as_deref()
+            .and_then(cpu_steal);
+        if let (Some(start), Some(end)) = (self.steal_at_start, now) {
+            self.cpu_steal_percent = steal_percent(start, end);
         }
     }
 }
@@ -427,6 +473,7 @@ impl Report {
     /// section into `out`.
     pub fn write(&mut self, out: &Path) -> Result<()> {
         self.evaluate();
+        self.machine.finish_steal();
         let write = |name: &str, value: &dyn erased::Json| -> Result<()> {
             let path = out.join(name);
             std::fs::write(&path, value.json()?)
@@ -459,6 +506,9 @@ impl Report {
             m.cpu, m.cpus, m.memory_gib, m.kernel, m.load_average
         );
         println!("commit:  {}", m.commit);
+        if let Some(steal) = m.cpu_steal_percent {
+            println!("CPU steal over the run: {steal:.2}%");
+        }
         println!("server:  {}", m.postgres);
         println!(
             "settings: {}",
@@ -622,5 +672,20 @@ mod erased {
         fn json(&self) -> anyhow::Result<String> {
             Ok(serde_json::to_string_pretty(self)?)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_steal_is_read_from_proc_stat_and_taken_as_a_share_of_the_run() {
+        let stat = "cpu  100 5 50 800 10 3 2 30 0 0\ncpu0 50 2 25 400 5 1 1 15 0 0\n";
+        assert_eq!(cpu_steal(stat), Some((30, 1000)));
+        assert_eq!(cpu_steal("cpu  1 2 3\n"), None);
+        assert_eq!(cpu_steal("intr 5\n"), None);
+        assert_eq!(steal_percent((30, 1000), (80, 2000)), Some(5.0));
+        assert_eq!(steal_percent((30, 1000), (30, 1000)), None);
     }
 }
