@@ -33,6 +33,14 @@
 -- "already recorded". The function now also reads the run, locked (FOR
 -- SHARE), so a completion that committed meanwhile is seen as it is now.
 --
+-- The run row's `state` and `finished_at` are now evidence for a
+-- completed attempt, and the runtime role may update both (heartbeat,
+-- cancel, rescue and retry set them; the retention role holds UPDATE of
+-- `finished_at` for its row locks). So a trigger guards them against
+-- every role: a `completed` run's row never changes again, and only
+-- `statek.finish_runs` (running as the table's owner) completes a run. It
+-- fires only on those two cases (its WHEN clause), once per completion.
+--
 -- Nothing is rewritten. Claim rows of completions made before this
 -- migration keep their finish time; the helper prefers it.
 
@@ -166,5 +174,32 @@ CREATE VIEW statek.run_attempts AS
     JOIN statek.runs AS r ON r.run_id = c.run_id;
 
 REVOKE ALL ON statek.run_attempts FROM PUBLIC;
+
+-- A completed run is terminal, and only the finish function completes a
+-- run: the runtime role cannot forge, move or erase a completion.
+CREATE FUNCTION statek.guard_run_completion() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF OLD.state = 'completed' THEN
+        RAISE EXCEPTION 'statek: run % is completed; its row is evidence and never changes',
+            OLD.run_id USING ERRCODE = 'SK001';
+    END IF;
+    IF NOT pg_has_role(current_user,
+                       (SELECT c.relowner FROM pg_class AS c WHERE c.oid = TG_RELID),
+                       'MEMBER') THEN
+        RAISE EXCEPTION 'statek: only statek.finish_runs completes a run (run %)',
+            OLD.run_id USING ERRCODE = 'SK001';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER runs_completion_guarded
+    BEFORE UPDATE ON statek.runs
+    FOR EACH ROW
+    WHEN (OLD.state = 'completed' OR NEW.state = 'completed')
+    EXECUTE FUNCTION statek.guard_run_completion();
 REVOKE ALL ON FUNCTION statek.run_attempt_finished_at(timestamptz, integer, text, integer, timestamptz)
     FROM PUBLIC;

@@ -138,6 +138,28 @@ impl IdleSet {
         true
     }
 
+    /// Whether `tenant` may have got work since a claim was sent as
+    /// `observed`: its notification arrived, or listening changed since
+    /// (or nothing listens).
+    pub(crate) fn notified_since(&self, tenant: &TenantId, observed: &Observed) -> bool {
+        let state = self.state();
+        state.listening == 0
+            || state.epoch != observed.epoch
+            || state.tenants.get(tenant).map_or(0, |entry| entry.notified)
+                != observed.notified.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// Every tenant may have work (the idle probe found claimable work of
+    /// some tenant of the policy): nothing is known empty any more, and
+    /// claims in flight mark nothing.
+    pub(crate) fn forget(&self) {
+        let mut state = self.state();
+        state.epoch = state.epoch.wrapping_add(1);
+        for entry in state.tenants.values_mut() {
+            entry.empty_since = None;
+        }
+    }
+
     /// A claim found work of `tenant` (a run, or a contended or limited
     /// slot): it may have more.
     pub(crate) fn found_work(&self, tenant: &TenantId) {
@@ -243,6 +265,31 @@ mod tests {
         assert!(set.found_empty(&a, &set.observe([&a], sent)));
         set.found_work(&a);
         assert_eq!(set.may_have_work([&a], sent), [true]);
+    }
+
+    #[test]
+    fn a_notification_or_a_forget_is_seen_by_a_claim_in_flight() {
+        let set = IdleSet::new(RECHECK);
+        set.listening_started();
+        let (a, b, now) = (tenant("a"), tenant("b"), Instant::now());
+        let seen = set.observe([&a, &b], now);
+        assert!(!set.notified_since(&a, &seen));
+        set.notified(&a);
+        assert!(set.notified_since(&a, &seen));
+        assert!(!set.notified_since(&b, &seen));
+        // A tenant the claim did not see counts from 0.
+        let c = tenant("c");
+        assert!(!set.notified_since(&c, &seen));
+        set.notified(&c);
+        assert!(set.notified_since(&c, &seen));
+        // The probe found work: everything may have work, and the claim in
+        // flight marks nothing.
+        let seen = set.observe([&a, &b], now);
+        assert!(set.found_empty(&b, &seen));
+        set.forget();
+        assert_eq!(set.may_have_work([&b], now), [true]);
+        assert!(set.notified_since(&b, &seen));
+        assert!(!set.found_empty(&a, &seen));
     }
 
     #[test]

@@ -314,9 +314,13 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
     /// The decided prefix of `claim`'s slots from the answers of the slots
     /// it asked about (`claims`, their decided prefix): known-empty slots
     /// are idle, up to the last answered slot (and to the end when every
-    /// asked slot was answered). Tells the idle set what each answer
-    /// showed. Returns the starts and how many slots were decided idle
-    /// without being asked about.
+    /// asked slot was answered). A known-empty slot whose tenant was
+    /// notified while the claim was in flight ends the prefix instead
+    /// (it is asked about by the next claim), unless a run was claimed
+    /// for a later slot (a claimed run is always started). Tells the idle
+    /// set what each answer showed. Returns the starts (empty when the
+    /// first slot is such a notified one and nothing was claimed) and how
+    /// many slots were decided idle without being asked about.
     fn merge_claims(
         &self,
         claim: &PendingClaim,
@@ -325,12 +329,35 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
     ) -> (Vec<SlotStart<ClaimStart>>, u64) {
         let asked_count = claim.asked.iter().filter(|asked| **asked).count();
         let all_answered = claims.len() >= asked_count;
+        // The slot index of the last claimed run: the prefix reaches it.
+        let mut last_claimed = None;
+        let mut answered = 0;
+        for (index, asked) in claim.asked.iter().enumerate() {
+            if *asked {
+                match claims.get(answered) {
+                    Some(SlotClaim::Claimed(_)) => last_claimed = Some(index),
+                    Some(_) => {}
+                    None => break,
+                }
+                answered += 1;
+            }
+        }
+        let notified_meanwhile =
+            |index: usize, tenant: &TenantId| match (&self.idle, &claim.observed) {
+                (Some(idle), Some(observed)) => {
+                    last_claimed.is_none_or(|last| index > last)
+                        && idle.notified_since(tenant, observed)
+                }
+                _ => false,
+            };
         let mut answers = claims.into_iter();
         let mut starts = Vec::with_capacity(claim.slots.len());
         let mut known_idle = 0;
-        for ((_, tenant), asked) in claim.slots.iter().zip(&claim.asked) {
+        for (index, ((_, tenant), asked)) in claim.slots.iter().zip(&claim.asked).enumerate() {
             if !*asked {
-                if answers.as_slice().is_empty() && !all_answered {
+                if (answers.as_slice().is_empty() && !all_answered)
+                    || notified_meanwhile(index, tenant)
+                {
                     break;
                 }
                 known_idle += 1;
@@ -627,38 +654,51 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                     .map(|s| (s.sequence, s.tenant.clone()))
                     .collect();
                 async move {
-                    let claim = {
-                        let mut kept = pending.lock().unwrap_or_else(|p| p.into_inner());
-                        match kept.as_ref() {
-                            Some(claim) if claim.slots == pairs && claim.max_runs == max_runs => {
-                                Arc::clone(claim)
+                    loop {
+                        let claim = {
+                            let mut kept = pending.lock().unwrap_or_else(|p| p.into_inner());
+                            match kept.as_ref() {
+                                Some(claim)
+                                    if claim.slots == pairs && claim.max_runs == max_runs =>
+                                {
+                                    Arc::clone(claim)
+                                }
+                                _ => {
+                                    let claim = Arc::new(self.plan_claim(
+                                        batch,
+                                        pairs.clone(),
+                                        lease,
+                                        max_runs,
+                                    )?);
+                                    *kept = Some(Arc::clone(&claim));
+                                    claim
+                                }
                             }
-                            _ => {
-                                let claim =
-                                    Arc::new(self.plan_claim(batch, pairs, lease, max_runs)?);
-                                *kept = Some(Arc::clone(&claim));
-                                claim
-                            }
-                        }
-                    };
-                    let Some(request) = claim.request.as_ref() else {
-                        // Every tenant known empty: no statement.
+                        };
+                        let Some(request) = claim.request.as_ref() else {
+                            // Every tenant known empty: no statement.
+                            *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                            metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
+                                .increment(claim.slots.len() as u64);
+                            return Ok((0..claim.slots.len())
+                                .map(|_| SlotStart::Done(TenantTickOutcome::Idle))
+                                .collect());
+                        };
+                        let claim_sent = Instant::now();
+                        metrics::counter!(crate::metrics::CLAIM_STATEMENTS_TOTAL, "shard" => shard.clone())
+                            .increment(1);
+                        let claims = self.store.claim_slots(request).await?;
                         *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                        let (starts, known_idle) = self.merge_claims(&claim, claims, claim_sent);
                         metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
-                            .increment(claim.slots.len() as u64);
-                        return Ok((0..claim.slots.len())
-                            .map(|_| SlotStart::Done(TenantTickOutcome::Idle))
-                            .collect());
-                    };
-                    let claim_sent = Instant::now();
-                    metrics::counter!(crate::metrics::CLAIM_STATEMENTS_TOTAL, "shard" => shard.clone())
-                        .increment(1);
-                    let claims = self.store.claim_slots(request).await?;
-                    *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                    let (starts, known_idle) = self.merge_claims(&claim, claims, claim_sent);
-                    metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
-                        .increment(known_idle);
-                    Ok(starts)
+                            .increment(known_idle);
+                        if !starts.is_empty() {
+                            return Ok(starts);
+                        }
+                        // The first slot's tenant was notified while the
+                        // claim was in flight and nothing was claimed:
+                        // claim again, asking about it this time.
+                    }
                 }
             },
             |(run, claim_sent): (Box<ClaimedRun>, Instant), permit: Option<RunPermit>| async move {
@@ -717,7 +757,17 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
 
     async fn has_claimable_work(&self, tenants: &[TenantId]) -> Option<bool> {
         match self.store.any_claimable_runs(tenants).await {
-            Ok(any) => Some(any),
+            Ok(any) => {
+                if any {
+                    // Some tenant has work the idle set may not know of (a
+                    // delayed run came due, a lease expired): ask about
+                    // every tenant again.
+                    if let Some(idle) = &self.idle {
+                        idle.forget();
+                    }
+                }
+                Some(any)
+            }
             Err(e) => {
                 tracing::warn!(error = %crate::error::chain(&e), "cannot probe the run queue");
                 None

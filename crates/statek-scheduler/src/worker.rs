@@ -652,6 +652,12 @@ async fn listen<E: TenantExecutor, R: ReservationSource>(
         };
         match message {
             Some(Ok(tenant)) => {
+                if n.take_missed() {
+                    // Wake-ups were dropped unread: any tenant may have
+                    // been notified, so forget which are known empty.
+                    state.set(false);
+                    state.set(true);
+                }
                 // Only the policy's tenants: runs of others can never take
                 // a slot, so their notifications must not end a backoff.
                 if shared.scheduler.policy().tenant_index(&tenant).is_none() {

@@ -181,7 +181,7 @@ pub use lost_reservations::{
 };
 pub use metric::{Metric, MetricKind, STORE_METRICS};
 pub use migration::{embedded_migrations, MigrationReport};
-pub use notifications::{RunNotifications, RUNS_CHANNEL};
+pub use notifications::{RunNotifications, BUFFERED_WAKEUPS, RUNS_CHANNEL};
 pub use reservation::Reservation;
 pub use retention::{
     PruneReport, SchedulerFairnessRetentionPolicy, MAX_PRUNE_BATCH, MAX_RETENTION, MIN_RETENTION,

@@ -15,9 +15,9 @@ use crate::{PgStore, StoreError};
 /// The channel the run-queue triggers notify (payload: the tenant id).
 pub const RUNS_CHANNEL: &str = "statek_runs";
 
-/// How many undelivered wake-ups are kept; more are dropped, since one
-/// pending wake-up is as good as many.
-const BUFFERED_WAKEUPS: usize = 256;
+/// How many undelivered wake-ups are kept; more are dropped, and
+/// [`RunNotifications::take_missed`] says so.
+pub const BUFFERED_WAKEUPS: usize = 256;
 
 /// A dedicated connection listening on [`RUNS_CHANNEL`]. Each message names
 /// a tenant that has a run claimable now. Dropping it closes the
@@ -25,6 +25,9 @@ const BUFFERED_WAKEUPS: usize = 256;
 #[derive(Debug)]
 pub struct RunNotifications {
     rx: mpsc::Receiver<Result<TenantId, StoreError>>,
+    /// Set when a wake-up was dropped because [`BUFFERED_WAKEUPS`] were
+    /// waiting unread.
+    missed: Arc<AtomicBool>,
     // Dropped with `self`: tells the probe task to close the connection.
     _close: oneshot::Sender<()>,
 }
@@ -37,6 +40,14 @@ impl RunNotifications {
     /// (listen again to resume).
     pub async fn recv(&mut self) -> Option<Result<TenantId, StoreError>> {
         self.rx.recv().await
+    }
+
+    /// Whether wake-ups were dropped since the last call, because
+    /// [`BUFFERED_WAKEUPS`] were waiting unread; clears it. A consumer
+    /// that acts on which tenant was notified (statek-scheduler's idle
+    /// tenants) must then treat every tenant as notified.
+    pub fn take_missed(&self) -> bool {
+        self.missed.swap(false, Ordering::SeqCst)
     }
 }
 
@@ -91,6 +102,8 @@ impl PgStore {
             sent: Arc::new(AtomicBool::new(false)),
         };
         let driver_report = report.clone();
+        let missed = Arc::new(AtomicBool::new(false));
+        let driver_missed = Arc::clone(&missed);
         let driver = tokio::spawn(async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
@@ -98,8 +111,10 @@ impl PgStore {
                     Ok(AsyncMessage::Notification(n)) => {
                         // A payload that is not a tenant id is not ours to act on.
                         if let Ok(tenant) = TenantId::try_from(n.payload()) {
-                            // Full: a wake-up is already pending; drop this one.
-                            let _ = tx.try_send(Ok(tenant));
+                            // Full: drop this one, and say so.
+                            if tx.try_send(Ok(tenant)).is_err() {
+                                driver_missed.store(true, Ordering::SeqCst);
+                            }
                         }
                     }
                     Ok(_) => {}
@@ -153,6 +168,10 @@ impl PgStore {
             }
             drop(client);
         });
-        Ok(RunNotifications { rx, _close: close })
+        Ok(RunNotifications {
+            rx,
+            missed,
+            _close: close,
+        })
     }
 }

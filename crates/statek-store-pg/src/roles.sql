@@ -51,6 +51,7 @@ ALTER FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[]) OWNE
 ALTER FUNCTION statek.run_attempt_finished_at(timestamptz, integer, text, integer, timestamptz)
     OWNER TO {owner};
 ALTER VIEW statek.run_attempts OWNER TO {owner};
+ALTER FUNCTION statek.guard_run_completion() OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;

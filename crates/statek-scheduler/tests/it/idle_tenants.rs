@@ -225,3 +225,97 @@ fn the_recheck_interval_is_checked() {
         Duration::from_secs(1)
     );
 }
+
+/// A notification that arrives while a claim is in flight (here: waiting
+/// for tenant-a's limits row, locked by another session) is not lost: the
+/// known-empty slot of the notified tenant after the claim's last claimed
+/// run is left undecided and asked about by the next claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_during_a_claim_is_honoured_by_the_next_claim() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = std::sync::Arc::new(scheduler(&store, Some(Duration::from_secs(30))).await);
+    scheduler.executor().notifications_listening(true);
+    store
+        .set_tenant_limits(
+            &tenant("tenant-a"),
+            &statek_store_pg::TenantLimits::new(Some(100), None).unwrap(),
+        )
+        .await
+        .unwrap();
+    enqueue(&store, "tenant-a").await;
+    assert_eq!(
+        lap(&scheduler).await,
+        [
+            "0:tenant-a:executed",
+            "1:tenant-a:idle",
+            "2:tenant-b:idle",
+            "3:tenant-a:idle"
+        ]
+    );
+    enqueue(&store, "tenant-a").await;
+    scheduler.executor().run_notified(&tenant("tenant-a"));
+    let b_run = enqueue(&store, "tenant-b").await;
+    // Hold tenant-a's limits row: the next claim (asking about a, not
+    // about b, still known empty) waits for it.
+    let mut locker = db.client().await;
+    let tx = locker.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM statek.tenant_limits WHERE tenant_id = 'tenant-a' FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let second = tokio::spawn({
+        let scheduler = std::sync::Arc::clone(&scheduler);
+        async move { lap(&scheduler).await }
+    });
+    let client = db.client().await;
+    for _ in 0..100 {
+        let waiting: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // b's notification arrives while the claim waits.
+    scheduler.executor().run_notified(&tenant("tenant-b"));
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        second.await.unwrap(),
+        [
+            "4:tenant-a:executed",
+            "5:tenant-a:idle",
+            "6:tenant-b:executed",
+            "7:tenant-a:idle"
+        ]
+    );
+    assert_eq!(state(&db, b_run).await, "completed");
+}
+
+/// The Worker's idle probe found claimable work (a run that came due
+/// without a notification): the executor forgets which tenants are known
+/// empty, so the next batch asks about every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claimable_work_found_by_the_probe_ends_every_known_empty() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = scheduler(&store, Some(Duration::from_secs(30))).await;
+    let executor = scheduler.executor();
+    executor.notifications_listening(true);
+    assert_eq!(lap(&scheduler).await[2], "2:tenant-b:idle");
+    let b_run = enqueue(&store, "tenant-b").await;
+    assert_eq!(lap(&scheduler).await[2], "6:tenant-b:idle");
+    let tenants = [tenant("tenant-a"), tenant("tenant-b")];
+    assert_eq!(executor.has_claimable_work(&tenants).await, Some(true));
+    assert_eq!(lap(&scheduler).await[2], "10:tenant-b:executed");
+    assert_eq!(state(&db, b_run).await, "completed");
+}

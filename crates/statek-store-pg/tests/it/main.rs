@@ -15,6 +15,7 @@ mod halt;
 mod integrity;
 mod lost_ack;
 mod migrations;
+mod notifications;
 mod pgbouncer;
 mod pgbouncer_durability;
 mod registration_and_reservation;

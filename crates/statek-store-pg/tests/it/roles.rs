@@ -308,6 +308,66 @@ async fn the_role_matrix_holds() {
                 .await,
         );
     }
+    // Completions (migration V12): a completed run's row never changes,
+    // and only statek.finish_runs completes a run, whatever the role's
+    // column grants allow.
+    let completed = run.lease.run_id();
+    rt.enqueue(&NewRun::new(a.clone(), vec![3])).await.unwrap();
+    let ClaimOutcome::Claimed(running) = rt.claim_run(&a, Duration::from_secs(30)).await.unwrap()
+    else {
+        panic!("claim")
+    };
+    let rn_rows = client_as(&db, &retention).await;
+    for (what, client, sql, run_id, message) in [
+        (
+            "runtime moves a completion's finish time",
+            &rt_sql,
+            "UPDATE statek.runs SET finished_at = '2000-01-01' WHERE run_id = $1",
+            completed,
+            format!("statek: run {completed} is completed; its row is evidence and never changes"),
+        ),
+        (
+            "runtime erases a completion",
+            &rt_sql,
+            "UPDATE statek.runs SET state = 'available', finished_at = NULL WHERE run_id = $1",
+            completed,
+            format!("statek: run {completed} is completed; its row is evidence and never changes"),
+        ),
+        (
+            "retention moves a completion's finish time",
+            &rn_rows,
+            "UPDATE statek.runs SET finished_at = '1999-01-01' WHERE run_id = $1",
+            completed,
+            format!("statek: run {completed} is completed; its row is evidence and never changes"),
+        ),
+        (
+            "runtime forges a completion",
+            &rt_sql,
+            "UPDATE statek.runs SET state = 'completed', finished_at = clock_timestamp(),
+                 lease_token = NULL, lease_expires_at = NULL WHERE run_id = $1",
+            running.lease.run_id(),
+            format!(
+                "statek: only statek.finish_runs completes a run (run {})",
+                running.lease.run_id()
+            ),
+        ),
+    ] {
+        let err = client.execute(sql, &[&run_id]).await.expect_err(what);
+        let db_error = err.as_db_error().expect(what);
+        assert_eq!(
+            (db_error.code().code(), db_error.message()),
+            ("SK001", message.as_str()),
+            "{what}"
+        );
+    }
+    // The forged completion left the run running under its lease, which
+    // the finish function still completes.
+    assert_eq!(
+        rt.finish_runs(&[FinishRun::complete(running.lease)])
+            .await
+            .unwrap(),
+        [FinishOutcome::Completed]
+    );
     sql_denied(
         "runtime attaches a slot map itself",
         rt_sql

@@ -133,7 +133,7 @@ async fn failures_retry_until_max_attempts_then_fail() {
     );
     db.client()
         .await
-        .batch_execute("UPDATE statek.runs SET available_at = now() - interval '1 second'")
+        .batch_execute("UPDATE statek.runs SET available_at = now() - interval '1 second' WHERE state <> 'completed'")
         .await
         .unwrap();
     let run = claimed(store.claim_run(&a, LEASE).await.unwrap());
