@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use statek_policy::TenantId;
 use statek_store_pg::{
     ClaimOutcome, ClaimedRun, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease,
-    RunNotifications, SlotClaim, SlotClaimRequest, StoreError, MAX_FINISH_BATCH,
+    RunNotifications, StoreError, MAX_FINISH_BATCH,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -19,9 +19,13 @@ use crate::executor::TenantExecutor;
 use crate::finish_recording::{flush_finished, record_alone, PendingFinish, Recorded};
 use crate::group_commit::GroupCommit;
 use crate::handler::{Run, RunError, RunHandler};
-use crate::idle_set::{IdleSet, Observed};
+use crate::idle_set::IdleSet;
 use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::outcome::{ExecutedRun, TenantTickOutcome};
+
+mod batch_claim;
+
+use batch_claim::PendingClaim;
 
 fn run_outcome(tenant: &TenantId, outcome: &'static str) {
     metrics::counter!(
@@ -30,21 +34,6 @@ fn run_outcome(tenant: &TenantId, outcome: &'static str) {
         "outcome" => outcome
     )
     .increment(1);
-}
-
-/// A claimed run and when its claim was sent, as a batch starts it.
-type ClaimStart = (Box<ClaimedRun>, Instant);
-
-/// One batch claim as planned: the undecided slots it was made for, which
-/// of them it asks the database about (the others' tenants are known
-/// empty), and the request for those (`None` when none is asked about).
-#[derive(Debug)]
-struct PendingClaim {
-    slots: Vec<(u64, TenantId)>,
-    max_runs: usize,
-    asked: Vec<bool>,
-    request: Option<SlotClaimRequest>,
-    observed: Option<Observed>,
 }
 
 /// How a finished run is recorded: by its own statement, or in a group
@@ -264,128 +253,6 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
     /// The handler.
     pub fn handler(&self) -> &H {
         &self.handler
-    }
-
-    /// Plans a batch claim of `slots` (the batch's undecided ones, in
-    /// sequence order): asks about every slot whose tenant may have work.
-    fn plan_claim(
-        &self,
-        batch: &SlotBatch<'_, StoreError>,
-        slots: Vec<(u64, TenantId)>,
-        lease: Duration,
-        max_runs: usize,
-    ) -> Result<PendingClaim, StoreError> {
-        let now = std::time::Instant::now();
-        let (asked, observed) = match &self.idle {
-            Some(idle) => {
-                let tenants = || slots.iter().map(|(_, tenant)| tenant);
-                (
-                    idle.may_have_work(tenants(), now),
-                    Some(idle.observe(tenants(), now)),
-                )
-            }
-            None => (vec![true; slots.len()], None),
-        };
-        let asked_pairs: Vec<(u64, TenantId)> = slots
-            .iter()
-            .zip(&asked)
-            .filter(|(_, asked)| **asked)
-            .map(|(slot, _)| slot.clone())
-            .collect();
-        let request = if asked_pairs.is_empty() {
-            None
-        } else {
-            Some(SlotClaimRequest::new(
-                batch.shard(),
-                &asked_pairs,
-                lease,
-                max_runs,
-            )?)
-        };
-        Ok(PendingClaim {
-            slots,
-            max_runs,
-            asked,
-            request,
-            observed,
-        })
-    }
-
-    /// The decided prefix of `claim`'s slots from the answers of the slots
-    /// it asked about (`claims`, their decided prefix): known-empty slots
-    /// are idle, up to the last answered slot (and to the end when every
-    /// asked slot was answered). A known-empty slot whose tenant was
-    /// notified while the claim was in flight ends the prefix instead
-    /// (it is asked about by the next claim), unless a run was claimed
-    /// for a later slot (a claimed run is always started). Tells the idle
-    /// set what each answer showed. Returns the starts (empty when the
-    /// first slot is such a notified one and nothing was claimed) and how
-    /// many slots were decided idle without being asked about.
-    fn merge_claims(
-        &self,
-        claim: &PendingClaim,
-        claims: Vec<SlotClaim>,
-        claim_sent: Instant,
-    ) -> (Vec<SlotStart<ClaimStart>>, u64) {
-        let asked_count = claim.asked.iter().filter(|asked| **asked).count();
-        let all_answered = claims.len() >= asked_count;
-        // The slot index of the last claimed run: the prefix reaches it.
-        let mut last_claimed = None;
-        let mut answered = 0;
-        for (index, asked) in claim.asked.iter().enumerate() {
-            if *asked {
-                match claims.get(answered) {
-                    Some(SlotClaim::Claimed(_)) => last_claimed = Some(index),
-                    Some(_) => {}
-                    None => break,
-                }
-                answered += 1;
-            }
-        }
-        let notified_meanwhile =
-            |index: usize, tenant: &TenantId| match (&self.idle, &claim.observed) {
-                (Some(idle), Some(observed)) => {
-                    last_claimed.is_none_or(|last| index > last)
-                        && idle.notified_since(tenant, observed)
-                }
-                _ => false,
-            };
-        let mut answers = claims.into_iter();
-        let mut starts = Vec::with_capacity(claim.slots.len());
-        let mut known_idle = 0;
-        for (index, ((_, tenant), asked)) in claim.slots.iter().zip(&claim.asked).enumerate() {
-            if !*asked {
-                if (answers.as_slice().is_empty() && !all_answered)
-                    || notified_meanwhile(index, tenant)
-                {
-                    break;
-                }
-                known_idle += 1;
-                starts.push(SlotStart::Done(TenantTickOutcome::Idle));
-                continue;
-            }
-            let Some(answer) = answers.next() else {
-                break;
-            };
-            if let (Some(idle), Some(observed)) = (&self.idle, &claim.observed) {
-                match answer {
-                    SlotClaim::Idle => {
-                        idle.found_empty(tenant, observed);
-                    }
-                    _ => idle.found_work(tenant),
-                }
-            }
-            starts.push(match answer {
-                SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
-                SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
-                SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
-                // Contended, a recovered claim whose lease was lost
-                // meanwhile (another claimer holds the run), or any answer
-                // without a run.
-                _ => SlotStart::Done(TenantTickOutcome::Contended),
-            });
-        }
-        (starts, known_idle)
     }
 
     /// Runs the handler under its lease (see [`crate::lease::run_under_lease`]);
