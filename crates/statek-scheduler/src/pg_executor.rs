@@ -25,7 +25,7 @@ use crate::outcome::{ExecutedRun, TenantTickOutcome};
 
 mod batch_claim;
 
-use batch_claim::PendingClaim;
+use batch_claim::{merge_claims, plan_claim, PendingClaim};
 
 fn run_outcome(tenant: &TenantId, outcome: &'static str) {
     metrics::counter!(
@@ -531,7 +531,8 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                                     Arc::clone(claim)
                                 }
                                 _ => {
-                                    let claim = Arc::new(self.plan_claim(
+                                    let claim = Arc::new(plan_claim(
+                                        self.idle.as_deref(),
                                         batch,
                                         pairs.clone(),
                                         lease,
@@ -556,7 +557,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                             .increment(1);
                         let claims = self.store.claim_slots(request).await?;
                         *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                        let (starts, known_idle) = self.merge_claims(&claim, claims, claim_sent);
+                        let (starts, known_idle) = merge_claims(self.idle.as_deref(), &claim, claims, claim_sent);
                         metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
                             .increment(known_idle);
                         if !starts.is_empty() {

@@ -9,10 +9,8 @@ use statek_policy::TenantId;
 use statek_store_pg::{ClaimedRun, SlotClaim, SlotClaimRequest, StoreError};
 use tokio::time::Instant;
 
-use super::PgRunQueueExecutor;
 use crate::batch::{SlotBatch, SlotStart};
-use crate::handler::RunHandler;
-use crate::idle_set::Observed;
+use crate::idle_set::{IdleSet, Observed};
 use crate::outcome::TenantTickOutcome;
 
 /// A claimed run and when its claim was sent, as a batch starts it.
@@ -30,126 +28,121 @@ pub(super) struct PendingClaim {
     observed: Option<Observed>,
 }
 
-impl<H: RunHandler> PgRunQueueExecutor<H> {
-    /// Plans a batch claim of `slots` (the batch's undecided ones, in
-    /// sequence order): asks about every slot whose tenant may have work.
-    pub(super) fn plan_claim(
-        &self,
-        batch: &SlotBatch<'_, StoreError>,
-        slots: Vec<(u64, TenantId)>,
-        lease: Duration,
-        max_runs: usize,
-    ) -> Result<PendingClaim, StoreError> {
-        let now = std::time::Instant::now();
-        let (asked, observed) = match &self.idle {
-            Some(idle) => {
-                let tenants = || slots.iter().map(|(_, tenant)| tenant);
-                (
-                    idle.may_have_work(tenants(), now),
-                    Some(idle.observe(tenants(), now)),
-                )
-            }
-            None => (vec![true; slots.len()], None),
-        };
-        let asked_pairs: Vec<(u64, TenantId)> = slots
-            .iter()
-            .zip(&asked)
-            .filter(|(_, asked)| **asked)
-            .map(|(slot, _)| slot.clone())
-            .collect();
-        let request = if asked_pairs.is_empty() {
-            None
-        } else {
-            Some(SlotClaimRequest::new(
-                batch.shard(),
-                &asked_pairs,
-                lease,
-                max_runs,
-            )?)
-        };
-        Ok(PendingClaim {
-            slots,
+/// Plans a batch claim of `slots` (the batch's undecided ones, in
+/// sequence order): asks about every slot whose tenant may have work.
+pub(super) fn plan_claim(
+    idle: Option<&IdleSet>,
+    batch: &SlotBatch<'_, StoreError>,
+    slots: Vec<(u64, TenantId)>,
+    lease: Duration,
+    max_runs: usize,
+) -> Result<PendingClaim, StoreError> {
+    let now = std::time::Instant::now();
+    let (asked, observed) = match idle {
+        Some(idle) => {
+            let tenants = || slots.iter().map(|(_, tenant)| tenant);
+            (
+                idle.may_have_work(tenants(), now),
+                Some(idle.observe(tenants(), now)),
+            )
+        }
+        None => (vec![true; slots.len()], None),
+    };
+    let asked_pairs: Vec<(u64, TenantId)> = slots
+        .iter()
+        .zip(&asked)
+        .filter(|(_, asked)| **asked)
+        .map(|(slot, _)| slot.clone())
+        .collect();
+    let request = if asked_pairs.is_empty() {
+        None
+    } else {
+        Some(SlotClaimRequest::new(
+            batch.shard(),
+            &asked_pairs,
+            lease,
             max_runs,
-            asked,
-            request,
-            observed,
-        })
-    }
+        )?)
+    };
+    Ok(PendingClaim {
+        slots,
+        max_runs,
+        asked,
+        request,
+        observed,
+    })
+}
 
-    /// The decided prefix of `claim`'s slots from the answers of the slots
-    /// it asked about (`claims`, their decided prefix): known-empty slots
-    /// are idle, up to the last answered slot (and to the end when every
-    /// asked slot was answered). A known-empty slot whose tenant was
-    /// notified while the claim was in flight ends the prefix instead
-    /// (it is asked about by the next claim), unless a run was claimed
-    /// for a later slot (a claimed run is always started). Tells the idle
-    /// set what each answer showed. Returns the starts (empty when the
-    /// first slot is such a notified one and nothing was claimed) and how
-    /// many slots were decided idle without being asked about.
-    pub(super) fn merge_claims(
-        &self,
-        claim: &PendingClaim,
-        claims: Vec<SlotClaim>,
-        claim_sent: Instant,
-    ) -> (Vec<SlotStart<ClaimStart>>, u64) {
-        let asked_count = claim.asked.iter().filter(|asked| **asked).count();
-        let all_answered = claims.len() >= asked_count;
-        // The slot index of the last claimed run: the prefix reaches it.
-        let mut last_claimed = None;
-        let mut answered = 0;
-        for (index, asked) in claim.asked.iter().enumerate() {
-            if *asked {
-                match claims.get(answered) {
-                    Some(SlotClaim::Claimed(_)) => last_claimed = Some(index),
-                    Some(_) => {}
-                    None => break,
-                }
-                answered += 1;
+/// The decided prefix of `claim`'s slots from the answers of the slots
+/// it asked about (`claims`, their decided prefix): known-empty slots
+/// are idle, up to the last answered slot (and to the end when every
+/// asked slot was answered). A known-empty slot whose tenant was
+/// notified while the claim was in flight ends the prefix instead
+/// (it is asked about by the next claim), unless a run was claimed
+/// for a later slot (a claimed run is always started). Tells the idle
+/// set what each answer showed. Returns the starts (empty when the
+/// first slot is such a notified one and nothing was claimed) and how
+/// many slots were decided idle without being asked about.
+pub(super) fn merge_claims(
+    idle: Option<&IdleSet>,
+    claim: &PendingClaim,
+    claims: Vec<SlotClaim>,
+    claim_sent: Instant,
+) -> (Vec<SlotStart<ClaimStart>>, u64) {
+    let asked_count = claim.asked.iter().filter(|asked| **asked).count();
+    let all_answered = claims.len() >= asked_count;
+    // The slot index of the last claimed run: the prefix reaches it.
+    let mut last_claimed = None;
+    let mut answered = 0;
+    for (index, asked) in claim.asked.iter().enumerate() {
+        if *asked {
+            match claims.get(answered) {
+                Some(SlotClaim::Claimed(_)) => last_claimed = Some(index),
+                Some(_) => {}
+                None => break,
             }
+            answered += 1;
         }
-        let notified_meanwhile =
-            |index: usize, tenant: &TenantId| match (&self.idle, &claim.observed) {
-                (Some(idle), Some(observed)) => {
-                    last_claimed.is_none_or(|last| index > last)
-                        && idle.notified_since(tenant, observed)
-                }
-                _ => false,
-            };
-        let mut answers = claims.into_iter();
-        let mut starts = Vec::with_capacity(claim.slots.len());
-        let mut known_idle = 0;
-        for (index, ((_, tenant), asked)) in claim.slots.iter().zip(&claim.asked).enumerate() {
-            if !*asked {
-                if (answers.as_slice().is_empty() && !all_answered)
-                    || notified_meanwhile(index, tenant)
-                {
-                    break;
-                }
-                known_idle += 1;
-                starts.push(SlotStart::Done(TenantTickOutcome::Idle));
-                continue;
-            }
-            let Some(answer) = answers.next() else {
-                break;
-            };
-            if let (Some(idle), Some(observed)) = (&self.idle, &claim.observed) {
-                match answer {
-                    SlotClaim::Idle => {
-                        idle.found_empty(tenant, observed);
-                    }
-                    _ => idle.found_work(tenant),
-                }
-            }
-            starts.push(match answer {
-                SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
-                SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
-                SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
-                // Contended, a recovered claim whose lease was lost
-                // meanwhile (another claimer holds the run), or any answer
-                // without a run.
-                _ => SlotStart::Done(TenantTickOutcome::Contended),
-            });
-        }
-        (starts, known_idle)
     }
+    let notified_meanwhile = |index: usize, tenant: &TenantId| match (idle, &claim.observed) {
+        (Some(idle), Some(observed)) => {
+            last_claimed.is_none_or(|last| index > last) && idle.notified_since(tenant, observed)
+        }
+        _ => false,
+    };
+    let mut answers = claims.into_iter();
+    let mut starts = Vec::with_capacity(claim.slots.len());
+    let mut known_idle = 0;
+    for (index, ((_, tenant), asked)) in claim.slots.iter().zip(&claim.asked).enumerate() {
+        if !*asked {
+            if (answers.as_slice().is_empty() && !all_answered) || notified_meanwhile(index, tenant)
+            {
+                break;
+            }
+            known_idle += 1;
+            starts.push(SlotStart::Done(TenantTickOutcome::Idle));
+            continue;
+        }
+        let Some(answer) = answers.next() else {
+            break;
+        };
+        if let (Some(idle), Some(observed)) = (idle, &claim.observed) {
+            match answer {
+                SlotClaim::Idle => {
+                    idle.found_empty(tenant, observed);
+                }
+                _ => idle.found_work(tenant),
+            }
+        }
+        starts.push(match answer {
+            SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
+            SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
+            SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
+            // Contended, a recovered claim whose lease was lost
+            // meanwhile (another claimer holds the run), or any answer
+            // without a run.
+            _ => SlotStart::Done(TenantTickOutcome::Contended),
+        });
+    }
+    (starts, known_idle)
 }
