@@ -10,7 +10,8 @@ use serde::Serialize;
 use statek_policy::analysis::SetMeasure;
 use statek_policy::policy_file::PolicyFile;
 use statek_policy::{
-    PolicyAlgorithm, PolicySeam, ScheduleId, SeamBound, TenantId, WeightedFairnessPolicy,
+    CycleOptimality, PolicyAlgorithm, PolicySeam, ScheduleId, SeamBound, TenantId,
+    WeightedFairnessPolicy,
 };
 
 use crate::out::Report;
@@ -251,6 +252,13 @@ pub struct Compiled {
     pub cycle_length: u32,
     /// Policy digest, hex.
     pub digest: String,
+    /// What is proven about the cycle's largest bound / ideal:
+    /// `ideal`, `proven-optimal` or `unproven`
+    /// (`statek_policy::CycleOptimality::label`).
+    pub optimality: &'static str,
+    /// Why not proven, for `unproven`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub optimality_reason: Option<String>,
     /// Per tenant.
     pub tenants: Vec<TenantRow>,
     /// The cycle (tenant per slot), with `--show-cycle`.
@@ -281,6 +289,11 @@ pub fn compile(file: &str, policy: &WeightedFairnessPolicy, show_cycle: bool) ->
         algorithm: policy.algorithm().to_string(),
         cycle_length: l,
         digest: policy.digest().to_string(),
+        optimality: policy.cycle_optimality().label(),
+        optimality_reason: match policy.cycle_optimality() {
+            CycleOptimality::Unproven(reason) => Some(reason.to_string()),
+            _ => None,
+        },
         tenants,
         cycle: show_cycle.then(|| policy.cycle().iter().map(ToString::to_string).collect()),
     }
@@ -302,6 +315,10 @@ impl Report for Compiled {
         writeln!(w, "algorithm    {}", c.algorithm)?;
         writeln!(w, "cycle length {} slots", c.cycle_length)?;
         writeln!(w, "digest       {}", c.digest)?;
+        match &c.optimality_reason {
+            Some(reason) => writeln!(w, "optimality   {} ({reason})", c.optimality)?,
+            None => writeln!(w, "optimality   {}", c.optimality)?,
+        }
         writeln!(w, "tenants      {}", c.tenants.len())?;
         writeln!(w)?;
         writeln!(
@@ -325,6 +342,10 @@ impl Report for Compiled {
         w,
         "bound = most consecutive reservations until the tenant is selected, measured on the cycle; ideal = ceil(L / weight)"
     )?;
+        writeln!(
+            w,
+            "optimality = ideal: every bound is its ideal; proven-optimal: no cycle of these weights has a smaller largest bound / ideal (min-gap-v2's exhaustive search, L <= 16); unproven: not searched, or the search could not decide"
+        )?;
         if let Some(cycle) = &c.cycle {
             writeln!(w)?;
             writeln!(w, "cycle (slot: tenant)")?;

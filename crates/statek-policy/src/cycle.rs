@@ -11,6 +11,8 @@ use crate::algorithm::PolicyAlgorithm;
 use crate::error::PolicyError;
 use crate::id::TenantId;
 use crate::measure::{check_counts, measure_bounds};
+use crate::optimality::{CycleOptimality, UnprovenReason};
+use crate::ratio::ideal_bound;
 use crate::swrr::swrr_v1;
 use crate::weight::TenantFairnessWeight;
 use crate::{min_gap, min_gap_v2};
@@ -22,6 +24,8 @@ pub(crate) struct CompiledCycle {
     pub(crate) slots: Vec<u16>,
     /// For each tenant index, its largest circular gap in slots.
     pub(crate) bounds: Vec<u32>,
+    /// What is proven about the cycle's largest ratio.
+    pub(crate) optimality: CycleOptimality,
 }
 
 /// Compiles `tenants` (sorted by id, unique, `L = length`) with `algorithm`,
@@ -34,14 +38,42 @@ pub(crate) fn compile(
     tenants: &[TenantFairnessWeight],
     length: u32,
 ) -> Result<CompiledCycle, PolicyError> {
-    let slots = match algorithm {
-        PolicyAlgorithm::SwrrV1 => swrr_v1(tenants, length),
-        PolicyAlgorithm::MinGapV1 => min_gap::min_gap_v1(tenants, length),
+    let (slots, unproven) = match algorithm {
+        PolicyAlgorithm::SwrrV1 => (swrr_v1(tenants, length), Some(UnprovenReason::NotSearched)),
+        PolicyAlgorithm::MinGapV1 => (
+            min_gap::min_gap_v1(tenants, length),
+            Some(UnprovenReason::NotSearched),
+        ),
         PolicyAlgorithm::MinGapV2 => min_gap_v2::min_gap_v2(tenants, length),
     };
     check_counts(tenants, &slots)?;
     let bounds = measure_bounds(tenants.len(), &slots, length);
-    Ok(CompiledCycle { slots, bounds })
+    let optimality = judge(tenants, &bounds, length, unproven);
+    Ok(CompiledCycle {
+        slots,
+        bounds,
+        optimality,
+    })
+}
+
+/// [`CycleOptimality::Ideal`] when every measured bound is `ceil(L / w)`,
+/// else proven optimal or not as the algorithm's search says (`None`:
+/// proven).
+fn judge(
+    tenants: &[TenantFairnessWeight],
+    bounds: &[u32],
+    length: u32,
+    unproven: Option<UnprovenReason>,
+) -> CycleOptimality {
+    let ideal = tenants
+        .iter()
+        .zip(bounds)
+        .all(|(tenant, &bound)| bound == ideal_bound(length, tenant.weight()));
+    match (ideal, unproven) {
+        (true, _) => CycleOptimality::Ideal,
+        (false, None) => CycleOptimality::ProvenOptimal,
+        (false, Some(reason)) => CycleOptimality::Unproven(reason),
+    }
 }
 
 /// A borrowed view of a policy's compiled cycle, returned by

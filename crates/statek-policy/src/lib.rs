@@ -145,6 +145,7 @@ mod id_parse;
 mod measure;
 mod min_gap;
 mod min_gap_v2;
+mod optimality;
 mod optimum;
 mod paced_edf;
 mod policy;
@@ -168,6 +169,7 @@ pub use digest::{PolicyDigest, POLICY_DIGEST_DOMAIN};
 pub use echo::{EchoedValue, MAX_ECHOED_CHARS};
 pub use error::PolicyError;
 pub use id::{IdError, ScheduleId, SchedulerShardId, TenantId, MAX_ID_LENGTH};
+pub use optimality::{CycleOptimality, UnprovenReason};
 pub use policy::{slot_of, Pick, WeightedFairnessPolicy, MAX_TENANTS};
 #[cfg(feature = "toml")]
 pub use policy_file::{PolicyFile, PolicyFileError, PolicyFileLocation};

@@ -13,6 +13,7 @@ use crate::cycle_length::MAX_CYCLE_LENGTH;
 use crate::digest::PolicyDigest;
 use crate::error::PolicyError;
 use crate::id::{SchedulerShardId, TenantId};
+use crate::optimality::CycleOptimality;
 use crate::weight::TenantFairnessWeight;
 
 /// The largest number of tenants in one policy.
@@ -123,6 +124,7 @@ pub struct WeightedFairnessPolicy {
     canonical: Vec<u8>,
     digest: PolicyDigest,
     cycle_digest: CycleDigest,
+    optimality: CycleOptimality,
 }
 
 impl WeightedFairnessPolicy {
@@ -202,6 +204,7 @@ impl WeightedFairnessPolicy {
             tenants,
             cycle: compiled.slots,
             bounds: compiled.bounds,
+            optimality: compiled.optimality,
             cycle_length,
             canonical,
             digest,
@@ -268,6 +271,15 @@ impl WeightedFairnessPolicy {
         self.tenants
             .binary_search_by(|candidate| candidate.tenant().cmp(tenant))
             .ok()
+    }
+
+    /// What is proven about the compiled cycle's largest ratio of bound to
+    /// `ceil(L / w)`: ideal, proven optimal by `min-gap-v2`'s exhaustive
+    /// search, or unproven and why (a search that ran out of steps is
+    /// reported here, never hidden).
+    #[must_use]
+    pub fn cycle_optimality(&self) -> CycleOptimality {
+        self.optimality
     }
 
     /// The compiled cycle: the tenant picked in each slot `0..L`.

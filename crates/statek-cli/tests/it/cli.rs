@@ -52,6 +52,7 @@ shard        primary-v1
 algorithm    swrr-v1
 cycle length 4 slots
 digest       6acf11c1d16fcb2ec8754466b5d93ff654598189fbddce650b94514f19aa7965
+optimality   ideal
 tenants      2
 
 tenant    weight    share  bound  ideal
@@ -60,6 +61,7 @@ tenant-b       1   25.00%      4      4
 
 share = weight / L of all slots (scheduling opportunities, not CPU time or runs)
 bound = most consecutive reservations until the tenant is selected, measured on the cycle; ideal = ceil(L / weight)
+optimality = ideal: every bound is its ideal; proven-optimal: no cycle of these weights has a smaller largest bound / ideal (min-gap-v2's exhaustive search, L <= 16); unproven: not searched, or the search could not decide
 
 cycle (slot: tenant)
     0: tenant-a
@@ -82,6 +84,60 @@ cycle (slot: tenant)
     assert_eq!(value["cycle_length"], 4);
     assert_eq!(value["tenants"][1]["bound"], 4);
     assert_eq!(value["tenants"][0]["bound"], 2);
+    assert_eq!(value["optimality"], "ideal");
+    assert!(value.get("optimality_reason").is_none(), "{value}");
+}
+
+/// `policy compile` says what is proven about a cycle: `{3, 2, 1}` is 4/3
+/// at best; min-gap-v2 proves it, swrr-v1 (3/2) does not search.
+#[test]
+fn policy_compile_reports_optimality() {
+    let dir = std::env::temp_dir().join(format!("statek-cli-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let toml = |algorithm: &str| {
+        format!(
+            "shard = \"primary-v1\"\nalgorithm = \"{algorithm}\"\n\
+             [[tenants]]\nid = \"a\"\nweight = 3\n\
+             [[tenants]]\nid = \"b\"\nweight = 2\n\
+             [[tenants]]\nid = \"c\"\nweight = 1\n"
+        )
+    };
+    for (algorithm, label, reason) in [
+        ("min-gap-v2", "proven-optimal", None),
+        (
+            "swrr-v1",
+            "unproven",
+            Some("the algorithm does not search for the optimum"),
+        ),
+    ] {
+        let file = dir.join(format!("{algorithm}.toml"));
+        std::fs::write(&file, toml(algorithm)).unwrap();
+        let out = statek(
+            &[
+                "policy",
+                "compile",
+                file.to_str().unwrap(),
+                "--format",
+                "json",
+            ],
+            None,
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(value["optimality"], label, "{algorithm}");
+        assert_eq!(
+            value.get("optimality_reason").and_then(|r| r.as_str()),
+            reason,
+            "{algorithm}"
+        );
+        let text = statek(&["policy", "compile", file.to_str().unwrap()], None);
+        let expected = match reason {
+            Some(reason) => format!("optimality   {label} ({reason})\n"),
+            None => format!("optimality   {label}\n"),
+        };
+        assert!(stdout(&text).contains(&expected), "{}", stdout(&text));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
