@@ -77,7 +77,8 @@ pub enum PolicyAlgorithm {
     ///
     /// Deterministic integer arithmetic on the tenants sorted by id; no
     /// clock, no randomness. A search that runs out of steps is skipped,
-    /// the same way on every machine.
+    /// the same way on every machine, and the policy says so
+    /// ([`WeightedFairnessPolicy::cycle_optimality`](crate::WeightedFairnessPolicy::cycle_optimality)).
     MinGapV2,
 }
 
