@@ -105,6 +105,13 @@ pub trait TenantExecutor: Send + Sync {
     fn notifications_listening(&self, listening: bool) {
         let _ = listening;
     }
+
+    /// A [`crate::Worker`]'s notification connection dropped wake-ups
+    /// unread (more than [`statek_store_pg::BUFFERED_WAKEUPS`] waited):
+    /// any tenant may have been notified. Default: nothing.
+    /// [`crate::PgRunQueueExecutor`] forgets which tenants it knows to be
+    /// empty and asks the database about each again.
+    fn notifications_missed(&self) {}
 }
 
 /// The default [`TenantExecutor::execute_batch`]: for each slot in

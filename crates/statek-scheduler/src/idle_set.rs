@@ -77,45 +77,57 @@ impl IdleSet {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Which of `tenants` (one per slot) may have work at `now` (`false`
+    /// only for a tenant known empty), and what a claim about them sent at
+    /// `now` sees: one pass under one lock, each distinct tenant cloned
+    /// once.
+    pub(crate) fn plan<'t>(
+        &self,
+        tenants: impl IntoIterator<Item = &'t TenantId>,
+        now: Instant,
+    ) -> (Vec<bool>, Observed) {
+        let state = self.state();
+        let mut notified: HashMap<TenantId, u64> = HashMap::new();
+        let may_have_work = tenants
+            .into_iter()
+            .map(|tenant| {
+                let entry = state.tenants.get(tenant);
+                if !notified.contains_key(tenant) {
+                    notified.insert(tenant.clone(), entry.map_or(0, |entry| entry.notified));
+                }
+                state.listening == 0
+                    || entry
+                        .and_then(|entry| entry.empty_since)
+                        .is_none_or(|since| now.saturating_duration_since(since) >= self.recheck)
+            })
+            .collect();
+        let observed = Observed {
+            epoch: state.epoch,
+            sent_at: now,
+            notified,
+        };
+        (may_have_work, observed)
+    }
+
     /// Which of `tenants` (one per slot) may have work at `now`: `false`
     /// only for a tenant known empty.
+    #[cfg(test)]
     pub(crate) fn may_have_work<'t>(
         &self,
         tenants: impl IntoIterator<Item = &'t TenantId>,
         now: Instant,
     ) -> Vec<bool> {
-        let state = self.state();
-        tenants
-            .into_iter()
-            .map(|tenant| {
-                state.listening == 0
-                    || state
-                        .tenants
-                        .get(tenant)
-                        .and_then(|entry| entry.empty_since)
-                        .is_none_or(|since| now.saturating_duration_since(since) >= self.recheck)
-            })
-            .collect()
+        self.plan(tenants, now).0
     }
 
     /// What a claim about `tenants` sees as it is sent at `now`.
+    #[cfg(test)]
     pub(crate) fn observe<'t>(
         &self,
         tenants: impl IntoIterator<Item = &'t TenantId>,
         now: Instant,
     ) -> Observed {
-        let state = self.state();
-        Observed {
-            epoch: state.epoch,
-            sent_at: now,
-            notified: tenants
-                .into_iter()
-                .map(|tenant| {
-                    let count = state.tenants.get(tenant).map_or(0, |entry| entry.notified);
-                    (tenant.clone(), count)
-                })
-                .collect(),
-        }
+        self.plan(tenants, now).1
     }
 
     /// A claim sent as `observed` found no claimable run of `tenant`: it is
@@ -303,5 +315,22 @@ mod tests {
         assert_eq!(set.may_have_work([&a], now), [false]);
         set.listening_stopped();
         assert_eq!(set.may_have_work([&a], now), [true]);
+    }
+
+    #[test]
+    fn a_plan_sees_each_tenant_once_and_its_counts() {
+        let set = IdleSet::new(RECHECK);
+        set.listening_started();
+        let (a, b, now) = (tenant("a"), tenant("b"), Instant::now());
+        set.notified(&a);
+        set.notified(&a);
+        assert!(set.found_empty(&b, &set.observe([&b], now)));
+        let (may, seen) = set.plan([&a, &b, &a, &b, &a], now);
+        assert_eq!(may, [true, false, true, false, true]);
+        assert_eq!(seen.notified.len(), 2);
+        assert_eq!(
+            (seen.notified.get(&a), seen.notified.get(&b)),
+            (Some(&2), Some(&0))
+        );
     }
 }

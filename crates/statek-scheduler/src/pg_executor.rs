@@ -623,6 +623,12 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         }
     }
 
+    fn notifications_missed(&self) {
+        if let Some(idle) = &self.idle {
+            idle.forget();
+        }
+    }
+
     async fn has_claimable_work(&self, tenants: &[TenantId]) -> Option<bool> {
         match self.store.any_claimable_runs(tenants).await {
             Ok(any) => {

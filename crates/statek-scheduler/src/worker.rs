@@ -655,8 +655,7 @@ async fn listen<E: TenantExecutor, R: ReservationSource>(
                 if n.take_missed() {
                     // Wake-ups were dropped unread: any tenant may have
                     // been notified, so forget which are known empty.
-                    state.set(false);
-                    state.set(true);
+                    executor.notifications_missed();
                 }
                 // Only the policy's tenants: runs of others can never take
                 // a slot, so their notifications must not end a backoff.

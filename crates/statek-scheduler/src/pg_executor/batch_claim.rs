@@ -40,11 +40,8 @@ pub(super) fn plan_claim(
     let now = std::time::Instant::now();
     let (asked, observed) = match idle {
         Some(idle) => {
-            let tenants = || slots.iter().map(|(_, tenant)| tenant);
-            (
-                idle.may_have_work(tenants(), now),
-                Some(idle.observe(tenants(), now)),
-            )
+            let (asked, observed) = idle.plan(slots.iter().map(|(_, tenant)| tenant), now);
+            (asked, Some(observed))
         }
         None => (vec![true; slots.len()], None),
     };

@@ -319,3 +319,64 @@ async fn claimable_work_found_by_the_probe_ends_every_known_empty() {
     assert_eq!(lap(&scheduler).await[2], "10:tenant-b:executed");
     assert_eq!(state(&db, b_run).await, "completed");
 }
+
+/// Wake-ups dropped unread (`RunNotifications::take_missed`, reported to
+/// the executor as `notifications_missed`) end every known-empty tenant:
+/// the next lap asks about each, while listening goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_notifications_end_every_known_empty() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let scheduler = scheduler(&store, Some(Duration::from_secs(60))).await;
+    let executor = scheduler.executor();
+    executor.notifications_listening(true);
+    assert_eq!(
+        lap(&scheduler).await,
+        [
+            "0:tenant-a:idle",
+            "1:tenant-a:idle",
+            "2:tenant-b:idle",
+            "3:tenant-a:idle"
+        ]
+    );
+    // Runs of both tenants whose notifications were among those dropped.
+    let (a_run, b_run) = (
+        enqueue(&store, "tenant-a").await,
+        enqueue(&store, "tenant-b").await,
+    );
+    assert_eq!(
+        lap(&scheduler).await,
+        [
+            "4:tenant-a:idle",
+            "5:tenant-a:idle",
+            "6:tenant-b:idle",
+            "7:tenant-a:idle"
+        ]
+    );
+    executor.notifications_missed();
+    assert_eq!(
+        lap(&scheduler).await,
+        [
+            "8:tenant-a:executed",
+            "9:tenant-a:idle",
+            "10:tenant-b:executed",
+            "11:tenant-a:idle"
+        ]
+    );
+    assert_eq!(
+        (state(&db, a_run).await, state(&db, b_run).await),
+        ("completed".to_owned(), "completed".to_owned())
+    );
+    // Still listening: what the lap found empty is known empty again.
+    let a_run = enqueue(&store, "tenant-a").await;
+    assert_eq!(
+        lap(&scheduler).await,
+        [
+            "12:tenant-a:idle",
+            "13:tenant-a:idle",
+            "14:tenant-b:idle",
+            "15:tenant-a:idle"
+        ]
+    );
+    assert_eq!(state(&db, a_run).await, "available");
+}
