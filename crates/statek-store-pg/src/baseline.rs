@@ -3,7 +3,7 @@
 //! (`cargo xtask bench`). **It is the unfair comparison, not for
 //! production**: it claims the oldest available run of *any* tenant, so a
 //! tenant with a backlog delays every run queued after it. It takes no
-//! reservation, records no claim history (`statek.run_claims`), and
+//! reservation, records no claim evidence (no slot, no claim token), and
 //! ignores policies, shards and tenants.
 //!
 //! It works on statek's own `statek.runs` table, with the same lease

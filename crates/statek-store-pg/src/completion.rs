@@ -5,9 +5,10 @@
 //! and failures in ONE statement (one round trip, one implicit
 //! transaction), with exactly the fencing of [`PgStore::complete_run`] and
 //! [`PgStore::fail_run`]: a run changes only while its lease token still
-//! holds it, and its attempt gets its finish time once: a completion on
-//! the run row (`finished_at`, migration V12), a failure on its claim in
-//! the claim history (`statek.run_claims`, migration V7). Each run gets its own
+//! holds it, and its attempt gets its finish time once, on the run row
+//! that holds the attempt's claim (`claim_finished_at`, migration V13; a
+//! claim made before V13 gets a failure's time on its claim row, a
+//! completion's is the run's `finished_at`). Each run gets its own
 //! [`FinishOutcome`], in input order: a lost lease fails that run alone,
 //! the others still commit.
 //!

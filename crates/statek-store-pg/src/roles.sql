@@ -52,6 +52,8 @@ ALTER FUNCTION statek.run_attempt_finished_at(timestamptz, integer, text, intege
     OWNER TO {owner};
 ALTER VIEW statek.run_attempts OWNER TO {owner};
 ALTER FUNCTION statek.guard_run_completion() OWNER TO {owner};
+ALTER FUNCTION statek.tenant_claims_since(text, timestamptz) OWNER TO {owner};
+ALTER FUNCTION statek.refuse_kept_run_delete() OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -110,6 +112,8 @@ GRANT EXECUTE ON FUNCTION
     statek.record_reservation_loss(text, boolean, integer, integer, jsonb, text, text)
     TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_allowance(text[], bigint[]) TO {runtime};
+-- The rate limit's count (V13), for the Worker's probe of claimable work.
+GRANT EXECUTE ON FUNCTION statek.tenant_claims_since(text, timestamptz) TO {runtime};
 
 -- Retention: find and delete old reservation rows. The column UPDATE grant
 -- exists only because FOR UPDATE row locks require one; the immutability

@@ -1,9 +1,7 @@
 //! Reading runs back as evidence: a run's state and attempts with every
-//! claim of it in the claim history (`statek.run_claims`, migration V7).
-//! An attempt's finish time is its claim row's when set (a failure), else
-//! the run's when the run completed on that attempt (migration V12: a
-//! completion writes the run row only), through
-//! `statek.run_attempt_finished_at`.
+//! claim of it, as the view `statek.run_attempts` shows them (the claim
+//! history `statek.run_claims` and, since migration V13, the attempt each
+//! run row holds), each with its finish time.
 //! The demo checks from it that every run it enqueued completed exactly
 //! once, and measures service lag in database time.
 
@@ -24,10 +22,9 @@ const SELECT_RUN_HISTORY: &str = "
     SELECT r.run_id, r.tenant_id, r.state, r.attempt, r.available_at, r.claimed_at,
            r.finished_at, c.attempt AS claim_attempt, c.shard_id AS claim_shard_id,
            c.sequence AS claim_sequence, c.claimed_at AS claim_claimed_at,
-           statek.run_attempt_finished_at(c.finished_at, c.attempt, r.state, r.attempt,
-                                          r.finished_at) AS claim_finished_at
+           c.finished_at AS claim_finished_at
     FROM statek.runs AS r
-    LEFT JOIN statek.run_claims AS c ON c.run_id = r.run_id
+    LEFT JOIN statek.run_attempts AS c ON c.run_id = r.run_id
     WHERE r.run_id = ANY ($1::uuid[])
     ORDER BY r.run_id, c.attempt";
 

@@ -16,9 +16,11 @@
 //!
 //! [`PgStore::claim_runs_for_slots`] claims for every slot of a reserved
 //! batch in one statement (each slot still only from its own tenant), and
-//! every claim, single or batch, is recorded in the claim history
-//! `statek.run_claims` (migration V7), one row per attempt, with the slot's
-//! shard and sequence when it has one.
+//! every claim, single or batch, is recorded with its lease token, claim
+//! time and the slot's shard and sequence when it has one: on the run row
+//! it updates (migration V13), moved into the claim history
+//! `statek.run_claims` when a later claim of the run replaces it. The view
+//! `statek.run_attempts` shows every attempt.
 //!
 //! Finished runs may also be recorded many at a time:
 //! [`PgStore::finish_runs`] (`completion.rs`) completes and fails up to
@@ -160,9 +162,8 @@ const ANY_CLAIMABLE: &str = concat!(
                WHERE r.tenant_id = wanted.tenant_id AND r.state = 'running'
                  AND r.lease_expires_at > now.t) < l.max_running)
       AND (l.rate_limit IS NULL
-           OR (SELECT count(*) FROM statek.run_claims AS c
-               WHERE c.tenant_id = wanted.tenant_id
-                 AND c.claimed_at > now.t - make_interval(secs => l.rate_window_ms / 1000.0))
+           OR statek.tenant_claims_since(
+                  wanted.tenant_id, now.t - make_interval(secs => l.rate_window_ms / 1000.0))
               < l.rate_limit)"
 );
 

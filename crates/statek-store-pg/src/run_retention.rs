@@ -38,6 +38,10 @@ const PRUNE_RUN_CLAIMS: &str = "
         FROM statek.runs AS r
         WHERE r.state IN ('completed', 'failed', 'cancelled')
           AND r.finished_at < (SELECT cutoff FROM clock)
+          -- The attempt the run row holds (migration V13), by the same rule.
+          AND (r.claim_token IS NULL
+               OR statek.run_claim_deletable(r.run_id, r.claim_shard_id, r.claim_sequence,
+                                             r.claimed_at))
           AND NOT EXISTS (
               SELECT 1 FROM statek.run_claims AS c
               WHERE c.run_id = r.run_id

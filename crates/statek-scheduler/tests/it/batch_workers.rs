@@ -1,5 +1,5 @@
 //! Workers with batch claims against a real PostgreSQL, read back from the
-//! claim history (`statek.run_claims`): which slot ran which run, leases
+//! claim history (`statek.run_attempts`): which slot ran which run, leases
 //! that never overlap, every run completed exactly once; and completion
 //! batching while the Workers' connections are terminated.
 

@@ -179,8 +179,8 @@ async fn four_processes_keep_the_order_and_survive_a_sigkill() {
     assert!(second_attempts >= 1, "{states:?}");
     let repeated_after_a_finish: i64 = client
         .query_one(
-            "SELECT count(*) FROM statek.run_claims AS first
-             JOIN statek.run_claims AS again ON again.run_id = first.run_id AND again.attempt = 2
+            "SELECT count(*) FROM statek.run_attempts AS first
+             JOIN statek.run_attempts AS again ON again.run_id = first.run_id AND again.attempt = 2
              WHERE first.attempt = 1 AND first.finished_at IS NOT NULL",
             &[],
         )

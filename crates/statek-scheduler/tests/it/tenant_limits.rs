@@ -2,7 +2,7 @@
 //! holds across 4 Workers with 8 concurrent claims, its slots beyond the
 //! cap are `Limited`, other tenants are unaffected; limits changed while
 //! the Workers run apply from the next claim. Read back from the claim
-//! history (`statek.run_claims`) and sampled from the run table.
+//! history (`statek.run_attempts`) and sampled from the run table.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -160,7 +160,7 @@ async fn the_idle_threshold_follows_a_rollout_to_a_longer_cycle() {
     let client = db.client().await;
     let claimed_on: Vec<String> = client
         .query(
-            "SELECT shard_id FROM statek.run_claims WHERE run_id = $1",
+            "SELECT shard_id FROM statek.run_attempts WHERE run_id = $1",
             &[&run.run_id],
         )
         .await
@@ -277,7 +277,7 @@ async fn a_rate_limited_tenant_is_reserved_for_again_only_when_its_window_frees(
     let client = db.client().await;
     let claimed: Vec<std::time::SystemTime> = client
         .query(
-            "SELECT claimed_at FROM statek.run_claims ORDER BY claimed_at",
+            "SELECT claimed_at FROM statek.run_attempts ORDER BY claimed_at",
             &[],
         )
         .await

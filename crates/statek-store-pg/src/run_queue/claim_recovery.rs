@@ -13,16 +13,26 @@ use crate::{PgStore, StoreError};
 
 /// `$1` the request's sequences, `$2` its tokens (one per slot, `ord`
 /// 1-based), `$3` the shard. One row per slot, in slot order: the claim
-/// the history holds for that shard and sequence (its run and token,
-/// unique per shard and sequence), and the run while that claim's token
-/// still holds it (`running` under that token).
+/// recorded for that shard and sequence (its run and token, unique per
+/// shard and sequence), on the run row that holds it as its current
+/// attempt (migration V13) or in the history, and the run while that
+/// claim's token still holds it (`running` under that token).
 const RECOVER_SLOT_CLAIMS: &str = "
     SELECT s.ord, s.sequence, s.token AS sent_token,
            c.run_id AS claimed_run_id, c.lease_token AS claim_token,
            r.run_id, r.tenant_id, r.payload, r.attempt, r.max_attempts, r.enqueued_at,
            r.available_at, r.claimed_at, r.lease_expires_at, r.lease_token
     FROM unnest($1::bigint[], $2::uuid[]) WITH ORDINALITY AS s(sequence, token, ord)
-    LEFT JOIN statek.run_claims AS c ON c.shard_id = $3 AND c.sequence = s.sequence
+    LEFT JOIN LATERAL (
+        SELECT held.run_id, held.claim_token AS lease_token
+        FROM statek.runs AS held
+        WHERE held.claim_shard_id = $3 AND held.claim_sequence = s.sequence
+        UNION ALL
+        SELECT moved.run_id, moved.lease_token
+        FROM statek.run_claims AS moved
+        WHERE moved.shard_id = $3 AND moved.sequence = s.sequence
+        LIMIT 1
+    ) AS c ON true
     LEFT JOIN statek.runs AS r
            ON r.run_id = c.run_id AND r.lease_token = c.lease_token AND r.state = 'running'
     ORDER BY s.ord";

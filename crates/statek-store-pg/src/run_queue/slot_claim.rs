@@ -50,7 +50,7 @@ pub enum SlotClaim {
 /// **Retries.** The tokens never change, so sending the same request again
 /// after an error (a lost commit acknowledgement, a terminated backend, a
 /// response timeout) cannot claim twice: every send after the first reads
-/// the claim history (`statek.run_claims`) for the request's slots first,
+/// the claims recorded for the request's slots first (run rows and history),
 /// and when the earlier send committed it answers what that send claimed,
 /// the same runs with the same tokens, instead of abandoning them to wait
 /// out their leases. See [`PgStore::claim_slots`].
@@ -253,12 +253,11 @@ impl PgStore {
     /// has claimable runs. Locked runs are skipped (`FOR UPDATE SKIP LOCKED`),
     /// never waited for. Each claimed run gets its own lease token and
     /// expiry `lease` from its claim (1 ms..=24 h, database clock), and
-    /// one row of claim history (`statek.run_claims`: shard, the slot's
-    /// sequence, run, attempt, token, claim time; a failure sets its finish
-    /// time there, a completion's is the run's, migration V12), so the
-    /// database shows which slot ran which run.
-    /// A slot claims at most one run, ever: the history refuses a second
-    /// claim for the same `(shard, sequence)`.
+    /// its claim recorded on its row (migration V13: shard, the slot's
+    /// sequence, attempt, token, claim time; the finish sets its finish
+    /// time there), so `statek.run_attempts` shows which slot ran which
+    /// run. A slot claims at most one run, ever: the database refuses a
+    /// second claim for the same `(shard, sequence)`.
     ///
     /// Returns one [`SlotClaim`] per slot, in the order given.
     ///
@@ -337,7 +336,12 @@ impl PgStore {
                 .await
                 .map_err(|e| {
                     let constraint = e.as_db_error().and_then(|db| db.constraint());
-                    if constraint == Some("run_claims_shard_sequence_key") {
+                    // The history's key, or the key of the attempts on
+                    // run rows (V13): either way the slot claimed before.
+                    if matches!(
+                        constraint,
+                        Some("run_claims_shard_sequence_key" | "runs_claim_slot_key")
+                    ) {
                         StoreError::SlotAlreadyClaimed {
                             shard: shard.clone(),
                         }

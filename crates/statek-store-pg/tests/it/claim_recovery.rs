@@ -62,7 +62,7 @@ fn held(claim: &SlotClaim) -> Option<(Uuid, Uuid)> {
 async fn history(client: &tokio_postgres::Client) -> Vec<(i64, Uuid, Uuid, i32)> {
     client
         .query(
-            "SELECT sequence, run_id, lease_token, attempt FROM statek.run_claims ORDER BY sequence",
+            "SELECT sequence, run_id, lease_token, attempt FROM statek.run_attempts ORDER BY sequence",
             &[],
         )
         .await

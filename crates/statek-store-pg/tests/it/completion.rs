@@ -463,7 +463,7 @@ async fn a_full_batch_of_1024_runs_completes_in_one_call_and_1025_is_refused() {
         let row = client
             .query_one(
                 "SELECT r.run_id, c.lease_token FROM statek.runs AS r
-                 JOIN statek.run_claims AS c ON c.run_id = r.run_id
+                 JOIN statek.run_attempts AS c ON c.run_id = r.run_id
                  WHERE r.state = 'running' AND c.finished_at IS NULL",
                 &[],
             )
@@ -672,86 +672,146 @@ async fn a_replay_racing_its_first_attempt_waits_and_answers_already_recorded() 
     assert!(claim_finishes(&client).await.values().all(Option::is_some));
 }
 
-/// Migration V12: a completion writes the run row only, so its claim row
-/// keeps no finish time of its own and is never updated; the run's
-/// `finished_at` is the attempt's finish time, as `statek.run_attempts`
-/// and `run_history` show it. A failure still sets its claim's finish time
-/// once, since a retried run's `finished_at` is cleared.
+/// Migrations V12 and V13: a claim and its finish write the run row only,
+/// complete or fail. The claim history (`statek.run_claims`) gets an
+/// attempt only when a later claim of its run replaces it, with the
+/// token, slot and finish time it had; `statek.run_attempts` and
+/// `run_history` show every attempt with its finish time throughout, and
+/// replays of either finish answer `AlreadyRecorded`.
 #[tokio::test]
-async fn a_completion_writes_the_run_row_only_and_a_failure_its_claim() {
+async fn a_claim_and_its_finish_write_the_run_row_only() {
     let db = TestDatabase::create().await;
     let store = db.store();
     let client = db.client().await;
-    let done = claim_one(&store, "tenant-a", 5).await;
-    let retried = claim_one(&store, "tenant-b", 5).await;
-    let xmin_of = async |run_id: Uuid| -> String {
+    let history_rows = async || -> i64 {
         client
-            .query_one(
-                "SELECT xmin::text FROM statek.run_claims WHERE run_id = $1",
-                &[&run_id],
-            )
+            .query_one("SELECT count(*) FROM statek.run_claims", &[])
             .await
             .unwrap()
             .get(0)
     };
-    let done_xmin = xmin_of(done.lease.run_id()).await;
-    let retried_xmin = xmin_of(retried.lease.run_id()).await;
+    let done = claim_one(&store, "tenant-a", 5).await;
+    let retried = claim_one(&store, "tenant-b", 5).await;
+    assert_eq!(history_rows().await, 0);
+    assert_eq!(
+        claim_finishes(&client).await,
+        BTreeMap::from([(key(&done.lease), None), (key(&retried.lease), None)])
+    );
 
     let outcomes = store
         .finish_runs(&[
             FinishRun::complete(done.lease),
-            FinishRun::fail(retried.lease, "boom", HOUR),
+            FinishRun::fail(retried.lease, "boom", Duration::ZERO),
         ])
         .await
         .unwrap();
     assert_eq!(outcomes[0], FinishOutcome::Completed);
     assert!(matches!(outcomes[1], FinishOutcome::Retrying { .. }));
-
-    // The completed attempt's claim row is the row the claim inserted.
-    assert_eq!(xmin_of(done.lease.run_id()).await, done_xmin);
-    assert_ne!(xmin_of(retried.lease.run_id()).await, retried_xmin);
-    let raw = |run_id: Uuid| {
+    assert_eq!(history_rows().await, 0);
+    // The completed attempt's finish time is the run's; the failed one's is
+    // kept on its row (the run's own `finished_at` is cleared for the retry).
+    let times = |run_id: Uuid| {
         let client = &client;
         async move {
             let row = client
                 .query_one(
-                    "SELECT c.finished_at AS claim, a.finished_at AS attempt, r.finished_at AS run
-                     FROM statek.run_claims AS c
-                     JOIN statek.run_attempts AS a USING (run_id, attempt)
-                     JOIN statek.runs AS r USING (run_id)
-                     WHERE c.run_id = $1",
+                    "SELECT a.finished_at AS attempt, r.finished_at AS run,
+                            r.claim_finished_at AS kept
+                     FROM statek.run_attempts AS a JOIN statek.runs AS r USING (run_id)
+                     WHERE a.run_id = $1",
                     &[&run_id],
                 )
                 .await
                 .unwrap();
             let f = |name: &str| row.get::<_, Option<SystemTime>>(name);
-            (f("claim"), f("attempt"), f("run"))
+            (f("attempt"), f("run"), f("kept"))
         }
     };
-    let (claim, attempt, run) = raw(done.lease.run_id()).await;
-    assert_eq!(claim, None);
-    assert!(run.is_some());
-    assert_eq!(attempt, run);
-    let (claim, attempt, run) = raw(retried.lease.run_id()).await;
-    assert!(claim.is_some());
-    assert_eq!(attempt, claim);
-    assert_eq!(run, None);
+    let (attempt, run, kept) = times(done.lease.run_id()).await;
+    assert!(attempt.is_some());
+    assert_eq!((attempt, kept), (run, run));
+    let (attempt, run, kept) = times(retried.lease.run_id()).await;
+    assert!(attempt.is_some());
+    assert_eq!((attempt, run), (kept, None));
+    let first_failure = attempt;
 
-    // The history shows both finish times, a replay records nothing twice.
+    // Replays of both finishes record nothing twice.
+    assert_eq!(
+        store
+            .finish_runs(&[
+                FinishRun::complete(done.lease),
+                FinishRun::fail(retried.lease, "boom", Duration::ZERO),
+            ])
+            .await
+            .unwrap(),
+        [FinishOutcome::AlreadyRecorded; 2]
+    );
+
+    // The retried run is claimed again: its first attempt moves into the
+    // history as it was, the row holds the second.
+    let again = claimed(store.claim_run(&tenant("tenant-b"), LEASE).await.unwrap());
+    assert_eq!(again.lease.run_id(), retried.lease.run_id());
+    assert_eq!(history_rows().await, 1);
+    let moved = client
+        .query_one(
+            "SELECT attempt, lease_token, finished_at FROM statek.run_claims",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            moved.get::<_, i32>(0),
+            moved.get::<_, Uuid>(1),
+            moved.get::<_, Option<SystemTime>>(2)
+        ),
+        (1, retried.lease.token(), first_failure)
+    );
+    assert_eq!(
+        claim_finishes(&client).await,
+        BTreeMap::from([
+            (key(&done.lease), run_of(&client, done.lease.run_id()).await),
+            (key(&retried.lease), first_failure),
+            (key(&again.lease), None),
+        ])
+    );
     let history = store
         .run_history(&[done.lease.run_id(), retried.lease.run_id()])
         .await
         .unwrap();
-    let finishes: Vec<bool> = history
+    let attempts: Vec<Vec<(u32, bool)>> = history
         .iter()
-        .map(|r| r.claims[0].finished_at.is_some())
+        .map(|r| {
+            r.claims
+                .iter()
+                .map(|c| (c.attempt, c.finished_at.is_some()))
+                .collect()
+        })
         .collect();
-    assert_eq!(finishes, [true, true]);
+    let expected = if history[0].run_id == done.lease.run_id() {
+        vec![vec![(1, true)], vec![(1, true), (2, false)]]
+    } else {
+        vec![vec![(1, true), (2, false)], vec![(1, true)]]
+    };
+    assert_eq!(attempts, expected);
+    // The first attempt's failure, replayed now, is found in the history.
     assert_eq!(
         store
-            .finish_runs(&[FinishRun::complete(done.lease)])
+            .finish_runs(&[FinishRun::fail(retried.lease, "boom", Duration::ZERO)])
             .await
             .unwrap(),
         [FinishOutcome::AlreadyRecorded]
     );
+}
+
+/// A run's `finished_at`.
+async fn run_of(client: &tokio_postgres::Client, run_id: Uuid) -> Option<SystemTime> {
+    client
+        .query_one(
+            "SELECT finished_at FROM statek.runs WHERE run_id = $1",
+            &[&run_id],
+        )
+        .await
+        .unwrap()
+        .get(0)
 }

@@ -314,7 +314,7 @@ async fn attempt_finishes(
         .collect()
 }
 
-/// V11 to V12: a completion stops writing its claim row. Runs claimed,
+/// V11 to V12 (and V13): a completion stops writing its claim row. Runs claimed,
 /// completed, retried, finally failed and cancelled under V11 keep every
 /// claim row and finish time through the upgrade; a run still running at
 /// the upgrade completes under V12 with its claim row untouched and its
@@ -357,10 +357,12 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
         [(1, true), (1, true), (1, true), (1, false), (1, false)]
     );
 
+    // V12 and then V13, which moves new claims onto the run rows: the
+    // claims made before either keep their rows and read the same.
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [12]
+        [12, 13]
     );
     assert_eq!(attempt_finishes(&db, "run_claims").await, before);
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
@@ -397,4 +399,148 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
             .unwrap(),
         [FinishOutcome::AlreadyRecorded]
     );
+}
+
+/// V12 to V13: claims move onto the run rows. Claims made under V12 (with
+/// and without a slot) that completed, failed for good, failed and will
+/// retry, were cancelled or still run at the upgrade keep their history
+/// rows and read the same through `statek.run_attempts`. The running one
+/// is finished through its history row; the retried one is claimed again
+/// under V13 and holds its second attempt on its row, its first staying in
+/// the history once; the rate limit's count sees every claim; replays of
+/// V12 finishes are recorded; a V12 slot never claims again.
+#[tokio::test]
+async fn claims_made_before_v13_read_the_same_after_it() {
+    use statek_store_pg::{ClaimOutcome, FinishOutcome, FinishRun, NewRun, SlotClaim};
+    let db = TestDatabase::create_at_version(12).await;
+    let store = db.store();
+    let client = db.client().await;
+    let tenant = TenantId::try_from("tenant-a").unwrap();
+    let p = WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [TenantFairnessWeight::new(tenant.clone(), 1).unwrap()],
+    )
+    .unwrap();
+    store.register(&p).await.unwrap();
+    let lease = std::time::Duration::from_secs(60);
+    let mut leases = Vec::new();
+    for max_attempts in [5, 5, 1, 5, 5] {
+        store
+            .enqueue(&NewRun::new(tenant.clone(), b"x".to_vec()).max_attempts(max_attempts))
+            .await
+            .unwrap();
+        let ClaimOutcome::Claimed(run) = store.claim_run(&tenant, lease).await.unwrap() else {
+            panic!("expected a claim");
+        };
+        leases.push(run.lease);
+    }
+    store
+        .enqueue(&NewRun::new(tenant.clone(), b"slot".to_vec()))
+        .await
+        .unwrap();
+    let slots = statek_store_pg::testing::reserved_slots(&store, &p, &[&tenant]).await;
+    let claims = store
+        .claim_runs_for_slots(&slots, p.shard_id(), lease)
+        .await
+        .unwrap();
+    let [SlotClaim::Claimed(by_slot)] = &claims[..] else {
+        panic!("expected a slot claim, got {claims:?}");
+    };
+    leases.push(by_slot.lease);
+    let outcomes = store
+        .finish_runs(&[
+            FinishRun::complete(leases[0]),
+            FinishRun::fail(leases[1], "again", std::time::Duration::ZERO),
+            FinishRun::fail(leases[2], "last", std::time::Duration::ZERO),
+            FinishRun::complete(leases[5]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(outcomes[0], FinishOutcome::Completed);
+    assert!(matches!(outcomes[1], FinishOutcome::Retrying { .. }));
+    assert_eq!(
+        outcomes[2..],
+        [FinishOutcome::Failed, FinishOutcome::Completed]
+    );
+    assert!(store.cancel_run(leases[3].run_id()).await.unwrap());
+    let history_rows = async || -> i64 {
+        client
+            .query_one("SELECT count(*) FROM statek.run_claims", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(history_rows().await, 6);
+    let before = attempt_finishes(&db, "run_attempts").await;
+
+    let report = store.migrate().await.unwrap();
+    assert_eq!(
+        report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        [13]
+    );
+    assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
+
+    // The run still running at the upgrade completes through its V12
+    // claim row.
+    assert_eq!(
+        store
+            .finish_runs(&[FinishRun::complete(leases[4])])
+            .await
+            .unwrap(),
+        [FinishOutcome::Completed]
+    );
+    // The retried run is claimed again, now on its row.
+    let ClaimOutcome::Claimed(again) = store.claim_run(&tenant, lease).await.unwrap() else {
+        panic!("expected a claim");
+    };
+    assert_eq!(
+        (again.lease.run_id(), again.attempt),
+        (leases[1].run_id(), 2)
+    );
+    assert_eq!(history_rows().await, 6);
+    let after = attempt_finishes(&db, "run_attempts").await;
+    assert_eq!(after.len(), 7);
+    let retried: Vec<(i32, bool)> = after
+        .iter()
+        .filter(|(run, ..)| *run == leases[1].run_id())
+        .map(|(_, attempt, finished)| (*attempt, finished.is_some()))
+        .collect();
+    assert_eq!(retried, [(1, true), (2, false)]);
+    let finished_run: Vec<bool> = after
+        .iter()
+        .filter(|(run, ..)| *run == leases[4].run_id())
+        .map(|(.., finished)| finished.is_some())
+        .collect();
+    assert_eq!(finished_run, [true]);
+    let counted: i64 = client
+        .query_one(
+            "SELECT statek.tenant_claims_since('tenant-a', '-infinity')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(counted, 7);
+    // Replays of V12 finishes are recorded; a V12 slot never claims again
+    // (a run of its tenant waits: nothing of the call is kept).
+    assert_eq!(
+        store
+            .finish_runs(&[
+                FinishRun::complete(leases[0]),
+                FinishRun::fail(leases[1], "again", std::time::Duration::ZERO),
+            ])
+            .await
+            .unwrap(),
+        [FinishOutcome::AlreadyRecorded; 2]
+    );
+    store
+        .enqueue(&NewRun::new(tenant.clone(), b"waits".to_vec()))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .claim_runs_for_slots(&slots, p.shard_id(), lease)
+            .await,
+        Err(StoreError::SlotAlreadyClaimed { .. })
+    ));
 }

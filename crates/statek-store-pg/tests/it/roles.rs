@@ -300,6 +300,10 @@ async fn the_role_matrix_holds() {
         "attempt = attempt + 1",
         "claimed_at = now()",
         "priority = 5",
+        // The claim of the current attempt, kept on the run row (V13).
+        "claim_token = gen_random_uuid()",
+        "claim_shard_id = 'primary-v1', claim_sequence = 0",
+        "claim_finished_at = now()",
     ] {
         sql_denied(
             &format!("runtime sets runs.{column}"),
@@ -459,6 +463,66 @@ async fn the_role_matrix_holds() {
     ] {
         let err = rt_sql.execute(sql, &[]).await.expect_err(what);
         assert_eq!(err.code().map(|c| c.code()), Some("SK001"), "{what}: {err}");
+    }
+
+    // A claim history row (migration V13): an attempt moves into the
+    // history when its run is claimed again.
+    let h = TenantId::try_from("tenant-h").unwrap();
+    rt.enqueue(&NewRun::new(h.clone(), vec![4])).await.unwrap();
+    let ClaimOutcome::Claimed(first) = rt.claim_run(&h, Duration::from_secs(30)).await.unwrap()
+    else {
+        panic!("claim")
+    };
+    assert!(matches!(
+        rt.finish_runs(&[FinishRun::fail(first.lease, "again", Duration::ZERO)])
+            .await
+            .unwrap()[..],
+        [FinishOutcome::Retrying { .. }]
+    ));
+    let ClaimOutcome::Claimed(second) = rt.claim_run(&h, Duration::from_secs(30)).await.unwrap()
+    else {
+        panic!("claim")
+    };
+    assert_eq!(second.lease.run_id(), first.lease.run_id());
+    let moved: i64 = admin
+        .query_one("SELECT count(*) FROM statek.run_claims", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(moved, 1);
+    assert_eq!(
+        rt.finish_runs(&[FinishRun::complete(second.lease)])
+            .await
+            .unwrap(),
+        [FinishOutcome::Completed]
+    );
+    // A run row holding its attempt's claim is deleted only when that
+    // claim may go (an hour after it, its run finished, its slot's
+    // reservation pruned), by every role that may delete runs.
+    let held_claim = first.lease.run_id();
+    for (what, client) in [
+        ("retention deletes a run holding a fresh claim", &rn_rows),
+        (
+            "owner deletes a run holding a fresh claim",
+            &client_as(&db, &owner).await,
+        ),
+    ] {
+        let err = client
+            .execute("DELETE FROM statek.runs WHERE run_id = $1", &[&held_claim])
+            .await
+            .expect_err(what);
+        let db_error = err.as_db_error().expect(what);
+        assert_eq!(
+            (db_error.code().code(), db_error.message()),
+            (
+                "SK001",
+                format!(
+                    "statek: run {held_claim} holds the claim of its attempt 2 as evidence still kept (the run is live, the claim is younger than an hour, or its slot's reservation is retained)"
+                )
+                .as_str()
+            ),
+            "{what}"
+        );
     }
 
     // The owner, who owns the tables, is still refused by the triggers it

@@ -169,6 +169,82 @@ async fn pruning_deletes_only_old_finished_runs_whose_claim_history_may_go() {
     );
 }
 
+/// A finished run whose one attempt's claim is kept on its row (migration
+/// V13): finished `finished_days_ago`, claimed `claimed_days_ago` for slot
+/// (`shard`, `sequence`) when given.
+async fn run_holding_its_claim(
+    client: &tokio_postgres::Client,
+    finished_days_ago: f64,
+    claimed_days_ago: f64,
+    slot: Option<(&str, i64)>,
+) -> Uuid {
+    let run_id = Uuid::now_v7();
+    let (shard, sequence) = slot.map_or((None, None), |(s, q)| (Some(s), Some(q)));
+    client
+        .execute(
+            "INSERT INTO statek.runs (run_id, tenant_id, payload, state, attempt, claimed_at,
+                                      finished_at, claim_shard_id, claim_sequence, claim_token,
+                                      claim_finished_at)
+             VALUES ($1, 'tenant-a', '\\x00', 'completed', 1,
+                     now() - make_interval(secs => $2::float8 * 86400),
+                     now() - make_interval(secs => $3::float8 * 86400),
+                     $4, $5, gen_random_uuid(),
+                     now() - make_interval(secs => $3::float8 * 86400))",
+            &[
+                &run_id,
+                &claimed_days_ago,
+                &finished_days_ago,
+                &shard,
+                &sequence,
+            ],
+        )
+        .await
+        .unwrap();
+    run_id
+}
+
+/// Since migration V13 a run row holds its current attempt's claim: run
+/// pruning and the database keep such a run exactly as V9's rule keeps a
+/// claim row (its slot's reservation retained, or claimed within the
+/// hour), and delete it otherwise, with no claim row to delete.
+#[tokio::test]
+async fn pruning_keeps_a_run_whose_row_holds_a_claim_the_rule_keeps() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let policy = WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [TenantFairnessWeight::new(tenant("tenant-a"), 1).unwrap()],
+    )
+    .unwrap();
+    store.register(&policy).await.unwrap();
+    store
+        .reserve_batch(policy.shard_id(), &policy.digest(), Uuid::now_v7(), 10)
+        .await
+        .unwrap();
+    let old_plain = run_holding_its_claim(&client, 3.0, 3.0, None).await;
+    let old_slot_pruned = run_holding_its_claim(&client, 3.0, 3.0, Some(("primary-v1", 50))).await;
+    let slot_retained = run_holding_its_claim(&client, 3.0, 3.0, Some(("primary-v1", 5))).await;
+    let claim_young = run_holding_its_claim(&client, 3.0, 0.0, None).await;
+
+    let policy = RunRetentionPolicy::new(DAY, 10).unwrap();
+    let pruned = store.prune_finished_runs(policy).await.unwrap();
+    assert_eq!((pruned.deleted_runs, pruned.deleted_claims), (2, 0));
+    for gone in [old_plain, old_slot_pruned] {
+        assert!(!exists(&client, gone).await, "{gone} pruned");
+    }
+    for kept in [slot_retained, claim_young] {
+        assert!(exists(&client, kept).await, "{kept} kept");
+        let e = client
+            .execute("DELETE FROM statek.runs WHERE run_id = $1", &[&kept])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code().unwrap().code(), "SK001", "{kept}");
+    }
+    let again = store.prune_finished_runs(policy).await.unwrap();
+    assert_eq!((again.deleted_runs, again.deleted_claims), (0, 0));
+}
+
 #[tokio::test]
 async fn runs_are_listed_newest_first_in_pages_retried_and_counted() {
     let db = TestDatabase::create().await;

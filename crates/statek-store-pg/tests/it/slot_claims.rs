@@ -35,7 +35,7 @@ fn claimed(claim: &SlotClaim) -> &ClaimedRun {
 
 const LEASE: Duration = Duration::from_secs(60);
 
-/// One row of `statek.run_claims`.
+/// One attempt of `statek.run_attempts`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct History {
     run_id: Uuid,
@@ -231,6 +231,45 @@ async fn a_mixed_batch_gets_exact_outcomes_per_slot_and_each_claim_is_recorded()
         ]
     );
 
+    // Since migration V13 a claim is kept on its run row until a later
+    // claim of the run moves it into the history: a_runs[1]'s first
+    // attempt (slot 2) is there now, its second on the row. Neither slot,
+    // nor the completed run's (slot 0, on its row), claims again, though
+    // a has a claimable run; nothing of those calls is kept.
+    let spare = store
+        .enqueue(&NewRun::new(a.clone(), b"a4".to_vec()))
+        .await
+        .unwrap()
+        .run_id;
+    let moved: i64 = client
+        .query_one(
+            "SELECT count(*) FROM statek.run_claims WHERE sequence = $1",
+            &[&(slots[2].0 as i64)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(moved, 1);
+    for slot in [&slots[2], &slots[0], &next[2]] {
+        match store
+            .claim_runs_for_slots(std::slice::from_ref(slot), p.shard_id(), LEASE)
+            .await
+        {
+            Err(StoreError::SlotAlreadyClaimed { shard }) => assert_eq!(&shard, p.shard_id()),
+            other => panic!(
+                "slot {}: expected SlotAlreadyClaimed, got {other:?}",
+                slot.0
+            ),
+        }
+    }
+    let spare_state: String = client
+        .query_one("SELECT state FROM statek.runs WHERE run_id = $1", &[&spare])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(spare_state, "available");
+    assert_eq!(history(&client).await, rows);
+
     // A single-slot claim is recorded too, without a slot.
     store
         .enqueue(&NewRun::new(b.clone(), b"b1".to_vec()))
@@ -390,7 +429,7 @@ async fn four_claimers_of_disjoint_slot_batches_claim_every_run_exactly_once() {
         .query(
             "SELECT h.run_id, h.sequence, h.tenant_id AS claim_tenant, r.tenant_id AS run_tenant,
                     h.attempt, h.shard_id
-             FROM statek.run_claims AS h JOIN statek.runs AS r USING (run_id)",
+             FROM statek.run_attempts AS h JOIN statek.runs AS r USING (run_id)",
             &[],
         )
         .await

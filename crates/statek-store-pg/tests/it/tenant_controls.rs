@@ -243,7 +243,7 @@ async fn a_rate_of_ten_per_second_holds_in_every_sliding_second_over_ten_seconds
         .client()
         .await
         .query(
-            "SELECT claimed_at FROM statek.run_claims WHERE tenant_id = 'tenant-a' ORDER BY claimed_at",
+            "SELECT claimed_at FROM statek.run_attempts WHERE tenant_id = 'tenant-a' ORDER BY claimed_at",
             &[],
         )
         .await
