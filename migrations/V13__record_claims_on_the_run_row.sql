@@ -33,11 +33,22 @@
 --   current attempt (`claim_token` set). `PgStore::run_history`, the rate
 --   limit, the chaos judge and the demo's checks read it or
 --   `statek.tenant_claims_since`.
--- - Evidence is written only by the claim and finish functions: the
---   runtime role holds UPDATE only of `state`, `available_at`,
---   `finished_at`, `max_attempts`, `lease_token`, `lease_expires_at` and
---   `last_error` (V11), none of the new columns; a completed run's row
---   never changes again (V12's trigger).
+-- - Evidence is written only by the database's functions. A run row is
+--   evidence now, so the runtime role loses every UPDATE on `statek.runs`
+--   (until V12 it set `state`, the lease columns and `finished_at` with
+--   statements of its own, so it could put a finished attempt back to
+--   `running` under its old token and have it completed) and may INSERT
+--   only the columns an enqueue sets (`run_id`, `tenant_id`, `payload`,
+--   `max_attempts`, `available_at`, `idempotency_key`, `priority`: a new
+--   run is `available`, attempt 0, unclaimed). Its four other writes
+--   become SECURITY DEFINER functions with the statements they replace:
+--   `statek.heartbeat_run`, `statek.cancel_run`,
+--   `statek.rescue_expired_run` and `statek.retry_run` (see
+--   crates/statek-store-pg/src/roles.sql). `statek.finish_runs` finishes
+--   an attempt once (its claim has no finish time yet), and a completed
+--   run's row never changes again (V12's trigger).
+-- - Claims run at read committed: `statek.claim_slots` refuses another
+--   isolation level (0A000), as `statek.claim_allowance` does.
 -- - A replayed finish (a lost acknowledgement) still answers "already
 --   recorded": the finish function looks the token up on the run row
 --   (`claim_token`, read locked) as well as in the history.
@@ -159,6 +170,12 @@ BEGIN
     IF p_max_runs IS NULL OR p_max_runs < 1 THEN
         RAISE EXCEPTION 'statek: a claim claims at least one run, not %', p_max_runs
             USING ERRCODE = 'SK002';
+    END IF;
+    -- The check across run rows and history at the end needs a fresh
+    -- snapshot per statement: read committed only (as claim_allowance).
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'statek: claims must run at read committed, not %',
+            current_setting('transaction_isolation') USING ERRCODE = '0A000';
     END IF;
     PERFORM statek.check_claimed_slots(p_shard_id, p_sequences, p_tenants);
     RETURN QUERY
@@ -446,10 +463,11 @@ BEGIN
         SELECT i.ord, r.run_id
         FROM input AS i JOIN statek.runs AS r ON r.run_id = i.run_id
         WHERE r.lease_token = i.token AND r.state = 'running'
-          AND (r.claim_token = i.token
+          -- An attempt is finished once: its claim has no finish time yet.
+          AND ((r.claim_token = i.token AND r.claim_finished_at IS NULL)
                OR EXISTS (SELECT 1 FROM statek.run_claims AS c
                           WHERE c.run_id = r.run_id AND c.attempt = r.attempt
-                            AND c.lease_token = i.token))
+                            AND c.lease_token = i.token AND c.finished_at IS NULL))
         ORDER BY r.run_id
         FOR UPDATE OF r
     ),
@@ -555,3 +573,91 @@ CREATE TRIGGER runs_claim_deleted_only_when_expired
 
 REVOKE ALL ON FUNCTION statek.tenant_claims_since(text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION statek.refuse_kept_run_delete() FROM PUBLIC;
+
+-- The runtime role's writes of a run other than enqueue, claim and
+-- finish, as functions with the statements statek-store-pg sent itself
+-- until V12 (run_queue.rs): a heartbeat extends the lease its token still
+-- holds (NULL when it does not).
+CREATE FUNCTION statek.heartbeat_run(p_run_id uuid, p_token uuid, p_lease_secs float8)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_expires timestamptz;
+BEGIN
+    IF p_lease_secs IS NULL OR NOT (p_lease_secs BETWEEN 0.001 AND 86400) THEN
+        RAISE EXCEPTION 'statek: a lease is 0.001..=86400 seconds, not %', p_lease_secs
+            USING ERRCODE = 'SK002';
+    END IF;
+    UPDATE statek.runs
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_secs)
+    WHERE run_id = p_run_id AND lease_token = p_token AND state = 'running'
+    RETURNING lease_expires_at INTO v_expires;
+    RETURN v_expires;
+END;
+$$;
+
+-- Cancels a live run (available or running); whether it did.
+CREATE FUNCTION statek.cancel_run(p_run_id uuid)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE statek.runs
+    SET state = 'cancelled', finished_at = clock_timestamp(),
+        lease_token = NULL, lease_expires_at = NULL
+    WHERE run_id = p_run_id AND state IN ('available', 'running');
+    RETURN FOUND;
+END;
+$$;
+
+-- The expiry pass's second phase: requeues a run whose lease `p_token`
+-- has expired (fails it after its last attempt) only if that token still
+-- holds it; the new state, or NULL when nothing changed.
+CREATE FUNCTION statek.rescue_expired_run(p_run_id uuid, p_token uuid)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_state text;
+BEGIN
+    UPDATE statek.runs
+    SET state = CASE WHEN attempt < max_attempts THEN 'available' ELSE 'failed' END,
+        finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE clock_timestamp() END,
+        lease_token = NULL, lease_expires_at = NULL,
+        last_error = 'lease expired'
+    WHERE run_id = p_run_id AND lease_token = p_token AND state = 'running'
+      AND lease_expires_at <= clock_timestamp()
+    RETURNING state INTO v_state;
+    RETURN v_state;
+END;
+$$;
+
+-- An operator's retry: a failed or cancelled run becomes available now,
+-- its attempts kept; one that used them all gets as many again, at most
+-- `p_max_attempts` in total. The run as listed, or no row.
+CREATE FUNCTION statek.retry_run(p_run_id uuid, p_max_attempts integer)
+RETURNS TABLE (
+    run_id uuid, tenant_id text, queue_seq bigint, state text, priority integer,
+    attempt integer, max_attempts integer, enqueued_at timestamptz, available_at timestamptz,
+    finished_at timestamptz, last_error text)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE statek.runs AS r
+    SET state = 'available', available_at = clock_timestamp(), finished_at = NULL,
+        max_attempts = CASE WHEN r.attempt < r.max_attempts THEN r.max_attempts
+                            ELSE least(r.attempt + r.max_attempts, p_max_attempts) END
+    WHERE r.run_id = p_run_id AND r.state IN ('failed', 'cancelled')
+      AND r.attempt < p_max_attempts
+    RETURNING r.run_id, r.tenant_id, r.queue_seq, r.state, r.priority, r.attempt,
+              r.max_attempts, r.enqueued_at, r.available_at, r.finished_at, r.last_error
+$$;
+
+REVOKE ALL ON FUNCTION statek.heartbeat_run(uuid, uuid, float8) FROM PUBLIC;
+REVOKE ALL ON FUNCTION statek.cancel_run(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION statek.rescue_expired_run(uuid, uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION statek.retry_run(uuid, integer) FROM PUBLIC;

@@ -54,6 +54,10 @@ ALTER VIEW statek.run_attempts OWNER TO {owner};
 ALTER FUNCTION statek.guard_run_completion() OWNER TO {owner};
 ALTER FUNCTION statek.tenant_claims_since(text, timestamptz) OWNER TO {owner};
 ALTER FUNCTION statek.refuse_kept_run_delete() OWNER TO {owner};
+ALTER FUNCTION statek.heartbeat_run(uuid, uuid, float8) OWNER TO {owner};
+ALTER FUNCTION statek.cancel_run(uuid) OWNER TO {owner};
+ALTER FUNCTION statek.rescue_expired_run(uuid, uuid) OWNER TO {owner};
+ALTER FUNCTION statek.retry_run(uuid, integer) OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -82,10 +86,17 @@ GRANT EXECUTE ON FUNCTION statek.server_timeline() TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.reserve(uuid, text, bytea, integer, text) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.reserve_batch(uuid, text, bytea, bigint, uuid[], integer, text)
     TO {runtime};
-GRANT SELECT, INSERT ON statek.runs TO {runtime};
-GRANT UPDATE (state, available_at, finished_at, max_attempts, lease_token, lease_expires_at,
-              last_error)
+-- Runs (migration V13): the runtime role inserts only what an enqueue
+-- sets (a new run is available, attempt 0, unclaimed) and updates none:
+-- claim, finish, heartbeat, cancel, rescue and retry are the functions
+-- below.
+GRANT SELECT ON statek.runs TO {runtime};
+GRANT INSERT (run_id, tenant_id, payload, max_attempts, available_at, idempotency_key, priority)
     ON statek.runs TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.heartbeat_run(uuid, uuid, float8) TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.cancel_run(uuid) TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.rescue_expired_run(uuid, uuid) TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.retry_run(uuid, integer) TO {runtime};
 GRANT SELECT ON statek.run_claims, statek.run_attempts, statek.shard_slot_maps TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.attach_slot_map(text, smallint[]) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)

@@ -54,11 +54,9 @@ const SELECT_BY_KEY: &str = "
     FROM statek.runs
     WHERE tenant_id = $1 AND idempotency_key = $2";
 
-const CANCEL_RUN: &str = "
-    UPDATE statek.runs
-    SET state = 'cancelled', finished_at = clock_timestamp(),
-        lease_token = NULL, lease_expires_at = NULL
-    WHERE run_id = $1 AND state IN ('available', 'running')";
+/// Cancels a live run through `statek.cancel_run` (migration V13): one
+/// row when it did.
+const CANCEL_RUN: &str = "SELECT 1 AS cancelled WHERE statek.cancel_run($1)";
 
 /// Phase one of the expiry pass: runs whose lease has expired, with the
 /// token that was read (oldest expiry first).
@@ -72,16 +70,13 @@ const SELECT_EXPIRED: &str = "
 /// Phase two: put one expired run back (or fail it at its last attempt),
 /// only if it is still running under the token read in phase one and its
 /// lease is still expired. A run completed, failed, heartbeated or
-/// re-claimed in between changes nothing.
+/// re-claimed in between changes nothing. Through
+/// `statek.rescue_expired_run` (migration V13): the new state, no row when
+/// nothing changed.
 const RESCUE_EXPIRED: &str = "
-    UPDATE statek.runs
-    SET state = CASE WHEN attempt < max_attempts THEN 'available' ELSE 'failed' END,
-        finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE clock_timestamp() END,
-        lease_token = NULL, lease_expires_at = NULL,
-        last_error = 'lease expired'
-    WHERE run_id = $1 AND lease_token = $2 AND state = 'running'
-      AND lease_expires_at <= clock_timestamp()
-    RETURNING state";
+    SELECT rescued.state
+    FROM statek.rescue_expired_run($1, $2) AS rescued(state)
+    WHERE rescued.state IS NOT NULL";
 
 /// The predicate of a run claimable at the instant `now.t`, shared by the
 /// claims and the contention probes so that both judge the same instant (a
@@ -167,11 +162,12 @@ const ANY_CLAIMABLE: &str = concat!(
               < l.rate_limit)"
 );
 
+/// Through `statek.heartbeat_run` (migration V13): the new expiry, no row
+/// when the token no longer holds the run.
 const HEARTBEAT_RUN: &str = "
-    UPDATE statek.runs
-    SET lease_expires_at = clock_timestamp() + make_interval(secs => $3)
-    WHERE run_id = $1 AND lease_token = $2 AND state = 'running'
-    RETURNING lease_expires_at";
+    SELECT beat.lease_expires_at
+    FROM statek.heartbeat_run($1, $2, $3) AS beat(lease_expires_at)
+    WHERE beat.lease_expires_at IS NOT NULL";
 
 /// Completes a held run, through `statek.finish_runs` (migration V11): the
 /// run row's `finished_at` is the attempt's finish time (V12; the claim row

@@ -56,14 +56,12 @@ const SELECT_RUN: &str = concat!(
 /// A failed or cancelled run becomes available now, with its attempts
 /// so far kept (the claim history numbers attempts for good) and, when it
 /// had used them all, as many again as it was allowed (at most 1000).
+/// Through `statek.retry_run` (migration V13), `$2` the most attempts a
+/// run may have.
 const RETRY_RUN: &str = concat!(
-    "UPDATE statek.runs
-    SET state = 'available', available_at = clock_timestamp(), finished_at = NULL,
-        max_attempts = CASE WHEN attempt < max_attempts THEN max_attempts
-                            ELSE least(attempt + max_attempts, $2) END
-    WHERE run_id = $1 AND state IN ('failed', 'cancelled') AND attempt < $2
-    RETURNING ",
-    listed_columns!()
+    "SELECT ",
+    listed_columns!(),
+    " FROM statek.retry_run($1, $2)"
 );
 
 const COUNT_RUNS: &str = "

@@ -815,3 +815,43 @@ async fn run_of(client: &tokio_postgres::Client, run_id: Uuid) -> Option<SystemT
         .unwrap()
         .get(0)
 }
+
+/// An attempt is finished once (migration V13). A role that could put a
+/// failed run back to `running` under the failed attempt's own token (the
+/// runtime role no longer can; here a superuser does) cannot have that
+/// attempt completed: the finish answers `AlreadyRecorded` and its finish
+/// time stays the failure's.
+#[tokio::test]
+async fn a_finished_attempt_is_not_finished_again_under_a_forged_lease() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let client = db.client().await;
+    let run = claim_one(&store, "tenant-a", 5).await;
+    assert!(matches!(
+        store
+            .finish_runs(&[FinishRun::fail(run.lease, "boom", HOUR)])
+            .await
+            .unwrap()[..],
+        [FinishOutcome::Retrying { .. }]
+    ));
+    let failed_at = claim_finishes(&client).await[&key(&run.lease)];
+    assert!(failed_at.is_some());
+    client
+        .execute(
+            "UPDATE statek.runs SET state = 'running', lease_token = $2,
+                 lease_expires_at = now() + interval '1 hour'
+             WHERE run_id = $1",
+            &[&run.lease.run_id(), &run.lease.token()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .finish_runs(&[FinishRun::complete(run.lease)])
+            .await
+            .unwrap(),
+        [FinishOutcome::AlreadyRecorded]
+    );
+    assert_eq!(claim_finishes(&client).await[&key(&run.lease)], failed_at);
+    assert_eq!(run_row(&client, run.lease.run_id()).await.0, "running");
+}

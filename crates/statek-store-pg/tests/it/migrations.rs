@@ -347,7 +347,21 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
         .unwrap();
     assert_eq!(outcomes[0], FinishOutcome::Completed);
     assert_eq!(outcomes[2], FinishOutcome::Failed);
-    assert!(store.cancel_run(leases[3].run_id()).await.unwrap());
+    // Cancelled with the statement a binary built for this schema sent
+    // (V13 made it a function this binary calls).
+    assert_eq!(
+        db.client()
+            .await
+            .execute(
+                "UPDATE statek.runs SET state = 'cancelled', finished_at = clock_timestamp(),
+                     lease_token = NULL, lease_expires_at = NULL
+                 WHERE run_id = $1 AND state IN ('available', 'running')",
+                &[&leases[3].run_id()],
+            )
+            .await
+            .unwrap(),
+        1
+    );
     let before = attempt_finishes(&db, "run_claims").await;
     assert_eq!(
         before
@@ -462,7 +476,21 @@ async fn claims_made_before_v13_read_the_same_after_it() {
         outcomes[2..],
         [FinishOutcome::Failed, FinishOutcome::Completed]
     );
-    assert!(store.cancel_run(leases[3].run_id()).await.unwrap());
+    // Cancelled with the statement a binary built for this schema sent
+    // (V13 made it a function this binary calls).
+    assert_eq!(
+        db.client()
+            .await
+            .execute(
+                "UPDATE statek.runs SET state = 'cancelled', finished_at = clock_timestamp(),
+                     lease_token = NULL, lease_expires_at = NULL
+                 WHERE run_id = $1 AND state IN ('available', 'running')",
+                &[&leases[3].run_id()],
+            )
+            .await
+            .unwrap(),
+        1
+    );
     let history_rows = async || -> i64 {
         client
             .query_one("SELECT count(*) FROM statek.run_claims", &[])

@@ -312,6 +312,43 @@ async fn the_role_matrix_holds() {
                 .await,
         );
     }
+    // Enqueue inserts only a new, unclaimed run (migration V13): no state,
+    // attempt, lease, finish or claim of the runtime role's choosing.
+    for (what, columns, values) in [
+        (
+            "runtime inserts a completed run",
+            "state, finished_at",
+            "'completed', now()",
+        ),
+        (
+            "runtime inserts a claimed attempt",
+            "attempt, claimed_at",
+            "1, now()",
+        ),
+        (
+            "runtime inserts a slot's claim",
+            "claim_shard_id, claim_sequence, claim_token",
+            "'primary-v1', 0, gen_random_uuid()",
+        ),
+        (
+            "runtime inserts a leased run",
+            "lease_token, lease_expires_at",
+            "gen_random_uuid(), now()",
+        ),
+    ] {
+        sql_denied(
+            what,
+            rt_sql
+                .execute(
+                    &format!(
+                        "INSERT INTO statek.runs (run_id, tenant_id, payload, {columns})
+                         VALUES (gen_random_uuid(), 'tenant-a', '\\x00', {values})"
+                    ),
+                    &[],
+                )
+                .await,
+        );
+    }
     // Completions (migration V12): a completed run's row never changes,
     // and only statek.finish_runs completes a run, whatever the role's
     // column grants allow.
@@ -322,18 +359,52 @@ async fn the_role_matrix_holds() {
         panic!("claim")
     };
     let rn_rows = client_as(&db, &retention).await;
-    for (what, client, sql, run_id, message) in [
+    // Since migration V13 the runtime role updates no run column at all
+    // (heartbeat, cancel, rescue and retry are functions).
+    for (what, sql, run_id) in [
         (
             "runtime moves a completion's finish time",
-            &rt_sql,
             "UPDATE statek.runs SET finished_at = '2000-01-01' WHERE run_id = $1",
             completed,
-            format!("statek: run {completed} is completed; its row is evidence and never changes"),
         ),
         (
             "runtime erases a completion",
-            &rt_sql,
             "UPDATE statek.runs SET state = 'available', finished_at = NULL WHERE run_id = $1",
+            completed,
+        ),
+        (
+            "runtime forges a completion",
+            "UPDATE statek.runs SET state = 'completed', finished_at = clock_timestamp(),
+                 lease_token = NULL, lease_expires_at = NULL WHERE run_id = $1",
+            running.lease.run_id(),
+        ),
+        (
+            "runtime puts a run back under a lease of its own",
+            "UPDATE statek.runs SET state = 'running', lease_token = gen_random_uuid(),
+                 lease_expires_at = now() + interval '1 hour' WHERE run_id = $1",
+            completed,
+        ),
+    ] {
+        sql_denied(what, rt_sql.execute(sql, &[&run_id]).await);
+    }
+    // A role granted UPDATE of runs by hand (a misconfiguration) still
+    // cannot touch a completion nor complete a run itself.
+    let rogue = format!("rg_{suffix}");
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {rogue} LOGIN; GRANT CONNECT ON DATABASE {} TO {rogue};
+             GRANT USAGE ON SCHEMA statek TO {rogue};
+             GRANT SELECT, UPDATE ON statek.runs TO {rogue}",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    let rogue_sql = client_as(&db, &rogue).await;
+    for (what, client, sql, run_id, message) in [
+        (
+            "a hand-granted role moves a completion's finish time",
+            &rogue_sql,
+            "UPDATE statek.runs SET finished_at = '2000-01-01' WHERE run_id = $1",
             completed,
             format!("statek: run {completed} is completed; its row is evidence and never changes"),
         ),
@@ -345,8 +416,8 @@ async fn the_role_matrix_holds() {
             format!("statek: run {completed} is completed; its row is evidence and never changes"),
         ),
         (
-            "runtime forges a completion",
-            &rt_sql,
+            "a hand-granted role forges a completion",
+            &rogue_sql,
             "UPDATE statek.runs SET state = 'completed', finished_at = clock_timestamp(),
                  lease_token = NULL, lease_expires_at = NULL WHERE run_id = $1",
             running.lease.run_id(),

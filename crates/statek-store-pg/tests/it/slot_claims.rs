@@ -1001,3 +1001,68 @@ async fn malformed_claims_and_finishes_are_refused() {
         .get(0);
     assert_eq!(state, "running");
 }
+
+/// Claims run at read committed (migration V13): the check that a slot
+/// whose attempt moved into the history is not claimed again needs each
+/// statement's fresh snapshot, so `statek.claim_slots` refuses another
+/// isolation level before it claims anything.
+#[tokio::test]
+async fn a_claim_at_repeatable_read_is_refused() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy(&[("tenant-a", 1)]);
+    store.register(&p).await.unwrap();
+    let a = tenant("tenant-a");
+    let run = store
+        .enqueue(&NewRun::new(a.clone(), b"a1".to_vec()))
+        .await
+        .unwrap()
+        .run_id;
+    let slots = reserved_slots(&store, &p, &[&a]).await;
+    let mut client = db.client().await;
+    for isolation in ["REPEATABLE READ", "SERIALIZABLE"] {
+        let tx = client
+            .build_transaction()
+            .isolation_level(if isolation == "SERIALIZABLE" {
+                tokio_postgres::IsolationLevel::Serializable
+            } else {
+                tokio_postgres::IsolationLevel::RepeatableRead
+            })
+            .start()
+            .await
+            .unwrap();
+        let err = tx
+            .query(
+                "SELECT * FROM statek.claim_slots(ARRAY[$1::bigint], ARRAY['tenant-a'],
+                     ARRAY[gen_random_uuid()], 30, 'primary-v1', 1)",
+                &[&(slots[0].0 as i64)],
+            )
+            .await
+            .unwrap_err();
+        let db_error = err.as_db_error().unwrap();
+        assert_eq!(
+            (db_error.code().code(), db_error.message()),
+            (
+                "0A000",
+                format!(
+                    "statek: claims must run at read committed, not {}",
+                    isolation.to_lowercase()
+                )
+                .as_str()
+            )
+        );
+        tx.rollback().await.unwrap();
+    }
+    let state: String = client
+        .query_one("SELECT state FROM statek.runs WHERE run_id = $1", &[&run])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "available");
+    // At read committed the same slot claims the run.
+    let claims = store
+        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
+        .await
+        .unwrap();
+    assert_eq!(claimed(&claims[0]).lease.run_id(), run);
+}
