@@ -55,9 +55,10 @@
 -- - The rate limit counts claims per tenant by claim time, on run rows
 --   (a partial index) and in the history: `statek.tenant_claims_since`.
 -- - Retention: a run row is now evidence too. A trigger refuses to delete
---   a run whose current attempt V9's rule (`statek.run_claim_deletable`)
---   keeps: a live run, a claim younger than an hour, or a slot inside a
---   retained reservation range. Run pruning picks only such runs.
+--   a live run (available or running: cancel it) and a run whose current
+--   attempt V9's rule (`statek.run_claim_deletable`) keeps: a claim
+--   younger than an hour, or a slot inside a retained reservation range.
+--   Run pruning picks only runs it may delete.
 --
 -- Forward-only: nothing is rewritten. Claims made before this migration
 -- keep their history rows (their run rows have no `claim_token`); a run
@@ -549,15 +550,21 @@ CREATE OR REPLACE VIEW statek.run_attempts AS
     FROM statek.runs AS r
     WHERE r.claim_token IS NOT NULL;
 
--- A run row holding its attempt's claim is deleted only when V9's rule
--- lets that claim go (every role; run pruning picks only such runs).
+-- A live run is never deleted (cancel it), and a run row holding its
+-- attempt's claim only when V9's rule lets that claim go (every role; run
+-- pruning picks only such runs).
 CREATE FUNCTION statek.refuse_kept_run_delete() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT statek.run_claim_deletable(OLD.run_id, OLD.claim_shard_id, OLD.claim_sequence,
-                                      OLD.claimed_at) THEN
+    IF OLD.state IN ('available', 'running') THEN
+        RAISE EXCEPTION 'statek: run % is live (%); cancel it, a live run is never deleted',
+            OLD.run_id, OLD.state USING ERRCODE = 'SK001';
+    END IF;
+    IF OLD.claim_token IS NOT NULL
+       AND NOT statek.run_claim_deletable(OLD.run_id, OLD.claim_shard_id, OLD.claim_sequence,
+                                          OLD.claimed_at) THEN
         RAISE EXCEPTION 'statek: run % holds the claim of its attempt % as evidence still kept (the run is live, the claim is younger than an hour, or its slot''s reservation is retained)',
             OLD.run_id, OLD.attempt USING ERRCODE = 'SK001';
     END IF;
@@ -568,7 +575,7 @@ $$;
 CREATE TRIGGER runs_claim_deleted_only_when_expired
     BEFORE DELETE ON statek.runs
     FOR EACH ROW
-    WHEN (OLD.claim_token IS NOT NULL)
+    WHEN (OLD.claim_token IS NOT NULL OR OLD.state IN ('available', 'running'))
     EXECUTE FUNCTION statek.refuse_kept_run_delete();
 
 REVOKE ALL ON FUNCTION statek.tenant_claims_since(text, timestamptz) FROM PUBLIC;

@@ -243,6 +243,24 @@ async fn pruning_keeps_a_run_whose_row_holds_a_claim_the_rule_keeps() {
     }
     let again = store.prune_finished_runs(policy).await.unwrap();
     assert_eq!((again.deleted_runs, again.deleted_claims), (0, 0));
+    // A live run is never deleted, claimed or not: it is cancelled.
+    let queued = seeded_run(&client, "available", 0.0, None).await;
+    let e = client
+        .execute("DELETE FROM statek.runs WHERE run_id = $1", &[&queued])
+        .await
+        .unwrap_err();
+    let db_error = e.as_db_error().unwrap();
+    assert_eq!(
+        (db_error.code().code(), db_error.message()),
+        (
+            "SK001",
+            format!(
+                "statek: run {queued} is live (available); cancel it, a live run is never deleted"
+            )
+            .as_str()
+        )
+    );
+    assert!(exists(&client, queued).await);
 }
 
 #[tokio::test]
