@@ -313,7 +313,11 @@ impl Report for Compiled {
         writeln!(w, "policy       {}", c.file)?;
         writeln!(w, "shard        {}", c.shard)?;
         writeln!(w, "algorithm    {}", c.algorithm)?;
-        writeln!(w, "cycle length {} slots", c.cycle_length)?;
+        writeln!(
+            w,
+            "cycle length {}",
+            crate::out::count(u64::from(c.cycle_length), "slot", "slots")
+        )?;
         writeln!(w, "digest       {}", c.digest)?;
         match &c.optimality_reason {
             Some(reason) => writeln!(w, "optimality   {} ({reason})", c.optimality)?,

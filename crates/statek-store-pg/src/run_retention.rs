@@ -63,7 +63,8 @@ const PRUNE_RUN_CLAIMS: &str = "
 /// Part two: the runs themselves (locked by part one).
 const PRUNE_RUNS: &str = "DELETE FROM statek.runs WHERE run_id = ANY ($1)";
 
-/// Finished runs past this many seconds `$1` that pruning could delete now.
+/// Finished runs past this many seconds `$1`, whether or not V9's claim
+/// rule lets pruning delete them yet (the prune backlog).
 const COUNT_PRUNABLE: &str = "
     SELECT count(*) AS prunable FROM statek.runs AS r
     WHERE r.state IN ('completed', 'failed', 'cancelled')

@@ -88,6 +88,27 @@ cycle (slot: tenant)
     assert!(value.get("optimality_reason").is_none(), "{value}");
 }
 
+/// A one-slot cycle is "1 slot".
+#[test]
+fn policy_compile_names_one_slot_in_the_singular() {
+    let dir = std::env::temp_dir().join(format!("statek-cli-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("one.toml");
+    std::fs::write(
+        &file,
+        "shard = \"primary-v1\"\n[[tenants]]\nid = \"a\"\nweight = 1\n",
+    )
+    .unwrap();
+    let out = statek(&["policy", "compile", file.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.lines().any(|line| line == "cycle length 1 slot"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `policy compile` says what is proven about a cycle: `{3, 2, 1}` is 4/3
 /// at best; min-gap-v2 proves it, swrr-v1 (3/2) does not search.
 #[test]

@@ -295,6 +295,23 @@ async fn slot_maps(db: &TestDatabase) -> i64 {
         .get(0)
 }
 
+/// Cancels a live run with the statement a binary built before migration
+/// V13 sent (V13 made it `statek.cancel_run`, which this binary calls).
+async fn cancel_before_v13(db: &TestDatabase, run_id: Uuid) {
+    let cancelled = db
+        .client()
+        .await
+        .execute(
+            "UPDATE statek.runs SET state = 'cancelled', finished_at = clock_timestamp(),
+                 lease_token = NULL, lease_expires_at = NULL
+             WHERE run_id = $1 AND state IN ('available', 'running')",
+            &[&run_id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled, 1);
+}
+
 /// Every run's attempts as `(run, attempt, finish time)`: the raw claim
 /// rows, or (from V12) as `statek.run_attempts` reads them.
 async fn attempt_finishes(
@@ -347,21 +364,7 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
         .unwrap();
     assert_eq!(outcomes[0], FinishOutcome::Completed);
     assert_eq!(outcomes[2], FinishOutcome::Failed);
-    // Cancelled with the statement a binary built for this schema sent
-    // (V13 made it a function this binary calls).
-    assert_eq!(
-        db.client()
-            .await
-            .execute(
-                "UPDATE statek.runs SET state = 'cancelled', finished_at = clock_timestamp(),
-                     lease_token = NULL, lease_expires_at = NULL
-                 WHERE run_id = $1 AND state IN ('available', 'running')",
-                &[&leases[3].run_id()],
-            )
-            .await
-            .unwrap(),
-        1
-    );
+    cancel_before_v13(&db, leases[3].run_id()).await;
     let before = attempt_finishes(&db, "run_claims").await;
     assert_eq!(
         before
@@ -476,21 +479,7 @@ async fn claims_made_before_v13_read_the_same_after_it() {
         outcomes[2..],
         [FinishOutcome::Failed, FinishOutcome::Completed]
     );
-    // Cancelled with the statement a binary built for this schema sent
-    // (V13 made it a function this binary calls).
-    assert_eq!(
-        db.client()
-            .await
-            .execute(
-                "UPDATE statek.runs SET state = 'cancelled', finished_at = clock_timestamp(),
-                     lease_token = NULL, lease_expires_at = NULL
-                 WHERE run_id = $1 AND state IN ('available', 'running')",
-                &[&leases[3].run_id()],
-            )
-            .await
-            .unwrap(),
-        1
-    );
+    cancel_before_v13(&db, leases[3].run_id()).await;
     let history_rows = async || -> i64 {
         client
             .query_one("SELECT count(*) FROM statek.run_claims", &[])
