@@ -50,6 +50,17 @@ pub enum TenantTickOutcome {
 }
 
 impl TenantTickOutcome {
+    /// Every [`label`](Self::label), one per variant, in declaration order
+    /// (the `outcome` label values of the tick outcome metrics).
+    pub const LABELS: &'static [&'static str] = &[
+        "executed",
+        "execution_failed",
+        "idle",
+        "contended",
+        "limited",
+        "cancelled",
+    ];
+
     /// A short lowercase label: `executed`, `execution_failed`, `idle`,
     /// `contended`, `limited`, `cancelled`.
     pub fn label(&self) -> &'static str {
@@ -61,5 +72,46 @@ impl TenantTickOutcome {
             TenantTickOutcome::Limited => "limited",
             TenantTickOutcome::Cancelled => "cancelled",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `LABELS` holds every variant's label in declaration order; the
+    /// exhaustive `match` stops compiling when a variant is added.
+    #[test]
+    fn labels_list_every_variant_in_order() {
+        let run = ExecutedRun {
+            run_id: Uuid::nil(),
+            attempt: 1,
+            available_at: SystemTime::UNIX_EPOCH,
+            claimed_at: SystemTime::UNIX_EPOCH,
+        };
+        let every = [
+            TenantTickOutcome::Executed(run.clone()),
+            TenantTickOutcome::ExecutionFailed {
+                run,
+                error: String::new(),
+            },
+            TenantTickOutcome::Idle,
+            TenantTickOutcome::Contended,
+            TenantTickOutcome::Limited,
+            TenantTickOutcome::Cancelled,
+        ];
+        for (index, outcome) in every.iter().enumerate() {
+            let declared = match outcome {
+                TenantTickOutcome::Executed(_) => 0,
+                TenantTickOutcome::ExecutionFailed { .. } => 1,
+                TenantTickOutcome::Idle => 2,
+                TenantTickOutcome::Contended => 3,
+                TenantTickOutcome::Limited => 4,
+                TenantTickOutcome::Cancelled => 5,
+            };
+            assert_eq!(declared, index);
+        }
+        let labels: Vec<&str> = every.iter().map(TenantTickOutcome::label).collect();
+        assert_eq!(labels, TenantTickOutcome::LABELS);
     }
 }

@@ -615,7 +615,13 @@ impl StoreError {
     }
 }
 
-fn is_retryable_sqlstate(code: &str) -> bool {
+/// Whether a server error of SQLSTATE `code` is transient, so that the
+/// same call may be sent again: `08xxx` (connection exceptions) but
+/// `08P01`, `25006` (read-only transaction: a server in recovery),
+/// `40001`, `40P01`, `53300` (too many connections), `55P03`, `57014`,
+/// `57P01`-`57P03`. [`StoreError::is_retryable`] applies it to
+/// [`StoreError::Database`]; docs/design.md lists the same codes.
+pub fn is_retryable_sqlstate(code: &str) -> bool {
     matches!(
         code,
         "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "25006" | "53300"

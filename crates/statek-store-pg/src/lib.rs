@@ -169,7 +169,7 @@ pub use durability_report::{
     DurabilityPolicy, DurabilityReport, DurabilityRisk, FailoverCondition, Standby,
     SynchronousCommit,
 };
-pub use error::{StoreError, TlsFailure};
+pub use error::{is_retryable_sqlstate, StoreError, TlsFailure};
 pub use failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
 pub use halt::SHARD_HALTED;
 pub use limits::{
