@@ -27,6 +27,7 @@ const RELISTEN_PAUSE: (Duration, Duration) = (Duration::from_secs(1), Duration::
 mod halt;
 mod options;
 mod outage;
+mod report;
 mod sizer;
 
 use halt::{halt_of, Halt};
@@ -34,86 +35,9 @@ pub use options::{
     WorkerOptions, DEFAULT_CONCURRENCY, DEFAULT_OUTAGE_BUDGET, MAX_CONCURRENCY, MAX_OUTAGE_BUDGET,
 };
 use outage::{AfterFailure, Outage};
+use report::Counters;
+pub use report::WorkerReport;
 use sizer::BatchSizer;
-
-/// What a [`Worker`] did, counted over its whole run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WorkerReport {
-    /// Slots consumed (reservations), each with one outcome.
-    pub ticks: u64,
-    /// Reservation batches (one range row, or one row for a single slot,
-    /// each).
-    pub batches: u64,
-    /// Slots whose outcome was `Executed`.
-    pub executed: u64,
-    /// Slots whose outcome was `ExecutionFailed`.
-    pub execution_failed: u64,
-    /// Slots whose outcome was `Idle`.
-    pub idle: u64,
-    /// Slots whose outcome was `Contended`.
-    pub contended: u64,
-    /// Slots whose outcome was `Limited` (the tenant's cap or rate held it
-    /// back); they count like idle slots towards the backoff.
-    pub limited: u64,
-    /// Slots whose outcome was `Cancelled` (consumed unused at shutdown,
-    /// or a run cancelled and released).
-    pub cancelled: u64,
-    /// Idle backoff sleeps taken.
-    pub backoffs: u64,
-    /// Wake-ups by notification (of a run of the policy's tenants).
-    pub wakeups: u64,
-    /// Times the notification connection failed (or stopped answering its
-    /// probe) and was opened again.
-    pub listen_reconnects: u64,
-    /// Transient errors survived (a reservation that failed after its
-    /// retries, or a slot whose claim failed for good or whose executor
-    /// returned a retryable error). A completion that could not be written
-    /// within a lease is not counted here: its slot is `ExecutionFailed`
-    /// (lease lost) and the run executes again.
-    pub transient_errors: u64,
-    /// Outages ridden out: streaks of failing reservations that a
-    /// successful reservation ended within
-    /// [`WorkerOptions::outage_budget`].
-    pub outages: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    ticks: AtomicU64,
-    batches: AtomicU64,
-    executed: AtomicU64,
-    execution_failed: AtomicU64,
-    idle: AtomicU64,
-    contended: AtomicU64,
-    limited: AtomicU64,
-    cancelled: AtomicU64,
-    backoffs: AtomicU64,
-    wakeups: AtomicU64,
-    listen_reconnects: AtomicU64,
-    transient_errors: AtomicU64,
-    outages: AtomicU64,
-}
-
-impl Counters {
-    fn report(&self) -> WorkerReport {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        WorkerReport {
-            ticks: get(&self.ticks),
-            batches: get(&self.batches),
-            executed: get(&self.executed),
-            execution_failed: get(&self.execution_failed),
-            idle: get(&self.idle),
-            contended: get(&self.contended),
-            limited: get(&self.limited),
-            cancelled: get(&self.cancelled),
-            backoffs: get(&self.backoffs),
-            wakeups: get(&self.wakeups),
-            listen_reconnects: get(&self.listen_reconnects),
-            transient_errors: get(&self.transient_errors),
-            outages: get(&self.outages),
-        }
-    }
-}
 
 /// State shared by a worker's producer, batches and listener.
 struct Shared<E, R> {
