@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use statek_policy::{SchedulerShardId, TenantId};
+use statek_store_pg::{SlotClass, SlotOutcomes};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -113,6 +114,8 @@ pub struct SlotBatch<'a, E> {
     sink: &'a (dyn Fn(usize, SlotResult<E>) + Send + Sync),
     decided: AtomicUsize,
     on_decided: &'a (dyn Fn(usize) + Send + Sync),
+    /// Each slot's recorded class, once known (`None`: not yet).
+    classes: Mutex<Vec<Option<SlotClass>>>,
 }
 
 impl<'a, E> SlotBatch<'a, E> {
@@ -142,6 +145,7 @@ impl<'a, E> SlotBatch<'a, E> {
             sink,
             decided: AtomicUsize::new(0),
             on_decided,
+            classes: Mutex::new(vec![None; slots.len()]),
         }
     }
 
@@ -174,11 +178,7 @@ impl<'a, E> SlotBatch<'a, E> {
             return None;
         }
         let mut held = Vec::with_capacity(wanted);
-        let first = self
-            .first
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let first = lock(&self.first).take();
         match first {
             Some(permit) => held.push(permit),
             None => {
@@ -203,11 +203,37 @@ impl<'a, E> SlotBatch<'a, E> {
         }
     }
 
+    /// Sets the class slot `index` is recorded with
+    /// ([`statek_store_pg::PgStore::record_slot_outcomes`]) where its
+    /// outcome alone does not tell it: [`SlotClass::Claimed`] as soon as a
+    /// run is claimed for it (whatever the run's outcome), and
+    /// [`SlotClass::IdleKnown`] for a slot decided idle without asking.
+    /// The first class set for a slot stays; [`report`](Self::report)
+    /// sets the outcome's own class for a slot that has none yet.
+    pub fn classify(&self, index: usize, class: SlotClass) {
+        if let Some(place) = lock(&self.classes).get_mut(index) {
+            place.get_or_insert(class);
+        }
+    }
+
     /// Reports the outcome of slot `index` (its position in
     /// [`slots`](Self::slots)); call it exactly once per slot.
     pub fn report(&self, index: usize, outcome: Result<TenantTickOutcome, E>) {
+        if let Ok(outcome) = &outcome {
+            self.classify(index, outcome.slot_class());
+        }
         (self.sink)(index, SlotResult::Outcome(outcome));
         self.decided(index + 1);
+    }
+
+    /// The recorded class of every slot, in sequence order; a slot
+    /// without one (abandoned, or reported only with an error) is
+    /// [`SlotClass::Unused`].
+    pub(crate) fn outcomes(&self) -> SlotOutcomes {
+        lock(&self.classes)
+            .iter()
+            .map(|class| class.unwrap_or(SlotClass::Unused))
+            .collect()
     }
 
     /// Reports every slot from `from` on as failed because claiming for
@@ -241,10 +267,22 @@ pub(crate) enum SlotResult<E> {
 /// What a batch claim found for one slot: a run to start (with a permit),
 /// or an outcome without a run.
 pub enum SlotStart<C> {
-    /// A run was claimed; start it at once.
+    /// A run was claimed; start it at once (recorded
+    /// [`SlotClass::Claimed`]).
     Claimed(C),
-    /// Idle or contended: the slot is consumed without a run.
+    /// Idle, contended or limited: the slot is consumed without a run,
+    /// recorded with the outcome's own class.
     Done(TenantTickOutcome),
+    /// Consumed without a run, but recorded as `SlotClass` rather than the
+    /// outcome's own class: a slot decided idle without asking
+    /// ([`SlotClass::IdleKnown`]), or a recovered claim whose lease was
+    /// lost meanwhile (its run is another claimer's now, the slot still
+    /// claimed it: [`SlotClass::Claimed`]).
+    DoneAs(TenantTickOutcome, SlotClass),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Attempts of a batch claim that fails transiently, and the first pause.
@@ -355,7 +393,12 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
             let index = base + offset;
             match start {
                 SlotStart::Done(outcome) => batch.report(index, Ok(outcome)),
+                SlotStart::DoneAs(outcome, class) => {
+                    batch.classify(index, class);
+                    batch.report(index, Ok(outcome));
+                }
                 SlotStart::Claimed(claimed) => {
+                    batch.classify(index, SlotClass::Claimed);
                     let started = run(claimed, permits.pop());
                     running.push(async move {
                         let outcome = started.await;

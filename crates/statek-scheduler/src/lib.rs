@@ -115,6 +115,8 @@ pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, DEFAULT_IDLE_RECHECK}
 pub use reservation::Reservation;
 pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use scheduler::DurableFairScheduler;
+/// The recorded outcome classes of a reserved range (`statek.slot_outcomes`).
+pub use statek_store_pg::{SlotClass, SlotOutcomes};
 pub use tick_outcome::TickOutcome;
 pub use worker::{
     Worker, WorkerOptions, WorkerReport, DEFAULT_CONCURRENCY, DEFAULT_OUTAGE_BUDGET,

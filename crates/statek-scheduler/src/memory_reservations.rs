@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use statek_policy::{
     PolicyDigest, PolicySeam, ScheduleId, SchedulerShardId, WeightedFairnessPolicy,
 };
-use statek_store_pg::{Registration, StoreError, MAX_RESERVATION_BATCH};
+use statek_store_pg::{Registration, SlotOutcomes, StoreError, MAX_RESERVATION_BATCH};
 use uuid::Uuid;
 
 use crate::reservation::Reservation;
@@ -112,6 +112,8 @@ impl Issued {
 struct State {
     shards: BTreeMap<SchedulerShardId, Shard>,
     issued: HashMap<Uuid, Issued>,
+    /// Slot outcome records by shard and first sequence.
+    outcomes: BTreeMap<(SchedulerShardId, u64), SlotOutcomes>,
 }
 
 /// A [`ReservationSource`] in memory: per shard one cursor from 0,
@@ -169,6 +171,17 @@ impl InMemoryReservations {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The slot outcome records of `shard`, by first sequence, in
+    /// sequence order.
+    pub fn slot_outcomes(&self, shard: &SchedulerShardId) -> Vec<(u64, SlotOutcomes)> {
+        self.state()
+            .outcomes
+            .iter()
+            .filter(|((s, _), _)| s == shard)
+            .map(|((_, first), outcomes)| (*first, outcomes.clone()))
+            .collect()
     }
 
     /// The next sequence of `shard` (its cursor), `None` for an unknown
@@ -388,6 +401,47 @@ impl ReservationSource for InMemoryReservations {
             successor: next.source_shard(),
             seam: seam_into(&state.shards, successor),
         }))
+    }
+
+    async fn record_slot_outcomes(
+        &self,
+        shard: &SchedulerShardId,
+        first_sequence: u64,
+        outcomes: &SlotOutcomes,
+    ) -> Result<(), StoreError> {
+        let mut state = self.state();
+        let Some(issued) = state
+            .issued
+            .values()
+            .find(|issued| &issued.shard == shard && issued.first == first_sequence)
+        else {
+            return Err(StoreError::ClaimRefused {
+                message: format!(
+                    "shard {shard} has no reservation range starting at sequence {first_sequence}"
+                ),
+            });
+        };
+        if outcomes.slot_count() != u64::from(issued.k) {
+            return Err(StoreError::ClaimRefused {
+                message: format!(
+                    "the reservation range of shard {shard} at sequence {first_sequence} holds {} slots, the record names {}",
+                    issued.k,
+                    outcomes.slot_count()
+                ),
+            });
+        }
+        match state.outcomes.entry((shard.clone(), first_sequence)) {
+            std::collections::btree_map::Entry::Vacant(place) => {
+                place.insert(outcomes.clone());
+                Ok(())
+            }
+            std::collections::btree_map::Entry::Occupied(held) if held.get() == outcomes => Ok(()),
+            std::collections::btree_map::Entry::Occupied(_) => Err(StoreError::ClaimRefused {
+                message: format!(
+                    "the reservation range of shard {shard} at sequence {first_sequence} already has another outcome record"
+                ),
+            }),
+        }
     }
 
     async fn oldest_reservation(

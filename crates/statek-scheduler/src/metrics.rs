@@ -96,6 +96,12 @@ pub const CLAIM_STATEMENTS_TOTAL: &str = "statek_executor_claim_statements_total
 /// `idle` in [`TICK_OUTCOMES_TOTAL`].
 pub const SLOTS_KNOWN_IDLE_TOTAL: &str = "statek_executor_slots_known_idle_total";
 
+/// Counter `{shard}`, in reserved ranges: ranges whose slot outcome record
+/// ([`statek_store_pg::PgStore::record_slot_outcomes`]) could not be
+/// written (refused, or failed after 3 attempts); their slots read as
+/// unrecorded in an audit.
+pub const SLOT_OUTCOME_RECORDS_FAILED_TOTAL: &str = "statek_slot_outcome_records_failed_total";
+
 /// The `kind` label values of [`TICK_ERRORS_TOTAL`].
 pub const TICK_ERROR_KINDS: &[&str] = &["policy_conflict", "corrupt_data", "store", "executor"];
 
@@ -114,6 +120,7 @@ pub const ZERO_AT_START: &[&str] = &[
     RESERVATIONS_LOST_TOTAL,
     TIMELINE_CHANGES_TOTAL,
     TICK_ERRORS_TOTAL,
+    SLOT_OUTCOME_RECORDS_FAILED_TOTAL,
     SHARD_SEALED,
     SHARD_HALTED,
     GAP_ABOVE_BOUND_TOTAL,
@@ -157,6 +164,7 @@ pub fn zero_series(policy: &WeightedFairnessPolicy) {
         RESERVATION_RETRIES_TOTAL,
         RESERVATIONS_LOST_TOTAL,
         TIMELINE_CHANGES_TOTAL,
+        SLOT_OUTCOME_RECORDS_FAILED_TOTAL,
     ] {
         metrics::counter!(counter, "shard" => shard.clone()).increment(0);
     }
@@ -326,6 +334,13 @@ pub const SCHEDULER_METRICS: &[Metric] = &[
         &["shard"],
         "slots",
         "Slots the PgRunQueueExecutor decided idle without a claim statement (tenant known empty).",
+    ),
+    Metric::new(
+        SLOT_OUTCOME_RECORDS_FAILED_TOTAL,
+        Counter,
+        &["shard"],
+        "reserved ranges",
+        "Reserved ranges whose slot outcome record could not be written (their slots read as unrecorded).",
     ),
     Metric::new(
         RETAINED_OLDEST_TIMESTAMP_SECONDS,

@@ -4,6 +4,7 @@
 
 use std::time::SystemTime;
 
+use statek_store_pg::SlotClass;
 use uuid::Uuid;
 
 /// A run executed (successfully or not) for a slot.
@@ -71,6 +72,22 @@ impl TenantTickOutcome {
             TenantTickOutcome::Contended => "contended",
             TenantTickOutcome::Limited => "limited",
             TenantTickOutcome::Cancelled => "cancelled",
+        }
+    }
+
+    /// The class a slot with this outcome is recorded with, unless its
+    /// executor said otherwise ([`crate::SlotBatch::classify`]): a claimed
+    /// run (executed or failed) is [`SlotClass::Claimed`], a cancelled slot
+    /// [`SlotClass::Unused`].
+    pub fn slot_class(&self) -> SlotClass {
+        match self {
+            TenantTickOutcome::Executed(_) | TenantTickOutcome::ExecutionFailed { .. } => {
+                SlotClass::Claimed
+            }
+            TenantTickOutcome::Idle => SlotClass::Idle,
+            TenantTickOutcome::Contended => SlotClass::Contended,
+            TenantTickOutcome::Limited => SlotClass::Limited,
+            TenantTickOutcome::Cancelled => SlotClass::Unused,
         }
     }
 }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use statek_policy::TenantId;
 use statek_store_pg::{
     ClaimOutcome, ClaimedRun, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease,
-    RunNotifications, StoreError, MAX_FINISH_BATCH,
+    RunNotifications, SlotClass, StoreError, MAX_FINISH_BATCH,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -549,7 +549,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                             metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
                                 .increment(claim.slots.len() as u64);
                             return Ok((0..claim.slots.len())
-                                .map(|_| SlotStart::Done(TenantTickOutcome::Idle))
+                                .map(|_| SlotStart::DoneAs(TenantTickOutcome::Idle, SlotClass::IdleKnown))
                                 .collect());
                         };
                         let claim_sent = Instant::now();

@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use statek_policy::{PolicyDigest, ScheduleId, SchedulerShardId, WeightedFairnessPolicy};
-use statek_store_pg::{PgStore, Registration, StoreError, StoredShard};
+use statek_store_pg::{PgStore, Registration, SlotOutcomes, StoreError, StoredShard};
 use uuid::Uuid;
 
 use crate::reservation::Reservation;
@@ -22,8 +22,8 @@ fn source_shard(stored: &StoredShard) -> SourceShard {
 /// Durable, shared by every replica: [`PgStore::register_in`] then
 /// [`PgStore::load_shard`], [`PgStore::reserve`],
 /// [`PgStore::reserve_batch`], [`PgStore::load_seam`] (seam bounds
-/// checked), [`PgStore::ensure_durable`] and
-/// [`PgStore::oldest_reservation`].
+/// checked), [`PgStore::ensure_durable`],
+/// [`PgStore::record_slot_outcomes`] and [`PgStore::oldest_reservation`].
 impl ReservationSource for PgStore {
     async fn register(
         &self,
@@ -57,6 +57,17 @@ impl ReservationSource for PgStore {
             .into_iter()
             .map(Reservation::from)
             .collect())
+    }
+
+    async fn record_slot_outcomes(
+        &self,
+        shard: &SchedulerShardId,
+        first_sequence: u64,
+        outcomes: &SlotOutcomes,
+    ) -> Result<(), StoreError> {
+        PgStore::record_slot_outcomes(self, shard, first_sequence, outcomes)
+            .await
+            .map(|_| ())
     }
 
     async fn successor(&self, shard: &SchedulerShardId) -> Result<Option<Succession>, StoreError> {

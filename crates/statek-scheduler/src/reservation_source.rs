@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use statek_policy::{
     CycleDigest, PolicyDigest, ScheduleId, SchedulerShardId, SeamBound, WeightedFairnessPolicy,
 };
-use statek_store_pg::{Registration, StoreError};
+use statek_store_pg::{Registration, SlotOutcomes, StoreError};
 use uuid::Uuid;
 
 use crate::reservation::Reservation;
@@ -108,6 +108,24 @@ pub trait ReservationSource: Send + Sync {
     /// that can lose acknowledged reservations (default: accepts;
     /// PostgreSQL: [`statek_store_pg::PgStore::ensure_durable`]).
     fn ensure_durable(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// Records the outcome class of every slot of the reserved range of
+    /// `shard` that starts at `first_sequence` (the whole range, in
+    /// sequence order), once; the same record again is accepted and
+    /// changes nothing. PostgreSQL:
+    /// [`statek_store_pg::PgStore::record_slot_outcomes`], which refuses a
+    /// record that does not cover exactly one retained range or hides a
+    /// claimed slot ([`StoreError::ClaimRefused`]). Default: keeps
+    /// nothing.
+    fn record_slot_outcomes(
+        &self,
+        shard: &SchedulerShardId,
+        first_sequence: u64,
+        outcomes: &SlotOutcomes,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (shard, first_sequence, outcomes);
         std::future::ready(Ok(()))
     }
 

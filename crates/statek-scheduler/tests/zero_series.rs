@@ -68,6 +68,7 @@ fn zero(shard: &str) -> BTreeMap<String, f64> {
         "statek_reservation_retries_total",
         "statek_reservations_lost_total",
         "statek_timeline_changes_total",
+        "statek_slot_outcome_records_failed_total",
         "statek_shard_sealed",
         "statek_shard_halted",
     ] {

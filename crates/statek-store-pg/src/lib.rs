@@ -152,6 +152,7 @@ mod run_queue;
 mod run_retention;
 mod shard;
 mod shard_halt;
+mod slot_outcomes;
 mod statement;
 mod store;
 mod succession;
@@ -199,6 +200,10 @@ pub use run_queue::{
 pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
 pub use shard::{Registration, ShardSeal, ShardStatus, StoredShard};
 pub use shard_halt::{HaltCause, ReissuedRange, ShardHalt, ShardHalted, ShardResume};
+pub use slot_outcomes::{
+    SlotClass, SlotOutcomeRecord, SlotOutcomes, SlotOutcomesRecorded, MAX_OUTCOME_RUNS,
+    MAX_SLOT_OUTCOME_RECORDS,
+};
 pub use store::PgStore;
 pub use succession::{Rollout, ShardSeam};
 pub use synchronous_standbys::SynchronousStandbys;

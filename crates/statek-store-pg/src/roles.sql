@@ -58,6 +58,10 @@ ALTER FUNCTION statek.heartbeat_run(uuid, uuid, float8) OWNER TO {owner};
 ALTER FUNCTION statek.cancel_run(uuid) OWNER TO {owner};
 ALTER FUNCTION statek.rescue_expired_run(uuid, uuid) OWNER TO {owner};
 ALTER FUNCTION statek.retry_run(uuid, integer) OWNER TO {owner};
+ALTER TABLE statek.slot_outcomes OWNER TO {owner};
+ALTER FUNCTION statek.refuse_slot_outcome_change() OWNER TO {owner};
+ALTER FUNCTION statek.refuse_kept_slot_outcome_delete() OWNER TO {owner};
+ALTER FUNCTION statek.record_slot_outcomes(text, bigint, text, integer[]) OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -125,6 +129,12 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION statek.claim_allowance(text[], bigint[]) TO {runtime};
 -- The rate limit's count (V13), for the Worker's probe of claimable work.
 GRANT EXECUTE ON FUNCTION statek.tenant_claims_since(text, timestamptz) TO {runtime};
+-- Slot outcome records (V14): read by both roles, written only through
+-- the SECURITY DEFINER `record_slot_outcomes`; a record is deleted only
+-- by its reservation range's delete (a cascade run as the table owner).
+GRANT SELECT ON statek.slot_outcomes TO {runtime}, {retention};
+GRANT EXECUTE ON FUNCTION statek.record_slot_outcomes(text, bigint, text, integer[])
+    TO {runtime};
 
 -- Retention: find and delete old reservation rows. The column UPDATE grant
 -- exists only because FOR UPDATE row locks require one; the immutability

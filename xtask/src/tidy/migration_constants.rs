@@ -5,7 +5,8 @@
 //! In the code of every `migrations/V*.sql` (comments left out):
 //! - `cycle_length BETWEEN 1 AND N`: N is `MAX_CYCLE_LENGTH`;
 //! - `octet_length(ID) BETWEEN 1 AND N`: N is `MAX_ID_LENGTH`, for
-//!   `idempotency_key` statek-store-pg's `MAX_IDEMPOTENCY_KEY_LENGTH`;
+//!   `idempotency_key` statek-store-pg's `MAX_IDEMPOTENCY_KEY_LENGTH`,
+//!   for a slot outcome record's `classes` its `MAX_OUTCOME_RUNS`;
 //! - `ID ~ '^[CLASS]+$'`: CLASS admits exactly the bytes an id may hold
 //!   (other patterns, such as a weight's digits, are not ids);
 //! - `::integer BETWEEN A AND B` (a weight): `MIN_WEIGHT..=MAX_WEIGHT`;
@@ -22,7 +23,7 @@ use statek_policy::{
     TenantId, CYCLE_DIGEST_DOMAIN, MAX_CYCLE_LENGTH, MAX_ID_LENGTH, MAX_TENANTS, MAX_WEIGHT,
     MIN_WEIGHT, POLICY_DIGEST_DOMAIN,
 };
-use statek_store_pg::MAX_IDEMPOTENCY_KEY_LENGTH;
+use statek_store_pg::{MAX_IDEMPOTENCY_KEY_LENGTH, MAX_OUTCOME_RUNS};
 
 /// SQL without `--` comments (no migration quotes `--` in a string).
 fn code(sql: &str) -> String {
@@ -119,6 +120,8 @@ fn differences(files: &[(String, String)]) -> Vec<String> {
                         "MAX_IDEMPOTENCY_KEY_LENGTH",
                         MAX_IDEMPOTENCY_KEY_LENGTH,
                     )
+                } else if rest[..close].ends_with("classes") {
+                    ("outcome runs", "MAX_OUTCOME_RUNS", MAX_OUTCOME_RUNS)
                 } else {
                     ("id length", "MAX_ID_LENGTH", MAX_ID_LENGTH)
                 };
@@ -174,6 +177,7 @@ fn differences(files: &[(String, String)]) -> Vec<String> {
         "cycle length",
         "id length",
         "idempotency key length",
+        "outcome runs",
         "id grammar",
         "weight",
         "tenants",
@@ -220,6 +224,7 @@ mod tests {
         let sql = "CHECK (cycle_length BETWEEN 1 AND 4095), -- cycle_length BETWEEN 1 AND 7\n\
                    CHECK (octet_length(id) BETWEEN 1 AND 128 AND id ~ '^[A-Za-z0-9._-]+$'),\n\
                    CHECK (octet_length(idempotency_key) BETWEEN 1 AND 255),\n\
+                   CHECK (octet_length(classes) BETWEEN 1 AND 4000),\n\
                    (w)::integer BETWEEN 1 AND 1024, v_tenants NOT BETWEEN 1 AND 1024,\n\
                    sha256('\\x73746174656b2e706f6c6963792e763200'::bytea || b)";
         assert_eq!(
@@ -228,13 +233,14 @@ mod tests {
                 "V0__x.sql: cycle_length BETWEEN 1 AND 4095, but MAX_CYCLE_LENGTH is 4096",
                 "V0__x.sql: octet_length(idempotency_key) BETWEEN 1 AND 255, but \
                  MAX_IDEMPOTENCY_KEY_LENGTH is 256",
+                "V0__x.sql: octet_length(classes) BETWEEN 1 AND 4000, but MAX_OUTCOME_RUNS is 4096",
                 "V0__x.sql: id pattern [A-Za-z0-9._-] admits other bytes than statek_policy's id grammar",
                 "V0__x.sql: bytea literal \\x73746174656b2e706f6c6963792e763200 is neither digest domain",
             ]
         );
         assert_eq!(
             differences(&[("V0__x.sql".to_owned(), "SELECT 1".to_owned())]).len(),
-            7
+            8
         );
     }
 }

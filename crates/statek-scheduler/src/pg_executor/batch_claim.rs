@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use statek_policy::TenantId;
-use statek_store_pg::{ClaimedRun, SlotClaim, SlotClaimRequest, StoreError};
+use statek_store_pg::{ClaimedRun, SlotClaim, SlotClaimRequest, SlotClass, StoreError};
 use tokio::time::Instant;
 
 use crate::batch::{SlotBatch, SlotStart};
@@ -117,7 +117,10 @@ pub(super) fn merge_claims(
                 break;
             }
             known_idle += 1;
-            starts.push(SlotStart::Done(TenantTickOutcome::Idle));
+            starts.push(SlotStart::DoneAs(
+                TenantTickOutcome::Idle,
+                SlotClass::IdleKnown,
+            ));
             continue;
         }
         let Some(answer) = answers.next() else {
@@ -135,9 +138,11 @@ pub(super) fn merge_claims(
             SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
             SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
             SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
-            // Contended, a recovered claim whose lease was lost
-            // meanwhile (another claimer holds the run), or any answer
-            // without a run.
+            // The slot claimed the run; its lease is another's now.
+            SlotClaim::LeaseLost { .. } => {
+                SlotStart::DoneAs(TenantTickOutcome::Contended, SlotClass::Claimed)
+            }
+            // Contended, or any other answer without a run.
             _ => SlotStart::Done(TenantTickOutcome::Contended),
         });
     }

@@ -217,6 +217,38 @@ fn check_history(claims: &[Claim], policy: &WeightedFairnessPolicy, cursor: u64)
     executed_again
 }
 
+/// The slot outcome records (V14) of `shard` from sequence 0: the slots
+/// they cover, whether the records follow each other without a gap, and
+/// the sequences they call claimed, in order.
+async fn outcome_records(
+    store: &statek_store_pg::PgStore,
+    shard: &SchedulerShardId,
+) -> (u64, bool, Vec<i64>) {
+    let (mut next, mut contiguous, mut claimed) = (0u64, true, Vec::new());
+    loop {
+        let page = store.slot_outcomes(shard, next, 1_000).await.unwrap();
+        let Some(last) = page.last() else {
+            break;
+        };
+        let page_end = last.first_sequence + last.outcomes.slot_count();
+        for record in &page {
+            contiguous &= record.first_sequence == next;
+            let mut sequence = record.first_sequence;
+            for (class, n) in record.outcomes.runs() {
+                if *class == statek_scheduler::SlotClass::Claimed {
+                    claimed.extend(
+                        (sequence..sequence + u64::from(*n)).map(|s| i64::try_from(s).unwrap()),
+                    );
+                }
+                sequence += u64::from(*n);
+            }
+            next = sequence;
+        }
+        next = next.max(page_end);
+    }
+    (next, contiguous, claimed)
+}
+
 /// Four Workers with batch claims execute 20,000 runs over five tenants:
 /// every slot claims at most one run, of its own tenant; every run
 /// completes exactly once, on its first claim.
@@ -260,6 +292,14 @@ async fn four_workers_with_batch_claims_execute_each_run_once() {
     let history = claims(&client).await;
     assert_eq!(history.len(), 20_004, "one claim per run");
     assert_eq!(check_history(&history, &policy, cursor), 0);
+    // Every reserved range has its outcome record, and the records call
+    // claimed exactly the slots the claim history names.
+    let (covered, contiguous, recorded_claimed) =
+        outcome_records(&db.store(), policy.shard_id()).await;
+    assert_eq!((covered, contiguous), (cursor, true));
+    let mut history_claimed: Vec<i64> = history.iter().filter_map(|c| c.sequence).collect();
+    history_claimed.sort_unstable();
+    assert_eq!(recorded_claimed, history_claimed);
     let attempts: Vec<(String, i32, i64)> = client
         .query(
             "SELECT state, attempt, count(*) FROM statek.runs GROUP BY 1, 2",

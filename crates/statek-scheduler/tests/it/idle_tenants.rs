@@ -179,6 +179,37 @@ async fn a_known_empty_tenant_is_skipped_until_notified_or_rechecked() {
         ]
     );
     assert_eq!(state(&db, b_run).await, "completed");
+
+    // Each lap's range has its outcome record (V14), in runs of classes:
+    // a slot decided without asking is `k`, one asked about and found
+    // empty `i`, a claimed one `c`.
+    let records: Vec<(u64, String)> = store
+        .slot_outcomes(&SchedulerShardId::try_from("primary-v1").unwrap(), 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| {
+            let runs: Vec<String> = record
+                .outcomes
+                .runs()
+                .iter()
+                .map(|(class, n)| format!("{}{n}", class.letter()))
+                .collect();
+            (record.first_sequence, runs.join(" "))
+        })
+        .collect();
+    let expected: Vec<(u64, String)> = [
+        (0, "c1 i3"),
+        (4, "k4"),
+        (8, "k2 c1 k1"),
+        (12, "k2 i1 k1"),
+        (16, "c1 i3"),
+        (20, "i2 c1 i1"),
+    ]
+    .into_iter()
+    .map(|(first, runs)| (first, runs.to_owned()))
+    .collect();
+    assert_eq!(records, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

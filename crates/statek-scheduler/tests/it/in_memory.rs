@@ -120,6 +120,34 @@ async fn ticks_follow_the_cycle_and_consume_idle_slots() {
             .sequence(),
         8
     );
+    // Every tick and batch recorded its range's slot classes: the single
+    // ticks one slot each, the batch of 3 (b idle, a's two slots idle:
+    // its three runs ran in the single ticks) as one run.
+    let records: Vec<(u64, String)> = source
+        .slot_outcomes(p.shard_id())
+        .into_iter()
+        .map(|(first, outcomes)| {
+            let runs: Vec<String> = outcomes
+                .runs()
+                .iter()
+                .map(|(class, n)| format!("{}{n}", class.letter()))
+                .collect();
+            (first, runs.join(" "))
+        })
+        .collect();
+    let expected: Vec<(u64, String)> = [
+        (0, "c1"),
+        (1, "c1"),
+        (2, "i1"),
+        (3, "c1"),
+        (4, "i1"),
+        (5, "i3"),
+        (8, "i1"),
+    ]
+    .into_iter()
+    .map(|(first, runs)| (first, runs.to_owned()))
+    .collect();
+    assert_eq!(records, expected);
 }
 
 #[tokio::test]

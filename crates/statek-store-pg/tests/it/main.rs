@@ -25,6 +25,7 @@ mod run_queue;
 mod run_retention;
 mod server_version;
 mod slot_claims;
+mod slot_outcomes;
 mod succession;
 mod tenant_controls;
 mod tidy;

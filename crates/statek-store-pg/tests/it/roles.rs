@@ -78,6 +78,26 @@ async fn the_role_matrix_holds() {
     db.store().apply_role_profile(&profile).await.unwrap();
     // Applying twice is harmless.
     db.store().apply_role_profile(&profile).await.unwrap();
+    // Every table, view, sequence and function of the schema is the
+    // owner's (a migration's new object missing from the profile shows
+    // here).
+    let not_owned: Vec<String> = admin
+        .query(
+            "SELECT c.relname::text FROM pg_class AS c
+             WHERE c.relnamespace = 'statek'::regnamespace AND c.relkind IN ('r', 'v', 'S', 'p')
+               AND c.relowner <> $1::text::regrole
+             UNION ALL
+             SELECT p.oid::regprocedure::text FROM pg_proc AS p
+             WHERE p.pronamespace = 'statek'::regnamespace AND p.proowner <> $1::text::regrole
+             ORDER BY 1",
+            &[&owner],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(not_owned, Vec::<String>::new());
 
     let p = policy(2);
     let rt = store_as(&db, &runtime);
@@ -126,6 +146,52 @@ async fn the_role_matrix_holds() {
         rt.load_shard(p.shard_id()).await.unwrap().next_sequence(),
         1
     );
+
+    // Slot outcome records (V14): the runtime role writes them only
+    // through statek.record_slot_outcomes, both roles read them, and no
+    // role but the owner's cascade deletes one.
+    let one_idle = statek_store_pg::SlotOutcomes::from_iter([statek_store_pg::SlotClass::Idle]);
+    assert_eq!(
+        rt.record_slot_outcomes(p.shard_id(), 0, &one_idle)
+            .await
+            .unwrap(),
+        statek_store_pg::SlotOutcomesRecorded::Recorded
+    );
+    assert_eq!(
+        rn.slot_outcomes(p.shard_id(), 0, 10).await.unwrap().len(),
+        1
+    );
+    denied(
+        "retention records slot outcomes",
+        rn.record_slot_outcomes(p.shard_id(), 0, &one_idle).await,
+    );
+    {
+        let rt_sql = client_as(&db, &runtime).await;
+        for (what, sql) in [
+            (
+                "runtime inserts a slot outcome record",
+                "INSERT INTO statek.slot_outcomes (shard_id, first_sequence, slot_count, classes, counts)
+                 VALUES ('primary-v1', 1, 1, 'c', '{1}')",
+            ),
+            (
+                "runtime changes a slot outcome record",
+                "UPDATE statek.slot_outcomes SET classes = 'c'",
+            ),
+            (
+                "runtime deletes a slot outcome record",
+                "DELETE FROM statek.slot_outcomes",
+            ),
+        ] {
+            sql_denied(what, rt_sql.execute(sql, &[]).await);
+        }
+        let rn_sql = client_as(&db, &retention).await;
+        sql_denied(
+            "retention deletes a slot outcome record",
+            rn_sql
+                .execute("DELETE FROM statek.slot_outcomes", &[])
+                .await,
+        );
+    }
 
     // Tenant limits: the owner changes them, the runtime role reads them
     // and its claims lock them (through statek.claim_allowance) but may
@@ -606,7 +672,7 @@ async fn the_role_matrix_holds() {
         ),
         (
             "owner truncate reservations",
-            "TRUNCATE statek.scheduler_reservations",
+            "TRUNCATE statek.scheduler_reservations CASCADE",
         ),
         (
             "owner move cursor back",
@@ -619,6 +685,10 @@ async fn the_role_matrix_holds() {
         ),
         ("owner truncate claim history", "TRUNCATE statek.run_claims"),
         (
+            "owner truncate slot outcome records",
+            "TRUNCATE statek.slot_outcomes",
+        ),
+        (
             "owner rewrite claim history",
             "UPDATE statek.run_claims SET lease_token = lease_token",
         ),
@@ -626,6 +696,14 @@ async fn the_role_matrix_holds() {
         let err = own_sql.execute(sql, &[]).await.expect_err(what);
         assert_eq!(err.code().map(|c| c.code()), Some("SK001"), "{what}: {err}");
     }
+
+    // Without CASCADE, the outcome records' foreign key (V14) refuses it
+    // before the trigger would.
+    let err = own_sql
+        .execute("TRUNCATE statek.scheduler_reservations", &[])
+        .await
+        .expect_err("owner truncate reservations without cascade");
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err}");
 
     // Retention: prune only.
     let report = rn

@@ -1,0 +1,425 @@
+//! The outcome class of every slot of a reserved range, recorded once per
+//! range as runs of equal classes (migration V14, `statek.slot_outcomes`):
+//! what a slot that claimed nothing found, for an audit to count.
+//!
+//! A Worker records a range after its last run finished
+//! ([`PgStore::record_slot_outcomes`]); the database refuses a record that
+//! does not cover exactly one retained reservation range, or that calls a
+//! slot with a claim on record anything but [`SlotClass::Claimed`]. A
+//! range without a record (a Worker that stopped before recording it, a
+//! range reserved before V14) reads as unrecorded.
+
+use std::time::SystemTime;
+
+use statek_policy::SchedulerShardId;
+use tokio_postgres::types::Type;
+
+use crate::statement::Db;
+use crate::{PgStore, StoreError};
+
+/// What one slot ended with, as recorded (one letter each in
+/// `statek.slot_outcomes.classes`). Every slot is consumed, whatever its
+/// class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SlotClass {
+    /// `c`: a run was claimed for the slot (whatever became of the run).
+    Claimed,
+    /// `i`: the claim asked the database; the tenant had no claimable run.
+    Idle,
+    /// `k`: the Worker knew the tenant had no claimable run and did not
+    /// ask (its idle set).
+    IdleKnown,
+    /// `n`: the tenant had claimable runs, all held by other claimers.
+    Contended,
+    /// `l`: the tenant's concurrency cap or rate limit let it start none.
+    Limited,
+    /// `x`: the Worker stopped, or its claim failed for good, before it
+    /// decided the slot; the slot is consumed unused.
+    Unused,
+}
+
+impl SlotClass {
+    /// Every class, in declaration order.
+    pub const ALL: [SlotClass; 6] = [
+        SlotClass::Claimed,
+        SlotClass::Idle,
+        SlotClass::IdleKnown,
+        SlotClass::Contended,
+        SlotClass::Limited,
+        SlotClass::Unused,
+    ];
+
+    /// The class's letter in the database.
+    pub const fn letter(self) -> char {
+        match self {
+            SlotClass::Claimed => 'c',
+            SlotClass::Idle => 'i',
+            SlotClass::IdleKnown => 'k',
+            SlotClass::Contended => 'n',
+            SlotClass::Limited => 'l',
+            SlotClass::Unused => 'x',
+        }
+    }
+
+    /// The class of a letter, `None` for any other character.
+    pub fn from_letter(letter: char) -> Option<Self> {
+        Self::ALL.into_iter().find(|class| class.letter() == letter)
+    }
+
+    /// A lowercase label: `claimed`, `idle`, `idle_known`, `contended`,
+    /// `limited`, `unused`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            SlotClass::Claimed => "claimed",
+            SlotClass::Idle => "idle",
+            SlotClass::IdleKnown => "idle_known",
+            SlotClass::Contended => "contended",
+            SlotClass::Limited => "limited",
+            SlotClass::Unused => "unused",
+        }
+    }
+}
+
+/// The most class runs one record holds (the database's limit).
+pub const MAX_OUTCOME_RUNS: usize = 4096;
+
+/// The classes of a range's slots in sequence order, as runs of equal
+/// classes: `[(Claimed, 3), (IdleKnown, 500)]` is three claimed slots,
+/// then 500 idle ones. Adjacent runs always differ.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlotOutcomes {
+    runs: Vec<(SlotClass, u32)>,
+}
+
+impl SlotOutcomes {
+    /// No slots yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends `count` slots of `class` (nothing for 0), merged with the
+    /// last run when it has the same class.
+    pub fn push(&mut self, class: SlotClass, count: u32) {
+        if count == 0 {
+            return;
+        }
+        match self.runs.last_mut() {
+            Some((last, n)) if *last == class => *n = n.saturating_add(count),
+            _ => self.runs.push((class, count)),
+        }
+    }
+
+    /// The runs, in sequence order.
+    pub fn runs(&self) -> &[(SlotClass, u32)] {
+        &self.runs
+    }
+
+    /// The number of slots.
+    pub fn slot_count(&self) -> u64 {
+        self.runs.iter().map(|(_, n)| u64::from(*n)).sum()
+    }
+
+    /// Slots per class, in [`SlotClass::ALL`] order.
+    pub fn totals(&self) -> [u64; 6] {
+        let mut totals = [0u64; 6];
+        for (class, n) in &self.runs {
+            if let Some(index) = SlotClass::ALL.iter().position(|c| c == class) {
+                totals[index] += u64::from(*n);
+            }
+        }
+        totals
+    }
+
+    /// The class of the slot at `offset` from the range's first sequence.
+    pub fn class_at(&self, offset: u64) -> Option<SlotClass> {
+        let mut start = 0u64;
+        for (class, n) in &self.runs {
+            let end = start + u64::from(*n);
+            if offset < end {
+                return Some(*class);
+            }
+            start = end;
+        }
+        None
+    }
+
+    fn letters(&self) -> String {
+        self.runs.iter().map(|(class, _)| class.letter()).collect()
+    }
+
+    fn counts(&self) -> Result<Vec<i32>, StoreError> {
+        self.runs
+            .iter()
+            .map(|(_, n)| {
+                i32::try_from(*n).map_err(|_| {
+                    StoreError::InvalidArgument(format!("a class run of {n} slots is too long"))
+                })
+            })
+            .collect()
+    }
+
+    fn decode(letters: &str, counts: &[i32]) -> Result<Self, StoreError> {
+        let corrupt = || {
+            StoreError::corrupt(
+                "slot outcome record",
+                format!("classes {letters:?} with counts {counts:?}"),
+            )
+        };
+        if letters.chars().count() != counts.len() {
+            return Err(corrupt());
+        }
+        let mut outcomes = Self::new();
+        for (letter, count) in letters.chars().zip(counts) {
+            let class = SlotClass::from_letter(letter).ok_or_else(corrupt)?;
+            let count = u32::try_from(*count)
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(corrupt)?;
+            if outcomes.runs.last().is_some_and(|(last, _)| *last == class) {
+                return Err(corrupt());
+            }
+            outcomes.push(class, count);
+        }
+        Ok(outcomes)
+    }
+}
+
+impl FromIterator<SlotClass> for SlotOutcomes {
+    fn from_iter<I: IntoIterator<Item = SlotClass>>(iter: I) -> Self {
+        let mut outcomes = Self::new();
+        for class in iter {
+            outcomes.push(class, 1);
+        }
+        outcomes
+    }
+}
+
+/// How [`PgStore::record_slot_outcomes`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotOutcomesRecorded {
+    /// The record was written.
+    Recorded,
+    /// The same record was already there (a replay after a lost
+    /// acknowledgement); nothing changed.
+    Replayed,
+}
+
+/// One reserved range's record, as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotOutcomeRecord {
+    /// The range's first sequence.
+    pub first_sequence: u64,
+    /// Its slots' classes, in sequence order.
+    pub outcomes: SlotOutcomes,
+    /// Database time of the record.
+    pub recorded_at: SystemTime,
+}
+
+/// Records read per call at most by [`PgStore::slot_outcomes`].
+pub const MAX_SLOT_OUTCOME_RECORDS: u32 = 10_000;
+
+const RECORD: &str = "SELECT statek.record_slot_outcomes($1, $2, $3, $4)";
+
+const SELECT_RECORDS: &str = "
+    SELECT first_sequence, classes, counts, recorded_at
+    FROM statek.slot_outcomes
+    WHERE shard_id = $1 AND first_sequence >= $2
+    ORDER BY first_sequence
+    LIMIT $3";
+
+impl PgStore {
+    /// Records the classes of the reserved range of `shard` that starts at
+    /// `first_sequence`: `outcomes` must cover exactly its slots, and call
+    /// every slot whose claim is on record [`SlotClass::Claimed`]. Written
+    /// once; the same record again is [`SlotOutcomesRecorded::Replayed`].
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] for an empty record, more than
+    /// [`MAX_OUTCOME_RUNS`] runs or a sequence past `i64::MAX`;
+    /// [`StoreError::ClaimRefused`] when the database refuses it (no
+    /// retained range starts there, the lengths differ, a claimed slot
+    /// named otherwise, another record for the range); connection and
+    /// server errors.
+    pub async fn record_slot_outcomes(
+        &self,
+        shard: &SchedulerShardId,
+        first_sequence: u64,
+        outcomes: &SlotOutcomes,
+    ) -> Result<SlotOutcomesRecorded, StoreError> {
+        if outcomes.runs.is_empty() || outcomes.runs.len() > MAX_OUTCOME_RUNS {
+            return Err(StoreError::InvalidArgument(format!(
+                "a slot outcome record holds 1..={MAX_OUTCOME_RUNS} class runs, got {}",
+                outcomes.runs.len()
+            )));
+        }
+        let first = sequence_arg(first_sequence)?;
+        let letters = outcomes.letters();
+        let counts = outcomes.counts()?;
+        let shard = shard.as_str();
+        let status: String = self
+            .with_durable_write(async |db: &Db<'_>| {
+                let row = db
+                    .query_one(
+                        RECORD,
+                        &[
+                            (&shard, Type::TEXT),
+                            (&first, Type::INT8),
+                            (&letters.as_str(), Type::TEXT),
+                            (&counts, Type::INT4_ARRAY),
+                        ],
+                    )
+                    .await?;
+                Ok(row.try_get(0)?)
+            })
+            .await?;
+        match status.as_str() {
+            "recorded" => Ok(SlotOutcomesRecorded::Recorded),
+            "replayed" => Ok(SlotOutcomesRecorded::Replayed),
+            other => Err(StoreError::corrupt(
+                "slot outcome record",
+                format!("the database answered {other:?}"),
+            )),
+        }
+    }
+
+    /// The outcome records of `shard` whose range starts at or after
+    /// `from`, in sequence order, at most `limit`
+    /// (1..=[`MAX_SLOT_OUTCOME_RECORDS`]) per call: page on from the last
+    /// range's end. A reserved range without a record is not recorded.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] for a limit out of range or a
+    /// sequence past `i64::MAX`; [`StoreError::CorruptData`] for a record
+    /// the database should have refused; connection and server errors.
+    pub async fn slot_outcomes(
+        &self,
+        shard: &SchedulerShardId,
+        from: u64,
+        limit: u32,
+    ) -> Result<Vec<SlotOutcomeRecord>, StoreError> {
+        if !(1..=MAX_SLOT_OUTCOME_RECORDS).contains(&limit) {
+            return Err(StoreError::InvalidArgument(format!(
+                "limit must be 1..={MAX_SLOT_OUTCOME_RECORDS}, got {limit}"
+            )));
+        }
+        let from = sequence_arg(from)?;
+        let limit = i64::from(limit);
+        let shard = shard.as_str();
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query(
+                        SELECT_RECORDS,
+                        &[
+                            (&shard, Type::TEXT),
+                            (&from, Type::INT8),
+                            (&limit, Type::INT8),
+                        ],
+                    )
+                    .await?)
+            })
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let first: i64 = row.try_get("first_sequence")?;
+                let letters: String = row.try_get("classes")?;
+                let counts: Vec<i32> = row.try_get("counts")?;
+                Ok(SlotOutcomeRecord {
+                    first_sequence: u64::try_from(first).map_err(|_| {
+                        StoreError::corrupt("slot outcome record", format!("sequence {first}"))
+                    })?,
+                    outcomes: SlotOutcomes::decode(&letters, &counts)?,
+                    recorded_at: row.try_get("recorded_at")?,
+                })
+            })
+            .collect()
+    }
+}
+
+fn sequence_arg(sequence: u64) -> Result<i64, StoreError> {
+    i64::try_from(sequence)
+        .map_err(|_| StoreError::InvalidArgument(format!("sequence {sequence} is past i64::MAX")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn letters_and_labels_are_one_per_class() {
+        let letters: String = SlotClass::ALL.iter().map(|c| c.letter()).collect();
+        assert_eq!(letters, "ciknlx");
+        for class in SlotClass::ALL {
+            assert_eq!(SlotClass::from_letter(class.letter()), Some(class));
+        }
+        assert_eq!(SlotClass::from_letter('z'), None);
+        let labels: Vec<&str> = SlotClass::ALL.iter().map(|c| c.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "claimed",
+                "idle",
+                "idle_known",
+                "contended",
+                "limited",
+                "unused"
+            ]
+        );
+    }
+
+    #[test]
+    fn runs_merge_equal_neighbours_and_skip_empty_pushes() {
+        let mut outcomes: SlotOutcomes = [
+            SlotClass::Claimed,
+            SlotClass::Claimed,
+            SlotClass::IdleKnown,
+            SlotClass::Claimed,
+        ]
+        .into_iter()
+        .collect();
+        outcomes.push(SlotClass::Claimed, 0);
+        outcomes.push(SlotClass::Claimed, 4);
+        outcomes.push(SlotClass::Unused, 2);
+        assert_eq!(
+            outcomes.runs(),
+            [
+                (SlotClass::Claimed, 2),
+                (SlotClass::IdleKnown, 1),
+                (SlotClass::Claimed, 5),
+                (SlotClass::Unused, 2)
+            ]
+        );
+        assert_eq!(outcomes.slot_count(), 10);
+        assert_eq!(outcomes.totals(), [7, 0, 1, 0, 0, 2]);
+        assert_eq!(outcomes.class_at(2), Some(SlotClass::IdleKnown));
+        assert_eq!(outcomes.class_at(7), Some(SlotClass::Claimed));
+        assert_eq!(outcomes.class_at(9), Some(SlotClass::Unused));
+        assert_eq!(outcomes.class_at(10), None);
+        assert_eq!(outcomes.letters(), "ckcx");
+        assert_eq!(outcomes.counts().ok(), Some(vec![2, 1, 5, 2]));
+    }
+
+    #[test]
+    fn decoding_refuses_what_the_database_refuses() {
+        let good = SlotOutcomes::decode("ck", &[2, 500]);
+        assert_eq!(
+            good.ok().map(|o| o.runs().to_vec()),
+            Some(vec![(SlotClass::Claimed, 2), (SlotClass::IdleKnown, 500)])
+        );
+        for (letters, counts) in [
+            ("cc", &[1, 1][..]),
+            ("cz", &[1, 1][..]),
+            ("c", &[0][..]),
+            ("c", &[-1][..]),
+            ("ck", &[1][..]),
+        ] {
+            assert!(
+                matches!(
+                    SlotOutcomes::decode(letters, counts),
+                    Err(StoreError::CorruptData { .. })
+                ),
+                "{letters:?} {counts:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,195 @@
+-- Why: a slot is consumed whatever its tenant's queue held, and until now
+-- only a claimed slot left evidence (its attempt, on the run row or in
+-- `statek.run_claims`). Whether a slot that claimed nothing found its
+-- tenant idle, contended or limited lived only in a Worker's metrics, so
+-- an audit could not count, per tenant, the slots it was given and could
+-- not use (issue 23, "Fairness for free", item 2: "each decided slot's
+-- outcome class is recorded, per batch").
+--
+-- From this migration on, a Worker records, once per reserved range, the
+-- outcome class of every slot of the range as runs of equal classes:
+-- `statek.slot_outcomes` holds one row per reservation range (the range
+-- row of V5's `statek.scheduler_reservations`), with `classes` (one
+-- letter per run) and `counts` (the run lengths, in slots). A range of
+-- 2,560 slots that found every tenant idle is one row `classes = 'k'`,
+-- `counts = {2560}`: slots decided without a claim are reported in
+-- ranges, never one by one.
+--
+-- The classes (one letter each; docs/design.md, "Slot outcome classes"):
+--   c  claimed: a run was claimed for the slot (whatever became of it);
+--   i  idle: the claim asked the database, the tenant had no claimable run;
+--   k  idle, known: the Worker knew the tenant empty and did not ask;
+--   n  contended: claimable runs existed, other claimers held them all;
+--   l  limited: the tenant's cap or rate limit let it start none;
+--   x  unused: the Worker stopped (or its claim failed for good) before
+--      deciding the slot; the slot is consumed all the same.
+--
+-- What the database holds, against every role:
+-- - Rows are written only by `statek.record_slot_outcomes` (SECURITY
+--   DEFINER; the runtime role may EXECUTE it and has no privilege on the
+--   table). It refuses a record that does not cover exactly one retained
+--   reservation range (its first sequence and its length), a malformed
+--   record (unknown letters, runs that are empty or not merged), and a
+--   record that calls a slot anything but `c` when a claim of that slot
+--   is on record (run rows or history): a claimed slot cannot be hidden.
+--   It cannot tell whether an unclaimed slot's tenant was really idle;
+--   the audit judges that from runnable and claim times.
+-- - A record is written once: the same record again is a replay (after a
+--   lost acknowledgement) and changes nothing; a different one for the
+--   same range is refused (SK002). No row is ever updated.
+-- - A record goes when its reservation range goes (ON DELETE CASCADE):
+--   retention prunes both together, by database time, and nothing else
+--   deletes a record.
+-- - A range without a record (a Worker that crashed or stopped before
+--   recording it, a record whose statement failed, a range reserved
+--   before this migration) is reported by readers as unrecorded, never
+--   guessed.
+--
+-- The record is written after the batch's last run finished, in one short
+-- statement per reserved range (one index probe per claimed slot, for the
+-- check above).
+
+CREATE TABLE statek.slot_outcomes (
+    shard_id        text        NOT NULL,
+    first_sequence  bigint      NOT NULL,
+    -- The range's length in slots (its reservation's `sequence_count`).
+    slot_count      integer     NOT NULL CHECK (slot_count BETWEEN 1 AND 2147483647),
+    -- One class letter per run of equal classes, adjacent runs differ.
+    classes         text        NOT NULL
+        CHECK (octet_length(classes) BETWEEN 1 AND 4096
+               AND classes ~ '^[ciknlx]*$'
+               AND classes !~ '(.)\1'),
+    -- The runs' lengths, in slots: as many as letters, each at least 1,
+    -- adding up to `slot_count` (checked by the recording function).
+    counts          integer[]   NOT NULL
+        CHECK (cardinality(counts) = octet_length(classes)
+               AND array_ndims(counts) = 1
+               AND 0 < ALL (counts)),
+    -- Database clock.
+    recorded_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (shard_id, first_sequence),
+    FOREIGN KEY (shard_id, first_sequence)
+        REFERENCES statek.scheduler_reservations (shard_id, sequence) ON DELETE CASCADE
+);
+
+-- A record never changes.
+CREATE FUNCTION statek.refuse_slot_outcome_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'statek: a slot outcome record never changes (shard %, first sequence %)',
+        OLD.shard_id, OLD.first_sequence USING ERRCODE = 'SK001';
+END;
+$$;
+
+CREATE TRIGGER slot_outcomes_never_change
+    BEFORE UPDATE ON statek.slot_outcomes
+    FOR EACH ROW EXECUTE FUNCTION statek.refuse_slot_outcome_change();
+
+-- A record goes only with its reservation range (the cascade of the
+-- range's delete): a direct delete while the range is retained is
+-- refused, whoever asks.
+CREATE FUNCTION statek.refuse_kept_slot_outcome_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM statek.scheduler_reservations AS r
+               WHERE r.shard_id = OLD.shard_id AND r.sequence = OLD.first_sequence) THEN
+        RAISE EXCEPTION 'statek: the slot outcome record of shard % at sequence % goes only with its reservation range',
+            OLD.shard_id, OLD.first_sequence USING ERRCODE = 'SK001';
+    END IF;
+    RETURN OLD;
+END;
+$$;
+
+CREATE TRIGGER slot_outcomes_deleted_with_their_range
+    BEFORE DELETE ON statek.slot_outcomes
+    FOR EACH ROW EXECUTE FUNCTION statek.refuse_kept_slot_outcome_delete();
+
+CREATE TRIGGER slot_outcomes_no_truncate
+    BEFORE TRUNCATE ON statek.slot_outcomes
+    FOR EACH STATEMENT EXECUTE FUNCTION statek.refuse_truncate();
+
+-- Records the outcome classes of one reserved range. Returns 'recorded',
+-- or 'replayed' when the same record is already there.
+CREATE FUNCTION statek.record_slot_outcomes(
+    p_shard_id text, p_first_sequence bigint, p_classes text, p_counts integer[])
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+    v_total bigint;
+    v_existing statek.slot_outcomes%ROWTYPE;
+    v_sequence bigint;
+    v_class text;
+BEGIN
+    IF p_shard_id IS NULL OR p_first_sequence IS NULL OR p_classes IS NULL OR p_counts IS NULL THEN
+        RAISE EXCEPTION 'statek: a slot outcome record needs a shard, a first sequence, classes and counts'
+            USING ERRCODE = 'SK002';
+    END IF;
+    IF NOT (octet_length(p_classes) BETWEEN 1 AND 4096) OR p_classes !~ '^[ciknlx]*$'
+       OR p_classes ~ '(.)\1' THEN
+        RAISE EXCEPTION 'statek: slot outcome classes are runs of the letters c, i, k, n, l, x, adjacent runs differing, at most 4096; got %',
+            left(p_classes, 64) USING ERRCODE = 'SK002';
+    END IF;
+    IF cardinality(p_counts) IS DISTINCT FROM octet_length(p_classes)
+       OR array_ndims(p_counts) IS DISTINCT FROM 1
+       OR array_position(p_counts, NULL) IS NOT NULL
+       OR NOT (0 < ALL (p_counts)) THEN
+        RAISE EXCEPTION 'statek: a slot outcome record has one positive count per class run (% runs, % counts)',
+            octet_length(p_classes), cardinality(p_counts) USING ERRCODE = 'SK002';
+    END IF;
+    SELECT sum(c) INTO v_total FROM unnest(p_counts) AS u(c);
+    SELECT r.sequence_count INTO v_count
+    FROM statek.scheduler_reservations AS r
+    WHERE r.shard_id = p_shard_id AND r.sequence = p_first_sequence;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'statek: shard % has no retained reservation range starting at sequence %',
+            p_shard_id, p_first_sequence USING ERRCODE = 'SK002';
+    END IF;
+    IF v_total IS DISTINCT FROM v_count::bigint THEN
+        RAISE EXCEPTION 'statek: the reservation range of shard % at sequence % holds % slots, the record names %',
+            p_shard_id, p_first_sequence, v_count, v_total USING ERRCODE = 'SK002';
+    END IF;
+    -- A slot whose claim is on record is recorded claimed.
+    WITH runs_of AS (
+        SELECT u.class, u.n,
+               p_first_sequence + sum(u.n) OVER (ORDER BY u.ord) - u.n AS first_seq
+        FROM unnest(string_to_array(p_classes, NULL), p_counts) WITH ORDINALITY AS u(class, n, ord)
+    ),
+    claims AS (
+        SELECT r.claim_sequence AS sequence FROM statek.runs AS r
+        WHERE r.claim_shard_id = p_shard_id
+          AND r.claim_sequence BETWEEN p_first_sequence AND p_first_sequence + v_count - 1
+        UNION ALL
+        SELECT h.sequence FROM statek.run_claims AS h
+        WHERE h.shard_id = p_shard_id
+          AND h.sequence BETWEEN p_first_sequence AND p_first_sequence + v_count - 1
+    )
+    SELECT c.sequence, o.class INTO v_sequence, v_class
+    FROM claims AS c
+    JOIN runs_of AS o ON c.sequence >= o.first_seq AND c.sequence < o.first_seq + o.n
+    WHERE o.class <> 'c'
+    ORDER BY c.sequence
+    LIMIT 1;
+    IF v_sequence IS NOT NULL THEN
+        RAISE EXCEPTION 'statek: slot % of shard % claimed a run but the record calls it %',
+            v_sequence, p_shard_id, v_class USING ERRCODE = 'SK002';
+    END IF;
+    INSERT INTO statek.slot_outcomes (shard_id, first_sequence, slot_count, classes, counts)
+    VALUES (p_shard_id, p_first_sequence, v_count, p_classes, p_counts)
+    ON CONFLICT (shard_id, first_sequence) DO NOTHING;
+    IF FOUND THEN
+        RETURN 'recorded';
+    END IF;
+    SELECT * INTO v_existing FROM statek.slot_outcomes AS o
+    WHERE o.shard_id = p_shard_id AND o.first_sequence = p_first_sequence;
+    IF v_existing.classes = p_classes AND v_existing.counts = p_counts THEN
+        RETURN 'replayed';
+    END IF;
+    RAISE EXCEPTION 'statek: the reservation range of shard % at sequence % already has another outcome record',
+        p_shard_id, p_first_sequence USING ERRCODE = 'SK002';
+END;
+$$;
+
+REVOKE ALL ON FUNCTION statek.record_slot_outcomes(text, bigint, text, integer[]) FROM PUBLIC;
