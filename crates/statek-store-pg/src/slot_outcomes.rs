@@ -218,7 +218,7 @@ pub struct SlotOutcomeRecord {
 /// Records read per call at most by [`PgStore::slot_outcomes`].
 pub const MAX_SLOT_OUTCOME_RECORDS: u32 = 10_000;
 
-const RECORD: &str = "SELECT statek.record_slot_outcomes($1, $2, $3, $4)";
+const RECORD: &str = "SELECT statek.record_slot_outcomes($1, $2, $3, $4) AS status";
 
 const SELECT_RECORDS: &str = "
     SELECT first_sequence, classes, counts, recorded_at
@@ -269,7 +269,7 @@ impl PgStore {
                         ],
                     )
                     .await?;
-                Ok(row.try_get(0)?)
+                Ok(row.try_get("status")?)
             })
             .await?;
         match status.as_str() {
