@@ -27,16 +27,21 @@
 -- What the database holds, against every role:
 -- - Rows are written only by `statek.record_slot_outcomes` (SECURITY
 --   DEFINER; the runtime role may EXECUTE it and has no privilege on the
---   table). It refuses a record that does not cover exactly one retained
---   reservation range (its first sequence and its length), a malformed
---   record (unknown letters, runs that are empty or not merged), and a
---   record that calls a slot anything but `c` when a claim of that slot
---   is on record (run rows or history): a claimed slot cannot be hidden.
+--   table), which takes the records of many ranges of one shard in one
+--   call (a scheduler groups the ranges that finished while its previous
+--   call was under way) and answers each. It refuses a record that does
+--   not cover exactly one retained reservation range (its first sequence
+--   and its length), a malformed record (unknown letters, runs that are
+--   empty or not merged), and a record that calls a slot anything but `c`
+--   when a claim of that slot is on record (run rows or history): a
+--   claimed slot cannot be hidden. A refused record is answered
+--   `refused: ...` and not written; the call's other records are (no
+--   subtransaction per record). A malformed call as a whole raises SK002.
 --   It cannot tell whether an unclaimed slot's tenant was really idle;
 --   the audit judges that from runnable and claim times.
 -- - A record is written once: the same record again is a replay (after a
 --   lost acknowledgement) and changes nothing; a different one for the
---   same range is refused (SK002). No row is ever updated.
+--   same range is refused. No row is ever updated.
 -- - A record goes when its reservation range goes (ON DELETE CASCADE):
 --   retention prunes both together, by database time, and nothing else
 --   deletes a record.
@@ -45,9 +50,8 @@
 --   before this migration) is reported by readers as unrecorded, never
 --   guessed.
 --
--- The record is written after the batch's last run finished, in one short
--- statement per reserved range (one index probe per claimed slot, for the
--- check above).
+-- A range is recorded after its batch's last run finished; the check
+-- above costs one index range scan over the range's claims.
 
 CREATE TABLE statek.slot_outcomes (
     shard_id        text        NOT NULL,
@@ -108,88 +112,123 @@ CREATE TRIGGER slot_outcomes_no_truncate
     BEFORE TRUNCATE ON statek.slot_outcomes
     FOR EACH STATEMENT EXECUTE FUNCTION statek.refuse_truncate();
 
--- Records the outcome classes of one reserved range. Returns 'recorded',
--- or 'replayed' when the same record is already there.
+-- Records the outcome classes of reserved ranges of one shard, many per
+-- call (a scheduler groups the ranges that finished while its last call
+-- was under way): record i is the range starting at p_first_sequences[i],
+-- its class runs p_classes[i] (one letter each) with lengths taken in
+-- order from p_counts, p_run_counts[i] of them. One row per record, in
+-- call order: 'recorded', 'replayed' (the same record was there), or
+-- 'refused: <why>' (nothing of that record is written; the others are).
 CREATE FUNCTION statek.record_slot_outcomes(
-    p_shard_id text, p_first_sequence bigint, p_classes text, p_counts integer[])
-RETURNS text
+    p_shard_id text, p_first_sequences bigint[], p_classes text[], p_run_counts integer[],
+    p_counts integer[])
+RETURNS TABLE (first_sequence bigint, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
 DECLARE
-    v_count integer;
+    v_records integer := cardinality(p_first_sequences);
+    v_offset integer := 0;
+    v_first bigint;
+    v_letters text;
+    v_runs integer;
+    v_counts integer[];
     v_total bigint;
-    v_existing statek.slot_outcomes%ROWTYPE;
+    v_slots integer;
     v_sequence bigint;
     v_class text;
+    v_existing statek.slot_outcomes%ROWTYPE;
 BEGIN
-    IF p_shard_id IS NULL OR p_first_sequence IS NULL OR p_classes IS NULL OR p_counts IS NULL THEN
-        RAISE EXCEPTION 'statek: a slot outcome record needs a shard, a first sequence, classes and counts'
+    IF p_shard_id IS NULL OR v_records IS NULL OR v_records < 1 OR v_records > 1024
+       OR cardinality(p_classes) IS DISTINCT FROM v_records
+       OR cardinality(p_run_counts) IS DISTINCT FROM v_records
+       OR array_position(p_first_sequences, NULL) IS NOT NULL
+       OR array_position(p_classes, NULL) IS NOT NULL
+       OR array_position(p_run_counts, NULL) IS NOT NULL
+       OR p_counts IS NULL OR array_position(p_counts, NULL) IS NOT NULL
+       OR (SELECT sum(n) FROM unnest(p_run_counts) AS u(n)) IS DISTINCT FROM cardinality(p_counts)::bigint
+       OR NOT (0 < ALL (p_run_counts)) THEN
+        RAISE EXCEPTION 'statek: a slot outcome call names 1..=1024 records of one shard, each with its classes and one count per class run'
             USING ERRCODE = 'SK002';
     END IF;
-    IF NOT (octet_length(p_classes) BETWEEN 1 AND 4096) OR p_classes !~ '^[ciknlx]*$'
-       OR p_classes ~ '(.)\1' THEN
-        RAISE EXCEPTION 'statek: slot outcome classes are runs of the letters c, i, k, n, l, x, adjacent runs differing, at most 4096; got %',
-            left(p_classes, 64) USING ERRCODE = 'SK002';
-    END IF;
-    IF cardinality(p_counts) IS DISTINCT FROM octet_length(p_classes)
-       OR array_ndims(p_counts) IS DISTINCT FROM 1
-       OR array_position(p_counts, NULL) IS NOT NULL
-       OR NOT (0 < ALL (p_counts)) THEN
-        RAISE EXCEPTION 'statek: a slot outcome record has one positive count per class run (% runs, % counts)',
-            octet_length(p_classes), cardinality(p_counts) USING ERRCODE = 'SK002';
-    END IF;
-    SELECT sum(c) INTO v_total FROM unnest(p_counts) AS u(c);
-    SELECT r.sequence_count INTO v_count
-    FROM statek.scheduler_reservations AS r
-    WHERE r.shard_id = p_shard_id AND r.sequence = p_first_sequence;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'statek: shard % has no retained reservation range starting at sequence %',
-            p_shard_id, p_first_sequence USING ERRCODE = 'SK002';
-    END IF;
-    IF v_total IS DISTINCT FROM v_count::bigint THEN
-        RAISE EXCEPTION 'statek: the reservation range of shard % at sequence % holds % slots, the record names %',
-            p_shard_id, p_first_sequence, v_count, v_total USING ERRCODE = 'SK002';
-    END IF;
-    -- A slot whose claim is on record is recorded claimed.
-    WITH runs_of AS (
-        SELECT u.class, u.n,
-               p_first_sequence + sum(u.n) OVER (ORDER BY u.ord) - u.n AS first_seq
-        FROM unnest(string_to_array(p_classes, NULL), p_counts) WITH ORDINALITY AS u(class, n, ord)
-    ),
-    claims AS (
-        SELECT r.claim_sequence AS sequence FROM statek.runs AS r
-        WHERE r.claim_shard_id = p_shard_id
-          AND r.claim_sequence BETWEEN p_first_sequence AND p_first_sequence + v_count - 1
-        UNION ALL
-        SELECT h.sequence FROM statek.run_claims AS h
-        WHERE h.shard_id = p_shard_id
-          AND h.sequence BETWEEN p_first_sequence AND p_first_sequence + v_count - 1
-    )
-    SELECT c.sequence, o.class INTO v_sequence, v_class
-    FROM claims AS c
-    JOIN runs_of AS o ON c.sequence >= o.first_seq AND c.sequence < o.first_seq + o.n
-    WHERE o.class <> 'c'
-    ORDER BY c.sequence
-    LIMIT 1;
-    IF v_sequence IS NOT NULL THEN
-        RAISE EXCEPTION 'statek: slot % of shard % claimed a run but the record calls it %',
-            v_sequence, p_shard_id, v_class USING ERRCODE = 'SK002';
-    END IF;
-    INSERT INTO statek.slot_outcomes (shard_id, first_sequence, slot_count, classes, counts)
-    VALUES (p_shard_id, p_first_sequence, v_count, p_classes, p_counts)
-    ON CONFLICT (shard_id, first_sequence) DO NOTHING;
-    IF FOUND THEN
-        RETURN 'recorded';
-    END IF;
-    SELECT * INTO v_existing FROM statek.slot_outcomes AS o
-    WHERE o.shard_id = p_shard_id AND o.first_sequence = p_first_sequence;
-    IF v_existing.classes = p_classes AND v_existing.counts = p_counts THEN
-        RETURN 'replayed';
-    END IF;
-    RAISE EXCEPTION 'statek: the reservation range of shard % at sequence % already has another outcome record',
-        p_shard_id, p_first_sequence USING ERRCODE = 'SK002';
+    FOR i IN 1 .. v_records LOOP
+        v_first := p_first_sequences[i];
+        v_letters := p_classes[i];
+        v_runs := p_run_counts[i];
+        v_counts := p_counts[v_offset + 1 : v_offset + v_runs];
+        v_offset := v_offset + v_runs;
+        first_sequence := v_first;
+        IF octet_length(v_letters) IS DISTINCT FROM v_runs
+           OR NOT (v_runs BETWEEN 1 AND 4096) OR v_letters !~ '^[ciknlx]*$'
+           OR v_letters ~ '(.)\1' OR NOT (0 < ALL (v_counts)) THEN
+            status := format('refused: statek: classes %s with %s counts are not runs of the letters c, i, k, n, l, x, adjacent runs differing, each at least 1 slot',
+                left(v_letters, 64), v_runs);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        SELECT r.sequence_count INTO v_slots
+        FROM statek.scheduler_reservations AS r
+        WHERE r.shard_id = p_shard_id AND r.sequence = v_first;
+        IF NOT FOUND THEN
+            status := format('refused: statek: shard %s has no retained reservation range starting at sequence %s',
+                p_shard_id, v_first);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        SELECT sum(c) INTO v_total FROM unnest(v_counts) AS u(c);
+        IF v_total IS DISTINCT FROM v_slots::bigint THEN
+            status := format('refused: statek: the reservation range of shard %s at sequence %s holds %s slots, the record names %s',
+                p_shard_id, v_first, v_slots, v_total);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        v_sequence := NULL;
+        -- A slot whose claim is on record is recorded claimed.
+        WITH runs_of AS (
+            SELECT u.class, u.n, v_first + sum(u.n) OVER (ORDER BY u.ord) - u.n AS first_seq
+            FROM unnest(string_to_array(v_letters, NULL), v_counts) WITH ORDINALITY AS u(class, n, ord)
+        ),
+        claims AS (
+            SELECT r.claim_sequence AS sequence FROM statek.runs AS r
+            WHERE r.claim_shard_id = p_shard_id
+              AND r.claim_sequence BETWEEN v_first AND v_first + v_slots - 1
+            UNION ALL
+            SELECT h.sequence FROM statek.run_claims AS h
+            WHERE h.shard_id = p_shard_id
+              AND h.sequence BETWEEN v_first AND v_first + v_slots - 1
+        )
+        SELECT c.sequence, o.class INTO v_sequence, v_class
+        FROM claims AS c
+        JOIN runs_of AS o ON c.sequence >= o.first_seq AND c.sequence < o.first_seq + o.n
+        WHERE o.class <> 'c'
+        ORDER BY c.sequence
+        LIMIT 1;
+        IF v_sequence IS NOT NULL THEN
+            status := format('refused: statek: slot %s of shard %s claimed a run but the record calls it %s',
+                v_sequence, p_shard_id, v_class);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        INSERT INTO statek.slot_outcomes AS o (shard_id, first_sequence, slot_count, classes, counts)
+        VALUES (p_shard_id, v_first, v_slots, v_letters, v_counts)
+        ON CONFLICT (shard_id, first_sequence) DO NOTHING;
+        IF FOUND THEN
+            status := 'recorded';
+        ELSE
+            SELECT * INTO v_existing FROM statek.slot_outcomes AS o
+            WHERE o.shard_id = p_shard_id AND o.first_sequence = v_first;
+            IF v_existing.classes = v_letters AND v_existing.counts = v_counts THEN
+                status := 'replayed';
+            ELSE
+                status := format('refused: statek: the reservation range of shard %s at sequence %s already has another outcome record',
+                    p_shard_id, v_first);
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
 END;
 $$;
 
-REVOKE ALL ON FUNCTION statek.record_slot_outcomes(text, bigint, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION statek.record_slot_outcomes(text, bigint[], text[], integer[], integer[])
+    FROM PUBLIC;

@@ -83,6 +83,7 @@ mod monitor;
 mod monitor_options;
 mod options;
 mod outcome;
+mod outcome_recording;
 mod pg_executor;
 mod pg_reservations;
 mod reservation;

@@ -10,7 +10,10 @@ use std::time::SystemTime;
 use statek_policy::{
     PolicyDigest, PolicySeam, ScheduleId, SchedulerShardId, WeightedFairnessPolicy,
 };
-use statek_store_pg::{Registration, SlotOutcomes, StoreError, MAX_RESERVATION_BATCH};
+use statek_store_pg::{
+    Registration, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded, StoreError,
+    MAX_RESERVATION_BATCH,
+};
 use uuid::Uuid;
 
 use crate::reservation::Reservation;
@@ -406,42 +409,40 @@ impl ReservationSource for InMemoryReservations {
     async fn record_slot_outcomes(
         &self,
         shard: &SchedulerShardId,
-        first_sequence: u64,
-        outcomes: &SlotOutcomes,
-    ) -> Result<(), StoreError> {
+        records: &[(u64, SlotOutcomes)],
+    ) -> Result<Vec<SlotOutcomeAnswer>, StoreError> {
         let mut state = self.state();
-        let Some(issued) = state
-            .issued
-            .values()
-            .find(|issued| &issued.shard == shard && issued.first == first_sequence)
-        else {
-            return Err(StoreError::ClaimRefused {
-                message: format!(
+        let mut answers = Vec::with_capacity(records.len());
+        for (first_sequence, outcomes) in records {
+            let slots = state
+                .issued
+                .values()
+                .find(|issued| &issued.shard == shard && issued.first == *first_sequence)
+                .map(|issued| u64::from(issued.k));
+            let answer = match slots {
+                None => SlotOutcomeAnswer::Refused(format!(
                     "shard {shard} has no reservation range starting at sequence {first_sequence}"
-                ),
-            });
-        };
-        if outcomes.slot_count() != u64::from(issued.k) {
-            return Err(StoreError::ClaimRefused {
-                message: format!(
-                    "the reservation range of shard {shard} at sequence {first_sequence} holds {} slots, the record names {}",
-                    issued.k,
+                )),
+                Some(slots) if slots != outcomes.slot_count() => SlotOutcomeAnswer::Refused(format!(
+                    "the reservation range of shard {shard} at sequence {first_sequence} holds {slots} slots, the record names {}",
                     outcomes.slot_count()
-                ),
-            });
+                )),
+                Some(_) => match state.outcomes.entry((shard.clone(), *first_sequence)) {
+                    std::collections::btree_map::Entry::Vacant(place) => {
+                        place.insert(outcomes.clone());
+                        SlotOutcomeAnswer::Accepted(SlotOutcomesRecorded::Recorded)
+                    }
+                    std::collections::btree_map::Entry::Occupied(held) if held.get() == outcomes => {
+                        SlotOutcomeAnswer::Accepted(SlotOutcomesRecorded::Replayed)
+                    }
+                    std::collections::btree_map::Entry::Occupied(_) => SlotOutcomeAnswer::Refused(format!(
+                        "the reservation range of shard {shard} at sequence {first_sequence} already has another outcome record"
+                    )),
+                },
+            };
+            answers.push(answer);
         }
-        match state.outcomes.entry((shard.clone(), first_sequence)) {
-            std::collections::btree_map::Entry::Vacant(place) => {
-                place.insert(outcomes.clone());
-                Ok(())
-            }
-            std::collections::btree_map::Entry::Occupied(held) if held.get() == outcomes => Ok(()),
-            std::collections::btree_map::Entry::Occupied(_) => Err(StoreError::ClaimRefused {
-                message: format!(
-                    "the reservation range of shard {shard} at sequence {first_sequence} already has another outcome record"
-                ),
-            }),
-        }
+        Ok(answers)
     }
 
     async fn oldest_reservation(

@@ -4,7 +4,9 @@
 use std::time::SystemTime;
 
 use statek_policy::{PolicyDigest, ScheduleId, SchedulerShardId, WeightedFairnessPolicy};
-use statek_store_pg::{PgStore, Registration, SlotOutcomes, StoreError, StoredShard};
+use statek_store_pg::{
+    PgStore, Registration, SlotOutcomeAnswer, SlotOutcomes, StoreError, StoredShard,
+};
 use uuid::Uuid;
 
 use crate::reservation::Reservation;
@@ -23,7 +25,7 @@ fn source_shard(stored: &StoredShard) -> SourceShard {
 /// [`PgStore::load_shard`], [`PgStore::reserve`],
 /// [`PgStore::reserve_batch`], [`PgStore::load_seam`] (seam bounds
 /// checked), [`PgStore::ensure_durable`],
-/// [`PgStore::record_slot_outcomes`] and [`PgStore::oldest_reservation`].
+/// [`PgStore::record_slot_outcome_ranges`] and [`PgStore::oldest_reservation`].
 impl ReservationSource for PgStore {
     async fn register(
         &self,
@@ -62,12 +64,9 @@ impl ReservationSource for PgStore {
     async fn record_slot_outcomes(
         &self,
         shard: &SchedulerShardId,
-        first_sequence: u64,
-        outcomes: &SlotOutcomes,
-    ) -> Result<(), StoreError> {
-        PgStore::record_slot_outcomes(self, shard, first_sequence, outcomes)
-            .await
-            .map(|_| ())
+        records: &[(u64, SlotOutcomes)],
+    ) -> Result<Vec<SlotOutcomeAnswer>, StoreError> {
+        PgStore::record_slot_outcome_ranges(self, shard, records).await
     }
 
     async fn successor(&self, shard: &SchedulerShardId) -> Result<Option<Succession>, StoreError> {

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use statek_policy::{
     CycleDigest, PolicyDigest, ScheduleId, SchedulerShardId, SeamBound, WeightedFairnessPolicy,
 };
-use statek_store_pg::{Registration, SlotOutcomes, StoreError};
+use statek_store_pg::{Registration, SlotOutcomeAnswer, SlotOutcomes, StoreError};
 use uuid::Uuid;
 
 use crate::reservation::Reservation;
@@ -111,22 +111,22 @@ pub trait ReservationSource: Send + Sync {
         std::future::ready(Ok(()))
     }
 
-    /// Records the outcome class of every slot of the reserved range of
-    /// `shard` that starts at `first_sequence` (the whole range, in
-    /// sequence order), once; the same record again is accepted and
-    /// changes nothing. PostgreSQL:
-    /// [`statek_store_pg::PgStore::record_slot_outcomes`], which refuses a
-    /// record that does not cover exactly one retained range or hides a
-    /// claimed slot ([`StoreError::ClaimRefused`]). Default: keeps
-    /// nothing.
+    /// Records the outcome class of every slot of reserved ranges of
+    /// `shard`, each given by its first sequence and the classes of all
+    /// its slots in sequence order, once: one answer per record, in order
+    /// (the same record again is accepted and changes nothing; a refused
+    /// one is not written, the others are). PostgreSQL:
+    /// [`statek_store_pg::PgStore::record_slot_outcome_ranges`], which
+    /// refuses a record that does not cover exactly one retained range or
+    /// hides a claimed slot. Default: keeps nothing and answers no record
+    /// (an empty list).
     fn record_slot_outcomes(
         &self,
         shard: &SchedulerShardId,
-        first_sequence: u64,
-        outcomes: &SlotOutcomes,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = (shard, first_sequence, outcomes);
-        std::future::ready(Ok(()))
+        records: &[(u64, SlotOutcomes)],
+    ) -> impl Future<Output = Result<Vec<SlotOutcomeAnswer>, StoreError>> + Send {
+        let _ = (shard, records);
+        std::future::ready(Ok(Vec::new()))
     }
 
     /// When the oldest reservation still retained for `shard` was made,

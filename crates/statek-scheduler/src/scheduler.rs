@@ -1,7 +1,6 @@
 //! [`DurableFairScheduler`]: register, then tick.
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::Duration;
 
 use statek_policy::{
     ScheduleId, SchedulerShardId, TenantId, TenantStarvationBound, WeightedFairnessPolicy,
@@ -15,6 +14,7 @@ use crate::error::SchedulerError;
 use crate::executor::TenantExecutor;
 use crate::options::SchedulerOptions;
 use crate::outcome::TenantTickOutcome;
+use crate::outcome_recording::OutcomeRecords;
 use crate::reservation::Reservation;
 use crate::reservation_retries::with_retries;
 use crate::reservation_source::{ReservationSource, SourceShard};
@@ -63,6 +63,8 @@ pub struct DurableFairScheduler<E, R = PgStore> {
     executor: E,
     options: SchedulerOptions,
     registration: Registration,
+    /// Slot outcome records of finished batches, grouped per call.
+    outcome_records: OutcomeRecords,
 }
 
 /// Sealed shards followed in one go before giving up: far more than any
@@ -162,6 +164,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             executor,
             options,
             registration,
+            outcome_records: OutcomeRecords::new(),
         };
         if stored.sealed {
             scheduler.follow(stored.policy.shard_id()).await?;
@@ -337,7 +340,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         let result = self.run_slot(&policy, reservation, retries, shutdown).await;
         if let Ok(outcome) = &result {
             let outcomes = std::iter::once(outcome.tenant_outcome.slot_class()).collect();
-            self.record_outcomes(policy.shard_id(), sequence, &outcomes)
+            self.record_outcomes(policy.shard_id(), sequence, outcomes)
                 .await;
         }
         result
@@ -555,50 +558,23 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         }
         on_decided(slots.len());
         if let Some(first) = slots.first() {
-            self.record_outcomes(policy.shard_id(), first.sequence, &slot_batch.outcomes())
+            self.record_outcomes(policy.shard_id(), first.sequence, slot_batch.outcomes())
                 .await;
         }
     }
 
     /// Records the outcome classes of the reserved range of `shard` that
-    /// starts at `first_sequence`, once (3 attempts for a retryable error,
-    /// the same record each time, so a replay after a lost acknowledgement
-    /// is accepted); a record that cannot be written is logged and counted
-    /// in [`crate::metrics::SLOT_OUTCOME_RECORDS_FAILED_TOTAL`], its slots
-    /// then read as unrecorded. Nothing of the slots themselves depends on
-    /// it: they were consumed and counted already.
+    /// starts at `first_sequence`, grouped with the ranges other batches
+    /// finished meanwhile (`outcome_recording.rs`).
     async fn record_outcomes(
         &self,
         shard: &SchedulerShardId,
         first_sequence: u64,
-        outcomes: &statek_store_pg::SlotOutcomes,
+        outcomes: statek_store_pg::SlotOutcomes,
     ) {
-        let mut pause = Duration::from_millis(50);
-        for attempt in 1..=3 {
-            match self
-                .source
-                .record_slot_outcomes(shard, first_sequence, outcomes)
-                .await
-            {
-                Ok(()) => return,
-                Err(e) if e.is_retryable() && attempt < 3 => {
-                    tracing::warn!(shard = %shard, first_sequence, error = %e, attempt,
-                        "slot outcome record failed transiently; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-                Err(e) => {
-                    tracing::warn!(shard = %shard, first_sequence, slots = outcomes.slot_count(),
-                        error = %e, "slot outcome record not written; its slots read as unrecorded");
-                    metrics::counter!(
-                        crate::metrics::SLOT_OUTCOME_RECORDS_FAILED_TOTAL,
-                        "shard" => shard.to_string()
-                    )
-                    .increment(1);
-                    return;
-                }
-            }
-        }
+        self.outcome_records
+            .record(&self.source, (shard.clone(), first_sequence, outcomes))
+            .await;
     }
 
     /// Counts a slot mapped to `tenant` and its outcome (and the service

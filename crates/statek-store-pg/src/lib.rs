@@ -201,8 +201,8 @@ pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
 pub use shard::{Registration, ShardSeal, ShardStatus, StoredShard};
 pub use shard_halt::{HaltCause, ReissuedRange, ShardHalt, ShardHalted, ShardResume};
 pub use slot_outcomes::{
-    SlotClass, SlotOutcomeRecord, SlotOutcomes, SlotOutcomesRecorded, MAX_OUTCOME_RUNS,
-    MAX_SLOT_OUTCOME_RECORDS,
+    SlotClass, SlotOutcomeAnswer, SlotOutcomeRecord, SlotOutcomes, SlotOutcomesRecorded,
+    MAX_OUTCOME_RECORDS_PER_CALL, MAX_OUTCOME_RUNS, MAX_SLOT_OUTCOME_RECORDS,
 };
 pub use store::PgStore;
 pub use succession::{Rollout, ShardSeam};

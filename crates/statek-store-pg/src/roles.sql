@@ -61,7 +61,7 @@ ALTER FUNCTION statek.retry_run(uuid, integer) OWNER TO {owner};
 ALTER TABLE statek.slot_outcomes OWNER TO {owner};
 ALTER FUNCTION statek.refuse_slot_outcome_change() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_kept_slot_outcome_delete() OWNER TO {owner};
-ALTER FUNCTION statek.record_slot_outcomes(text, bigint, text, integer[]) OWNER TO {owner};
+ALTER FUNCTION statek.record_slot_outcomes(text, bigint[], text[], integer[], integer[]) OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.
 REVOKE ALL ON SCHEMA statek FROM PUBLIC;
@@ -133,7 +133,7 @@ GRANT EXECUTE ON FUNCTION statek.tenant_claims_since(text, timestamptz) TO {runt
 -- the SECURITY DEFINER `record_slot_outcomes`; a record is deleted only
 -- by its reservation range's delete (a cascade run as the table owner).
 GRANT SELECT ON statek.slot_outcomes TO {runtime}, {retention};
-GRANT EXECUTE ON FUNCTION statek.record_slot_outcomes(text, bigint, text, integer[])
+GRANT EXECUTE ON FUNCTION statek.record_slot_outcomes(text, bigint[], text[], integer[], integer[])
     TO {runtime};
 
 -- Retention: find and delete old reservation rows. The column UPDATE grant

@@ -204,6 +204,18 @@ pub enum SlotOutcomesRecorded {
     Replayed,
 }
 
+/// The database's answer to one record of
+/// [`PgStore::record_slot_outcome_ranges`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotOutcomeAnswer {
+    /// Written, or already there ([`SlotOutcomesRecorded`]).
+    Accepted(SlotOutcomesRecorded),
+    /// Refused, nothing of it written: the database's reason (no retained
+    /// range starts there, the lengths differ, a claimed slot named
+    /// otherwise, another record for the range, malformed classes).
+    Refused(String),
+}
+
 /// One reserved range's record, as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotOutcomeRecord {
@@ -218,7 +230,13 @@ pub struct SlotOutcomeRecord {
 /// Records read per call at most by [`PgStore::slot_outcomes`].
 pub const MAX_SLOT_OUTCOME_RECORDS: u32 = 10_000;
 
-const RECORD: &str = "SELECT statek.record_slot_outcomes($1, $2, $3, $4) AS status";
+const RECORD: &str = "
+    SELECT first_sequence, status
+    FROM statek.record_slot_outcomes($1, $2, $3, $4, $5)";
+
+/// The most records one [`PgStore::record_slot_outcome_ranges`] call
+/// takes (the database's limit).
+pub const MAX_OUTCOME_RECORDS_PER_CALL: usize = 1024;
 
 const SELECT_RECORDS: &str = "
     SELECT first_sequence, classes, counts, recorded_at
@@ -246,40 +264,105 @@ impl PgStore {
         first_sequence: u64,
         outcomes: &SlotOutcomes,
     ) -> Result<SlotOutcomesRecorded, StoreError> {
-        if outcomes.runs.is_empty() || outcomes.runs.len() > MAX_OUTCOME_RUNS {
+        let answers = self
+            .record_slot_outcome_ranges(shard, &[(first_sequence, outcomes.clone())])
+            .await?;
+        match answers.into_iter().next() {
+            Some(SlotOutcomeAnswer::Accepted(recorded)) => Ok(recorded),
+            Some(SlotOutcomeAnswer::Refused(message)) => Err(StoreError::ClaimRefused { message }),
+            None => Err(StoreError::corrupt(
+                "slot outcome record",
+                "the database answered no record",
+            )),
+        }
+    }
+
+    /// [`record_slot_outcomes`](Self::record_slot_outcomes) for many
+    /// ranges of `shard` in one statement (1..=
+    /// [`MAX_OUTCOME_RECORDS_PER_CALL`]): one answer per record, in order;
+    /// a refused record is not written, the others are.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] for no records or too many, an
+    /// empty record or one of more than [`MAX_OUTCOME_RUNS`] runs, or a
+    /// sequence past `i64::MAX`; [`StoreError::CorruptData`] for an
+    /// answer that does not match the call; connection and server errors.
+    pub async fn record_slot_outcome_ranges(
+        &self,
+        shard: &SchedulerShardId,
+        records: &[(u64, SlotOutcomes)],
+    ) -> Result<Vec<SlotOutcomeAnswer>, StoreError> {
+        if records.is_empty() || records.len() > MAX_OUTCOME_RECORDS_PER_CALL {
             return Err(StoreError::InvalidArgument(format!(
-                "a slot outcome record holds 1..={MAX_OUTCOME_RUNS} class runs, got {}",
-                outcomes.runs.len()
+                "a slot outcome call holds 1..={MAX_OUTCOME_RECORDS_PER_CALL} records, got {}",
+                records.len()
             )));
         }
-        let first = sequence_arg(first_sequence)?;
-        let letters = outcomes.letters();
-        let counts = outcomes.counts()?;
+        let mut firsts = Vec::with_capacity(records.len());
+        let mut letters = Vec::with_capacity(records.len());
+        let mut run_counts = Vec::with_capacity(records.len());
+        let mut counts = Vec::new();
+        for (first, outcomes) in records {
+            if outcomes.runs.is_empty() || outcomes.runs.len() > MAX_OUTCOME_RUNS {
+                return Err(StoreError::InvalidArgument(format!(
+                    "a slot outcome record holds 1..={MAX_OUTCOME_RUNS} class runs, got {}",
+                    outcomes.runs.len()
+                )));
+            }
+            firsts.push(sequence_arg(*first)?);
+            letters.push(outcomes.letters());
+            run_counts.push(i32::try_from(outcomes.runs.len()).unwrap_or(i32::MAX));
+            counts.extend(outcomes.counts()?);
+        }
         let shard = shard.as_str();
-        let status: String = self
+        let rows = self
             .with_durable_write(async |db: &Db<'_>| {
-                let row = db
-                    .query_one(
+                Ok(db
+                    .query(
                         RECORD,
                         &[
                             (&shard, Type::TEXT),
-                            (&first, Type::INT8),
-                            (&letters.as_str(), Type::TEXT),
+                            (&firsts, Type::INT8_ARRAY),
+                            (&letters, Type::TEXT_ARRAY),
+                            (&run_counts, Type::INT4_ARRAY),
                             (&counts, Type::INT4_ARRAY),
                         ],
                     )
-                    .await?;
-                Ok(row.try_get("status")?)
+                    .await?)
             })
             .await?;
-        match status.as_str() {
-            "recorded" => Ok(SlotOutcomesRecorded::Recorded),
-            "replayed" => Ok(SlotOutcomesRecorded::Replayed),
-            other => Err(StoreError::corrupt(
+        if rows.len() != records.len() {
+            return Err(StoreError::corrupt(
                 "slot outcome record",
-                format!("the database answered {other:?}"),
-            )),
+                format!("{} answers to {} records", rows.len(), records.len()),
+            ));
         }
+        rows.iter()
+            .zip(&firsts)
+            .map(|(row, first)| {
+                let answered: i64 = row.try_get("first_sequence")?;
+                let status: String = row.try_get("status")?;
+                if answered != *first {
+                    return Err(StoreError::corrupt(
+                        "slot outcome record",
+                        format!("answer for sequence {answered} where {first} was asked"),
+                    ));
+                }
+                Ok(match status.as_str() {
+                    "recorded" => SlotOutcomeAnswer::Accepted(SlotOutcomesRecorded::Recorded),
+                    "replayed" => SlotOutcomeAnswer::Accepted(SlotOutcomesRecorded::Replayed),
+                    other => match other.strip_prefix("refused: ") {
+                        Some(reason) => SlotOutcomeAnswer::Refused(reason.to_owned()),
+                        None => {
+                            return Err(StoreError::corrupt(
+                                "slot outcome record",
+                                format!("the database answered {other:?}"),
+                            ))
+                        }
+                    },
+                })
+            })
+            .collect()
     }
 
     /// The outcome records of `shard` whose range starts at or after

@@ -10,8 +10,8 @@ use std::time::Duration;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::{reserve_next_slots, TestDatabase};
 use statek_store_pg::{
-    NewRun, SchedulerFairnessRetentionPolicy, SlotClaim, SlotClass, SlotOutcomes,
-    SlotOutcomesRecorded, StoreError,
+    NewRun, SchedulerFairnessRetentionPolicy, SlotClaim, SlotClass, SlotOutcomeAnswer,
+    SlotOutcomes, SlotOutcomesRecorded, StoreError,
 };
 
 fn tenant(id: &str) -> TenantId {
@@ -228,4 +228,86 @@ async fn a_record_never_changes_and_goes_only_with_its_range() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(left, vec![(4, "nl".to_owned())]);
+}
+
+#[tokio::test]
+async fn one_call_records_many_ranges_and_answers_each() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    let shard = p.shard_id();
+    store.register(&p).await.unwrap();
+    // Ranges 0..3, 3..5 and 5..9.
+    reserve_next_slots(&store, &p, 3).await;
+    reserve_next_slots(&store, &p, 2).await;
+    reserve_next_slots(&store, &p, 4).await;
+    let first = outcomes(&[(SlotClass::Idle, 3)]);
+    store.record_slot_outcomes(shard, 0, &first).await.unwrap();
+    let answers = store
+        .record_slot_outcome_ranges(
+            shard,
+            &[
+                (0, first.clone()),
+                (
+                    3,
+                    outcomes(&[(SlotClass::Limited, 1), (SlotClass::IdleKnown, 1)]),
+                ),
+                (5, outcomes(&[(SlotClass::Unused, 3)])),
+                (9, outcomes(&[(SlotClass::Idle, 1)])),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        answers,
+        [
+            SlotOutcomeAnswer::Accepted(SlotOutcomesRecorded::Replayed),
+            SlotOutcomeAnswer::Accepted(SlotOutcomesRecorded::Recorded),
+            SlotOutcomeAnswer::Refused(
+                "statek: the reservation range of shard primary-v1 at sequence 5 holds 4 slots, the record names 3"
+                    .to_owned()
+            ),
+            SlotOutcomeAnswer::Refused(
+                "statek: shard primary-v1 has no retained reservation range starting at sequence 9"
+                    .to_owned()
+            ),
+        ]
+    );
+    let kept: Vec<u64> = store
+        .slot_outcomes(shard, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.first_sequence)
+        .collect();
+    assert_eq!(kept, [0, 3]);
+    assert!(matches!(
+        store.record_slot_outcome_ranges(shard, &[]).await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+    // A malformed call as a whole is refused (SK002) before any record.
+    let client = db.client().await;
+    let err = client
+        .query(
+            "SELECT * FROM statek.record_slot_outcomes('primary-v1', '{5}', '{x}', '{1}', '{4,1}')",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("SK002"));
+    // Malformed classes are answered, not written.
+    let err_answer: Vec<String> = client
+        .query(
+            "SELECT status FROM statek.record_slot_outcomes('primary-v1', '{5}', '{xx}', '{2}', '{2,2}')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        err_answer,
+        ["refused: statek: classes xx with 2 counts are not runs of the letters c, i, k, n, l, x, adjacent runs differing, each at least 1 slot"]
+    );
 }

@@ -1,0 +1,104 @@
+//! Slot outcome records of finished batches, grouped: every range a
+//! scheduler finished while its previous record call was under way goes
+//! in the next call ([`crate::group_commit::GroupCommit`], no linger), so
+//! a busy replica sends far fewer record statements than batches.
+//! Each call is retried (3 attempts, 50 ms doubling) with the same
+//! records, a replay being accepted; a record refused or still failing
+//! is logged and counted in
+//! [`crate::metrics::SLOT_OUTCOME_RECORDS_FAILED_TOTAL`], its slots then
+//! read as unrecorded. Nothing of the slots depends on it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use statek_policy::SchedulerShardId;
+use statek_store_pg::{SlotOutcomeAnswer, SlotOutcomes, MAX_OUTCOME_RECORDS_PER_CALL};
+
+use crate::group_commit::GroupCommit;
+use crate::reservation_source::ReservationSource;
+
+/// One range's record: its shard, first sequence and classes.
+pub(crate) type OutcomeRecord = (SchedulerShardId, u64, SlotOutcomes);
+
+/// Records grouped per call (see the module docs).
+pub(crate) struct OutcomeRecords(GroupCommit<OutcomeRecord, ()>);
+
+impl std::fmt::Debug for OutcomeRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutcomeRecords")
+    }
+}
+
+const ATTEMPTS: u32 = 3;
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+impl OutcomeRecords {
+    pub(crate) fn new() -> Self {
+        Self(GroupCommit::new(
+            MAX_OUTCOME_RECORDS_PER_CALL,
+            Duration::ZERO,
+        ))
+    }
+
+    /// Records `record` in the next call to `source`, and returns once that
+    /// call has ended (recorded, refused or failed for good).
+    pub(crate) async fn record<R: ReservationSource>(&self, source: &R, record: OutcomeRecord) {
+        let flush = |records: Vec<OutcomeRecord>| async move {
+            let count = records.len();
+            let mut by_shard: BTreeMap<SchedulerShardId, Vec<(u64, SlotOutcomes)>> =
+                BTreeMap::new();
+            for (shard, first, outcomes) in records {
+                by_shard.entry(shard).or_default().push((first, outcomes));
+            }
+            for (shard, ranges) in by_shard {
+                write(source, &shard, &ranges).await;
+            }
+            vec![(); count]
+        };
+        let _ = self.0.submit(record, flush).await;
+    }
+}
+
+/// One call for `ranges` of `shard`, retried; failures logged and counted.
+async fn write<R: ReservationSource>(
+    source: &R,
+    shard: &SchedulerShardId,
+    ranges: &[(u64, SlotOutcomes)],
+) {
+    let mut pause = FIRST_PAUSE;
+    let mut failed = 0u64;
+    for attempt in 1..=ATTEMPTS {
+        match source.record_slot_outcomes(shard, ranges).await {
+            Ok(answers) => {
+                for (answer, (first, outcomes)) in answers.iter().zip(ranges) {
+                    if let SlotOutcomeAnswer::Refused(reason) = answer {
+                        tracing::warn!(shard = %shard, first_sequence = first,
+                            slots = outcomes.slot_count(), reason = %reason,
+                            "slot outcome record not written; its slots read as unrecorded");
+                        failed += 1;
+                    }
+                }
+                break;
+            }
+            Err(e) if e.is_retryable() && attempt < ATTEMPTS => {
+                tracing::warn!(shard = %shard, records = ranges.len(), error = %e, attempt,
+                    "slot outcome records failed transiently; retrying");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Err(e) => {
+                tracing::warn!(shard = %shard, records = ranges.len(), error = %e,
+                    "slot outcome records not written; their slots read as unrecorded");
+                failed = ranges.len() as u64;
+                break;
+            }
+        }
+    }
+    if failed > 0 {
+        metrics::counter!(
+            crate::metrics::SLOT_OUTCOME_RECORDS_FAILED_TOTAL,
+            "shard" => shard.to_string()
+        )
+        .increment(failed);
+    }
+}
