@@ -1,7 +1,8 @@
 //! Slot outcome records of finished batches, grouped: every range a
-//! scheduler finished while its previous record call was under way goes
-//! in the next call ([`crate::group_commit::GroupCommit`], no linger), so
-//! a busy replica sends far fewer record statements than batches.
+//! scheduler finished while its previous record call was under way (or,
+//! for a Worker, within the linger) goes in the next call
+//! ([`crate::group_commit::GroupCommit`]), so a busy replica sends far
+//! fewer record statements than batches.
 //! Each call is retried (3 attempts, 50 ms doubling) with the same
 //! records, a replay being accepted; a record refused or still failing
 //! is logged and counted in
@@ -33,11 +34,10 @@ const ATTEMPTS: u32 = 3;
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 
 impl OutcomeRecords {
-    pub(crate) fn new() -> Self {
-        Self(GroupCommit::new(
-            MAX_OUTCOME_RECORDS_PER_CALL,
-            Duration::ZERO,
-        ))
+    /// Calls of at most [`MAX_OUTCOME_RECORDS_PER_CALL`] records, each
+    /// waiting up to `linger` for more to join.
+    pub(crate) fn new(linger: Duration) -> Self {
+        Self(GroupCommit::new(MAX_OUTCOME_RECORDS_PER_CALL, linger))
     }
 
     /// Records `record` in the next call to `source`, and returns once that

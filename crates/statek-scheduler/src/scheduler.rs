@@ -63,9 +63,17 @@ pub struct DurableFairScheduler<E, R = PgStore> {
     executor: E,
     options: SchedulerOptions,
     registration: Registration,
-    /// Slot outcome records of finished batches, grouped per call.
+    /// Slot outcome records of ticks, grouped per call without lingering.
     outcome_records: OutcomeRecords,
+    /// Slot outcome records of a Worker's batches, lingering for more.
+    worker_outcome_records: OutcomeRecords,
 }
+
+/// How long a [`crate::Worker`]'s batch waits for other batches' slot
+/// outcome records to join its own in one call: under load about 20
+/// ranges per call instead of one; a range's record is at most this much
+/// later (the Worker's stop waits for it).
+pub(crate) const WORKER_RECORD_LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Sealed shards followed in one go before giving up: far more than any
 /// rollout rate can produce between two reservations.
@@ -164,7 +172,8 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             executor,
             options,
             registration,
-            outcome_records: OutcomeRecords::new(),
+            outcome_records: OutcomeRecords::new(std::time::Duration::ZERO),
+            worker_outcome_records: OutcomeRecords::new(WORKER_RECORD_LINGER),
         };
         if stored.sealed {
             scheduler.follow(stored.policy.shard_id()).await?;
@@ -340,7 +349,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         let result = self.run_slot(&policy, reservation, retries, shutdown).await;
         if let Ok(outcome) = &result {
             let outcomes = std::iter::once(outcome.tenant_outcome.slot_class()).collect();
-            self.record_outcomes(policy.shard_id(), sequence, outcomes)
+            self.record_outcomes(policy.shard_id(), sequence, outcomes, false)
                 .await;
         }
         result
@@ -405,18 +414,23 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                 *place = Some(result);
             }
         };
-        self.run_reserved_batch(
-            &policy,
-            batch,
-            retries,
-            &pool,
-            None,
-            stop,
-            cancel,
-            &sink,
-            &|_| {},
-        )
-        .await;
+        if let Some((first, outcomes)) = self
+            .run_reserved_batch(
+                &policy,
+                batch,
+                retries,
+                &pool,
+                None,
+                stop,
+                cancel,
+                &sink,
+                &|_| {},
+            )
+            .await
+        {
+            self.record_outcomes(policy.shard_id(), first, outcomes, false)
+                .await;
+        }
         Ok(results
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -431,7 +445,10 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// and run with permits of `pool` (`first` already held), and hands
     /// `sink` one result per slot, by index in the batch, as it arrives
     /// (counted in the metrics). `on_decided` hears the number of slots
-    /// decided each time it grows. Returns when every slot has a result.
+    /// decided each time it grows. Returns when every slot has a result,
+    /// with the batch's first sequence and its slots' outcome classes for
+    /// the caller to record (`None` for a batch that failed closed, whose
+    /// slots ran nothing: unrecorded).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_reserved_batch(
         &self,
@@ -444,7 +461,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         cancel: &CancellationToken,
         sink: &(dyn Fn(usize, Result<TickOutcome, SchedulerError>) + Send + Sync),
         on_decided: &(dyn Fn(usize) + Send + Sync),
-    ) {
+    ) -> Option<(u64, statek_store_pg::SlotOutcomes)> {
         let mut mapped = Vec::with_capacity(reservations.len());
         let mut corrupt = None;
         for (index, reservation) in reservations.iter().enumerate() {
@@ -481,7 +498,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             }
             self.count_error(&error);
             sink(bad, Err(error));
-            return;
+            return None;
         }
         let slots: Vec<BatchSlot> = reservations
             .iter()
@@ -557,22 +574,30 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             );
         }
         on_decided(slots.len());
-        if let Some(first) = slots.first() {
-            self.record_outcomes(policy.shard_id(), first.sequence, slot_batch.outcomes())
-                .await;
-        }
+        slots
+            .first()
+            .map(|first| (first.sequence, slot_batch.outcomes()))
     }
 
     /// Records the outcome classes of the reserved range of `shard` that
     /// starts at `first_sequence`, grouped with the ranges other batches
-    /// finished meanwhile (`outcome_recording.rs`).
-    async fn record_outcomes(
+    /// finished meanwhile (`outcome_recording.rs`): at once for a tick's
+    /// caller, who waits for it; for a [`crate::Worker`]'s batch task,
+    /// which nobody waits for, after lingering up to
+    /// [`WORKER_RECORD_LINGER`] for more ranges to join.
+    pub(crate) async fn record_outcomes(
         &self,
         shard: &SchedulerShardId,
         first_sequence: u64,
         outcomes: statek_store_pg::SlotOutcomes,
+        from_worker: bool,
     ) {
-        self.outcome_records
+        let records = if from_worker {
+            &self.worker_outcome_records
+        } else {
+            &self.outcome_records
+        };
+        records
             .record(&self.source, (shard.clone(), first_sequence, outcomes))
             .await;
     }

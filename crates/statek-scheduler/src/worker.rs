@@ -431,7 +431,7 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                         decided.cancel();
                     }
                 };
-                shared
+                let recorded = shared
                     .scheduler
                     .run_reserved_batch(
                         &policy,
@@ -445,6 +445,12 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                         &on_decided,
                     )
                     .await;
+                if let Some((first, outcomes)) = recorded {
+                    shared
+                        .scheduler
+                        .record_outcomes(policy.shard_id(), first, outcomes, true)
+                        .await;
+                }
             }
         };
         batches.spawn(task);
