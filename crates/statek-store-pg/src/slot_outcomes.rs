@@ -184,6 +184,19 @@ impl SlotOutcomes {
     }
 }
 
+/// The runs as `letter` + count, space-separated: `c3 k500`.
+impl std::fmt::Display for SlotOutcomes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (index, (class, count)) in self.runs.iter().enumerate() {
+            if index > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{}{count}", class.letter())?;
+        }
+        Ok(())
+    }
+}
+
 impl FromIterator<SlotClass> for SlotOutcomes {
     fn from_iter<I: IntoIterator<Item = SlotClass>>(iter: I) -> Self {
         let mut outcomes = Self::new();
@@ -479,6 +492,8 @@ mod tests {
         assert_eq!(outcomes.class_at(9), Some(SlotClass::Unused));
         assert_eq!(outcomes.class_at(10), None);
         assert_eq!(outcomes.letters(), "ckcx");
+        assert_eq!(outcomes.to_string(), "c2 k1 c5 x2");
+        assert_eq!(SlotOutcomes::new().to_string(), "");
         assert_eq!(outcomes.counts().ok(), Some(vec![2, 1, 5, 2]));
     }
 

@@ -188,15 +188,7 @@ async fn a_known_empty_tenant_is_skipped_until_notified_or_rechecked() {
         .await
         .unwrap()
         .into_iter()
-        .map(|record| {
-            let runs: Vec<String> = record
-                .outcomes
-                .runs()
-                .iter()
-                .map(|(class, n)| format!("{}{n}", class.letter()))
-                .collect();
-            (record.first_sequence, runs.join(" "))
-        })
+        .map(|record| (record.first_sequence, record.outcomes.to_string()))
         .collect();
     let expected: Vec<(u64, String)> = [
         (0, "c1 i3"),

@@ -126,14 +126,7 @@ async fn ticks_follow_the_cycle_and_consume_idle_slots() {
     let records: Vec<(u64, String)> = source
         .slot_outcomes(p.shard_id())
         .into_iter()
-        .map(|(first, outcomes)| {
-            let runs: Vec<String> = outcomes
-                .runs()
-                .iter()
-                .map(|(class, n)| format!("{}{n}", class.letter()))
-                .collect();
-            (first, runs.join(" "))
-        })
+        .map(|(first, outcomes)| (first, outcomes.to_string()))
         .collect();
     let expected: Vec<(u64, String)> = [
         (0, "c1"),
