@@ -42,6 +42,16 @@
 -- - A record is written once: the same record again is a replay (after a
 --   lost acknowledgement) and changes nothing; a different one for the
 --   same range is refused. No row is ever updated.
+-- - A trigger checks every new row the same way (coverage and claims),
+--   whoever inserts it, and sets its time; the function refuses an
+--   isolation level other than read committed (0A000).
+-- - What it cannot see: a claim that commits after the record. The
+--   Worker records a range only when every claim of its batch was
+--   answered the first time (a claim whose answer was lost may still be
+--   running on the server: such a range stays unrecorded), so that only
+--   a caller recording another replica's range before its claims could
+--   make a record contradict a later claim. Claims win: an audit reads a
+--   claim of the history over its record's letter.
 -- - A record goes when its reservation range goes (ON DELETE CASCADE):
 --   retention prunes both together, by database time, and nothing else
 --   deletes a record.
@@ -78,7 +88,9 @@ CREATE TABLE statek.slot_outcomes (
 
 -- A record never changes.
 CREATE FUNCTION statek.refuse_slot_outcome_change() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
 BEGIN
     RAISE EXCEPTION 'statek: a slot outcome record never changes (shard %, first sequence %)',
         OLD.shard_id, OLD.first_sequence USING ERRCODE = 'SK001';
@@ -93,7 +105,9 @@ CREATE TRIGGER slot_outcomes_never_change
 -- range's delete): a direct delete while the range is retained is
 -- refused, whoever asks.
 CREATE FUNCTION statek.refuse_kept_slot_outcome_delete() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM statek.scheduler_reservations AS r
                WHERE r.shard_id = OLD.shard_id AND r.sequence = OLD.first_sequence) THEN
@@ -107,6 +121,59 @@ $$;
 CREATE TRIGGER slot_outcomes_deleted_with_their_range
     BEFORE DELETE ON statek.slot_outcomes
     FOR EACH ROW EXECUTE FUNCTION statek.refuse_kept_slot_outcome_delete();
+
+-- Every new record, whoever inserts it (the owner too): its range is a
+-- retained reservation range of that length, its counts add up to it, no
+-- slot with a claim on record is called anything but `c`, and its time is
+-- the database's. `statek.record_slot_outcomes` answers the same refusals
+-- before it inserts; this is the table's own line of defence.
+CREATE FUNCTION statek.check_new_slot_outcome() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_slots integer;
+    v_sequence bigint;
+BEGIN
+    SELECT r.sequence_count INTO v_slots
+    FROM statek.scheduler_reservations AS r
+    WHERE r.shard_id = NEW.shard_id AND r.sequence = NEW.first_sequence;
+    IF NOT FOUND OR v_slots IS DISTINCT FROM NEW.slot_count
+       OR (SELECT sum(c) FROM unnest(NEW.counts) AS u(c)) IS DISTINCT FROM v_slots::bigint THEN
+        RAISE EXCEPTION 'statek: a slot outcome record covers exactly one retained reservation range (shard %, sequence %)',
+            NEW.shard_id, NEW.first_sequence USING ERRCODE = 'SK002';
+    END IF;
+    WITH runs_of AS (
+        SELECT u.class, u.n,
+               NEW.first_sequence + sum(u.n) OVER (ORDER BY u.ord) - u.n AS first_seq
+        FROM unnest(string_to_array(NEW.classes, NULL), NEW.counts) WITH ORDINALITY AS u(class, n, ord)
+    ),
+    claims AS (
+        SELECT r.claim_sequence AS sequence FROM statek.runs AS r
+        WHERE r.claim_shard_id = NEW.shard_id
+          AND r.claim_sequence BETWEEN NEW.first_sequence AND NEW.first_sequence + v_slots - 1
+        UNION ALL
+        SELECT h.sequence FROM statek.run_claims AS h
+        WHERE h.shard_id = NEW.shard_id
+          AND h.sequence BETWEEN NEW.first_sequence AND NEW.first_sequence + v_slots - 1
+    )
+    SELECT c.sequence INTO v_sequence
+    FROM claims AS c
+    JOIN runs_of AS o ON c.sequence >= o.first_seq AND c.sequence < o.first_seq + o.n
+    WHERE o.class <> 'c'
+    LIMIT 1;
+    IF v_sequence IS NOT NULL THEN
+        RAISE EXCEPTION 'statek: slot % of shard % claimed a run; its record must call it c',
+            v_sequence, NEW.shard_id USING ERRCODE = 'SK002';
+    END IF;
+    NEW.recorded_at := clock_timestamp();
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER slot_outcomes_checked
+    BEFORE INSERT ON statek.slot_outcomes
+    FOR EACH ROW EXECUTE FUNCTION statek.check_new_slot_outcome();
 
 CREATE TRIGGER slot_outcomes_no_truncate
     BEFORE TRUNCATE ON statek.slot_outcomes
@@ -151,6 +218,17 @@ BEGIN
        OR NOT (0 < ALL (p_run_counts)) THEN
         RAISE EXCEPTION 'statek: a slot outcome call names 1..=1024 records of one shard, each with its classes and one count per class run'
             USING ERRCODE = 'SK002';
+    END IF;
+    IF array_lower(p_counts, 1) <> 1 OR array_lower(p_first_sequences, 1) <> 1
+       OR array_lower(p_classes, 1) <> 1 OR array_lower(p_run_counts, 1) <> 1 THEN
+        RAISE EXCEPTION 'statek: a slot outcome call''s arrays start at index 1'
+            USING ERRCODE = 'SK002';
+    END IF;
+    -- The check against claims needs a snapshot per statement that sees
+    -- every committed claim: read committed only (as statek.claim_slots).
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'statek: slot outcomes must be recorded at read committed, not %',
+            current_setting('transaction_isolation') USING ERRCODE = '0A000';
     END IF;
     FOR i IN 1 .. v_records LOOP
         v_first := p_first_sequences[i];

@@ -116,6 +116,10 @@ pub struct SlotBatch<'a, E> {
     on_decided: &'a (dyn Fn(usize) + Send + Sync),
     /// Each slot's recorded class, once known (`None`: not yet).
     classes: Mutex<Vec<Option<SlotClass>>>,
+    /// Whether some slot's class cannot be known for sure (a claim whose
+    /// answer was lost, a slot abandoned or reported with an error or as
+    /// cancelled without a class): the range is then left unrecorded.
+    uncertain: std::sync::atomic::AtomicBool,
 }
 
 impl<'a, E> SlotBatch<'a, E> {
@@ -146,6 +150,7 @@ impl<'a, E> SlotBatch<'a, E> {
             decided: AtomicUsize::new(0),
             on_decided,
             classes: Mutex::new(vec![None; slots.len()]),
+            uncertain: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -219,27 +224,46 @@ impl<'a, E> SlotBatch<'a, E> {
     /// Reports the outcome of slot `index` (its position in
     /// [`slots`](Self::slots)); call it exactly once per slot.
     pub fn report(&self, index: usize, outcome: Result<TenantTickOutcome, E>) {
-        if let Ok(outcome) = &outcome {
-            self.classify(index, outcome.slot_class());
+        match &outcome {
+            // A run may have been claimed for it before it was cancelled:
+            // only a class set before says.
+            Ok(TenantTickOutcome::Cancelled) => {
+                if lock(&self.classes).get(index).is_some_and(Option::is_none) {
+                    self.mark_uncertain();
+                }
+            }
+            Ok(outcome) => self.classify(index, outcome.slot_class()),
+            Err(_) => {}
         }
         (self.sink)(index, SlotResult::Outcome(outcome));
         self.decided(index + 1);
     }
 
-    /// The recorded class of every slot, in sequence order; a slot
-    /// without one (abandoned, or reported only with an error) is
-    /// [`SlotClass::Unused`].
-    pub(crate) fn outcomes(&self) -> SlotOutcomes {
-        lock(&self.classes)
-            .iter()
-            .map(|class| class.unwrap_or(SlotClass::Unused))
-            .collect()
+    /// Marks the batch's classes unknowable: its range is left
+    /// unrecorded rather than recorded wrong.
+    fn mark_uncertain(&self) {
+        self.uncertain.store(true, Ordering::Release);
+    }
+
+    /// The recorded class of every slot, in sequence order, or `None`
+    /// when some slot's class is not known for sure (see `uncertain`):
+    /// the range is left unrecorded.
+    pub(crate) fn outcomes(&self) -> Option<SlotOutcomes> {
+        if self.uncertain.load(Ordering::Acquire) {
+            return None;
+        }
+        let classes = lock(&self.classes);
+        if classes.iter().any(Option::is_none) {
+            return None;
+        }
+        Some(classes.iter().flatten().copied().collect())
     }
 
     /// Reports every slot from `from` on as failed because claiming for
     /// them failed for good (`reason`: the error, e.g. the store's): the
     /// slots are consumed with an executor error each, never passed on.
     pub fn abandon_from(&self, from: usize, reason: &str) {
+        self.mark_uncertain();
         for index in from..self.slots.len() {
             (self.sink)(index, SlotResult::Abandoned(reason.to_owned()));
             self.decided(index + 1);
@@ -251,6 +275,7 @@ impl<'a, E> SlotBatch<'a, E> {
     /// with the slots it will not claim for.
     pub fn cancel_from(&self, from: usize) {
         for index in from..self.slots.len() {
+            self.classify(index, SlotClass::Unused);
             self.report(index, Ok(TenantTickOutcome::Cancelled));
         }
     }
@@ -365,6 +390,9 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
                 break;
             }
             Err(e) if is_retryable(&e) && failures + 1 < CLAIM_ATTEMPTS => {
+                // Its answer is lost; the attempt may still be running on
+                // the server and claim after the retry answered.
+                batch.mark_uncertain();
                 tracing::warn!(error = %e, retry = failures + 1, "batch claim failed transiently; retrying");
                 kept = Some(permits);
                 let pause = CLAIM_PAUSE * 2u32.pow(failures);

@@ -55,7 +55,18 @@ impl OutcomeRecords {
             }
             vec![(); count]
         };
-        let _ = self.0.submit(record, flush).await;
+        let (shard, first) = (record.0.clone(), record.1);
+        if self.0.submit(record, flush).await.is_none() {
+            // The call that held it was interrupted (its caller dropped
+            // mid-call): written or not, nobody knows; counted as failed.
+            tracing::warn!(shard = %shard, first_sequence = first,
+                "slot outcome record interrupted; its slots may read as unrecorded");
+            metrics::counter!(
+                crate::metrics::SLOT_OUTCOME_RECORDS_FAILED_TOTAL,
+                "shard" => shard.to_string()
+            )
+            .increment(1);
+        }
     }
 }
 

@@ -347,7 +347,12 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         let (reservation, retries, policy) = self.reserve().await?;
         let sequence = reservation.sequence();
         let result = self.run_slot(&policy, reservation, retries, shutdown).await;
-        if let Ok(outcome) = &result {
+        // A cancelled tick may have claimed a run first: left unrecorded.
+        if let Some(outcome) = result
+            .as_ref()
+            .ok()
+            .filter(|o| o.tenant_outcome != TenantTickOutcome::Cancelled)
+        {
             let outcomes = std::iter::once(outcome.tenant_outcome.slot_class()).collect();
             self.record_outcomes(policy.shard_id(), sequence, outcomes, false)
                 .await;
@@ -447,8 +452,9 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// (counted in the metrics). `on_decided` hears the number of slots
     /// decided each time it grows. Returns when every slot has a result,
     /// with the batch's first sequence and its slots' outcome classes for
-    /// the caller to record (`None` for a batch that failed closed, whose
-    /// slots ran nothing: unrecorded).
+    /// the caller to record: `None` (left unrecorded) for a batch that
+    /// failed closed, and for one with a slot whose class is not known
+    /// for sure (a claim whose answer was lost, an abandoned slot).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_reserved_batch(
         &self,
@@ -574,9 +580,13 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             );
         }
         on_decided(slots.len());
-        slots
-            .first()
-            .map(|first| (first.sequence, slot_batch.outcomes()))
+        let first = slots.first()?;
+        let outcomes = slot_batch.outcomes();
+        if outcomes.is_none() {
+            tracing::debug!(shard = %policy.shard_id(), first_sequence = first.sequence,
+                "a slot's class is not known for sure; the range is left unrecorded");
+        }
+        outcomes.map(|outcomes| (first.sequence, outcomes))
     }
 
     /// Records the outcome classes of the reserved range of `shard` that

@@ -61,6 +61,7 @@ ALTER FUNCTION statek.retry_run(uuid, integer) OWNER TO {owner};
 ALTER TABLE statek.slot_outcomes OWNER TO {owner};
 ALTER FUNCTION statek.refuse_slot_outcome_change() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_kept_slot_outcome_delete() OWNER TO {owner};
+ALTER FUNCTION statek.check_new_slot_outcome() OWNER TO {owner};
 ALTER FUNCTION statek.record_slot_outcomes(text, bigint[], text[], integer[], integer[]) OWNER TO {owner};
 
 -- Nobody else sees anything unless granted below.

@@ -236,3 +236,92 @@ async fn a_worker_runs_every_run_then_reserves_nothing_while_idle() {
     assert_eq!(report.ticks, settled);
     assert!(report.backoffs > 0);
 }
+
+#[derive(Debug, thiserror::Error)]
+#[error("the claim's answer was lost")]
+struct LostAnswer;
+
+/// Claims with `claim_and_run`; its first claim fails transiently (its
+/// answer lost), every other one finds every slot idle.
+#[derive(Default)]
+struct FirstClaimLost {
+    claims: std::sync::atomic::AtomicU32,
+}
+
+impl statek_scheduler::TenantExecutor for FirstClaimLost {
+    type Error = LostAnswer;
+
+    async fn execute_one(
+        &self,
+        _tenant: &TenantId,
+        _shutdown: &CancellationToken,
+    ) -> Result<TenantTickOutcome, LostAnswer> {
+        Ok(TenantTickOutcome::Idle)
+    }
+
+    async fn execute_batch(&self, batch: &statek_scheduler::SlotBatch<'_, LostAnswer>) {
+        statek_scheduler::claim_and_run(
+            batch,
+            |_| true,
+            |slots: &[statek_scheduler::BatchSlot], _max_runs: usize| {
+                let n = slots.len();
+                async move {
+                    if self
+                        .claims
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                        == 0
+                    {
+                        return Err(LostAnswer);
+                    }
+                    Ok((0..n)
+                        .map(|_| statek_scheduler::SlotStart::Done(TenantTickOutcome::Idle))
+                        .collect::<Vec<statek_scheduler::SlotStart<()>>>())
+                }
+            },
+            |(): (), _permit| async move { Ok(TenantTickOutcome::Idle) },
+        )
+        .await;
+    }
+
+    fn is_retryable(_: &LostAnswer) -> bool {
+        true
+    }
+}
+
+/// A batch whose claim lost an answer (the attempt may still claim on
+/// the server) is left unrecorded; the next batch is recorded.
+#[tokio::test]
+async fn a_batch_whose_claim_lost_an_answer_is_left_unrecorded() {
+    let source = InMemoryReservations::new();
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let scheduler = DurableFairScheduler::register(
+        source.clone(),
+        p.clone(),
+        FirstClaimLost::default(),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    let labels = |batch: Vec<Result<TickOutcome, statek_scheduler::SchedulerError>>| {
+        batch
+            .into_iter()
+            .map(|o| o.unwrap().tenant_outcome().label())
+            .collect::<Vec<_>>()
+    };
+    // The retry answers every slot idle, as the Worker reports them.
+    assert_eq!(
+        labels(scheduler.tick_batch(4, &shutdown).await.unwrap()),
+        ["idle", "idle", "idle", "idle"]
+    );
+    assert_eq!(
+        labels(scheduler.tick_batch(4, &shutdown).await.unwrap()),
+        ["idle", "idle", "idle", "idle"]
+    );
+    let records: Vec<(u64, String)> = source
+        .slot_outcomes(p.shard_id())
+        .into_iter()
+        .map(|(first, outcomes)| (first, outcomes.to_string()))
+        .collect();
+    assert_eq!(records, [(4, "i4".to_owned())]);
+}

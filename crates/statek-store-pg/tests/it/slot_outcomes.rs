@@ -311,3 +311,96 @@ async fn one_call_records_many_ranges_and_answers_each() {
         ["refused: statek: classes xx with 2 counts are not runs of the letters c, i, k, n, l, x, adjacent runs differing, each at least 1 slot"]
     );
 }
+
+/// The table checks every new row itself, whoever inserts it (the owner
+/// too), and sets its time; records are made at read committed only.
+#[tokio::test]
+async fn the_table_checks_a_record_inserted_by_hand() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    let shard = p.shard_id();
+    store.register(&p).await.unwrap();
+    let a = tenant("tenant-a");
+    store
+        .enqueue(&NewRun::new(a.clone(), b"a1".to_vec()))
+        .await
+        .unwrap();
+    // Range 0..3 (a, a, b); a's first slot claims its run.
+    reserve_next_slots(&store, &p, 3).await;
+    let first_a = (0..3u64)
+        .find(|s| p.tenant_for_slot(*s) == Some(&a))
+        .unwrap();
+    store
+        .claim_runs_for_slots(&[(first_a, a.clone())], shard, LEASE)
+        .await
+        .unwrap();
+    let client = db.client().await;
+    let insert = |sql: &'static str| {
+        let client = &client;
+        async move { client.execute(sql, &[]).await }
+    };
+    let hidden = insert(
+        "INSERT INTO statek.slot_outcomes (shard_id, first_sequence, slot_count, classes, counts)
+         VALUES ('primary-v1', 0, 3, 'k', '{3}')",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        hidden.as_db_error().unwrap().message(),
+        format!(
+            "statek: slot {first_a} of shard primary-v1 claimed a run; its record must call it c"
+        )
+    );
+    let short = insert(
+        "INSERT INTO statek.slot_outcomes (shard_id, first_sequence, slot_count, classes, counts)
+         VALUES ('primary-v1', 0, 2, 'i', '{2}')",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        short.as_db_error().unwrap().message(),
+        "statek: a slot outcome record covers exactly one retained reservation range (shard primary-v1, sequence 0)"
+    );
+    // A well-formed record by hand is kept, with the database's time.
+    let classes = match first_a {
+        0 => "INSERT INTO statek.slot_outcomes (shard_id, first_sequence, slot_count, classes, counts, recorded_at)
+              VALUES ('primary-v1', 0, 3, 'ci', '{1,2}', '2000-01-01')",
+        1 => "INSERT INTO statek.slot_outcomes (shard_id, first_sequence, slot_count, classes, counts, recorded_at)
+              VALUES ('primary-v1', 0, 3, 'ici', '{1,1,1}', '2000-01-01')",
+        _ => "INSERT INTO statek.slot_outcomes (shard_id, first_sequence, slot_count, classes, counts, recorded_at)
+              VALUES ('primary-v1', 0, 3, 'ic', '{2,1}', '2000-01-01')",
+    };
+    assert_eq!(insert(classes).await.unwrap(), 1);
+    let recent: bool = client
+        .query_one(
+            "SELECT recorded_at > now() - interval '1 minute' FROM statek.slot_outcomes",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(recent);
+    // Not at another isolation level.
+    for level in ["REPEATABLE READ", "SERIALIZABLE"] {
+        client
+            .batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
+            .await
+            .unwrap();
+        let err = client
+            .query(
+                "SELECT * FROM statek.record_slot_outcomes('primary-v1', '{0}', '{i}', '{1}', '{3}')",
+                &[],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.as_db_error().unwrap().message(),
+            format!(
+                "statek: slot outcomes must be recorded at read committed, not {}",
+                level.to_lowercase()
+            )
+        );
+        client.batch_execute("ROLLBACK").await.unwrap();
+    }
+}
