@@ -197,6 +197,19 @@ pub fn zero_series(policy: &WeightedFairnessPolicy) {
     }
 }
 
+/// Publishes a shard's starvation bounds as
+/// [`STARVATION_BOUND_RESERVATIONS`].
+pub(crate) fn publish_bounds(policy: &WeightedFairnessPolicy) {
+    for bound in policy.starvation_bounds() {
+        metrics::gauge!(
+            STARVATION_BOUND_RESERVATIONS,
+            "shard" => policy.shard_id().to_string(),
+            "tenant" => bound.tenant().to_string()
+        )
+        .set(f64::from(bound.maximum_reservations_until_selection()));
+    }
+}
+
 /// Publishes a fairness report's per-tenant figures as
 /// [`SELECTION_GAP_MAX_RESERVATIONS`] and [`GAP_ABOVE_BOUND_TOTAL`].
 pub fn publish_fairness(shard: &statek_policy::SchedulerShardId, report: &crate::FairnessReport) {

@@ -22,11 +22,51 @@ use crate::reservation_source::ReservationSource;
 pub(crate) type OutcomeRecord = (SchedulerShardId, u64, SlotOutcomes);
 
 /// Records grouped per call (see the module docs).
-pub(crate) struct OutcomeRecords(GroupCommit<OutcomeRecord, ()>);
+struct OutcomeRecords(GroupCommit<OutcomeRecord, ()>);
 
 impl std::fmt::Debug for OutcomeRecords {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("OutcomeRecords")
+    }
+}
+
+/// How long a [`crate::Worker`]'s batch waits for other batches' slot
+/// outcome records to join its own in one call: under load about 20
+/// ranges per call instead of one; a range's record is at most this much
+/// later (the Worker's stop waits for it).
+pub(crate) const WORKER_RECORD_LINGER: Duration = Duration::from_millis(100);
+
+/// A scheduler's slot outcome records: a tick's, which its caller waits
+/// for (no linger), and a Worker's batches', which nobody waits for
+/// (lingering up to [`WORKER_RECORD_LINGER`] for more ranges to join).
+#[derive(Debug)]
+pub(crate) struct SchedulerOutcomeRecords {
+    ticks: OutcomeRecords,
+    worker: OutcomeRecords,
+}
+
+impl SchedulerOutcomeRecords {
+    pub(crate) fn new() -> Self {
+        Self {
+            ticks: OutcomeRecords::new(Duration::ZERO),
+            worker: OutcomeRecords::new(WORKER_RECORD_LINGER),
+        }
+    }
+
+    /// Records `record` with the other ranges finished meanwhile, through
+    /// the Worker's lingering group when `from_worker`.
+    pub(crate) async fn record<R: ReservationSource>(
+        &self,
+        source: &R,
+        record: OutcomeRecord,
+        from_worker: bool,
+    ) {
+        let records = if from_worker {
+            &self.worker
+        } else {
+            &self.ticks
+        };
+        records.record(source, record).await;
     }
 }
 
@@ -36,13 +76,13 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 impl OutcomeRecords {
     /// Calls of at most [`MAX_OUTCOME_RECORDS_PER_CALL`] records, each
     /// waiting up to `linger` for more to join.
-    pub(crate) fn new(linger: Duration) -> Self {
+    fn new(linger: Duration) -> Self {
         Self(GroupCommit::new(MAX_OUTCOME_RECORDS_PER_CALL, linger))
     }
 
     /// Records `record` in the next call to `source`, and returns once that
     /// call has ended (recorded, refused or failed for good).
-    pub(crate) async fn record<R: ReservationSource>(&self, source: &R, record: OutcomeRecord) {
+    async fn record<R: ReservationSource>(&self, source: &R, record: OutcomeRecord) {
         let flush = |records: Vec<OutcomeRecord>| async move {
             let count = records.len();
             let mut by_shard: BTreeMap<SchedulerShardId, Vec<(u64, SlotOutcomes)>> =

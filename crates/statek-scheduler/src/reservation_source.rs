@@ -12,6 +12,7 @@ use statek_policy::{
 use statek_store_pg::{Registration, SlotOutcomeAnswer, SlotOutcomes, StoreError};
 use uuid::Uuid;
 
+use crate::error::SchedulerError;
 use crate::reservation::Reservation;
 
 /// A shard as a [`ReservationSource`] holds it.
@@ -27,6 +28,31 @@ pub struct SourceShard {
     pub sealed: bool,
     /// The shard it succeeded, if any.
     pub predecessor: Option<SchedulerShardId>,
+}
+
+impl SourceShard {
+    /// The shard's policy, after checking that this replica compiles the
+    /// cycle the shard was registered with.
+    pub(crate) fn checked_policy(&self) -> Result<WeightedFairnessPolicy, SchedulerError> {
+        let policy = &self.policy;
+        match self.cycle_digest {
+            Some(stored_digest) if stored_digest != policy.cycle_digest() => {
+                Err(SchedulerError::CycleMismatch {
+                    shard: policy.shard_id().to_string(),
+                    stored: stored_digest,
+                    local: policy.cycle_digest(),
+                })
+            }
+            Some(_) => Ok(policy.clone()),
+            None => {
+                tracing::warn!(
+                    shard = %policy.shard_id(),
+                    "shard registered before cycle digests were stored: this replica's cycle is not checked against it"
+                );
+                Ok(policy.clone())
+            }
+        }
+    }
 }
 
 /// The seal of a shard and the shard that goes on from it

@@ -14,10 +14,10 @@ use crate::error::SchedulerError;
 use crate::executor::TenantExecutor;
 use crate::options::SchedulerOptions;
 use crate::outcome::TenantTickOutcome;
-use crate::outcome_recording::OutcomeRecords;
+use crate::outcome_recording::SchedulerOutcomeRecords;
 use crate::reservation::Reservation;
 use crate::reservation_retries::with_retries;
-use crate::reservation_source::{ReservationSource, SourceShard};
+use crate::reservation_source::ReservationSource;
 use crate::tick_outcome::{tenant_of, TickOutcome};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -63,56 +63,13 @@ pub struct DurableFairScheduler<E, R = PgStore> {
     executor: E,
     options: SchedulerOptions,
     registration: Registration,
-    /// Slot outcome records of ticks, grouped per call without lingering.
-    outcome_records: OutcomeRecords,
-    /// Slot outcome records of a Worker's batches, lingering for more.
-    worker_outcome_records: OutcomeRecords,
+    /// Slot outcome records of ticks and of a Worker's batches.
+    outcome_records: SchedulerOutcomeRecords,
 }
-
-/// How long a [`crate::Worker`]'s batch waits for other batches' slot
-/// outcome records to join its own in one call: under load about 20
-/// ranges per call instead of one; a range's record is at most this much
-/// later (the Worker's stop waits for it).
-pub(crate) const WORKER_RECORD_LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Sealed shards followed in one go before giving up: far more than any
 /// rollout rate can produce between two reservations.
 const MAX_FOLLOWED_SEALS: usize = 64;
-
-/// The policy of a stored shard, after checking that this replica compiles
-/// the cycle the shard was registered with.
-fn checked_policy(stored: &SourceShard) -> Result<WeightedFairnessPolicy, SchedulerError> {
-    let policy = &stored.policy;
-    match stored.cycle_digest {
-        Some(stored_digest) if stored_digest != policy.cycle_digest() => {
-            Err(SchedulerError::CycleMismatch {
-                shard: policy.shard_id().to_string(),
-                stored: stored_digest,
-                local: policy.cycle_digest(),
-            })
-        }
-        Some(_) => Ok(policy.clone()),
-        None => {
-            tracing::warn!(
-                shard = %policy.shard_id(),
-                "shard registered before cycle digests were stored: this replica's cycle is not checked against it"
-            );
-            Ok(policy.clone())
-        }
-    }
-}
-
-/// Publishes a shard's starvation bounds.
-fn publish_bounds(policy: &WeightedFairnessPolicy) {
-    for bound in policy.starvation_bounds() {
-        metrics::gauge!(
-            crate::metrics::STARVATION_BOUND_RESERVATIONS,
-            "shard" => policy.shard_id().to_string(),
-            "tenant" => bound.tenant().to_string()
-        )
-        .set(f64::from(bound.maximum_reservations_until_selection()));
-    }
-}
 
 impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// Registers `policy` for its shard (or verifies that the shard already
@@ -164,7 +121,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                 shard: policy.shard_id().to_string(),
             });
         }
-        checked_policy(&stored)?;
+        stored.checked_policy()?;
         let scheduler = Self {
             source,
             live: RwLock::new(Arc::new(policy)),
@@ -172,13 +129,12 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             executor,
             options,
             registration,
-            outcome_records: OutcomeRecords::new(std::time::Duration::ZERO),
-            worker_outcome_records: OutcomeRecords::new(WORKER_RECORD_LINGER),
+            outcome_records: SchedulerOutcomeRecords::new(),
         };
         if stored.sealed {
             scheduler.follow(stored.policy.shard_id()).await?;
         } else {
-            publish_bounds(&scheduler.policy());
+            crate::metrics::publish_bounds(&scheduler.policy());
             // A replica started on a successor marks its predecessor sealed
             // too, so alerts on reservation rates ignore it also when no
             // replica ever followed the seal.
@@ -223,7 +179,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             let Some(seam) = self.source.successor(from.shard_id()).await? else {
                 break;
             };
-            let next = Arc::new(checked_policy(&seam.successor)?);
+            let next = Arc::new(seam.successor.checked_policy()?);
             for bound in &seam.seam {
                 metrics::gauge!(
                     crate::metrics::SEAM_BOUND_RESERVATIONS,
@@ -243,7 +199,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                 "shard" => from.shard_id().to_string()
             )
             .set(1.0);
-            publish_bounds(&next);
+            crate::metrics::publish_bounds(&next);
             crate::metrics::zero_series(&next);
             *self
                 .live
@@ -590,11 +546,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     }
 
     /// Records the outcome classes of the reserved range of `shard` that
-    /// starts at `first_sequence`, grouped with the ranges other batches
-    /// finished meanwhile (`outcome_recording.rs`): at once for a tick's
-    /// caller, who waits for it; for a [`crate::Worker`]'s batch task,
-    /// which nobody waits for, after lingering up to
-    /// [`WORKER_RECORD_LINGER`] for more ranges to join.
+    /// starts at `first_sequence` ([`SchedulerOutcomeRecords::record`]).
     pub(crate) async fn record_outcomes(
         &self,
         shard: &SchedulerShardId,
@@ -602,13 +554,12 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         outcomes: statek_store_pg::SlotOutcomes,
         from_worker: bool,
     ) {
-        let records = if from_worker {
-            &self.worker_outcome_records
-        } else {
-            &self.outcome_records
-        };
-        records
-            .record(&self.source, (shard.clone(), first_sequence, outcomes))
+        self.outcome_records
+            .record(
+                &self.source,
+                (shard.clone(), first_sequence, outcomes),
+                from_worker,
+            )
             .await;
     }
 
