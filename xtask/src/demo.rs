@@ -15,6 +15,25 @@ pub struct XtaskDemoArgs {
     pub pg: PgMajor,
 }
 
+/// Installs `pg_stat_statements` in the database of a server that xtask
+/// started with it loaded, so the demo can read statements and server time
+/// per run (a `DATABASE_URL` server is left as it is: the demo says n/a
+/// there unless the extension is installed).
+pub fn enable_statement_statistics(database_url: &str) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let (client, connection) =
+            tokio_postgres::connect(database_url, tokio_postgres::NoTls).await?;
+        let connection = tokio::spawn(connection);
+        crate::pg::enable_statement_statistics(&client).await;
+        drop(client);
+        connection.await??;
+        Ok(())
+    })
+}
+
 /// Runs the demo against `database_url`.
 pub fn run(args: XtaskDemoArgs, database_url: &str) -> Result<()> {
     let mut demo = args.demo;

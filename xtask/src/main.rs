@@ -185,8 +185,11 @@ fn run(cli: Cli) -> Result<()> {
             let url = if let Some(url) = pg::external_database_url() {
                 url
             } else {
-                let server = pg::Server::provision_and_start(args.pg)?;
+                // pg_stat_statements loaded, so the demo prints both
+                // sides' statements and server time per run.
+                let server = pg::Server::provision_and_start_measured(args.pg)?;
                 let url = server.database_url();
+                demo::enable_statement_statistics(&url)?;
                 _server = server;
                 url
             };

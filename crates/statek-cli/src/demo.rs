@@ -21,6 +21,7 @@
 
 mod args;
 mod checks;
+mod db_work;
 mod fair_side;
 mod fifo_side;
 mod lock;
@@ -110,20 +111,33 @@ async fn run_demo(
         .collect();
 
     refuse_sealed(&admin, &policy, "before the demo").await?;
+    let before_fair = db_work::reading(&admin).await?;
     let fair = fair_side::run(&args, url, &admin, &policy, schedule.as_ref(), &workload).await?;
     // The checks judge one shard's sequences against its own cycle.
     refuse_sealed(&admin, &policy, "while the demo ran").await?;
+    let after_fair = db_work::reading(&admin).await?;
     let arrivals = lock(&fair.arrivals).clone();
     let statek = SideEvidence::read(&admin, "statek", arrivals, fair.origin).await?;
+    let fair_work =
+        db_work::SideWork::between_readings(&before_fair, &after_fair, statek.finished_runs());
+    let mut fifo_work = None;
     let fifo = match fifo_side::refusal(admin.count_live_runs().await?) {
         Some(why) => {
             outln!("{why}")?;
             Err(why)
         }
         None => {
+            let before_fifo = db_work::reading(&admin).await?;
             let side = fifo_side::run(&args, url, &admin, &tenants, &workload).await?;
+            let after_fifo = db_work::reading(&admin).await?;
             let arrivals = lock(&side.arrivals).clone();
-            Ok(SideEvidence::read(&admin, "FIFO", arrivals, side.origin).await?)
+            let evidence = SideEvidence::read(&admin, "FIFO", arrivals, side.origin).await?;
+            fifo_work = db_work::SideWork::between_readings(
+                &before_fifo,
+                &after_fifo,
+                evidence.finished_runs(),
+            );
+            Ok(evidence)
         }
     };
 
@@ -133,6 +147,10 @@ async fn run_demo(
             .as_ref()
             .ok()
             .map(|fifo| Comparison::new(&policy, &workload, &statek, fifo)),
+        database_work: fifo.is_ok().then_some(db_work::WorkComparison {
+            statek: fair_work,
+            fifo: fifo_work,
+        }),
         charts: write_charts(&args, &policy, &fair, &statek, fifo.as_ref().ok()),
         checks: checks::all(
             &policy,
@@ -183,6 +201,8 @@ async fn refuse_sealed(admin: &PgStore, policy: &WeightedFairnessPolicy, when: &
 pub struct DemoReport {
     order: OrderTable,
     comparison: Option<Comparison>,
+    /// Both sides' database work per finished run (when the FIFO side ran).
+    database_work: Option<db_work::WorkComparison>,
     charts: Charts,
     checks: Vec<DemoCheck>,
 }
@@ -224,6 +244,9 @@ impl Report for DemoReport {
         self.order.write_text(w)?;
         if let Some(comparison) = &self.comparison {
             comparison.write_text(w)?;
+        }
+        if let Some(work) = &self.database_work {
+            work.write_text(w)?;
         }
         match &self.charts {
             Charts::Written(paths) => {

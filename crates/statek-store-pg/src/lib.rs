@@ -120,7 +120,8 @@
 //! migrated database per test on the server named by
 //! `STATEK_TEST_DATABASE_URL`; `baseline` adds [`baseline`], the plain FIFO
 //! `SKIP LOCKED` queue that the demo and the bench compare statek with
-//! (the unfair comparison, not for production).
+//! (the unfair comparison, not for production), and [`server_work`], the
+//! database's work per run of each side of that comparison.
 
 #![forbid(unsafe_code)]
 
@@ -150,6 +151,8 @@ mod rollout_preview;
 mod run_history;
 mod run_queue;
 mod run_retention;
+#[cfg(feature = "baseline")]
+pub mod server_work;
 mod shard;
 mod shard_halt;
 mod slot_outcomes;

@@ -96,6 +96,13 @@ impl PgStore {
         &self.config
     }
 
+    /// Closes the pool's idle connections (the ones in use stay); the
+    /// next call opens new ones.
+    #[cfg(feature = "baseline")]
+    pub(crate) fn close_idle_connections(&self) {
+        self.pool.retain(|_, _| false);
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         Ok(self.pool.get().await?)
     }

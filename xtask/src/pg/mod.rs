@@ -58,6 +58,25 @@ pub const STATEMENT_STATISTICS: &[&str] = &[
     "pg_stat_statements.track_planning=on",
 ];
 
+/// Creates the extension where the server loads it (the bench's and the
+/// demo's own servers do: [`STATEMENT_STATISTICS`]); says so and goes on
+/// without it elsewhere.
+pub async fn enable_statement_statistics(client: &tokio_postgres::Client) {
+    let enabled = async {
+        client
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .await?;
+        client
+            .batch_execute("SELECT count(*) FROM pg_stat_statements")
+            .await
+    };
+    if let Err(e) = enabled.await {
+        eprintln!(
+            "xtask: statements and server time per run are n/a: pg_stat_statements is not available ({e})"
+        );
+    }
+}
+
 fn owned(settings: &[&str]) -> Vec<String> {
     settings.iter().map(|s| (*s).to_owned()).collect()
 }

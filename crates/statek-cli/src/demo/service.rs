@@ -125,6 +125,14 @@ impl SideEvidence {
         (runs, runs as f64 / seconds.max(1e-9), seconds)
     }
 
+    /// Runs of this side that finished (completed or failed for good).
+    pub fn finished_runs(&self) -> usize {
+        self.records
+            .values()
+            .filter(|r| r.finished_at.is_some())
+            .count()
+    }
+
     /// The small tenants' service lags (ms) pooled, sorted.
     pub fn pooled_lag_ms(&self, tenants: &[TenantId]) -> Vec<f64> {
         let service = self.service();

@@ -10,11 +10,11 @@ use statek_policy::SchedulerShardId;
 use statek_store_pg::testing::TestDatabase;
 use uuid::Uuid;
 
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
-fn statek(args: &[&str], database_url: Option<&str>) -> Output {
+pub(crate) fn statek(args: &[&str], database_url: Option<&str>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_statek"));
     cmd.args(args)
         .current_dir(workspace())
@@ -25,11 +25,11 @@ fn statek(args: &[&str], database_url: Option<&str>) -> Output {
     cmd.output().unwrap()
 }
 
-fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
 
-fn stderr(o: &Output) -> String {
+pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
 }
 

@@ -109,3 +109,36 @@ async fn run_history_shows_each_claim_with_its_slot() {
         Err(StoreError::InvalidArgument(_))
     ));
 }
+
+/// The demo's and the bench's readings (`server_work`): another session's
+/// writes count once it went quiet, and the work per run is their
+/// difference.
+#[tokio::test]
+async fn server_work_counts_another_sessions_writes_once_it_is_quiet() {
+    let db = TestDatabase::create().await;
+    let reader = db.store();
+    let (before, quiet) = reader.server_reading_when_quiet().await.unwrap();
+    assert!(quiet);
+    // Another pool; its statistics are flushed when its sessions end.
+    let writer = statek_store_pg::PgStore::new(db.store_config()).unwrap();
+    let queue = PlainFifoQueue::new(writer.clone());
+    queue.create_index().await.unwrap();
+    for _ in 0..40 {
+        writer
+            .enqueue(&NewRun::new(tenant("noisy"), Vec::new()))
+            .await
+            .unwrap();
+    }
+    let claimed = queue.claim_up_to(40).await.unwrap();
+    assert_eq!(queue.complete(&claimed).await.unwrap(), 40);
+    drop((queue, writer));
+    let (after, quiet) = reader.server_reading_when_quiet().await.unwrap();
+    assert!(quiet, "the writer's sessions ended");
+    let work = statek_store_pg::server_work::ServerWork::between(&before, &after, 40).unwrap();
+    // One insert per run, one update to claim it and one to complete it.
+    assert_eq!((work.inserted, work.updated, work.deleted), (1.0, 2.0, 0.0));
+    assert_eq!(work.rows_written(), 3.0);
+    assert!(work.wal_bytes > 0.0, "{work:?}");
+    // The test server does not install pg_stat_statements.
+    assert_eq!((work.statements, work.db_ms()), (None, None));
+}

@@ -58,7 +58,7 @@ pub async fn run(
     into: &mut Workloads,
 ) -> Result<()> {
     let client = crate::bench::connection::connect(url).await?;
-    db_work::enable_statement_statistics(&client).await;
+    crate::pg::enable_statement_statistics(&client).await;
     for workload in Workload::ALL {
         let policy = workload.policy()?;
         let mut all = Vec::new();

@@ -1,0 +1,53 @@
+//! `statek demo`, short, against a real PostgreSQL: its checks pass and it
+//! prints both sides' database work per run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use statek_store_pg::testing::TestDatabase;
+use uuid::Uuid;
+
+use crate::cli::{statek, stderr, stdout};
+
+#[tokio::test]
+async fn a_short_demo_passes_its_checks_and_prints_both_sides_database_work() {
+    let db = TestDatabase::create().await;
+    let charts = std::env::temp_dir().join(format!("statek-demo-{}", Uuid::now_v7().simple()));
+    let out = statek(
+        &[
+            "demo",
+            "--backlog",
+            "300",
+            "--trickle",
+            "2",
+            "--work-ms",
+            "1",
+            "--replicas",
+            "2",
+            "--charts-dir",
+            charts.to_str().unwrap(),
+        ],
+        Some(&db.connection_string()),
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(text.ends_with("demo: all 8 checks passed\n"), "{text}");
+    let work: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("database work per finished run"))
+        .take(5)
+        .collect();
+    assert_eq!(work.len(), 5, "{text}");
+    // Each FIFO run is inserted, claimed and completed: three row writes,
+    // nothing else; statek's side writes at least those.
+    let rows: Vec<&str> = work[2].split_whitespace().collect();
+    assert_eq!(&rows[..2], ["rows", "written"], "{text}");
+    assert_eq!(rows[4], "3.00", "FIFO rows per run: {text}");
+    assert!(rows[2].parse::<f64>().unwrap() >= 3.0, "{text}");
+    // The test servers do not install pg_stat_statements.
+    assert_eq!(
+        work[4],
+        "  statements and server time: n/a (pg_stat_statements is not installed in this \
+         database; `cargo xtask demo` loads it on the server it starts)"
+    );
+    let _ = std::fs::remove_dir_all(&charts);
+}
