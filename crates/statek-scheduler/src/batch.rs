@@ -108,7 +108,6 @@ pub struct SlotBatch<'a, E> {
     shard: &'a SchedulerShardId,
     slots: &'a [BatchSlot],
     pool: &'a RunPool,
-    first: Mutex<Option<RunPermit>>,
     stop: &'a CancellationToken,
     cancel: &'a CancellationToken,
     sink: &'a (dyn Fn(usize, SlotResult<E>) + Send + Sync),
@@ -124,16 +123,14 @@ pub struct SlotBatch<'a, E> {
 
 impl<'a, E> SlotBatch<'a, E> {
     /// A batch of `slots` (sequence order) of `shard`, whose runs take
-    /// permits of `pool`; `first` is a permit the caller already holds.
+    /// permits of `pool`.
     /// `stop` ends claiming, `cancel` is the handlers' token; `sink` gets
     /// each slot's outcome by index, `on_decided` the decided count each
     /// time it grows.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         shard: &'a SchedulerShardId,
         slots: &'a [BatchSlot],
         pool: &'a RunPool,
-        first: Option<RunPermit>,
         stop: &'a CancellationToken,
         cancel: &'a CancellationToken,
         sink: &'a (dyn Fn(usize, SlotResult<E>) + Send + Sync),
@@ -143,7 +140,6 @@ impl<'a, E> SlotBatch<'a, E> {
             shard,
             slots,
             pool,
-            first: Mutex::new(first),
             stop,
             cancel,
             sink,
@@ -183,18 +179,12 @@ impl<'a, E> SlotBatch<'a, E> {
             return None;
         }
         let mut held = Vec::with_capacity(wanted);
-        let first = lock(&self.first).take();
-        match first {
-            Some(permit) => held.push(permit),
-            None => {
-                let permit = tokio::select! {
-                    biased;
-                    _ = self.stop.cancelled() => return None,
-                    permit = self.pool.acquire() => permit,
-                };
-                held.push(permit);
-            }
-        }
+        let permit = tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => return None,
+            permit = self.pool.acquire() => permit,
+        };
+        held.push(permit);
         self.pool.try_take(wanted, &mut held);
         Some(held)
     }
@@ -441,4 +431,27 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
     }
     batch.cancel_from(next);
     while running.next().await.is_some() {}
+}
+
+/// A batch reserved on `policy`'s shard, ready to run: its reservations in
+/// sequence order, the reservation's retries (kept in errors), and the
+/// pool whose permits its claims take.
+pub(crate) struct ReservedBatch<'a> {
+    pub(crate) policy: &'a statek_policy::WeightedFairnessPolicy,
+    pub(crate) reservations: Vec<crate::reservation::Reservation>,
+    pub(crate) retries: u32,
+    pub(crate) pool: &'a RunPool,
+}
+
+/// Where a running batch's results go, and what stops it: `stop` ends
+/// claiming (the slots left are decided without a run), `cancel` cancels
+/// the handlers; `sink` hears one result per slot, by index in the batch,
+/// and `on_decided` the number of slots decided each time it grows.
+pub(crate) struct BatchHooks<'a> {
+    pub(crate) stop: &'a CancellationToken,
+    pub(crate) cancel: &'a CancellationToken,
+    pub(crate) sink: &'a (dyn Fn(usize, Result<crate::tick_outcome::TickOutcome, crate::error::SchedulerError>)
+             + Send
+             + Sync),
+    pub(crate) on_decided: &'a (dyn Fn(usize) + Send + Sync),
 }

@@ -9,7 +9,7 @@ use statek_store_pg::{PgStore, Registration, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::batch::{BatchSlot, RunPermit, RunPool, SlotBatch, SlotResult};
+use crate::batch::{BatchHooks, BatchSlot, ReservedBatch, RunPool, SlotBatch, SlotResult};
 use crate::error::SchedulerError;
 use crate::executor::TenantExecutor;
 use crate::options::SchedulerOptions;
@@ -377,15 +377,18 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         };
         if let Some((first, outcomes)) = self
             .run_reserved_batch(
-                &policy,
-                batch,
-                retries,
-                &pool,
-                None,
-                stop,
-                cancel,
-                &sink,
-                &|_| {},
+                ReservedBatch {
+                    policy: &policy,
+                    reservations: batch,
+                    retries,
+                    pool: &pool,
+                },
+                BatchHooks {
+                    stop,
+                    cancel,
+                    sink: &sink,
+                    on_decided: &|_| {},
+                },
             )
             .await
         {
@@ -400,30 +403,33 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             .collect())
     }
 
-    /// Runs a batch reserved on `policy`'s shard through
-    /// [`TenantExecutor::execute_batch`]: maps every slot to its tenant
-    /// (fail-closed), lets the executor claim
-    /// and run with permits of `pool` (`first` already held), and hands
-    /// `sink` one result per slot, by index in the batch, as it arrives
-    /// (counted in the metrics). `on_decided` hears the number of slots
-    /// decided each time it grows. Returns when every slot has a result,
+    /// Runs a [`ReservedBatch`] through [`TenantExecutor::execute_batch`]:
+    /// maps every slot to its tenant (fail-closed), lets the executor
+    /// claim and run with permits of its pool,
+    /// and hands the hooks' `sink` one result per slot, by index in the
+    /// batch, as it arrives (counted in the metrics); `on_decided` hears
+    /// the number of slots decided each time it grows. Returns when every slot has a result,
     /// with the batch's first sequence and its slots' outcome classes for
     /// the caller to record: `None` (left unrecorded) for a batch that
     /// failed closed, and for one with a slot whose class is not known
     /// for sure (a claim whose answer was lost, an abandoned slot).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_reserved_batch(
         &self,
-        policy: &WeightedFairnessPolicy,
-        reservations: Vec<Reservation>,
-        retries: u32,
-        pool: &RunPool,
-        first: Option<RunPermit>,
-        stop: &CancellationToken,
-        cancel: &CancellationToken,
-        sink: &(dyn Fn(usize, Result<TickOutcome, SchedulerError>) + Send + Sync),
-        on_decided: &(dyn Fn(usize) + Send + Sync),
+        batch: ReservedBatch<'_>,
+        hooks: BatchHooks<'_>,
     ) -> Option<(u64, statek_store_pg::SlotOutcomes)> {
+        let ReservedBatch {
+            policy,
+            reservations,
+            retries,
+            pool,
+        } = batch;
+        let BatchHooks {
+            stop,
+            cancel,
+            sink,
+            on_decided,
+        } = hooks;
         let mut mapped = Vec::with_capacity(reservations.len());
         let mut corrupt = None;
         for (index, reservation) in reservations.iter().enumerate() {
@@ -516,7 +522,6 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             policy.shard_id(),
             &slots,
             pool,
-            first,
             stop,
             cancel,
             &deliver,

@@ -12,7 +12,7 @@ use statek_store_pg::{PgStore, RunNotifications};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::RunPool;
+use crate::batch::{BatchHooks, ReservedBatch, RunPool};
 use crate::error::SchedulerError;
 use crate::executor::TenantExecutor;
 use crate::outcome::TenantTickOutcome;
@@ -434,15 +434,18 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                 let recorded = shared
                     .scheduler
                     .run_reserved_batch(
-                        &policy,
-                        batch,
-                        retries,
-                        &pool,
-                        None,
-                        &stop,
-                        &hard,
-                        &sink,
-                        &on_decided,
+                        ReservedBatch {
+                            policy: &policy,
+                            reservations: batch,
+                            retries,
+                            pool: &pool,
+                        },
+                        BatchHooks {
+                            stop: &stop,
+                            cancel: &hard,
+                            sink: &sink,
+                            on_decided: &on_decided,
+                        },
                     )
                     .await;
                 if let Some((first, outcomes)) = recorded {
