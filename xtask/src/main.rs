@@ -23,6 +23,12 @@
 //! Relative paths given to xtask are relative to the workspace root.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+/// Only with feature `mimalloc`: the allocator section `soak` measures
+/// against glibc's malloc (`--allocator mimalloc`).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod arch_check;
 mod bench;
 mod bounds_report;

@@ -73,6 +73,11 @@ pub struct BenchArgs {
     /// Minutes at full load of section `soak`.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=240))]
     pub soak_minutes: u64,
+    /// The bench process's allocator for section `soak`: `system` (glibc's
+    /// malloc; set `MALLOC_ARENA_MAX` in the environment to limit its
+    /// arenas) or `mimalloc` (xtask rebuilt with feature `mimalloc`).
+    #[arg(long, value_enum, default_value_t = soak::Allocator::System)]
+    pub allocator: soak::Allocator,
     /// Sections to run, comma-separated (default: all but `soak`).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Section::ALL)]
     pub only: Vec<Section>,
@@ -208,10 +213,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else {
         None
     };
-    if cfg!(debug_assertions) {
+    let features = args.allocator.features();
+    if cfg!(debug_assertions) || !args.allocator.in_effect() {
         // `cargo xtask` is a debug build; the client side of a benchmark
-        // must not be. Re-run this command from a release build of xtask.
-        return rerun_in_release();
+        // must not be. Re-run this command from a release build of xtask
+        // (with the allocator asked for).
+        return rerun_in_release(features);
     }
     let mut args = args.clone();
     if args.quick {
@@ -292,16 +299,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs `cargo run --release -p xtask -- <the same arguments>` and returns
-/// its result.
-fn rerun_in_release() -> Result<()> {
+/// Runs `cargo run --release -p xtask [FEATURES] -- <the same arguments>`
+/// and returns its result.
+fn rerun_in_release(features: &[&str]) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     eprintln!(
-        "xtask: building xtask in release mode for the benchmark (cargo run --release -p xtask)"
+        "xtask: building xtask in release mode for the benchmark (cargo run --release -p xtask {})",
+        features.join(" ")
     );
     let status = std::process::Command::new(cargo)
-        .args(["run", "--release", "--quiet", "--package", "xtask", "--"])
+        .args(["run", "--release", "--quiet", "--package", "xtask"])
+        .args(features)
+        .arg("--")
         .args(&args)
         .status()
         .context("running the release build of xtask")?;

@@ -611,8 +611,13 @@ impl Report {
         super::workloads::table::print(&self.workloads);
         if let Some(soak) = &self.soak {
             println!(
-                "soak: VmRSS {} KiB after 1 min, {} KiB after {} min ({} runs executed)",
-                soak.rss_first_minute_kib, soak.rss_end_kib, soak.minutes, soak.executed
+                "soak ({}): VmRSS {} KiB after 1 min, {} KiB after {} min ({} runs executed, {:.0} runs/s)",
+                soak.allocator,
+                soak.rss_first_minute_kib,
+                soak.rss_end_kib,
+                soak.minutes,
+                soak.executed,
+                soak.runs_per_second
             );
         }
         if let Some(compile) = &self.compile {

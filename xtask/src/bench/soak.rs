@@ -25,11 +25,55 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(30);
 /// The first reference point.
 const FIRST_MINUTE: Duration = Duration::from_secs(60);
 
+/// The bench process's allocator (`--allocator`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Allocator {
+    /// The system's malloc (glibc): `MALLOC_ARENA_MAX` from the environment.
+    System,
+    /// mimalloc as Rust's global allocator (xtask's feature `mimalloc`).
+    Mimalloc,
+}
+
+impl Allocator {
+    /// Whether this process runs with it.
+    pub fn in_effect(self) -> bool {
+        match self {
+            Self::System => !cfg!(feature = "mimalloc"),
+            Self::Mimalloc => cfg!(feature = "mimalloc"),
+        }
+    }
+
+    /// The cargo arguments that build xtask with it.
+    pub fn features(self) -> &'static [&'static str] {
+        match self {
+            Self::System => &[],
+            Self::Mimalloc => &["--features", "mimalloc"],
+        }
+    }
+}
+
+/// The allocator this process runs with, as the results name it.
+pub fn allocator_in_effect() -> String {
+    if cfg!(feature = "mimalloc") {
+        return "mimalloc (global allocator)".to_owned();
+    }
+    match std::env::var("MALLOC_ARENA_MAX") {
+        Ok(arenas) => format!("glibc malloc, MALLOC_ARENA_MAX={arenas}"),
+        Err(_) => "glibc malloc, defaults (MALLOC_ARENA_MAX unset)".to_owned(),
+    }
+}
+
 /// The soak's figures.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Soak {
     /// Minutes at full load.
     pub minutes: u64,
+    /// The allocator the process ran with ([`allocator_in_effect`]).
+    #[serde(default)]
+    pub allocator: String,
+    /// Runs executed per second over the whole soak.
+    #[serde(default)]
+    pub runs_per_second: f64,
     /// Where the Worker ran and how RSS was read.
     pub how: String,
     /// VmRSS after one minute, KiB.
@@ -142,13 +186,16 @@ pub async fn run(url: &str, minutes: u64) -> Result<Soak> {
     let counts = std::sync::Arc::clone(&worker.counts);
     worker.join().await?;
     top_up.await.context("the top-up task panicked")??;
+    let executed = counts.executed.load(std::sync::atomic::Ordering::Relaxed);
     Ok(Soak {
         minutes,
+        allocator: allocator_in_effect(),
+        runs_per_second: executed as f64 / started.elapsed().as_secs_f64().max(1e-9),
         how: "one Worker in the bench process (concurrency 16, no-op handler, LISTEN/NOTIFY, outcome sink counted); VmRSS of /proc/self/status".to_owned(),
         rss_first_minute_kib: first_minute.context("the soak ended before its first minute")?,
         rss_end_kib: rss_end,
         samples,
-        executed: counts.executed.load(std::sync::atomic::Ordering::Relaxed),
+        executed,
     })
 }
 
@@ -167,6 +214,8 @@ mod tests {
     fn judges_growth() {
         let soak = |first, end| Soak {
             minutes: 10,
+            allocator: String::new(),
+            runs_per_second: 0.0,
             how: String::new(),
             rss_first_minute_kib: first,
             rss_end_kib: end,
