@@ -209,6 +209,7 @@ mod tests {
             found,
             [
                 "demo.rs",
+                "demo/db_work.rs",
                 "demo/fair_side.rs",
                 "demo/fifo_side.rs",
                 "demo/side.rs",
