@@ -5,6 +5,12 @@
 //! - statek-scheduler -> statek-policy, statek-store-pg
 //! - statek-cli -> all three
 //! - statek-examples (users' examples) -> policy, store, scheduler
+//! - devpg (PostgreSQL for development) -> no workspace crate
+//! - statek-bench (the dev tools that link the product) -> policy, store,
+//!   scheduler, cli, devpg
+//! - xtask -> devpg; and to policy, store, scheduler and cli only as
+//!   dev-dependencies (its tidy tests), so building xtask compiles no
+//!   product crate
 //! - nothing depends on xtask
 //! - statek-policy depends on no workspace crate, and its normal dependency
 //!   closure holds no async runtime or database crate.
@@ -36,16 +42,31 @@ const ARROWS: &[(&str, &[&str])] = &[
         "statek-examples",
         &["statek-policy", "statek-store-pg", "statek-scheduler"],
     ),
+    ("devpg", &[]),
     (
-        "xtask",
+        "statek-bench",
         &[
             "statek-policy",
             "statek-store-pg",
             "statek-scheduler",
             "statek-cli",
+            "devpg",
         ],
     ),
+    ("xtask", &["devpg"]),
 ];
+
+/// Arrows allowed only as dev-dependencies: crate -> the workspace crates
+/// its tests may use.
+const DEV_ARROWS: &[(&str, &[&str])] = &[(
+    "xtask",
+    &[
+        "statek-policy",
+        "statek-store-pg",
+        "statek-scheduler",
+        "statek-cli",
+    ],
+)];
 
 /// Whether a crate name is an async runtime or database crate, which the
 /// pure crate must not reach through normal dependencies.
@@ -97,6 +118,12 @@ struct DepKind {
 impl NodeDep {
     fn is_normal(&self) -> bool {
         self.dep_kinds.iter().any(|kind| kind.kind.is_none())
+    }
+
+    fn is_dev_only(&self) -> bool {
+        self.dep_kinds
+            .iter()
+            .all(|kind| kind.kind.as_deref() == Some("dev"))
     }
 
     fn kinds(&self) -> String {
@@ -184,6 +211,13 @@ pub fn check(metadata: &Metadata) -> Vec<String> {
                     dep.kinds()
                 ));
             } else if !allowed.contains(&to.as_str()) {
+                let dev_allowed = DEV_ARROWS
+                    .iter()
+                    .find(|(name, _)| *name == from)
+                    .is_some_and(|(_, to_crates)| to_crates.contains(&to.as_str()));
+                if dev_allowed && dep.is_dev_only() {
+                    continue;
+                }
                 let allowed = if allowed.is_empty() {
                     "no workspace crate".to_owned()
                 } else {
@@ -298,6 +332,8 @@ mod tests {
         "statek-policy",
         "statek-store-pg",
         "statek-scheduler",
+        "statek-cli",
+        "devpg",
         "xtask",
     ];
 
@@ -337,6 +373,27 @@ mod tests {
                 "forbidden arrow: statek-store-pg -> statek-scheduler (dev dependency); \
               statek-store-pg may depend on statek-policy"
             ]
+        );
+    }
+
+    #[test]
+    fn xtask_links_the_product_only_in_its_tests() {
+        assert_eq!(
+            check_edges(&[
+                ("xtask", "devpg", None),
+                ("xtask", "statek-cli", Some("dev")),
+                ("xtask", "statek-policy", Some("dev")),
+            ]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check_edges(&[("xtask", "statek-cli", None)]),
+            ["forbidden arrow: xtask -> statek-cli (normal dependency); xtask may depend on devpg"]
+        );
+        assert_eq!(
+            check_edges(&[("devpg", "statek-cli", None)]),
+            ["forbidden arrow: devpg -> statek-cli (normal dependency); \
+              devpg may depend on no workspace crate"]
         );
     }
 

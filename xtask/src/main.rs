@@ -10,52 +10,36 @@
 //!   alerts and dashboard use exactly the metrics statek emits.
 //! - `cargo xtask rule-tests`: `promtool test rules` on the alerts' unit
 //!   tests (Debian's package `prometheus`, installed when missing as root).
-//! - `cargo xtask demo`: the noisy-neighbour demonstration.
-//! - `cargo xtask chaos [--quick]`: a Worker fleet through database faults
-//!   (restarts, killed backends, taken connections, held row locks).
-//! - `cargo xtask bench [--quick]`: performance figures against pgbench and
-//!   a plain `SKIP LOCKED` queue (see `docs/benchmarks.md`).
-//! - `cargo xtask bounds-report [--seed N] [--sets-per-family N] [--write-docs]`:
-//!   starvation bound ratios of `swrr-v1`, `min-gap-v1` and `min-gap-v2` over
-//!   generated weight families, every short cycle and the exhaustive optimum
-//!   (the figures in `docs/guarantees.md`).
+//! - `cargo xtask demo`, `bench`, `failover`, `ha-layouts`, `chaos`,
+//!   `bounds-report`, `deploy-check`: the tasks that link the product, run
+//!   by crate statek-bench (`cargo run -p statek-bench -- TASK ARGS`, see
+//!   [`linked`]); xtask passes the arguments on unchanged, so
+//!   `cargo xtask bench --help` shows that task's options.
+//!
+//! xtask links no product crate (only its tests do), so `cargo xtask pg
+//! start` and the start of `cargo xtask test` compile in seconds, and the
+//! product is compiled once, by the test build, whose statek-bench binary
+//! the test matrix then runs.
 //!
 //! Relative paths given to xtask are relative to the workspace root.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-/// Only with feature `mimalloc`: the allocator section `soak` measures
-/// against glibc's malloc (`--allocator mimalloc`).
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod arch_check;
-mod bench;
-mod bounds_report;
-mod chaos;
-mod cnpg_check;
-mod command;
-mod debian_tool;
-mod demo;
-mod deploy_check;
-mod failover;
-mod failover_judge;
-mod ha_layouts;
-mod interrupt;
+mod linked;
 mod migrate;
-mod pg;
 mod rule_tests;
 mod test_binaries;
 mod test_matrix;
 #[cfg(test)]
 mod tidy;
-mod workspace;
 
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use devpg::{command, debian_tool, interrupt, pg, workspace};
 
+use linked::Passed;
 use pg::PgMajor;
 
 /// statek development and CI tasks.
@@ -84,22 +68,29 @@ enum Task {
     Test(test_matrix::TestArgs),
     /// Check the arrows between workspace crates (ARCHITECTURE.md, "Allowed arrows").
     ArchCheck,
-    /// Parse deploy/ YAML and JSON; check alert and dashboard metrics against the emitted ones.
-    DeployCheck,
     /// Run the alert rules' unit tests with promtool (deploy/prometheus/alerts.test.yaml).
     RuleTests,
-    /// Run the noisy-neighbour demo (against DATABASE_URL or a fresh server).
-    Demo(demo::XtaskDemoArgs),
-    /// Measure reservations vs pgbench, the fairness tax, retention and compile time (target/bench).
-    Bench(bench::BenchArgs),
-    /// A real failover under load: primary crashed, standby promoted (asynchronous with lag, then synchronous).
-    Failover(failover::FailoverArgs),
-    /// A Worker fleet under load on a durable server through restarts, killed backends, taken connections and held row locks.
-    Chaos(chaos::ChaosArgs),
-    /// Judge real standby layouts (FIRST 1 and ANY 1 of two, FIRST 1 beside an asynchronous one) with the durability check.
-    HaLayouts(ha_layouts::HaLayoutsArgs),
+    /// Parse deploy/ YAML and JSON; check alert and dashboard metrics against the emitted ones.
+    #[command(disable_help_flag = true)]
+    DeployCheck(Passed),
+    /// Run the noisy-neighbour demo (against DATABASE_URL or a fresh server; `--help` for its options).
+    #[command(disable_help_flag = true)]
+    Demo(Passed),
+    /// Measure reservations vs pgbench, the fairness tax, retention and compile time (release build; `--help`).
+    #[command(disable_help_flag = true)]
+    Bench(Passed),
+    /// A real failover under load: primary crashed, standby promoted (`--help` for its options).
+    #[command(disable_help_flag = true)]
+    Failover(Passed),
+    /// A Worker fleet on a durable server through restarts, killed backends, taken connections and held row locks.
+    #[command(disable_help_flag = true)]
+    Chaos(Passed),
+    /// Judge real standby layouts (FIRST 1 and ANY 1 of two, FIRST 1 beside an asynchronous one).
+    #[command(disable_help_flag = true)]
+    HaLayouts(Passed),
     /// Print bound / ceil(L/w) ratios of swrr-v1, min-gap-v1 and min-gap-v2 over generated weight families.
-    BoundsReport(bounds_report::BoundsReportArgs),
+    #[command(disable_help_flag = true)]
+    BoundsReport(Passed),
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,30 +168,14 @@ fn run(cli: Cli) -> Result<()> {
         Task::Migrate => migrate::run(),
         Task::Test(args) => test_matrix::run(&args),
         Task::ArchCheck => arch_check::run(),
-        Task::DeployCheck => deploy_check::run(),
         Task::RuleTests => rule_tests::run(),
-        Task::BoundsReport(args) => bounds_report::run(&args),
-        Task::Bench(args) => bench::run(&args),
-        Task::Failover(args) => failover::run(&args),
-        Task::HaLayouts(args) => ha_layouts::run(&args),
-        Task::Chaos(args) => chaos::run(&args),
-        Task::Demo(args) => {
-            // A bad policy file fails before any server starts.
-            statek_cli::demo::load_policy(&args.demo)?;
-            let _server;
-            let url = if let Some(url) = pg::external_database_url() {
-                url
-            } else {
-                // pg_stat_statements loaded, so the demo prints both
-                // sides' statements and server time per run.
-                let server = pg::Server::provision_and_start_measured(args.pg)?;
-                let url = server.database_url();
-                demo::enable_statement_statistics(&url)?;
-                _server = server;
-                url
-            };
-            demo::run(args, &url)
-        }
+        Task::DeployCheck(args) => linked::run("deploy-check", &args),
+        Task::Demo(args) => linked::run("demo", &args),
+        Task::Bench(args) => linked::run("bench", &args),
+        Task::Failover(args) => linked::run("failover", &args),
+        Task::Chaos(args) => linked::run("chaos", &args),
+        Task::HaLayouts(args) => linked::run("ha-layouts", &args),
+        Task::BoundsReport(args) => linked::run("bounds-report", &args),
     }
 }
 

@@ -3,18 +3,21 @@
 //! Steps, each announced and timed: rustfmt check; clippy on the workspace
 //! (all targets, all features) and on statek-policy without default
 //! features, all with `-D warnings`; a `no_std` build of statek-policy;
-//! arch-check; deploy-check (the YAML and JSON under `deploy/`); the alert
+//! arch-check; the one build of the product, `cargo build --workspace
+//! --all-features --tests --bins` (the test binaries, and statek-bench,
+//! which runs deploy-check, failover, ha-layouts and chaos: see
+//! `linked.rs`); deploy-check (the YAML and JSON under `deploy/`); the alert
 //! rules' unit tests with promtool (Debian's package `prometheus`,
 //! installed when missing and running as root, or `STATEK_PROMTOOL=/path`;
 //! see `rule_tests.rs`); then for
-//! PostgreSQL 17 and 16 a fresh server (with `ssl=on`, see `pg/tls.rs`) and
+//! PostgreSQL 17 and 16 a fresh server (with `ssl=on`, see devpg's `pg/tls.rs`) and
 //! the tests with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_TLS_CA`,
 //! `STATEK_TEST_PG_VERSION` (which statek-store-pg's `tests/it/server_version.rs`
 //! checks against the server's major version) and `STATEK_TEST_REQUIRE_DB=1`, with PgBouncer
 //! in transaction pooling mode in front of the server
 //! (`STATEK_TEST_PGBOUNCER_URL`; Debian's package `pgbouncer`, installed
 //! when missing and running as root, or `STATEK_PGBOUNCER=/path`; see
-//! `pg/pgbouncer.rs`). The first version runs the whole workspace
+//! devpg's `pg/pgbouncer.rs`). The first version runs the whole workspace
 //! test suite (unit, property, doc and database tests); the second runs the
 //! test binaries of statek-store-pg, statek-scheduler and statek-cli again,
 //! from the first one's build (`test_binaries.rs`: no second build).
@@ -32,10 +35,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 
 use crate::pg::{self, PgMajor, RunningPgBouncer, Server};
-use crate::{
-    arch_check, chaos, command, deploy_check, failover, ha_layouts, interrupt, rule_tests,
-    test_binaries, workspace,
-};
+use crate::{arch_check, command, interrupt, linked, rule_tests, test_binaries, workspace};
 
 /// Options of `cargo xtask test`.
 #[derive(Debug, Clone, clap::Args)]
@@ -48,6 +48,17 @@ pub struct TestArgs {
 
 /// The PgBouncer URL the tests through a transaction-mode pool read.
 const PGBOUNCER_URL_ENV: &str = "STATEK_TEST_PGBOUNCER_URL";
+
+/// The build step: every test binary and binary of the workspace, with the
+/// features of [`FULL_SUITE`] (dev-dependencies included, because test
+/// targets are built), so the test steps compile nothing more.
+const TEST_BUILD: &[&str] = &[
+    "build",
+    "--workspace",
+    "--all-features",
+    "--tests",
+    "--bins",
+];
 
 const FULL_SUITE: &[&str] = &["test", "--workspace", "--all-features", "--no-fail-fast"];
 /// The packages whose test binaries (unit and integration, no doctests)
@@ -235,7 +246,12 @@ pub fn run(args: &TestArgs) -> Result<()> {
         report.step(&display(args), cargo_step(args));
     }
     report.step("arch-check", arch_check::run);
-    report.step("deploy-check", deploy_check::run);
+    // The one build of the product: the test binaries (with the features
+    // `cargo test --workspace --all-features` resolves, so the test steps
+    // reuse it) and statek-bench, which runs deploy-check, failover,
+    // ha-layouts and chaos below.
+    report.step(&display(TEST_BUILD), cargo_step(TEST_BUILD));
+    report.step("deploy-check", || linked::run_built("deploy-check", &[]));
     report.step(
         &format!(
             "rule-tests (promtool test rules {})",
@@ -314,37 +330,40 @@ pub fn run(args: &TestArgs) -> Result<()> {
             if index == 0 {
                 // A real failover on the first (newest) version: a primary
                 // and a streaming standby from the same binaries.
-                let args = failover::FailoverArgs {
-                    synchronous: 5,
-                    asynchronous: 1,
-                    replicas: 4,
-                    pg: major,
-                };
+                let pg = major.to_string();
                 report.step(
                     &format!(
                         "PostgreSQL {major}: failover (1 asynchronous with lag, 5 synchronous)"
                     ),
-                    || failover::run(&args),
+                    || {
+                        linked::run_built(
+                            "failover",
+                            &[
+                                "--synchronous",
+                                "5",
+                                "--asynchronous",
+                                "1",
+                                "--replicas",
+                                "4",
+                                "--pg",
+                                &pg,
+                            ],
+                        )
+                    },
                 );
-                let args = ha_layouts::HaLayoutsArgs { pg: major };
                 report.step(
                     &format!(
                         "PostgreSQL {major}: HA layouts (FIRST 1 and ANY 1 of two standbys, \
                          FIRST 1 beside an asynchronous one)"
                     ),
-                    || ha_layouts::run(&args),
+                    || linked::run_built("ha-layouts", &["--pg", &pg]),
                 );
-                let args = chaos::ChaosArgs {
-                    quick: true,
-                    workers: 3,
-                    pg: major,
-                };
                 report.step(
                     &format!(
                         "PostgreSQL {major}: chaos --quick (an immediate restart, every backend \
                          terminated once, under load: 0 lost, 0 double executions, back to 80%)"
                     ),
-                    || chaos::run(&args),
+                    || linked::run_built("chaos", &["--quick", "--workers", "3", "--pg", &pg]),
                 );
             }
         }

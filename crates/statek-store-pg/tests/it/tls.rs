@@ -1,7 +1,7 @@
 //! TLS against a real PostgreSQL with `ssl=on`: the servers `cargo xtask
 //! test` and `cargo xtask pg start` run have a CA, a server certificate
 //! for `localhost` and `127.0.0.1` and a client certificate for
-//! `statek_tls_cert`, made at start (rcgen, `xtask/src/pg/tls.rs`), and
+//! `statek_tls_cert`, made at start (rcgen, `crates/devpg/src/pg/tls.rs`), and
 //! admit the role `statek_tls_only` over TLS only, `statek_tls_cert` with
 //! its client certificate only and `statek_password` with a password only.
 //! The CA's path comes in `STATEK_TEST_TLS_CA` (the client files lie next

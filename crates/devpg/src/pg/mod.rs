@@ -88,10 +88,46 @@ pub fn external_database_url() -> Option<String> {
         .filter(|url| !url.trim().is_empty())
 }
 
-/// The URL with any password replaced by `***`, for printing (the same
-/// rules as the `statek` binary).
-pub fn redact(url: &str) -> String {
-    statek_cli::db::redact(url)
+/// The connection string with any password replaced by `***`, for
+/// printing: a URL's `user:password@` and `password=` query parameter
+/// (parsed by the `url` crate), or a key-value string's `password=` pair.
+/// The same rules as the `statek` binary's, which this crate cannot link.
+pub fn redact(conninfo: &str) -> String {
+    match url::Url::parse(conninfo) {
+        Ok(mut parsed) if conninfo.contains("://") => {
+            if parsed.password().is_some() {
+                // Only fails for URLs that cannot have a password, and
+                // this one has one.
+                let _ = parsed.set_password(Some("***"));
+            }
+            if parsed.query_pairs().any(|(key, _)| key == "password") {
+                let pairs: Vec<(String, String)> = parsed
+                    .query_pairs()
+                    .map(|(key, value)| {
+                        let value = if key == "password" {
+                            "***".into()
+                        } else {
+                            value
+                        };
+                        (key.into_owned(), value.into_owned())
+                    })
+                    .collect();
+                parsed.query_pairs_mut().clear().extend_pairs(pairs);
+            }
+            parsed.to_string()
+        }
+        _ => conninfo
+            .split(' ')
+            .map(|pair| {
+                if pair.starts_with("password=") {
+                    "password=***"
+                } else {
+                    pair
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
 }
 
 /// Provisioned binaries of one major version, ready to start clusters.

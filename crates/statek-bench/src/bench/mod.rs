@@ -103,8 +103,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     let features = args.allocator.features();
     if cfg!(debug_assertions) || !args.allocator.in_effect() {
-        // `cargo xtask` is a debug build; the client side of a benchmark
-        // must not be. Re-run this command from a release build of xtask
+        // A debug build; the client side of a benchmark must not be one.
+        // Re-run this command from a release build of statek-bench
         // (with the allocator asked for).
         return rerun_in_release(features);
     }
@@ -187,17 +187,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs `cargo run --release -p xtask [FEATURES] -- <the same arguments>`
+/// Runs `cargo run --release -p statek-bench [FEATURES] -- <the same arguments>`
 /// and returns its result.
 fn rerun_in_release(features: &[&str]) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     eprintln!(
-        "xtask: building xtask in release mode for the benchmark (cargo run --release -p xtask {})",
+        "xtask: building statek-bench in release mode for the benchmark (cargo run --release -p statek-bench {})",
         features.join(" ")
     );
     let status = std::process::Command::new(cargo)
-        .args(["run", "--release", "--quiet", "--package", "xtask"])
+        .args(["run", "--release", "--quiet", "--package", "statek-bench"])
         .args(features)
         .arg("--")
         .args(&args)

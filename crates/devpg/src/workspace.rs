@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 /// The workspace root, resolved once per process: the statek workspace
 /// that holds the current directory (see [`find_root`]), else the one this
-/// binary was compiled in (`CARGO_MANIFEST_DIR`'s parent).
+/// binary was compiled in (found from this crate's `CARGO_MANIFEST_DIR`).
 ///
 /// The current directory wins so that a copy of the checkout (whose
 /// `target/` may hold an xtask binary built in the original) works on its
@@ -24,10 +24,11 @@ pub fn root() -> PathBuf {
     .clone()
 }
 
-/// The parent of this crate's manifest directory at compile time.
+/// The workspace this crate was compiled in (`crates/devpg` lies two
+/// levels below its root).
 fn compiled_root() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+    find_root(manifest_dir).unwrap_or_else(|| manifest_dir.to_path_buf())
 }
 
 /// The nearest directory at or above `start` that is a statek workspace

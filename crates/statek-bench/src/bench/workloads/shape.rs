@@ -11,7 +11,7 @@ use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFa
 
 /// The demo's policy (L = 104): `noisy` of weight 20, ten tenants of
 /// weight 8, one dormant tenant of weight 4.
-const NOISY_NEIGHBOUR: &str = include_str!("../../../../deploy/policies/noisy-neighbour.toml");
+const NOISY_NEIGHBOUR: &str = include_str!("../../../../../deploy/policies/noisy-neighbour.toml");
 
 /// Tenants of the sparse policy.
 pub const SPARSE_TENANTS: usize = 1_024;

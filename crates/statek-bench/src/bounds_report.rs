@@ -316,7 +316,7 @@ fn tidy_args() -> BoundsReportArgs {
 #[cfg(test)]
 fn check_docs(args: &BoundsReportArgs) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
+        .join("../..")
         .join(docs::GUARANTEES);
     let document = std::fs::read_to_string(&path).unwrap();
     let text = report(args, Instant::now()).unwrap();
@@ -337,7 +337,7 @@ mod tests {
         check_docs(&tidy_args());
     }
 
-    /// The full figures: `cargo test --release -p xtask -- --ignored`.
+    /// The full figures: `cargo test --release -p statek-bench -- --ignored`.
     #[test]
     #[ignore = "minutes in a release build"]
     fn the_full_report_in_guarantees_md_is_current() {

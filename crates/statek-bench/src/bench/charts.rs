@@ -9,7 +9,7 @@ use plotters::style::{register_font, FontStyle};
 
 use super::report::Report;
 
-const FONT: &[u8] = include_bytes!("../../../crates/statek-cli/assets/DejaVuSans.ttf");
+const FONT: &[u8] = include_bytes!("../../../statek-cli/assets/DejaVuSans.ttf");
 
 fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("drawing a chart failed: {e}")

@@ -1,0 +1,139 @@
+//! The tasks that link statek's crates (demo, bench, failover, ha-layouts,
+//! chaos, bounds-report, deploy-check) live in crate statek-bench, so xtask
+//! itself links no product crate: `cargo xtask pg start` and the start of
+//! `cargo xtask test` compile in seconds, not minutes.
+//!
+//! - From the command line, [`run`] calls `cargo run --package statek-bench
+//!   -- TASK ARGS` (`--release` for `bench`, except for its `--help`), passing the arguments on
+//!   unchanged, and exits with the task's own exit status.
+//! - In the test matrix, [`run_built`] runs the statek-bench binary of the
+//!   matrix's build step (`cargo build --workspace --all-features --tests
+//!   --bins`), whose features are those of `cargo test --workspace
+//!   --all-features`, so the product is compiled once for both.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use crate::{command, workspace};
+
+/// The package and binary that runs the tasks.
+pub const PACKAGE: &str = "statek-bench";
+
+/// The arguments of a task that statek-bench runs, passed on unchanged
+/// (`--help` included).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Passed {
+    /// The task's own options (`cargo xtask TASK --help` lists them).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<OsString>,
+}
+
+/// Whether a task's client must be a release build: the bench's
+/// measurements, unless only its help is asked for (no release build for
+/// that).
+fn wants_release(task: &str, passed: &Passed) -> bool {
+    task == "bench" && !passed.args.iter().any(|arg| arg == "--help" || arg == "-h")
+}
+
+/// The `cargo run` command for `task`.
+fn cargo_run(task: &str, passed: &Passed) -> Command {
+    let mut cargo = workspace::cargo();
+    cargo.arg("run");
+    if wants_release(task, passed) {
+        cargo.arg("--release");
+    }
+    cargo
+        .args(["--package", PACKAGE, "--"])
+        .arg(task)
+        .args(&passed.args);
+    cargo
+}
+
+/// Runs `task` through `cargo run --package statek-bench`; a failing task
+/// ends this process with the task's exit status (the demo's and the
+/// trials' statuses mean something), after its own error message.
+pub fn run(task: &str, passed: &Passed) -> Result<()> {
+    let mut cargo = cargo_run(task, passed);
+    let status = cargo
+        .status()
+        .map_err(|error| command::spawn_error(&cargo, &error))?;
+    if status.success() {
+        return Ok(());
+    }
+    match status.code() {
+        Some(code) => std::process::exit(code),
+        None => bail!("{} ended by a signal ({status})", command::display(&cargo)),
+    }
+}
+
+/// The statek-bench binary of the test matrix's build step.
+pub fn built_binary() -> PathBuf {
+    workspace::target_dir().join("debug").join(PACKAGE)
+}
+
+/// Runs `task` from the test matrix's build of statek-bench.
+pub fn run_built(task: &str, args: &[&str]) -> Result<()> {
+    let binary = built_binary();
+    if !binary.is_file() {
+        bail!(
+            "{} is missing: the step `cargo build --workspace --all-features --tests --bins` \
+             builds it (did it fail?)",
+            binary.display()
+        );
+    }
+    command::run_inherited(Command::new(binary).arg(task).args(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(command: &Command) -> Vec<String> {
+        command
+            .get_args()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn arguments_are_passed_on_unchanged_after_the_task() {
+        let passed = Passed {
+            args: vec!["--quick".into(), "--pg".into(), "16".into()],
+        };
+        assert_eq!(
+            words(&cargo_run("chaos", &passed)),
+            [
+                "run",
+                "--package",
+                "statek-bench",
+                "--",
+                "chaos",
+                "--quick",
+                "--pg",
+                "16"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_bench_is_built_for_release() {
+        let passed = Passed {
+            args: vec!["--help".into()],
+        };
+        assert_eq!(
+            words(&cargo_run("bench", &passed)),
+            [
+                "run",
+                "--release",
+                "--package",
+                "statek-bench",
+                "--",
+                "bench",
+                "--help"
+            ]
+        );
+    }
+}
