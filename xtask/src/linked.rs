@@ -119,9 +119,9 @@ mod tests {
     }
 
     #[test]
-    fn only_the_bench_is_built_for_release() {
+    fn only_the_bench_is_built_for_release_and_not_for_its_help() {
         let passed = Passed {
-            args: vec!["--help".into()],
+            args: vec!["--only".into(), "workloads".into()],
         };
         assert_eq!(
             words(&cargo_run("bench", &passed)),
@@ -132,8 +132,16 @@ mod tests {
                 "statek-bench",
                 "--",
                 "bench",
-                "--help"
+                "--only",
+                "workloads"
             ]
+        );
+        let help = Passed {
+            args: vec!["--help".into()],
+        };
+        assert_eq!(
+            words(&cargo_run("bench", &help)),
+            ["run", "--package", "statek-bench", "--", "bench", "--help"]
         );
     }
 }

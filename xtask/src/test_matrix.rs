@@ -80,7 +80,7 @@ impl Suite {
         match self {
             Self::Cargo(args) => display(args),
             Self::Binaries(packages) => format!(
-                "the test binaries of {} (cargo test --workspace --all-features --no-run)",
+                "the test binaries of {}, as built for the first version",
                 packages.join(", ")
             ),
         }

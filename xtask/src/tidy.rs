@@ -3,6 +3,7 @@
 //! Test-only; `cargo test -p xtask` runs them.
 
 mod architecture_files;
+mod build_sharing;
 mod changelog_migrations;
 mod design_facts;
 mod file_circles;

@@ -68,19 +68,72 @@ fn resolve_target_dir() -> PathBuf {
 
 /// A `cargo` command run from the workspace root, using the same cargo that
 /// runs xtask when there is one (`CARGO`), else `cargo` from `PATH`.
+///
+/// The variables `cargo run` sets for the package it runs
+/// ([`is_package_variable`]) are removed: a build script that declares
+/// `rerun-if-env-changed` on one of them (ring's does, on
+/// `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME`) would otherwise see them
+/// change between this nested build and a plain `cargo` command, and
+/// rebuild itself and everything above it each time.
 pub fn cargo() -> Command {
     let program = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut command = Command::new(program);
     command.current_dir(root());
+    for (name, _) in env::vars_os() {
+        if name.to_str().is_some_and(is_package_variable) {
+            command.env_remove(name);
+        }
+    }
     if env::var_os("CARGO_TARGET_DIR").is_some_and(|value| !value.is_empty()) {
         command.env("CARGO_TARGET_DIR", target_dir());
     }
     command
 }
 
+/// Whether `name` is one of the variables cargo sets for the package whose
+/// binary it runs or tests (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, ...),
+/// which describe that package, not the build a nested cargo starts.
+pub fn is_package_variable(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nested_cargo_does_not_inherit_the_running_packages_variables() {
+        // `cargo test` sets these for this test binary, as `cargo run`
+        // does for xtask.
+        assert!(env::var_os("CARGO_MANIFEST_DIR").is_some());
+        assert!(env::var_os("CARGO_PKG_NAME").is_some());
+        let command = cargo();
+        let removed: Vec<String> = command
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            removed.contains(&"CARGO_MANIFEST_DIR".to_owned()),
+            "{removed:?}"
+        );
+        assert!(
+            removed.contains(&"CARGO_PKG_NAME".to_owned()),
+            "{removed:?}"
+        );
+        assert!(
+            removed.iter().all(|name| is_package_variable(name)),
+            "{removed:?}"
+        );
+        assert!(!is_package_variable("CARGO"));
+        assert!(!is_package_variable("CARGO_TARGET_DIR"));
+        assert!(!is_package_variable("CARGO_HOME"));
+    }
 
     /// A throw-away directory under the system temp dir, removed on drop.
     struct TempTree(PathBuf);

@@ -84,7 +84,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("xtask: error: {error:#}");
-            ExitCode::FAILURE
+            // The `statek` binary's exit codes (8: a demo check failed,
+            // 3: invalid input, ...); 1 for any other failure.
+            ExitCode::from(statek_cli::exit::code_for(&error))
         }
     }
 }

@@ -37,7 +37,7 @@ pub struct BenchArgs {
     pub soak_minutes: u64,
     /// The bench process's allocator for section `soak`: `system` (glibc's
     /// malloc; set `MALLOC_ARENA_MAX` in the environment to limit its
-    /// arenas) or `mimalloc` (xtask rebuilt with feature `mimalloc`).
+    /// arenas) or `mimalloc` (statek-bench rebuilt with its feature `mimalloc`).
     #[arg(long, value_enum, default_value_t = super::soak::Allocator::System)]
     pub allocator: super::soak::Allocator,
     /// Sections to run, comma-separated (default: all but `soak`).
@@ -83,11 +83,11 @@ pub enum Section {
     /// a synchronous standby (both provisioned by the bench; skipped with
     /// DATABASE_URL).
     Durable,
-    /// Issue 12's workloads: a fair Worker against a plain and a batched
+    /// The workloads (all-backlogged, noisy, sparse, long runs): a fair Worker against a plain and a batched
     /// unfair queue, fast settings and durable; one Worker's slot rate.
     Workloads,
     /// Enqueue throughput: one run per statement against bulk enqueue
-    /// (issue 14).
+    /// (`NewRun` one by one against `enqueue_many`).
     Enqueue,
     /// Opt-in: one Worker's RSS over --soak-minutes at full load (not in
     /// the default run).

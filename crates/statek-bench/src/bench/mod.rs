@@ -190,19 +190,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 /// Runs `cargo run --release -p statek-bench [FEATURES] -- <the same arguments>`
 /// and returns its result.
 fn rerun_in_release(features: &[&str]) -> Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     eprintln!(
         "xtask: building statek-bench in release mode for the benchmark (cargo run --release -p statek-bench {})",
         features.join(" ")
     );
-    let status = std::process::Command::new(cargo)
+    let status = crate::workspace::cargo()
         .args(["run", "--release", "--quiet", "--package", "statek-bench"])
         .args(features)
         .arg("--")
         .args(&args)
         .status()
-        .context("running the release build of xtask")?;
+        .context("running the release build of statek-bench")?;
     if status.success() {
         Ok(())
     } else {

@@ -275,8 +275,7 @@ pub async fn machine(client: &tokio_postgres::Client) -> Result<Machine> {
 /// Runs the criterion benchmark of statek-policy and reads its estimates;
 /// `quick` shortens criterion's warm-up and measurement (a smoke run).
 pub fn run_criterion(quick: bool) -> Result<Vec<CompileRow>> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = Command::new(&cargo);
+    let mut command = crate::workspace::cargo();
     command.args(["bench", "-p", "statek-policy", "--bench", "compile"]);
     if quick {
         command.args([

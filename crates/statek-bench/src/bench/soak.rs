@@ -30,7 +30,7 @@ const FIRST_MINUTE: Duration = Duration::from_secs(60);
 pub enum Allocator {
     /// The system's malloc (glibc): `MALLOC_ARENA_MAX` from the environment.
     System,
-    /// mimalloc as Rust's global allocator (xtask's feature `mimalloc`).
+    /// mimalloc as Rust's global allocator (statek-bench's feature `mimalloc`).
     Mimalloc,
 }
 
