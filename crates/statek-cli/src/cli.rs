@@ -34,7 +34,7 @@ use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, shard_cmd, store_cmd}
   statek limits set --tenant tenant-a --max-running 10 --rate 100/s
   statek runs list --tenant tenant-a --state failed --limit 20
   statek runs prune --retain 168h --until-empty
-  statek demo"
+  statek demo                                  (built with --features demo)"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -133,7 +133,8 @@ enum Command {
     /// The run queue: list, cancel, retry; prune finished runs.
     #[command(subcommand)]
     Runs(RunsCommand),
-    /// The noisy-neighbour demo against your database: statek, then a plain FIFO queue (owner role: it migrates and creates the FIFO baseline's index).
+    /// The noisy-neighbour demo against your database: statek, then a plain FIFO queue (owner role: it migrates and creates the FIFO baseline's index). Feature `demo`.
+    #[cfg(feature = "demo")]
     Demo {
         #[command(flatten)]
         args: crate::demo::DemoArgs,
@@ -593,6 +594,7 @@ pub fn run(cli: Cli) -> Result<()> {
             &runtime()?.block_on(runs_cmd::prune(retain, batch, until_empty, &db))?,
             format,
         ),
+        #[cfg(feature = "demo")]
         Command::Demo { args, db } => {
             // Its progress streams to standard output while it runs (the
             // exception in `out.rs`); the tables and checks are the report,

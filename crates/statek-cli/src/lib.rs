@@ -2,7 +2,7 @@
 //!
 //! Commands: `policy compile|diff|verify`, `migrate`, `register`,
 //! `rollout`, `roles apply`, `status`, `shard halts|resume`, `prune`, `limits set|show|clear`,
-//! `runs list|cancel|retry|prune`, `demo`. Read commands take
+//! `runs list|cancel|retry|prune`, and `demo` with feature `demo`. Read commands take
 //! `--format json`. Database URLs come from `--database-url` or
 //! `DATABASE_URL` and are never printed with their password. Exit codes
 //! (see [`exit`]): 0 ok, 1 other failure, 2 usage, 3 invalid input, 4 policy
@@ -28,9 +28,11 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+#[cfg(feature = "demo")]
 pub mod charts;
 mod cli;
 pub mod db;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod exit;
 mod limits_cmd;

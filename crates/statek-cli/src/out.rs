@@ -117,6 +117,7 @@ pub fn write_stdout(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
 /// `println!` through [`write_stdout`]; evaluates to `anyhow::Result<()>`.
 /// Only for the demo's progress lines (see the module docs): a command's
 /// result is a [`Report`].
+#[cfg(feature = "demo")]
 macro_rules! outln {
     () => {
         $crate::out::write_stdout(format_args!("\n"))
@@ -126,7 +127,9 @@ macro_rules! outln {
     };
 }
 
-pub(crate) use {err, errln, outln};
+#[cfg(feature = "demo")]
+pub(crate) use outln;
+pub(crate) use {err, errln};
 
 #[cfg(test)]
 mod tests {

@@ -733,6 +733,7 @@ async fn rollout_refusals_11_12_13_14_and_7_for_the_runtime_role() {
 
 /// 11 from the demo: its shard was rolled out, so its checks (one shard
 /// against its own cycle) cannot judge it; nothing runs.
+#[cfg(feature = "demo")]
 #[tokio::test]
 async fn not_live_shard_11_for_a_demo_on_a_rolled_out_shard() {
     let dir = std::env::temp_dir().join(format!("statek-demo-sealed-{}", Uuid::now_v7().simple()));

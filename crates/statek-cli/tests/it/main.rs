@@ -5,6 +5,7 @@
 //! Every file of the folder is a module of this binary.
 
 mod cli;
+#[cfg(feature = "demo")]
 mod demo;
 mod exit_codes;
 mod halt;
