@@ -48,12 +48,22 @@ use workload::Workload;
 
 use crate::out::{outln, Format, Report};
 
-/// Reads and checks the demo's policy file (before anything touches a
-/// database).
+/// Reads and checks the demo's policy file, and that the options give the
+/// demo runs to compare (before anything touches a database).
 ///
 /// # Errors
-/// The file cannot be read or is not a valid policy file.
+/// The file cannot be read or is not a valid policy file;
+/// [`crate::exit::InvalidInput`] when `--backlog` and `--trickle` are both
+/// 0 (no run would be queued, so every check would fail by construction).
 pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
+    if args.backlog == 0 && args.trickle == 0 {
+        return Err(crate::exit::InvalidInput(
+            "--backlog 0 with --trickle 0 queues no run: there is nothing to compare; \
+             give one of them a positive value"
+                .to_owned(),
+        )
+        .into());
+    }
     let Some(path) = &args.policy else {
         return Ok(PolicyFile::parse(
             "noisy-neighbour.toml (built in)",
@@ -111,11 +121,11 @@ async fn run_demo(
         .collect();
 
     refuse_sealed(&admin, &policy, "before the demo").await?;
-    let before_fair = db_work::reading(&admin).await?;
+    let before_fair = db_work::reading(&admin, "before the statek side").await?;
     let fair = fair_side::run(&args, url, &admin, &policy, schedule.as_ref(), &workload).await?;
     // The checks judge one shard's sequences against its own cycle.
     refuse_sealed(&admin, &policy, "while the demo ran").await?;
-    let after_fair = db_work::reading(&admin).await?;
+    let after_fair = db_work::reading(&admin, "after the statek side").await?;
     let arrivals = lock(&fair.arrivals).clone();
     let statek = SideEvidence::read(&admin, "statek", arrivals, fair.origin).await?;
     let fair_work =
@@ -127,9 +137,9 @@ async fn run_demo(
             Err(why)
         }
         None => {
-            let before_fifo = db_work::reading(&admin).await?;
+            let before_fifo = db_work::reading(&admin, "before the FIFO side").await?;
             let side = fifo_side::run(&args, url, &admin, &tenants, &workload).await?;
-            let after_fifo = db_work::reading(&admin).await?;
+            let after_fifo = db_work::reading(&admin, "after the FIFO side").await?;
             let arrivals = lock(&side.arrivals).clone();
             let evidence = SideEvidence::read(&admin, "FIFO", arrivals, side.origin).await?;
             fifo_work = db_work::SideWork::between_readings(
@@ -141,6 +151,8 @@ async fn run_demo(
         }
     };
 
+    let statements_unavailable =
+        db_work::statements_unavailable(admin.statement_statistics().await?);
     Ok(DemoReport {
         order: OrderTable::new(&policy, &workload, &fair, &statek),
         comparison: fifo
@@ -150,6 +162,7 @@ async fn run_demo(
         database_work: fifo.is_ok().then_some(db_work::WorkComparison {
             statek: fair_work,
             fifo: fifo_work,
+            statements_unavailable,
         }),
         charts: write_charts(&args, &policy, &fair, &statek, fifo.as_ref().ok()),
         checks: checks::all(

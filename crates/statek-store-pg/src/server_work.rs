@@ -208,7 +208,47 @@ const BUSY_SESSIONS: &str = "
       AND pid <> pg_backend_pid()
       AND NOT (state = 'idle' AND state_change < clock_timestamp() - $1 * interval '1 second')";
 
+/// Whether `pg_stat_statements` can answer in this database, and if not,
+/// what is missing (a reading's `statements` is `None` in both cases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatementStatistics {
+    /// Installed in this database and loaded by the server.
+    Available,
+    /// Not installed in this database (`CREATE EXTENSION
+    /// pg_stat_statements`, after loading it).
+    NotInstalled,
+    /// Installed in this database, but the server does not load it: it
+    /// must be in `shared_preload_libraries`, which takes a restart.
+    NotLoaded,
+}
+
+/// Whether the extension is installed here and in the server's
+/// `shared_preload_libraries` (a comma-separated list).
+const STATEMENT_STATISTICS: &str = "
+    SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements') AS installed,
+           'pg_stat_statements' = ANY (string_to_array(
+               replace(current_setting('shared_preload_libraries'), ' ', ''), ',')) AS loaded";
+
 impl PgStore {
+    /// Whether `pg_stat_statements` answers in this database, else which
+    /// of installing and loading it is missing.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn statement_statistics(&self) -> Result<StatementStatistics, StoreError> {
+        let (installed, loaded): (bool, bool) = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                let row = db.query_one(STATEMENT_STATISTICS, &[]).await?;
+                Ok((row.try_get("installed")?, row.try_get("loaded")?))
+            })
+            .await?;
+        Ok(match (installed, loaded) {
+            (true, true) => StatementStatistics::Available,
+            (true, false) => StatementStatistics::NotLoaded,
+            (false, _) => StatementStatistics::NotInstalled,
+        })
+    }
+
     /// A [`ServerReading`] once every other client session of this
     /// database has ended or been idle for [`QUIET_AFTER`], so their row
     /// counters are flushed; this store's own idle connections are closed

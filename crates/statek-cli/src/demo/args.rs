@@ -12,7 +12,7 @@ pub struct DemoArgs {
     /// Scheduler replicas ticking the shard concurrently, each with its own pool (1..=32).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
     pub replicas: u32,
-    /// Stop after this many reservations even if runs remain (1..=10,000,000).
+    /// Stop the statek side after this many reservations (the shard's cursor, read every 50 ms) even if runs remain (1..=10,000,000).
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub max_reservations: u64,
     /// Runs queued for the heaviest tenant before the replicas start (0..=1,000,000).

@@ -10,7 +10,7 @@ use std::fmt;
 
 use anyhow::Result;
 use serde::Serialize;
-use statek_store_pg::server_work::{ServerReading, ServerWork};
+use statek_store_pg::server_work::{ServerReading, ServerWork, StatementStatistics};
 use statek_store_pg::PgStore;
 
 use crate::out::outln;
@@ -19,16 +19,18 @@ use crate::out::outln;
 pub struct Reading(ServerReading);
 
 /// Takes a reading once the other sessions went quiet (their statistics
-/// flushed), saying so when they did not.
+/// flushed), saying so when they did not; `when` names the reading in
+/// that message (`before the statek side`).
 ///
 /// # Errors
 /// Connection and server errors.
-pub async fn reading(admin: &PgStore) -> Result<Reading> {
+pub async fn reading(admin: &PgStore, when: &str) -> Result<Reading> {
     let (reading, quiet) = admin.server_reading_when_quiet().await?;
     if !quiet {
         outln!(
-            "  (other sessions of this database were still busy after {} s: the rows and WAL \
-             below may count their work too, or miss some of the side's)",
+            "  (database work, reading {when}: other sessions of this database were still busy \
+             after {} s, so the database work printed at the end may count their rows and WAL \
+             too, or miss some of this side's)",
             statek_store_pg::server_work::QUIET_WITHIN.as_secs()
         )?;
     }
@@ -73,11 +75,30 @@ impl SideWork {
     }
 }
 
+/// Why the demo's database has no statement figures, in words; `None`
+/// when `pg_stat_statements` answers.
+pub fn statements_unavailable(statistics: StatementStatistics) -> Option<&'static str> {
+    match statistics {
+        StatementStatistics::Available => None,
+        StatementStatistics::NotInstalled => Some(
+            "pg_stat_statements is not installed in this database; `cargo xtask demo` loads \
+             it on the server it starts",
+        ),
+        StatementStatistics::NotLoaded => Some(
+            "pg_stat_statements is installed in this database, but the server does not load \
+             it: add it to shared_preload_libraries and restart the server",
+        ),
+    }
+}
+
 /// Both sides' work, as the demo prints it.
 #[derive(Debug, Serialize)]
 pub struct WorkComparison {
     pub statek: Option<SideWork>,
     pub fifo: Option<SideWork>,
+    /// Why statements and server time are not measured
+    /// ([`statements_unavailable`]); `None` when they are.
+    pub statements_unavailable: Option<&'static str>,
 }
 
 impl WorkComparison {
@@ -126,8 +147,9 @@ impl WorkComparison {
             }
             _ => writeln!(
                 w,
-                "  statements and server time: n/a (pg_stat_statements is not installed in this \
-                 database; `cargo xtask demo` loads it on the server it starts)"
+                "  statements and server time: n/a ({})",
+                self.statements_unavailable
+                    .unwrap_or("pg_stat_statements answered for one side only")
             ),
         }
     }
@@ -169,6 +191,7 @@ mod tests {
         let comparison = WorkComparison {
             statek: SideWork::between(&zero, &counters(300_000, 400, Some((500, 250.0))), 100),
             fifo: SideWork::between(&zero, &counters(200_000, 400, Some((250, 100.0))), 100),
+            statements_unavailable: None,
         };
         let mut text = String::new();
         comparison.write_text(&mut text).unwrap();
@@ -190,6 +213,7 @@ mod tests {
         let comparison = WorkComparison {
             statek: SideWork::between(&zero, &counters(100, 10, None), 10),
             fifo: SideWork::between(&zero, &counters(100, 10, None), 0),
+            statements_unavailable: statements_unavailable(StatementStatistics::NotInstalled),
         };
         let mut text = String::new();
         comparison.write_text(&mut text).unwrap();
@@ -213,5 +237,20 @@ mod tests {
              statements and server time: n/a (pg_stat_statements is not installed in this \
              database; `cargo xtask demo` loads it on the server it starts)\n"
         );
+        let comparison = WorkComparison {
+            statements_unavailable: statements_unavailable(StatementStatistics::NotLoaded),
+            ..comparison
+        };
+        let mut text = String::new();
+        comparison.write_text(&mut text).unwrap();
+        assert!(
+            text.ends_with(
+                "  statements and server time: n/a (pg_stat_statements is installed in this \
+                 database, but the server does not load it: add it to \
+                 shared_preload_libraries and restart the server)\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(statements_unavailable(StatementStatistics::Available), None);
     }
 }

@@ -51,3 +51,20 @@ async fn a_short_demo_passes_its_checks_and_prints_both_sides_database_work() {
     );
     let _ = std::fs::remove_dir_all(&charts);
 }
+
+/// Nothing queued on either side: refused before any connection (the URL
+/// points nowhere), with exit code 3, instead of eight checks failing.
+#[test]
+fn a_demo_with_nothing_to_run_is_refused_before_it_connects() {
+    let out = statek(
+        &["demo", "--backlog", "0", "--trickle", "0"],
+        Some("postgres://statek@127.0.0.1:1/nowhere"),
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out),
+        "statek: error: --backlog 0 with --trickle 0 queues no run: there is nothing to \
+         compare; give one of them a positive value\n"
+    );
+}

@@ -142,3 +142,27 @@ async fn server_work_counts_another_sessions_writes_once_it_is_quiet() {
     // The test server does not install pg_stat_statements.
     assert_eq!((work.statements, work.db_ms()), (None, None));
 }
+
+/// Why a reading has no statement sums: not installed, then installed
+/// but not loaded (the test servers do not preload it), each named.
+#[tokio::test]
+async fn statement_statistics_say_whether_the_extension_is_installed_and_loaded() {
+    use statek_store_pg::server_work::StatementStatistics;
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    assert_eq!(
+        store.statement_statistics().await.unwrap(),
+        StatementStatistics::NotInstalled
+    );
+    db.client()
+        .await
+        .batch_execute("CREATE EXTENSION pg_stat_statements")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.statement_statistics().await.unwrap(),
+        StatementStatistics::NotLoaded
+    );
+    let (reading, _) = store.server_reading_when_quiet().await.unwrap();
+    assert_eq!(reading.statements, None);
+}
