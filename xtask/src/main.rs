@@ -35,7 +35,7 @@ mod tidy;
 
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 use devpg::{command, debian_tool, interrupt, pg, workspace};
 
@@ -132,28 +132,10 @@ enum PgAction {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = run(cli);
-    if interrupt::interrupted() {
-        // The handler is stopping servers and exits with this status too.
-        pg::stop_all_started();
-        return ExitCode::from(interrupt::EXIT_STATUS);
-    }
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("xtask: error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    devpg::task::run(|| run(cli), |_| 1)
 }
 
 fn run(cli: Cli) -> Result<()> {
-    // Resolve CARGO_TARGET_DIR against the caller's directory, then work
-    // from the workspace root.
-    workspace::target_dir();
-    std::env::set_current_dir(workspace::root()).context("entering the workspace root")?;
-    interrupt::install()?;
-
     match cli.task {
         Task::Pg { action } => match action {
             PgAction::Start { version } => pg::start(version),

@@ -9,6 +9,8 @@
 //! - [`command`]: subprocesses whose failures name the command.
 //! - [`interrupt`]: Ctrl-C stops the servers this process started.
 //! - [`debian_tool`]: a tool from a Debian package, found or installed.
+//! - [`task`]: the frame a dev-tool binary runs its task in (workspace
+//!   root, Ctrl-C, exit status).
 //!
 //! Used by xtask and by statek-bench; nothing of the product uses it.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -17,4 +19,5 @@ pub mod command;
 pub mod debian_tool;
 pub mod interrupt;
 pub mod pg;
+pub mod task;
 pub mod workspace;

@@ -37,9 +37,9 @@ mod ha_layouts;
 
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
-use devpg::{interrupt, pg, workspace};
+use devpg::{pg, workspace};
 
 /// statek's development tools that link the product (run them through `cargo xtask`).
 #[derive(Debug, Parser)]
@@ -74,30 +74,12 @@ enum Task {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = run(cli);
-    if interrupt::interrupted() {
-        // The handler is stopping servers and exits with this status too.
-        pg::stop_all_started();
-        return ExitCode::from(interrupt::EXIT_STATUS);
-    }
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("xtask: error: {error:#}");
-            // The `statek` binary's exit codes (8: a demo check failed,
-            // 3: invalid input, ...); 1 for any other failure.
-            ExitCode::from(statek_cli::exit::code_for(&error))
-        }
-    }
+    // The `statek` binary's exit codes (8: a demo check failed, 3: invalid
+    // input, ...); 1 for any other failure.
+    devpg::task::run(|| run(cli), statek_cli::exit::code_for)
 }
 
 fn run(cli: Cli) -> Result<()> {
-    // Resolve CARGO_TARGET_DIR against the caller's directory, then work
-    // from the workspace root.
-    workspace::target_dir();
-    std::env::set_current_dir(workspace::root()).context("entering the workspace root")?;
-    interrupt::install()?;
-
     match cli.task {
         Task::DeployCheck => deploy_check::run(),
         Task::BoundsReport(args) => bounds_report::run(&args),
