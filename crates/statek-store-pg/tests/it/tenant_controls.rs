@@ -590,6 +590,11 @@ async fn a_bulk_enqueue_of_100000_runs_is_one_notification_and_is_claimed_in_fif
             .is_err(),
         "only one notification for the whole statement"
     );
+    // Claiming 100,000 runs took over a minute on a loaded 2-core CI
+    // machine: with the file's 60 s lease, run 0's lease expired and it
+    // was (rightly) claimed again at position 99,328. An hour outlasts
+    // the loop.
+    let lease = Duration::from_secs(3600);
     let mut next = 0_u32;
     while next < 100_000 {
         // The next MAX_CLAIM_SLOTS slots, all of tenant-a's (the policy's
@@ -597,7 +602,7 @@ async fn a_bulk_enqueue_of_100000_runs_is_one_notification_and_is_claimed_in_fif
         let slots = reserve_next_slots(&store, &p, MAX_CLAIM_SLOTS as u64).await;
         assert!(slots.iter().all(|(_, t)| *t == a));
         for claim in store
-            .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
+            .claim_runs_for_slots(&slots, p.shard_id(), lease)
             .await
             .unwrap()
         {
