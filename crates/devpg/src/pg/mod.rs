@@ -89,45 +89,64 @@ pub fn external_database_url() -> Option<String> {
 }
 
 /// The connection string with any password replaced by `***`, for
-/// printing: a URL's `user:password@` and `password=` query parameter
-/// (parsed by the `url` crate), or a key-value string's `password=` pair.
-/// The same rules as the `statek` binary's, which this crate cannot link.
+/// printing. A URL keeps its text, with `user:password@` and a `password=`
+/// query parameter hidden (parsed by the `url` crate). A key-value string
+/// (`host=h user=u password='a b'`) is parsed by tokio-postgres, whose
+/// quoting rules it follows, and shown as its host, port, dbname and user,
+/// then `password=***` if it has one; its other settings are left out.
+/// An unreadable string is not shown at all. (statek-cli's `db::redact`
+/// keeps a key-value string's text; this crate cannot link it.)
 pub fn redact(conninfo: &str) -> String {
-    match url::Url::parse(conninfo) {
-        Ok(mut parsed) if conninfo.contains("://") => {
-            if parsed.password().is_some() {
-                // Only fails for URLs that cannot have a password, and
-                // this one has one.
-                let _ = parsed.set_password(Some("***"));
-            }
-            if parsed.query_pairs().any(|(key, _)| key == "password") {
-                let pairs: Vec<(String, String)> = parsed
-                    .query_pairs()
-                    .map(|(key, value)| {
-                        let value = if key == "password" {
-                            "***".into()
-                        } else {
-                            value
-                        };
-                        (key.into_owned(), value.into_owned())
-                    })
-                    .collect();
-                parsed.query_pairs_mut().clear().extend_pairs(pairs);
-            }
-            parsed.to_string()
+    if conninfo.contains("://") {
+        if let Ok(parsed) = url::Url::parse(conninfo) {
+            return redact_url(parsed);
         }
-        _ => conninfo
-            .split(' ')
-            .map(|pair| {
-                if pair.starts_with("password=") {
-                    "password=***"
-                } else {
-                    pair
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" "),
     }
+    match conninfo.parse::<tokio_postgres::Config>() {
+        Ok(config) => describe_key_value(&config),
+        Err(_) => "(a connection string that does not parse; not shown)".to_owned(),
+    }
+}
+
+fn redact_url(mut parsed: url::Url) -> String {
+    if parsed.password().is_some() {
+        // Only fails for URLs that cannot have a password, and this one
+        // has one.
+        let _ = parsed.set_password(Some("***"));
+    }
+    if parsed.query_pairs().any(|(key, _)| key == "password") {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(key, value)| {
+                let value = if key == "password" {
+                    "***".into()
+                } else {
+                    value
+                };
+                (key.into_owned(), value.into_owned())
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.to_string()
+}
+
+fn describe_key_value(config: &tokio_postgres::Config) -> String {
+    let mut parts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            tokio_postgres::config::Host::Tcp(name) => format!("host={name}"),
+            tokio_postgres::config::Host::Unix(path) => format!("host={}", path.display()),
+        })
+        .collect();
+    parts.extend(config.get_ports().iter().map(|port| format!("port={port}")));
+    parts.extend(config.get_dbname().map(|name| format!("dbname={name}")));
+    parts.extend(config.get_user().map(|user| format!("user={user}")));
+    if config.get_password().is_some() {
+        parts.push("password=***".to_owned());
+    }
+    parts.join(" ")
 }
 
 /// Provisioned binaries of one major version, ready to start clusters.
@@ -401,6 +420,15 @@ mod tests {
         check(
             "postgres://h/postgres?password=sekret",
             "postgres://h/postgres?password=***",
+        );
+        // A quoted password with a space is hidden whole.
+        check(
+            "host=h port=5433 user=u password='se cret' sslmode=disable",
+            "host=h port=5433 user=u password=***",
+        );
+        check(
+            "host=h user=u password",
+            "(a connection string that does not parse; not shown)",
         );
     }
 }
