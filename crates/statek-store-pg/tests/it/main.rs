@@ -23,6 +23,7 @@ mod retention;
 mod roles;
 mod run_queue;
 mod run_retention;
+mod schema_snapshot;
 mod server_version;
 mod slot_claims;
 mod slot_outcomes;
