@@ -130,7 +130,7 @@ async fn run_demo(
     let statek = SideEvidence::read(&admin, "statek", arrivals, fair.origin).await?;
     let fair_work =
         db_work::SideWork::between_readings(&before_fair, &after_fair, statek.finished_runs());
-    let mut fifo_work = None;
+    let mut fifo_work = Err("the FIFO side did not run");
     let fifo = match fifo_side::refusal(admin.count_live_runs().await?) {
         Some(why) => {
             outln!("{why}")?;
@@ -159,11 +159,11 @@ async fn run_demo(
             .as_ref()
             .ok()
             .map(|fifo| Comparison::new(&policy, &workload, &statek, fifo)),
-        database_work: fifo.is_ok().then_some(db_work::WorkComparison {
-            statek: fair_work,
-            fifo: fifo_work,
+        database_work: fifo.is_ok().then_some(db_work::WorkComparison::new(
+            fair_work,
+            fifo_work,
             statements_unavailable,
-        }),
+        )),
         charts: write_charts(&args, &policy, &fair, &statek, fifo.as_ref().ok()),
         checks: checks::all(
             &policy,

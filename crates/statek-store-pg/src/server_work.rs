@@ -15,6 +15,13 @@
 //!   server sets `pg_stat_statements.track_planning`). The readings' own
 //!   statements (any statement naming `pg_stat`) are left out.
 //!
+//! A reading also holds the times the counters were last reset
+//! ([`ResetTimes`]): `pg_stat_reset()` of this database, a reset of the WAL
+//! statistics or of `pg_stat_statements` between two readings would make
+//! their difference meaningless (negative or far too small), so
+//! [`ServerWork::between`] refuses such a pair and
+//! [`ServerReading::reset_between`] says which counters were reset.
+//!
 //! The row counters are PostgreSQL's cumulative statistics: a backend
 //! flushes its own to shared memory when it goes idle, but not more often
 //! than once a second (`PGSTAT_MIN_INTERVAL`); what it could not flush
@@ -27,7 +34,7 @@
 //! or been idle for [`QUIET_AFTER`]; a side that drops its pools when it
 //! stops is measured without waiting for that timer.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio_postgres::types::Type;
 
@@ -51,6 +58,39 @@ pub struct ServerReading {
     pub deleted: i64,
     /// `pg_stat_statements` sums; `None` where it is not installed.
     pub statements: Option<StatementSums>,
+    /// When the counters were last reset.
+    pub resets: ResetTimes,
+}
+
+/// When each family of counters in a [`ServerReading`] was last reset
+/// (`None`: never, or not available).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResetTimes {
+    /// `pg_stat_database.stats_reset` of this database: `pg_stat_reset()`
+    /// (and a reset of one table's or function's counters) sets it.
+    pub database: Option<SystemTime>,
+    /// `pg_stat_wal.stats_reset`: `pg_stat_reset_shared('wal')`.
+    pub wal: Option<SystemTime>,
+    /// `pg_stat_statements_info.stats_reset`: a full
+    /// `pg_stat_statements_reset()`.
+    pub statements: Option<SystemTime>,
+}
+
+impl ServerReading {
+    /// Which counters were reset between `before` and `after`, in words
+    /// (the first found), or `None` when none was.
+    pub fn reset_between(before: &Self, after: &Self) -> Option<&'static str> {
+        let (b, a) = (before.resets, after.resets);
+        if b.database != a.database {
+            Some("this database's statistics were reset (pg_stat_reset()) between the readings")
+        } else if b.wal != a.wal {
+            Some("the WAL statistics were reset (pg_stat_reset_shared('wal')) between the readings")
+        } else if b.statements != a.statements {
+            Some("pg_stat_statements was reset (pg_stat_statements_reset()) between the readings")
+        } else {
+            None
+        }
+    }
 }
 
 /// Sums of `pg_stat_statements` over this database at one reading.
@@ -91,9 +131,10 @@ pub struct ServerWork {
 
 impl ServerWork {
     /// The work per run between `before` and `after` for `runs` completed
-    /// runs; `None` without a completed run.
+    /// runs; `None` without a completed run, or when counters were reset
+    /// between the readings ([`ServerReading::reset_between`] says which).
     pub fn between(before: &ServerReading, after: &ServerReading, runs: i64) -> Option<Self> {
-        if runs <= 0 {
+        if runs <= 0 || ServerReading::reset_between(before, after).is_some() {
             return None;
         }
         let per = |delta: i64| delta as f64 / runs as f64;
@@ -137,7 +178,8 @@ impl ServerWork {
 const STATEMENT_SUMS: &str = "
     SELECT coalesce(sum(calls), 0)::bigint AS calls,
            coalesce(sum(total_exec_time), 0)::float8 AS exec_ms,
-           coalesce(sum(total_plan_time), 0)::float8 AS plan_ms
+           coalesce(sum(total_plan_time), 0)::float8 AS plan_ms,
+           (SELECT stats_reset FROM pg_stat_statements_info) AS statements_reset
     FROM pg_stat_statements
     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND query NOT LIKE '%pg_stat%'";
@@ -149,7 +191,10 @@ const COUNTERS: &str = "
            coalesce(sum(n_tup_ins), 0)::bigint AS inserted,
            coalesce(sum(n_tup_upd), 0)::bigint AS updated,
            coalesce(sum(n_tup_hot_upd), 0)::bigint AS hot_updated,
-           coalesce(sum(n_tup_del), 0)::bigint AS deleted
+           coalesce(sum(n_tup_del), 0)::bigint AS deleted,
+           (SELECT stats_reset FROM pg_stat_database
+            WHERE datname = current_database()) AS database_reset,
+           (SELECT stats_reset FROM pg_stat_wal) AS wal_reset
     FROM pg_stat_user_tables WHERE schemaname = 'statek'";
 
 /// Flushes this session's own statistics first (PostgreSQL 15 or later).
@@ -175,6 +220,14 @@ fn reading_of(
                 plan_ms: row.try_get("plan_ms")?,
             }),
             None => None,
+        },
+        resets: ResetTimes {
+            database: counters.try_get("database_reset")?,
+            wal: counters.try_get("wal_reset")?,
+            statements: match statements {
+                Some(row) => row.try_get("statements_reset")?,
+                None => None,
+            },
         },
     })
 }
@@ -309,6 +362,7 @@ mod tests {
                 exec_ms: 50.0,
                 plan_ms: 10.0,
             }),
+            resets: ResetTimes::default(),
         };
         let after = ServerReading {
             wal_lsn: 41_000,
@@ -322,6 +376,7 @@ mod tests {
                 exec_ms: 250.0,
                 plan_ms: 30.0,
             }),
+            resets: ResetTimes::default(),
         };
         let work = ServerWork::between(&before, &after, 200).unwrap();
         assert_eq!(
@@ -348,5 +403,60 @@ mod tests {
         };
         let work = ServerWork::between(&before, &without, 200).unwrap();
         assert_eq!((work.statements, work.db_ms()), (None, None));
+    }
+
+    #[test]
+    fn a_reset_between_the_readings_is_named_and_measures_nothing() {
+        let at = |secs| Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
+        let before = ServerReading {
+            wal_lsn: 1_000,
+            inserted: 500,
+            resets: ResetTimes {
+                database: at(10),
+                wal: at(10),
+                statements: at(10),
+            },
+            ..ServerReading::default()
+        };
+        // pg_stat_reset() mid-side: the row counters start again from 0.
+        let reset = |resets: ResetTimes| ServerReading {
+            wal_lsn: 9_000,
+            inserted: 40,
+            resets,
+            ..before
+        };
+        let cases = [
+            (
+                ResetTimes { database: at(20), ..before.resets },
+                Some("this database's statistics were reset (pg_stat_reset()) between the readings"),
+            ),
+            (
+                ResetTimes { wal: at(20), ..before.resets },
+                Some("the WAL statistics were reset (pg_stat_reset_shared('wal')) between the readings"),
+            ),
+            (
+                ResetTimes { statements: at(20), ..before.resets },
+                Some("pg_stat_statements was reset (pg_stat_statements_reset()) between the readings"),
+            ),
+            (before.resets, None),
+        ];
+        for (resets, expected) in cases {
+            let after = reset(resets);
+            assert_eq!(ServerReading::reset_between(&before, &after), expected);
+            assert_eq!(
+                ServerWork::between(&before, &after, 10).is_some(),
+                expected.is_none(),
+                "{expected:?}"
+            );
+        }
+        // The first reset a server records (never reset before) counts too.
+        let never = ServerReading {
+            resets: ResetTimes::default(),
+            ..before
+        };
+        assert_eq!(
+            ServerReading::reset_between(&never, &before),
+            Some("this database's statistics were reset (pg_stat_reset()) between the readings")
+        );
     }
 }

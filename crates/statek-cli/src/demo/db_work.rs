@@ -56,15 +56,33 @@ pub struct SideWork {
 }
 
 impl SideWork {
-    /// The work between two readings for `runs` finished runs; `None`
-    /// without a finished run.
-    pub fn between_readings(before: &Reading, after: &Reading, runs: usize) -> Option<Self> {
+    /// The work between two readings for `runs` finished runs, or why it
+    /// was not measured: no finished run, or counters reset between the
+    /// readings (`pg_stat_reset()` and the like, in words).
+    ///
+    /// # Errors
+    /// The reason, in words.
+    pub fn between_readings(
+        before: &Reading,
+        after: &Reading,
+        runs: usize,
+    ) -> Result<Self, &'static str> {
         Self::between(&before.0, &after.0, runs)
     }
 
-    fn between(before: &ServerReading, after: &ServerReading, runs: usize) -> Option<Self> {
-        let work = ServerWork::between(before, after, i64::try_from(runs).ok()?)?;
-        Some(Self {
+    fn between(
+        before: &ServerReading,
+        after: &ServerReading,
+        runs: usize,
+    ) -> Result<Self, &'static str> {
+        if let Some(reset) = ServerReading::reset_between(before, after) {
+            return Err(reset);
+        }
+        let work = i64::try_from(runs)
+            .ok()
+            .and_then(|runs| ServerWork::between(before, after, runs))
+            .ok_or(NO_RUN)?;
+        Ok(Self {
             runs: work.runs,
             wal_bytes: work.wal_bytes,
             rows_written: work.rows_written(),
@@ -74,6 +92,9 @@ impl SideWork {
         })
     }
 }
+
+/// Why a side's work is not measured when it finished no run.
+const NO_RUN: &str = "a side finished no run";
 
 /// Why the demo's database has no statement figures, in words; `None`
 /// when `pg_stat_statements` answers.
@@ -96,18 +117,35 @@ pub fn statements_unavailable(statistics: StatementStatistics) -> Option<&'stati
 pub struct WorkComparison {
     pub statek: Option<SideWork>,
     pub fifo: Option<SideWork>,
+    /// Why a side's work is `None` (the first side's reason), in words.
+    pub unmeasured: Option<&'static str>,
     /// Why statements and server time are not measured
     /// ([`statements_unavailable`]); `None` when they are.
     pub statements_unavailable: Option<&'static str>,
 }
 
 impl WorkComparison {
+    /// Both sides' work, or why either is not measured.
+    pub fn new(
+        statek: Result<SideWork, &'static str>,
+        fifo: Result<SideWork, &'static str>,
+        statements_unavailable: Option<&'static str>,
+    ) -> Self {
+        Self {
+            unmeasured: statek.err().or(fifo.err()),
+            statek: statek.ok(),
+            fifo: fifo.ok(),
+            statements_unavailable,
+        }
+    }
+
     /// One line per figure: statek, FIFO, and statek's ratio to FIFO.
     pub fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
         let (Some(fair), Some(plain)) = (self.statek, self.fifo) else {
             return writeln!(
                 w,
-                "database work per run: not measured (a side finished no run)"
+                "database work per run: not measured ({})",
+                self.unmeasured.unwrap_or(NO_RUN)
             );
         };
         writeln!(
@@ -188,11 +226,11 @@ mod tests {
     #[test]
     fn prints_both_sides_per_run_and_the_ratio() {
         let zero = counters(0, 0, Some((0, 0.0)));
-        let comparison = WorkComparison {
-            statek: SideWork::between(&zero, &counters(300_000, 400, Some((500, 250.0))), 100),
-            fifo: SideWork::between(&zero, &counters(200_000, 400, Some((250, 100.0))), 100),
-            statements_unavailable: None,
-        };
+        let comparison = WorkComparison::new(
+            SideWork::between(&zero, &counters(300_000, 400, Some((500, 250.0))), 100),
+            SideWork::between(&zero, &counters(200_000, 400, Some((250, 100.0))), 100),
+            None,
+        );
         let mut text = String::new();
         comparison.write_text(&mut text).unwrap();
         assert_eq!(
@@ -210,11 +248,11 @@ mod tests {
     #[test]
     fn says_what_it_could_not_measure() {
         let zero = counters(0, 0, None);
-        let comparison = WorkComparison {
-            statek: SideWork::between(&zero, &counters(100, 10, None), 10),
-            fifo: SideWork::between(&zero, &counters(100, 10, None), 0),
-            statements_unavailable: statements_unavailable(StatementStatistics::NotInstalled),
-        };
+        let comparison = WorkComparison::new(
+            SideWork::between(&zero, &counters(100, 10, None), 10),
+            SideWork::between(&zero, &counters(100, 10, None), 0),
+            statements_unavailable(StatementStatistics::NotInstalled),
+        );
         let mut text = String::new();
         comparison.write_text(&mut text).unwrap();
         assert_eq!(
@@ -223,6 +261,7 @@ mod tests {
         );
         let comparison = WorkComparison {
             fifo: comparison.statek,
+            unmeasured: None,
             ..comparison
         };
         let mut text = String::new();
@@ -252,5 +291,27 @@ mod tests {
             "{text}"
         );
         assert_eq!(statements_unavailable(StatementStatistics::Available), None);
+    }
+
+    /// `pg_stat_reset()` during a side: its counters start again from 0,
+    /// so the difference would be negative or far too small; the demo
+    /// says so instead of printing it.
+    #[test]
+    fn a_reset_during_a_side_is_named_not_measured() {
+        let zero = counters(0, 0, None);
+        let mut after = counters(100, 10, None);
+        after.resets.database = Some(std::time::SystemTime::UNIX_EPOCH);
+        let comparison = WorkComparison::new(
+            SideWork::between(&zero, &counters(100, 10, None), 10),
+            SideWork::between(&zero, &after, 10),
+            None,
+        );
+        let mut text = String::new();
+        comparison.write_text(&mut text).unwrap();
+        assert_eq!(
+            text,
+            "database work per run: not measured (this database's statistics were reset \
+             (pg_stat_reset()) between the readings)\n"
+        );
     }
 }

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::server_work::{ServerReading, ServerWork};
 use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
@@ -134,13 +135,25 @@ async fn server_work_counts_another_sessions_writes_once_it_is_quiet() {
     drop((queue, writer));
     let (after, quiet) = reader.server_reading_when_quiet().await.unwrap();
     assert!(quiet, "the writer's sessions ended");
-    let work = statek_store_pg::server_work::ServerWork::between(&before, &after, 40).unwrap();
+    let work = ServerWork::between(&before, &after, 40).unwrap();
     // One insert per run, one update to claim it and one to complete it.
     assert_eq!((work.inserted, work.updated, work.deleted), (1.0, 2.0, 0.0));
     assert_eq!(work.rows_written(), 3.0);
     assert!(work.wal_bytes > 0.0, "{work:?}");
     // The test server does not install pg_stat_statements.
     assert_eq!((work.statements, work.db_ms()), (None, None));
+    assert_eq!(ServerReading::reset_between(&before, &after), None);
+
+    // pg_stat_reset() of this database between two readings: the row
+    // counters start again from 0; the pair is refused and the reset named.
+    let admin = db.store_config().connect_client().await.unwrap();
+    admin.batch_execute("SELECT pg_stat_reset()").await.unwrap();
+    let (reset, _) = reader.server_reading_when_quiet().await.unwrap();
+    assert_eq!(
+        ServerReading::reset_between(&after, &reset),
+        Some("this database's statistics were reset (pg_stat_reset()) between the readings")
+    );
+    assert_eq!(ServerWork::between(&after, &reset, 40), None);
 }
 
 /// Why a reading has no statement sums: not installed, then installed

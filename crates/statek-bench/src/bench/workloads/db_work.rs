@@ -58,7 +58,7 @@ pub fn per_run(before: &Reading, after: &Reading, runs: i64) -> Option<DbWork> {
 
 #[cfg(test)]
 mod tests {
-    use statek_store_pg::server_work::StatementSums;
+    use statek_store_pg::server_work::{ResetTimes, StatementSums};
 
     use super::*;
 
@@ -76,6 +76,7 @@ mod tests {
                 exec_ms: 50.0,
                 plan_ms: 10.0,
             }),
+            resets: ResetTimes::default(),
         };
         let before = Reading {
             server,
@@ -94,6 +95,7 @@ mod tests {
                     exec_ms: 250.0,
                     plan_ms: 30.0,
                 }),
+                resets: ResetTimes::default(),
             },
             cpu_ms: 500.0,
         };
