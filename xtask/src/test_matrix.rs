@@ -86,7 +86,7 @@ impl Suite {
         match self {
             Self::Cargo(args) => display(args),
             Self::Binaries(packages) => format!(
-                "the test binaries of {}, as built for the first version",
+                "the test binaries of {}, from the build step above (no second build)",
                 packages.join(", ")
             ),
         }
