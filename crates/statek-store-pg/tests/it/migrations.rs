@@ -379,7 +379,7 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [12, 13, 14]
+        [12, 13, 14, 15]
     );
     assert_eq!(attempt_finishes(&db, "run_claims").await, before);
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
@@ -493,7 +493,7 @@ async fn claims_made_before_v13_read_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [13, 14]
+        [13, 14, 15]
     );
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
 
@@ -560,4 +560,71 @@ async fn claims_made_before_v13_read_the_same_after_it() {
             .await,
         Err(StoreError::SlotAlreadyClaimed { .. })
     ));
+}
+
+/// Migration V15: PostgreSQL grants EXECUTE on a new function to PUBLIC,
+/// and a SECURITY DEFINER function runs with its owner's rights. In a
+/// freshly migrated database (no role profile applied) no SECURITY
+/// DEFINER function of the schema keeps that grant, so a role given only
+/// USAGE on the schema cannot call one: not to record a reservation loss
+/// (which halts a shard), not to lock a tenant's limits.
+#[tokio::test]
+async fn no_security_definer_function_is_executable_by_public() {
+    let db = TestDatabase::create().await;
+    let admin = db.client().await;
+    let definers: Vec<(String, bool)> = admin
+        .query(
+            "SELECT p.oid::regprocedure::text,
+                    EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
+                            WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')
+             FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'statek' AND p.prosecdef
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let names: Vec<&str> = definers.iter().map(|(f, _)| f.as_str()).collect();
+    assert!(
+        names.contains(&"statek.claim_allowance(text[],bigint[])")
+            && names.contains(
+                &"statek.record_reservation_loss(text,boolean,integer,integer,jsonb,text,text)"
+            ),
+        "the two functions V15 revokes are SECURITY DEFINER functions: {names:?}"
+    );
+    let public: Vec<&str> = definers
+        .iter()
+        .filter(|(_, public)| *public)
+        .map(|(f, _)| f.as_str())
+        .collect();
+    assert_eq!(public, Vec::<&str>::new(), "PUBLIC may execute these");
+
+    // A role with USAGE on the schema and nothing else is refused.
+    let role = format!("u_{}", &db.name()["statek_test_".len()..]);
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; GRANT CONNECT ON DATABASE {} TO {role};
+             GRANT USAGE ON SCHEMA statek TO {role}",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    let mut pg = db.pg_config().clone();
+    pg.user(&role);
+    let (client, connection) = pg.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    for call in [
+        "SELECT * FROM statek.record_reservation_loss('primary-v1', true, 1, 0, '[]'::jsonb, 'test', 'on')",
+        "SELECT * FROM statek.claim_allowance(ARRAY['tenant-a'], ARRAY[1::bigint])",
+    ] {
+        let e = client.query(call, &[]).await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{call}: {e}"
+        );
+    }
 }
