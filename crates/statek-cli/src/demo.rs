@@ -31,7 +31,7 @@ mod table;
 mod workload;
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -48,13 +48,15 @@ use workload::Workload;
 
 use crate::out::{outln, Format, Report};
 
-/// Reads and checks the demo's policy file, and that the options give the
-/// demo runs to compare (before anything touches a database).
+/// Reads and checks the demo's policy file, that the options give the
+/// demo runs to compare, and that the charts can be written (before
+/// anything touches a database).
 ///
 /// # Errors
 /// The file cannot be read or is not a valid policy file;
 /// [`crate::exit::InvalidInput`] when `--backlog` and `--trickle` are both
-/// 0 (no run would be queued, so every check would fail by construction).
+/// 0 (no run would be queued, so every check would fail by construction)
+/// or when the charts directory cannot be created or written.
 pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
     if args.backlog == 0 && args.trickle == 0 {
         return Err(crate::exit::InvalidInput(
@@ -64,6 +66,7 @@ pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
         )
         .into());
     }
+    check_charts_dir(&charts_dir(args))?;
     let Some(path) = &args.policy else {
         return Ok(PolicyFile::parse(
             "noisy-neighbour.toml (built in)",
@@ -71,6 +74,39 @@ pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
         )?);
     };
     crate::policy_cmd::load_file(path)
+}
+
+/// Where the charts go: `--charts-dir`, else `statek-demo-charts`.
+fn charts_dir(args: &DemoArgs) -> PathBuf {
+    args.charts_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("statek-demo-charts"))
+}
+
+/// Refuses a charts directory that cannot be created or written before
+/// the demo's minutes of work, not after them: creates the missing
+/// directories, writes and removes a probe file, and removes again the
+/// directories it created (a demo refused later leaves nothing behind).
+fn check_charts_dir(dir: &Path) -> Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .collect();
+    let probe = dir.join(".statek-demo-write-check");
+    let checked = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&probe, b""))
+        .and_then(|()| std::fs::remove_file(&probe));
+    for created in &missing {
+        // Only directories this check made, deepest first; they are empty.
+        let _ = std::fs::remove_dir(created);
+    }
+    checked.map_err(|e| {
+        crate::exit::InvalidInput(format!(
+            "--charts-dir {}: cannot write the charts there: {e}",
+            dir.display()
+        ))
+        .into()
+    })
 }
 
 /// The default demo policy, deploy/policies/noisy-neighbour.toml.
@@ -372,10 +408,7 @@ fn write_charts(
         .iter()
         .filter_map(|r| policy.tenant_for_slot(u64::from(r.slot())))
         .collect();
-    let dir = args
-        .charts_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("statek-demo-charts"));
+    let dir = charts_dir(args);
     let services = fifo.map(|fifo| {
         (
             crate::charts::SideSeries::new(statek),

@@ -116,7 +116,7 @@ pub async fn run(
         admin.clone(),
         shard.clone(),
         start_sequence,
-        args.max_reservations,
+        u64::from(args.max_reservations),
         Arc::clone(&made),
         stop.clone(),
     );

@@ -24,7 +24,7 @@ pub(super) struct DemoHandler {
 impl DemoHandler {
     pub(super) fn new(args: &DemoArgs) -> Self {
         Self {
-            work: Duration::from_millis(args.work_ms),
+            work: Duration::from_millis(u64::from(args.work_ms)),
         }
     }
 

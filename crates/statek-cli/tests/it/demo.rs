@@ -68,3 +68,55 @@ fn a_demo_with_nothing_to_run_is_refused_before_it_connects() {
          compare; give one of them a positive value\n"
     );
 }
+
+/// A charts directory that cannot be created (its parent is a file) is
+/// refused before any connection, with exit code 3, not reported after the
+/// demo's minutes of work.
+#[test]
+fn an_unusable_charts_dir_is_refused_before_the_demo_connects() {
+    let file = std::env::temp_dir().join(format!("statek-demo-file-{}", Uuid::now_v7().simple()));
+    std::fs::write(&file, b"not a directory").unwrap();
+    let charts = file.join("charts");
+    let out = statek(
+        &["demo", "--charts-dir", charts.to_str().unwrap()],
+        Some("postgres://statek@127.0.0.1:1/nowhere"),
+    );
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    let text = stderr(&out);
+    let expected = format!(
+        "statek: error: --charts-dir {}: cannot write the charts there: ",
+        charts.display()
+    );
+    assert!(
+        text.starts_with(&expected) && text.ends_with("Not a directory (os error 20)\n"),
+        "{text}"
+    );
+}
+
+/// A negative count is a value out of its range (exit code 2, the range
+/// named), not clap's "unexpected argument".
+#[test]
+fn a_negative_count_is_out_of_range_not_an_unknown_argument() {
+    for (flag, range) in [
+        ("--max-reservations", "1..=10000000"),
+        ("--replicas", "1..=32"),
+        ("--backlog", "0..=1000000"),
+        ("--work-ms", "0..=10000"),
+    ] {
+        let out = statek(
+            &["demo", flag, "-5"],
+            Some("postgres://statek@127.0.0.1:1/nowhere"),
+        );
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {text}");
+        assert!(
+            text.starts_with(&format!(
+                "error: invalid value '-5' for '{flag} <{}>': -5 is not in {range}\n",
+                flag[2..].to_uppercase().replace('-', "_")
+            )),
+            "{flag}: {text}"
+        );
+    }
+}
