@@ -93,6 +93,10 @@ impl ServerReading {
     }
 }
 
+/// Why [`ServerWork::try_between`] measures nothing for a pair of readings
+/// without a completed run.
+pub const NO_COMPLETED_RUN: &str = "no run was completed between the readings";
+
 /// Sums of `pg_stat_statements` over this database at one reading.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StatementSums {
@@ -132,10 +136,27 @@ pub struct ServerWork {
 impl ServerWork {
     /// The work per run between `before` and `after` for `runs` completed
     /// runs; `None` without a completed run, or when counters were reset
-    /// between the readings ([`ServerReading::reset_between`] says which).
+    /// between the readings ([`try_between`](Self::try_between) says why).
     pub fn between(before: &ServerReading, after: &ServerReading, runs: i64) -> Option<Self> {
-        if runs <= 0 || ServerReading::reset_between(before, after).is_some() {
-            return None;
+        Self::try_between(before, after, runs).ok()
+    }
+
+    /// [`between`](Self::between), or why the pair measures nothing.
+    ///
+    /// # Errors
+    /// In words: [`NO_COMPLETED_RUN`] when `runs` is not positive, or which
+    /// counters were reset between the readings
+    /// ([`ServerReading::reset_between`]).
+    pub fn try_between(
+        before: &ServerReading,
+        after: &ServerReading,
+        runs: i64,
+    ) -> Result<Self, &'static str> {
+        if let Some(reset) = ServerReading::reset_between(before, after) {
+            return Err(reset);
+        }
+        if runs <= 0 {
+            return Err(NO_COMPLETED_RUN);
         }
         let per = |delta: i64| delta as f64 / runs as f64;
         let statements = match (before.statements, after.statements) {
@@ -146,7 +167,7 @@ impl ServerWork {
             }),
             _ => None,
         };
-        Some(Self {
+        Ok(Self {
             runs,
             wal_bytes: per(after.wal_lsn - before.wal_lsn),
             wal_fpi: per(after.wal_fpi - before.wal_fpi),
@@ -444,11 +465,20 @@ mod tests {
             let after = reset(resets);
             assert_eq!(ServerReading::reset_between(&before, &after), expected);
             assert_eq!(
+                ServerWork::try_between(&before, &after, 10).err(),
+                expected,
+                "{expected:?}"
+            );
+            assert_eq!(
                 ServerWork::between(&before, &after, 10).is_some(),
                 expected.is_none(),
                 "{expected:?}"
             );
         }
+        assert_eq!(
+            ServerWork::try_between(&before, &before, 0),
+            Err(NO_COMPLETED_RUN)
+        );
         // The first reset a server records (never reset before) counts too.
         let never = ServerReading {
             resets: ResetTimes::default(),

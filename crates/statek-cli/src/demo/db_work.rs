@@ -75,13 +75,14 @@ impl SideWork {
         after: &ServerReading,
         runs: usize,
     ) -> Result<Self, &'static str> {
-        if let Some(reset) = ServerReading::reset_between(before, after) {
-            return Err(reset);
-        }
-        let work = i64::try_from(runs)
-            .ok()
-            .and_then(|runs| ServerWork::between(before, after, runs))
-            .ok_or(NO_RUN)?;
+        let runs = i64::try_from(runs).unwrap_or(i64::MAX);
+        let work = ServerWork::try_between(before, after, runs).map_err(|why| {
+            if why == statek_store_pg::server_work::NO_COMPLETED_RUN {
+                NO_RUN
+            } else {
+                why
+            }
+        })?;
         Ok(Self {
             runs: work.runs,
             wal_bytes: work.wal_bytes,
