@@ -34,11 +34,17 @@ pub fn enable_statement_statistics(database_url: &str) -> Result<()> {
     })
 }
 
-/// Runs the demo against `database_url`.
-pub fn run(args: XtaskDemoArgs, database_url: &str) -> Result<()> {
-    let mut demo = args.demo;
-    if demo.charts_dir.is_none() {
-        demo.charts_dir = Some(crate::workspace::target_dir().join("statek-demo"));
+/// `args` with the charts going to `target/statek-demo` unless
+/// `--charts-dir` says otherwise.
+pub fn with_default_charts_dir(mut args: XtaskDemoArgs) -> XtaskDemoArgs {
+    if args.demo.charts_dir.is_none() {
+        args.demo.charts_dir = Some(crate::workspace::target_dir().join("statek-demo"));
     }
-    statek_cli::demo::run(demo, database_url)
+    args
+}
+
+/// Runs the demo against `database_url` (its charts directory defaulted
+/// by [`with_default_charts_dir`]).
+pub fn run(args: XtaskDemoArgs, database_url: &str) -> Result<()> {
+    statek_cli::demo::run(with_default_charts_dir(args).demo, database_url)
 }

@@ -88,7 +88,9 @@ fn run(cli: Cli) -> Result<()> {
         Task::HaLayouts(args) => ha_layouts::run(&args),
         Task::Chaos(args) => chaos::run(&args),
         Task::Demo(args) => {
-            // A bad policy file fails before any server starts.
+            let args = demo::with_default_charts_dir(args);
+            // A bad policy file or charts directory fails before any
+            // server starts.
             statek_cli::demo::load_policy(&args.demo)?;
             let _server;
             let url = if let Some(url) = pg::external_database_url() {
