@@ -1,4 +1,6 @@
-//! Exit codes: one per class of error, so scripts can tell them apart.
+//! Exit codes: one per class of error, so scripts can tell them apart,
+//! chosen from the error's type (never from its message text), and the
+//! rendering of an error chain on standard error.
 
 use statek_policy::policy_file::PolicyFileError;
 use statek_store_pg::StoreError;

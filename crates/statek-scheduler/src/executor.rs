@@ -1,4 +1,8 @@
-//! The tenant-isolated executor: what runs behind a reserved slot.
+//! The tenant-isolated executor: what runs behind a reserved slot. The
+//! [`TenantExecutor`] trait, and its default batch entry point
+//! [`execute_each`], which starts each slot's `execute_one` in sequence
+//! order as permits free, for executors that do not claim many slots in
+//! one statement.
 
 use std::future::Future;
 

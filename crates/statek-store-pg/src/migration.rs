@@ -1,4 +1,8 @@
-//! Schema migrations, embedded from the workspace's `/migrations` folder.
+//! Schema migrations, embedded from the workspace's `/migrations` folder
+//! with refinery and applied under a PostgreSQL advisory lock, so that
+//! concurrent callers wait for each other. Forward only; a landed
+//! migration file is never edited (its SHA-256 is pinned in
+//! `migrations/MANIFEST.sha256`).
 
 use crate::{PgStore, StoreError};
 

@@ -1,4 +1,8 @@
-//! Binding a policy to a shard, and reading the binding back fail-closed.
+//! Binding a policy to a shard, and reading the binding back fail-closed:
+//! `register` stores the policy's canonical bytes, digest and cycle digest
+//! (migration V6) and attaches the slot map that the claim functions check
+//! (migration V11); a load checks every stored value against the others
+//! and answers `CorruptData` on a mismatch, never a guess.
 
 use std::time::SystemTime;
 

@@ -1,4 +1,11 @@
-//! [`PgStore`]: the connection pool every store operation runs on.
+//! [`PgStore`]: the connection pool every store operation runs on, and
+//! the three wrappers every call goes through to reach a pooled
+//! connection: `with_response_timeout` (a deadline on the server's answer,
+//! or the longer maintenance timeout), `with_durable_write` (a run-queue
+//! write; under transaction pooling, in a transaction with the store's
+//! `synchronous_commit`) and `in_transaction`. None waits on a silent
+//! connection without a deadline; `tests/it/tidy.rs` fails on a call that
+//! takes a connection another way.
 
 use std::time::Duration;
 
