@@ -1,7 +1,9 @@
 //! docs/design.md against the code, for the facts it enumerates that the
 //! code can list: the `statek` binary's commands (its crate map names them,
-//! in clap's order), the tenant outcomes of a tick (in declaration order)
-//! and the SQLSTATEs `is_retryable()` treats as transient.
+//! in clap's order), the tenant outcomes of a tick (in declaration order),
+//! the slot outcome classes with their letters (the table of section 5),
+//! the policy algorithms (section 3) and the SQLSTATEs `is_retryable()`
+//! treats as transient.
 
 use clap::CommandFactory as _;
 
@@ -53,6 +55,58 @@ fn design_outcome_labels(design: &str) -> Result<Vec<String>, String> {
             label
         })
         .collect())
+}
+
+/// The slot outcome classes of docs/design.md's table after
+/// "**Slot outcome classes**": `(letter, label)` per row, in its order.
+fn design_slot_classes(design: &str) -> Result<Vec<(char, String)>, String> {
+    let start = design
+        .find("**Slot outcome classes**")
+        .ok_or("docs/design.md does not list the slot outcome classes")?;
+    let rows: Vec<(char, String)> = design[start..]
+        .lines()
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .filter_map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let letter = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            let label = cells.get(2)?.strip_prefix('`')?.strip_suffix('`')?;
+            let mut chars = letter.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => Some((c, label.to_owned())),
+                _ => None,
+            }
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err("docs/design.md's slot outcome table has no rows".to_owned());
+    }
+    Ok(rows)
+}
+
+/// The algorithm names section 3 of docs/design.md gives (backticked, of
+/// the form `name-vN`), each once, in the order they first appear.
+fn design_algorithms(design: &str) -> Result<Vec<String>, String> {
+    let start = design
+        .find("## 3. Policy")
+        .ok_or("docs/design.md has no section \"## 3. Policy\"")?;
+    let section = &design[start..];
+    let section = &section[..section[1..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 1)];
+    let mut names: Vec<String> = Vec::new();
+    for token in section.split('`').skip(1).step_by(2) {
+        let is_name = token.rsplit_once("-v").is_some_and(|(stem, version)| {
+            !stem.is_empty()
+                && stem.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+                && !version.is_empty()
+                && version.chars().all(|c| c.is_ascii_digit())
+        });
+        if is_name && !names.iter().any(|n| n == token) {
+            names.push(token.to_owned());
+        }
+    }
+    Ok(names)
 }
 
 /// Whether docs/design.md's list of transient SQLSTATEs holds `code`: its
@@ -109,6 +163,41 @@ mod tests {
         assert_eq!(
             design_outcome_labels(&design()).unwrap(),
             statek_scheduler::TenantTickOutcome::LABELS
+        );
+    }
+
+    #[test]
+    fn the_design_names_every_slot_outcome_class_with_its_letter() {
+        let code: Vec<(char, String)> = statek_store_pg::SlotClass::ALL
+            .iter()
+            .map(|class| (class.letter(), class.label().to_owned()))
+            .collect();
+        assert_eq!(design_slot_classes(&design()).unwrap(), code);
+    }
+
+    #[test]
+    fn the_design_names_exactly_the_policy_algorithms() {
+        let code: Vec<&str> = statek_policy::PolicyAlgorithm::ALL
+            .iter()
+            .map(|algorithm| algorithm.name())
+            .collect();
+        assert_eq!(design_algorithms(&design()).unwrap(), code);
+    }
+
+    #[test]
+    fn stale_class_and_algorithm_lists_are_seen() {
+        let design = "**Slot outcome classes** (V14).\n\n| letter | class |\n|---|---|\n\
+                      | `c` | `claimed` | x |\n| `q` | `queued` | y |\n\nafter";
+        assert_eq!(
+            design_slot_classes(design).unwrap(),
+            [('c', "claimed".to_owned()), ('q', "queued".to_owned())]
+        );
+        assert!(design_slot_classes("nothing").is_err());
+        let design = "## 3. Policy\n`swrr-v1`, `statek.cycle.v1`, `min-gap-v1`/`swrr-v1`\n\
+                      ## 4. Store\n`min-gap-v2`";
+        assert_eq!(
+            design_algorithms(design).unwrap(),
+            ["swrr-v1", "min-gap-v1"]
         );
     }
 
