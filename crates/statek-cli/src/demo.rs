@@ -85,20 +85,38 @@ fn charts_dir(args: &DemoArgs) -> PathBuf {
 
 /// Refuses a charts directory that cannot be created or written before
 /// the demo's minutes of work, not after them: creates the missing
-/// directories, writes and removes a probe file, and removes again the
-/// directories it created (a demo refused later leaves nothing behind).
+/// directories one path component at a time, writes and removes a probe
+/// file, and removes again exactly the directories it created (a demo
+/// refused later leaves nothing behind, and a directory that existed is
+/// never removed, whatever `..` or symbolic links the path holds).
 fn check_charts_dir(dir: &Path) -> Result<()> {
-    let missing: Vec<&Path> = dir
-        .ancestors()
-        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-        .collect();
-    let probe = dir.join(".statek-demo-write-check");
-    let checked = std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&probe, b""))
-        .and_then(|()| std::fs::remove_file(&probe));
-    for created in &missing {
+    let mut created: Vec<PathBuf> = Vec::new();
+    let mut prefix = PathBuf::new();
+    let mut checked = Ok(());
+    for component in dir.components() {
+        prefix.push(component);
+        match std::fs::symlink_metadata(&prefix) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Err(e) = std::fs::create_dir(&prefix) {
+                    checked = Err(e);
+                    break;
+                }
+                created.push(prefix.clone());
+            }
+            Err(e) => {
+                checked = Err(e);
+                break;
+            }
+        }
+    }
+    if checked.is_ok() {
+        let probe = dir.join(".statek-demo-write-check");
+        checked = std::fs::write(&probe, b"").and_then(|()| std::fs::remove_file(&probe));
+    }
+    for made in created.iter().rev() {
         // Only directories this check made, deepest first; they are empty.
-        let _ = std::fs::remove_dir(created);
+        let _ = std::fs::remove_dir(made);
     }
     checked.map_err(|e| {
         crate::exit::InvalidInput(format!(

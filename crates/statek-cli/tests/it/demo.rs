@@ -120,3 +120,23 @@ fn a_negative_count_is_out_of_range_not_an_unknown_argument() {
         );
     }
 }
+
+/// The early check of the charts directory removes only the directories it
+/// created: through `ghost/..`, an existing empty directory is kept (a
+/// trial at 5997132 lost it), and the `ghost` the check made is removed.
+/// The demo then fails to connect (exit code 6).
+#[test]
+fn the_charts_dir_check_never_removes_a_directory_that_existed() {
+    let root = std::env::temp_dir().join(format!("statek-demo-keep-{}", Uuid::now_v7().simple()));
+    let keep = root.join("keep");
+    std::fs::create_dir_all(&keep).unwrap();
+    let through_ghost = root.join("ghost").join("..").join("keep");
+    let out = statek(
+        &["demo", "--charts-dir", through_ghost.to_str().unwrap()],
+        Some("postgres://statek@127.0.0.1:1/nowhere"),
+    );
+    let (kept, ghost) = (keep.is_dir(), root.join("ghost").exists());
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert_eq!((kept, ghost), (true, false));
+}
