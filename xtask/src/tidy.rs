@@ -9,3 +9,4 @@ mod design_facts;
 mod file_circles;
 mod migration_constants;
 mod operations_metrics;
+mod role_table;
