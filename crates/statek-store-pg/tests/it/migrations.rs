@@ -379,7 +379,7 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [12, 13, 14, 15]
+        [12, 13, 14, 15, 16]
     );
     assert_eq!(attempt_finishes(&db, "run_claims").await, before);
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
@@ -493,7 +493,7 @@ async fn claims_made_before_v13_read_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [13, 14, 15]
+        [13, 14, 15, 16]
     );
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
 

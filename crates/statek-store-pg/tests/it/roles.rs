@@ -481,6 +481,28 @@ async fn the_role_matrix_holds() {
             completed,
             format!("statek: run {completed} is completed; its row is evidence and never changes"),
         ),
+        // Migration V16: a finish time is statek's functions' to set, on
+        // every run, not only a completed one.
+        (
+            "retention moves a failed run's finish time",
+            &rn_rows,
+            "UPDATE statek.runs SET finished_at = '1999-01-01' WHERE run_id = $1",
+            next.lease.run_id(),
+            format!(
+                "statek: only statek's functions set a run's finish time (run {})",
+                next.lease.run_id()
+            ),
+        ),
+        (
+            "a hand-granted role gives a running run a finish time",
+            &rogue_sql,
+            "UPDATE statek.runs SET finished_at = clock_timestamp() WHERE run_id = $1",
+            running.lease.run_id(),
+            format!(
+                "statek: only statek's functions set a run's finish time (run {})",
+                running.lease.run_id()
+            ),
+        ),
         (
             "a hand-granted role forges a completion",
             &rogue_sql,
