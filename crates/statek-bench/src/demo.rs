@@ -43,8 +43,8 @@ pub fn with_default_charts_dir(mut args: XtaskDemoArgs) -> XtaskDemoArgs {
     args
 }
 
-/// Runs the demo against `database_url` (its charts directory defaulted
-/// by [`with_default_charts_dir`]).
+/// Runs the demo against `database_url`; the caller has defaulted its
+/// charts directory ([`with_default_charts_dir`]) before the early checks.
 pub fn run(args: XtaskDemoArgs, database_url: &str) -> Result<()> {
-    statek_cli::demo::run(with_default_charts_dir(args).demo, database_url)
+    statek_cli::demo::run(args.demo, database_url)
 }
