@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use statek_policy::TenantId;
@@ -44,15 +45,30 @@ enum Recording {
     Grouped,
 }
 
-/// The group commit of finished runs of one executor (and its clones).
+/// The group commit of finished runs of one executor (and its clones),
+/// and the room for runs waiting for their record.
 #[derive(Clone)]
-struct Completions(Arc<GroupCommit<PendingFinish, Recorded>>);
+struct Completions {
+    commit: Arc<GroupCommit<PendingFinish, Recorded>>,
+    /// One permit per finished run waiting for its record, at most
+    /// [`RECORDS_PER_FLUSH_WAITING`] flushes' worth: a handler that
+    /// finished keeps its run permit until its run has room here, so when
+    /// records fall behind the claims (a slow disk, a busy server) the
+    /// Worker stops claiming instead of piling up runs that finished
+    /// unrecorded, each holding memory and a lease that runs out.
+    room: Arc<Semaphore>,
+}
 
 impl std::fmt::Debug for Completions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Completions")
     }
 }
+
+/// Finished runs that may wait for their record, in completion batches
+/// ([`ExecutorOptions::completion_batching`]): one flush under way and one
+/// filling behind it.
+const RECORDS_PER_FLUSH_WAITING: usize = 2;
 
 /// Expired runs handled per expiry pass.
 const EXPIRY_PASS_LIMIT: u32 = 100;
@@ -152,8 +168,12 @@ impl ExecutorOptions {
     /// handler was cancelled (shutdown) and its lease has run out. A write
     /// that fails non-retryably is retried run by run. A slot's outcome is
     /// known when its run's write committed; its permit returns as soon as
-    /// the handler finished. `execute_one` records each run alone, with
-    /// the same retries.
+    /// the handler finished and the run has room among the runs waiting
+    /// for their record: at most twice `max_runs` wait (default 512), so
+    /// when the database records finishes more slowly than the Worker
+    /// claims, finished handlers keep their permits and the Worker claims
+    /// no faster than the database records. `execute_one` records each
+    /// run alone, with the same retries and the same room.
     pub fn completion_batching(
         mut self,
         max_runs: usize,
@@ -234,10 +254,15 @@ pub struct PgRunQueueExecutor<H> {
 impl<H: RunHandler> PgRunQueueExecutor<H> {
     /// An executor on `store`'s run queue.
     pub fn new(store: PgStore, handler: H, options: ExecutorOptions) -> Self {
-        let completions = Completions(Arc::new(GroupCommit::new(
-            options.completion_batch,
-            options.completion_linger,
-        )));
+        let completions = Completions {
+            commit: Arc::new(GroupCommit::new(
+                options.completion_batch,
+                options.completion_linger,
+            )),
+            room: Arc::new(Semaphore::new(
+                RECORDS_PER_FLUSH_WAITING * options.completion_batch,
+            )),
+        };
         Self {
             store,
             handler,
@@ -319,7 +344,13 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
             cancel: shutdown.clone(),
         };
         // The handler is done: its permit goes back before the outcome is
-        // recorded.
+        // recorded, once the run has room among the runs waiting for their
+        // record (the room is never closed; were it, the run would simply
+        // not wait).
+        let _room = Arc::clone(&self.completions.room)
+            .acquire_owned()
+            .await
+            .ok();
         drop(permit);
         if lease_state == LeaseState::LostOnServer {
             run_outcome(tenant, "lease_lost");
@@ -414,7 +445,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         let store = &self.store;
         if recording == Recording::Grouped {
             let flush = |items: Vec<PendingFinish>| flush_finished(store, items);
-            match self.completions.0.submit(item.clone(), flush).await {
+            match self.completions.commit.submit(item.clone(), flush).await {
                 Some(Recorded::Outcome(outcome)) => return Ok(outcome),
                 Some(Recorded::GaveUp(error)) => {
                     tracing::error!(run_id = %item.finish.lease().run_id(), error, "finished run not recorded before its lease ran out at shutdown; it may execute again");

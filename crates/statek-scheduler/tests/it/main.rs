@@ -6,6 +6,7 @@
 
 mod batch_workers;
 mod fair_tick;
+mod finish_backpressure;
 mod finish_retries;
 mod idle_tenants;
 mod in_memory;
