@@ -35,12 +35,18 @@ pub struct BenchArgs {
     /// Minutes at full load of section `soak`.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=240))]
     pub soak_minutes: u64,
+    /// Minutes per phase of section `sustained` (four phases: the fair
+    /// Worker and the batched queue, each at a fixed depth and at a fixed
+    /// offered rate).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(super::sustained::MIN_MINUTES..=240))]
+    pub sustained_minutes: u64,
     /// The bench process's allocator for section `soak`: `system` (glibc's
     /// malloc; set `MALLOC_ARENA_MAX` in the environment to limit its
     /// arenas) or `mimalloc` (statek-bench rebuilt with its feature `mimalloc`).
     #[arg(long, value_enum, default_value_t = super::soak::Allocator::System)]
     pub allocator: super::soak::Allocator,
-    /// Sections to run, comma-separated (default: all but `soak`).
+    /// Sections to run, comma-separated (default: all but `soak` and
+    /// `sustained`).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Section::ALL)]
     pub only: Vec<Section>,
     /// Where the JSON and charts go (default: target/bench).
@@ -92,6 +98,11 @@ pub enum Section {
     /// Opt-in: one Worker's RSS over --soak-minutes at full load (not in
     /// the default run).
     Soak,
+    /// Opt-in: the fair Worker and the batched queue, each for
+    /// --sustained-minutes at a fixed queue depth and at a fixed offered
+    /// rate, on a durable server with autovacuum at its defaults (not in
+    /// the default run; about 4 × 30 minutes).
+    Sustained,
 }
 
 impl Section {

@@ -10,7 +10,9 @@
 //! commits, and the workloads of issue 12 (a fair `Worker` against a plain
 //! and a batched unfair queue, on the fast settings and durable), enqueue
 //! throughput, one run per statement against bulk (issue 14); `soak`
-//! (a Worker's memory over 10 minutes) runs only when asked for.
+//! (a Worker's memory over 10 minutes) and `sustained` (the fair Worker
+//! and the batched queue for 30 minutes at a fixed depth and at a fixed
+//! rate) run only when asked for.
 //! Nothing here asserts a timing: it measures and reports.
 
 mod args;
@@ -26,6 +28,7 @@ mod reserve;
 mod retained;
 mod servers;
 mod soak;
+mod sustained;
 mod target;
 mod workloads;
 
@@ -137,7 +140,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 | Section::Soak
         )
     });
-    if !needs_database {
+    let wants = |s: Section| args.only.contains(&s);
+    if !needs_database && !wants(Section::Sustained) {
         let mut report = Report::new(report::Machine::local(), args.seconds, args.batch);
         report.compile = compile;
         report.write(&out)?;
@@ -145,29 +149,32 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         eprintln!("xtask: bench results in {}", out.display());
         return Ok(());
     }
-    let _server;
-    let url = if let Some(url) = pg::external_database_url() {
-        url
-    } else {
-        let server = pg::Server::provision_and_start_measured(PgMajor::V17)?;
-        let url = server.database_url();
-        _server = server;
-        url
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
     let started = Instant::now();
-    let mut report = runtime.block_on(measure(
-        &args,
-        &url,
-        &out,
-        pgbench.as_ref().map(|(path, _)| path.as_path()),
-    ))?;
+    let mut report = if needs_database {
+        let _server;
+        let url = if let Some(url) = pg::external_database_url() {
+            url
+        } else {
+            let server = pg::Server::provision_and_start_measured(PgMajor::V17)?;
+            let url = server.database_url();
+            _server = server;
+            url
+        };
+        runtime.block_on(measure(
+            &args,
+            &url,
+            &out,
+            pgbench.as_ref().map(|(path, _)| path.as_path()),
+        ))?
+    } else {
+        Report::new(report::Machine::local(), args.seconds, args.batch)
+    };
     report.machine.pgbench = pgbench.map(|(_, version)| version).unwrap_or_default();
-    let wants = |s: Section| args.only.contains(&s);
     if wants(Section::Durable) || wants(Section::Workloads) {
         if let Some(durable) = servers::Durable::provision("sections durable and workloads")? {
             if wants(Section::Durable) {
@@ -177,6 +184,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 durable_workloads(&args, &runtime, &durable, &mut report.workloads)?;
             }
         }
+    }
+    if wants(Section::Sustained) {
+        report.sustained = Some(sustained_section(&args, &runtime)?);
     }
     report.compile = compile;
     report.total_seconds = started.elapsed().as_secs_f64();
@@ -517,6 +527,31 @@ fn durable_workloads(
         )
         .await
     })
+}
+
+/// Section `sustained` on a durable server of its own, or on
+/// `DATABASE_URL`'s server when it is set (its durability is printed and
+/// recorded).
+fn sustained_section(
+    args: &BenchArgs,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<sustained::Sustained> {
+    eprintln!(
+        "==> sustained: 4 phases of {} min (fair and batched, fixed depth then fixed rate)",
+        args.sustained_minutes
+    );
+    let _keep;
+    let url = match pg::external_database_url() {
+        Some(url) => url,
+        None => {
+            let durable = servers::Durable::provision("section sustained")?
+                .context("no durable server for section sustained")?;
+            let (server, url) = durable.single()?;
+            _keep = (durable, server);
+            url
+        }
+    };
+    runtime.block_on(sustained::run(&url, args.sustained_minutes))
 }
 
 /// The fairness tax and empty slots.

@@ -161,6 +161,9 @@ pub struct Report {
     /// Section `soak` (opt-in).
     #[serde(default)]
     pub soak: Option<super::soak::Soak>,
+    /// Section `sustained` (opt-in).
+    #[serde(default)]
+    pub sustained: Option<super::sustained::Sustained>,
     /// Targets.
     pub targets: Vec<Target>,
     /// Wall time of the database part, seconds.
@@ -347,6 +350,7 @@ impl Report {
             workloads: super::workloads::Workloads::default(),
             enqueue: Vec::new(),
             soak: None,
+            sustained: None,
             targets: Vec::new(),
             total_seconds: 0.0,
         }
@@ -465,6 +469,7 @@ impl Report {
         targets.extend(super::workloads::targets::judge(&self.workloads));
         targets.extend(super::enqueue::target(&self.enqueue));
         targets.extend(self.soak.as_ref().map(super::soak::target));
+        targets.extend(self.sustained.iter().flat_map(super::sustained::targets));
         self.targets = targets;
     }
 
@@ -486,6 +491,7 @@ impl Report {
         write("targets.json", &self.targets)?;
         write("workloads.json", &(&self.workloads, &self.soak))?;
         write("enqueue.json", &self.enqueue)?;
+        write("sustained.json", &self.sustained)?;
         let markdown = out.join("workloads.md");
         std::fs::write(
             &markdown,
@@ -618,6 +624,9 @@ impl Report {
                 soak.executed,
                 soak.runs_per_second
             );
+        }
+        if let Some(sustained) = &self.sustained {
+            super::sustained::print(sustained);
         }
         if let Some(compile) = &self.compile {
             println!();

@@ -316,3 +316,13 @@ pub async fn start_fair(
 ) -> Result<FairSide> {
     fair::start(url, policy, concurrency, Duration::ZERO, stop).await
 }
+
+/// The batched plain queue with `capacity` executing runs and a no-op
+/// handler (section `sustained`'s); stops when `stop` fires.
+pub async fn start_batched(
+    url: &str,
+    capacity: usize,
+    stop: CancellationToken,
+) -> Result<tokio::task::JoinSet<Result<()>>> {
+    Ok(batched::start(url, capacity, Duration::ZERO, stop).await?.0)
+}
