@@ -277,7 +277,25 @@ async fn measure(
 ) -> Result<Report> {
     let admin = connect(url).await?;
     check_connections(&admin, args).await?;
-    let database = bench_database();
+    in_fresh_database(&admin, url, &bench_database(), |url| async move {
+        measure_in(args, &url, out, pgbench).await
+    })
+    .await
+}
+
+/// Runs `measure` on a database `database` created empty on the server of
+/// `admin` (whose URL is `url`; dropped first if it exists, and dropped
+/// again after, whatever `measure` returned).
+async fn in_fresh_database<T, F, Fut>(
+    admin: &tokio_postgres::Client,
+    url: &str,
+    database: &str,
+    measure: F,
+) -> Result<T>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
     // Two statements: DROP/CREATE DATABASE refuse to run in one batch
     // (an implicit transaction).
     for statement in [
@@ -289,8 +307,7 @@ async fn measure(
             .await
             .with_context(|| format!("{statement} (needs CREATEDB)"))?;
     }
-    let url = bench_url(url, &database);
-    let result = measure_in(args, &url, out, pgbench).await;
+    let result = measure(bench_url(url, database)).await;
     admin
         .batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
         .await

@@ -273,22 +273,10 @@ async fn phase(
 ) -> Result<Phase> {
     let database = format!("statek_sustained_{}", std::process::id());
     let admin = super::connect(url).await?;
-    for statement in [
-        format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
-        format!("CREATE DATABASE {database}"),
-    ] {
-        admin
-            .batch_execute(&statement)
-            .await
-            .with_context(|| format!("{statement} (needs CREATEDB)"))?;
-    }
-    let db_url = super::bench_url(url, &database);
-    let measured = phase_in(&db_url, side, load, minutes, policy, tenants).await;
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
-        .await
-        .ok();
-    measured
+    super::in_fresh_database(&admin, url, &database, |url| async move {
+        phase_in(&url, side, load, minutes, policy, tenants).await
+    })
+    .await
 }
 
 async fn phase_in(
