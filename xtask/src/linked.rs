@@ -4,8 +4,12 @@
 //! `cargo xtask test` compile in seconds, not minutes.
 //!
 //! - From the command line, [`run`] calls `cargo run --package statek-bench
-//!   -- TASK ARGS` (`--release` for `bench`, except for its `--help`), passing the arguments on
-//!   unchanged, and exits with the task's own exit status.
+//!   -- TASK ARGS`, passing the arguments on unchanged, and exits with the
+//!   task's own exit status. `bench` too starts from the debug build (the
+//!   one `cargo xtask demo` builds): it checks its options and `pgbench`
+//!   there, in a second, and only then re-runs itself from a release build
+//!   (its client must not be a debug build), so a mistyped option is not
+//!   refused after a ten-minute release build.
 //! - In the test matrix, [`run_built`] runs the statek-bench binary of the
 //!   matrix's build step (`cargo build --workspace --all-features --tests
 //!   --bins`), whose features are those of `cargo test --workspace
@@ -31,20 +35,10 @@ pub struct Passed {
     pub args: Vec<OsString>,
 }
 
-/// Whether a task's client must be a release build: the bench's
-/// measurements, unless only its help is asked for (no release build for
-/// that).
-fn wants_release(task: &str, passed: &Passed) -> bool {
-    task == "bench" && !passed.args.iter().any(|arg| arg == "--help" || arg == "-h")
-}
-
 /// The `cargo run` command for `task`.
 fn cargo_run(task: &str, passed: &Passed) -> Command {
     let mut cargo = workspace::cargo();
     cargo.arg("run");
-    if wants_release(task, passed) {
-        cargo.arg("--release");
-    }
     cargo
         .args(["--package", PACKAGE, "--"])
         .arg(task)
@@ -119,29 +113,28 @@ mod tests {
     }
 
     #[test]
-    fn only_the_bench_is_built_for_release_and_not_for_its_help() {
+    fn the_bench_starts_from_the_debug_build_that_checks_its_options() {
         let passed = Passed {
-            args: vec!["--only".into(), "workloads".into()],
+            args: vec![
+                "--only".into(),
+                "sustained".into(),
+                "--sustained-minutes".into(),
+                "5".into(),
+            ],
         };
         assert_eq!(
             words(&cargo_run("bench", &passed)),
             [
                 "run",
-                "--release",
                 "--package",
                 "statek-bench",
                 "--",
                 "bench",
                 "--only",
-                "workloads"
+                "sustained",
+                "--sustained-minutes",
+                "5"
             ]
-        );
-        let help = Passed {
-            args: vec!["--help".into()],
-        };
-        assert_eq!(
-            words(&cargo_run("bench", &help)),
-            ["run", "--package", "statek-bench", "--", "bench", "--help"]
         );
     }
 }
