@@ -343,6 +343,15 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
             lease_held_until,
             cancel: shutdown.clone(),
         };
+        if lease_state == LeaseState::LostOnServer {
+            // Nothing to record: the permit goes back at once.
+            drop(permit);
+            run_outcome(tenant, "lease_lost");
+            return Ok(TenantTickOutcome::ExecutionFailed {
+                run: executed,
+                error: "lease lost while the handler ran".into(),
+            });
+        }
         // The handler is done: its permit goes back before the outcome is
         // recorded, once the run has room among the runs waiting for their
         // record (the room is never closed; were it, the run would simply
@@ -352,13 +361,6 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
             .await
             .ok();
         drop(permit);
-        if lease_state == LeaseState::LostOnServer {
-            run_outcome(tenant, "lease_lost");
-            return Ok(TenantTickOutcome::ExecutionFailed {
-                run: executed,
-                error: "lease lost while the handler ran".into(),
-            });
-        }
         // Expired locally: the token may still hold (nobody re-claimed), so
         // the outcome is still recorded under it; the store says if not.
         match result {

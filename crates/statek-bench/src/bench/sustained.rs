@@ -157,11 +157,16 @@ pub fn windows(minutes: u64) -> ((u32, u32), (u32, u32)) {
 /// taken at or before `at_seconds`; `None` without one or without live
 /// rows.
 pub fn bytes_per_live_row(tables: &[TableSample], at_seconds: u64) -> Option<f64> {
-    let sample = tables
+    let sample = last_runs_sample(tables, at_seconds)?;
+    (sample.live > 0).then(|| (sample.table_bytes + sample.index_bytes) as f64 / sample.live as f64)
+}
+
+/// The last sample of `statek.runs` taken at or before `at_seconds`.
+fn last_runs_sample(tables: &[TableSample], at_seconds: u64) -> Option<&TableSample> {
+    tables
         .iter()
         .filter(|t| t.table == "runs" && t.at_seconds <= at_seconds)
-        .max_by_key(|t| t.at_seconds)?;
-    (sample.live > 0).then(|| (sample.table_bytes + sample.index_bytes) as f64 / sample.live as f64)
+        .max_by_key(|t| t.at_seconds)
 }
 
 /// The section's targets (on the fair side's phases).
@@ -558,11 +563,7 @@ pub fn print(sustained: &Sustained) {
         );
         for m in &phase.minutes {
             let at = 60 * (u64::from(m.minute) + 1);
-            let runs = phase
-                .tables
-                .iter()
-                .filter(|t| t.table == "runs" && t.at_seconds <= at)
-                .max_by_key(|t| t.at_seconds);
+            let runs = last_runs_sample(&phase.tables, at);
             println!(
                 "{:<27} | {:>6} | {:>8.0} | {:>11} | {:>11} | {:>11} | {:>9.1}",
                 "",
