@@ -148,7 +148,7 @@ pub struct Status {
 ///
 /// Implement it for your own [`TenantExecutor`] (statek's implementations
 /// for [`crate::PgRunQueueExecutor`] and [`crate::InMemoryExecutor`] are
-/// in the crate's `tests/conformance.rs`), then call [`exercise`] or
+/// in the crate's `tests/it/conformance.rs`), then call [`exercise`] or
 /// each case.
 pub trait Harness: Sized + Send + Sync + 'static {
     /// The executor under test.

@@ -1,8 +1,8 @@
 //! The run-table gauges the PostgreSQL executor's housekeeping publishes,
 //! with exact values against a real PostgreSQL: `statek_runs{tenant,state}`
 //! and `statek_runs_finished_oldest_timestamp_seconds` (which feeds the run
-//! retention alert). (Its own test binary: it installs the global
-//! recorder.)
+//! retention alert). (Recorded by a recorder of this
+//! test's thread.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -55,7 +55,9 @@ fn runs(pairs: &[(&str, &str, f64)]) -> BTreeMap<String, f64> {
 
 #[tokio::test]
 async fn housekeeping_publishes_exact_run_counts_and_the_oldest_finished_run() {
-    let handle = PrometheusBuilder::new().install_recorder().unwrap();
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
 
     let db = TestDatabase::create().await;
     let store = db.store();

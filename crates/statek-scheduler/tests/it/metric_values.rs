@@ -1,5 +1,5 @@
 //! After a known sequence of ticks, the exported metrics have exactly the
-//! expected values. (Its own test binary: it installs the global recorder.)
+//! expected values (recorded by a recorder of this test's thread).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -64,7 +64,7 @@ fn get(values: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
 async fn eight_ticks_export_exact_counters() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    recorder.install().unwrap();
+    let _local = metrics::set_default_local_recorder(&recorder);
 
     let db = TestDatabase::create().await;
     let store = db.store();

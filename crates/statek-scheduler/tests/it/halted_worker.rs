@@ -1,7 +1,7 @@
 //! A Worker whose shard is halted in the database (migration V10) stays up,
 //! reserves and runs nothing, exports `statek_shard_halted{shard} 1`, and
-//! goes on by itself once the owner resumes the shard. (Its own test
-//! binary: it installs the global recorder.)
+//! goes on by itself once the owner resumes the shard. The metrics go to a
+//! recorder of this test's thread (`metrics::set_default_local_recorder`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -48,7 +48,9 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[tokio::test]
 async fn a_worker_waits_out_a_halt_and_goes_on_after_the_resume() {
-    let handle = PrometheusBuilder::new().install_recorder().unwrap();
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
     let db = TestDatabase::create().await;
     let store = db.store();
     let policy = WeightedFairnessPolicy::new(

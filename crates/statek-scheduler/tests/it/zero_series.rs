@@ -1,7 +1,7 @@
 //! Every series an alert reads is in the scrape from a Worker's start, at 0
 //! (the timestamps with their values), before any reservation: read from
-//! the Prometheus exporter's own text, as Prometheus would scrape it. (Its
-//! own test binary: it installs the global recorder.)
+//! the Prometheus exporter's own text, as Prometheus would scrape it. (Recorded
+//! by a recorder of this test's thread.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -135,7 +135,9 @@ async fn a_worker_exports_every_alert_series_from_its_start() {
         .unwrap()
         .as_secs_f64();
 
-    let handle = PrometheusBuilder::new().install_recorder().unwrap();
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
     assert_eq!(scrape(&handle), BTreeMap::new());
     // A Worker told to stop before it starts: it runs its start (durability
     // check, series, first housekeeping) and reserves nothing.

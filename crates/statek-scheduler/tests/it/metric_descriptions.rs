@@ -1,6 +1,6 @@
 //! `metrics::describe_all` tells the recorder every catalogue metric's help
-//! and unit, which an exporter writes as `# HELP` lines. (Its own test
-//! binary: it installs the global recorder.)
+//! and unit, which an exporter writes as `# HELP` lines (to a recorder of
+//! this test's thread).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -11,7 +11,7 @@ use statek_scheduler::metrics::{catalogue, describe_all, MetricKind};
 fn every_catalogue_metric_is_described_with_its_help_and_unit() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    recorder.install().unwrap();
+    let _local = metrics::set_default_local_recorder(&recorder);
     describe_all();
     for metric in catalogue() {
         match metric.kind {
