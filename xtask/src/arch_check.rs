@@ -1,19 +1,23 @@
 //! `cargo xtask arch-check`: the allowed arrows between workspace crates
 //! (ARCHITECTURE.md, "Allowed arrows"), checked against `cargo metadata`.
 //!
-//! - statek-store-pg -> statek-policy
-//! - statek-scheduler -> statek-policy, statek-store-pg
-//! - statek-cli -> all three
-//! - statek-examples (users' examples) -> policy, store, scheduler
+//! - statek-core (the seam's values) -> statek-policy
+//! - statek-store-pg -> statek-policy, statek-core
+//! - statek-scheduler -> statek-policy, statek-core, statek-store-pg
+//! - statek-cli -> all four
+//! - statek-examples (users' examples) -> policy, core, store, scheduler
 //! - devpg (PostgreSQL for development) -> no workspace crate
-//! - statek-bench (the dev tools that link the product) -> policy, store,
-//!   scheduler, cli, devpg
+//! - statek-bench (the dev tools that link the product) -> policy, core,
+//!   store, scheduler, cli, devpg
 //! - xtask -> devpg; and to policy, store, scheduler and cli only as
 //!   dev-dependencies (its tidy tests), so building xtask compiles no
 //!   product crate
 //! - nothing depends on xtask
 //! - statek-policy depends on no workspace crate, and its normal dependency
-//!   closure holds no async runtime or database crate.
+//!   closure holds no async runtime or database crate;
+//! - statek-core's normal dependency closure holds no database crate (it
+//!   may reach tokio, through tokio-util's cancellation token), so a crate
+//!   of run handlers that depends on it compiles no PostgreSQL client.
 //!
 //! Every kind of dependency (normal, dev, build) counts as an arrow between
 //! workspace crates. A workspace member without a rule here is an error, so a
@@ -29,24 +33,42 @@ use crate::{command, workspace};
 /// The crate that must stay pure.
 const PURE_CRATE: &str = "statek-policy";
 
+/// The crate whose normal dependency closure must hold no database crate.
+const DATABASE_FREE_CRATE: &str = "statek-core";
+
 /// Allowed workspace arrows: crate -> the workspace crates it may depend on.
 const ARROWS: &[(&str, &[&str])] = &[
     ("statek-policy", &[]),
-    ("statek-store-pg", &["statek-policy"]),
-    ("statek-scheduler", &["statek-policy", "statek-store-pg"]),
+    ("statek-core", &["statek-policy"]),
+    ("statek-store-pg", &["statek-policy", "statek-core"]),
+    (
+        "statek-scheduler",
+        &["statek-policy", "statek-core", "statek-store-pg"],
+    ),
     (
         "statek-cli",
-        &["statek-policy", "statek-store-pg", "statek-scheduler"],
+        &[
+            "statek-policy",
+            "statek-core",
+            "statek-store-pg",
+            "statek-scheduler",
+        ],
     ),
     (
         "statek-examples",
-        &["statek-policy", "statek-store-pg", "statek-scheduler"],
+        &[
+            "statek-policy",
+            "statek-core",
+            "statek-store-pg",
+            "statek-scheduler",
+        ],
     ),
     ("devpg", &[]),
     (
         "statek-bench",
         &[
             "statek-policy",
+            "statek-core",
             "statek-store-pg",
             "statek-scheduler",
             "statek-cli",
@@ -62,6 +84,7 @@ const DEV_ARROWS: &[(&str, &[&str])] = &[(
     "xtask",
     &[
         "statek-policy",
+        "statek-core",
         "statek-store-pg",
         "statek-scheduler",
         "statek-cli",
@@ -71,10 +94,23 @@ const DEV_ARROWS: &[(&str, &[&str])] = &[(
 /// Whether a crate name is an async runtime or database crate, which the
 /// pure crate must not reach through normal dependencies.
 fn is_runtime_or_database(name: &str) -> bool {
-    matches!(name, "tokio" | "postgres" | "async-std")
-        || ["tokio-", "postgres-", "deadpool", "refinery", "sqlx"]
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
+    matches!(name, "tokio" | "async-std") || name.starts_with("tokio-") || is_database(name)
+}
+
+/// Whether a crate name is a database crate (a PostgreSQL client, pool,
+/// migration runner or SQL toolkit).
+fn is_database(name: &str) -> bool {
+    name == "postgres"
+        || name == "tokio-postgres"
+        || [
+            "postgres-",
+            "tokio-postgres-",
+            "deadpool",
+            "refinery",
+            "sqlx",
+        ]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
 }
 
 /// The parts of `cargo metadata --format-version 1` that the check reads.
@@ -233,7 +269,7 @@ pub fn check(metadata: &Metadata) -> Vec<String> {
 
     if let Some(pure) = members.iter().find(|id| name_of(id) == PURE_CRATE) {
         violations.extend(
-            forbidden_in_closure(pure, &nodes, &name_of)
+            forbidden_in_closure(pure, &nodes, &name_of, is_runtime_or_database)
                 .into_iter()
                 .map(|path| {
                     format!(
@@ -245,22 +281,37 @@ pub fn check(metadata: &Metadata) -> Vec<String> {
                 }),
         );
     }
+    if let Some(core) = members.iter().find(|id| name_of(id) == DATABASE_FREE_CRATE) {
+        violations.extend(
+            forbidden_in_closure(core, &nodes, &name_of, is_database)
+                .into_iter()
+                .map(|path| {
+                    format!(
+                        "{DATABASE_FREE_CRATE} must not depend on a database crate, but reaches \
+                         {} through normal dependencies: {}",
+                        path.last().map_or("", String::as_str),
+                        path.join(" -> ")
+                    )
+                }),
+        );
+    }
     violations
 }
 
-/// Paths (crate names) from `root` to each forbidden crate in its normal
-/// dependency closure, shortest first.
+/// Paths (crate names) from `root` to each crate in its normal dependency
+/// closure whose name is `forbidden`, shortest first.
 fn forbidden_in_closure(
     root: &str,
     nodes: &BTreeMap<&str, &Node>,
     name_of: &dyn Fn(&str) -> String,
+    forbidden: fn(&str) -> bool,
 ) -> Vec<Vec<String>> {
     let mut parent: BTreeMap<&str, &str> = BTreeMap::new();
     let mut seen = BTreeSet::from([root]);
     let mut queue = VecDeque::from([root]);
     let mut found = Vec::new();
     while let Some(id) = queue.pop_front() {
-        if id != root && is_runtime_or_database(&name_of(id)) {
+        if id != root && forbidden(&name_of(id)) {
             let mut path = vec![name_of(id)];
             let mut current = id;
             while let Some(previous) = parent.get(current) {
@@ -330,6 +381,7 @@ mod tests {
 
     const MEMBERS: &[&str] = &[
         "statek-policy",
+        "statek-core",
         "statek-store-pg",
         "statek-scheduler",
         "statek-cli",
@@ -344,11 +396,16 @@ mod tests {
     #[test]
     fn the_designed_graph_passes() {
         let violations = check_edges(&[
+            ("statek-core", "statek-policy", None),
+            ("statek-core", "tokio-util", None),
+            ("tokio-util", "tokio", None),
             ("statek-store-pg", "statek-policy", None),
+            ("statek-store-pg", "statek-core", None),
             ("statek-store-pg", "statek-store-pg", Some("dev")),
             ("statek-store-pg", "tokio-postgres", None),
             ("tokio-postgres", "tokio", None),
             ("statek-scheduler", "statek-policy", None),
+            ("statek-scheduler", "statek-core", None),
             ("statek-scheduler", "statek-store-pg", None),
             ("statek-policy", "sha2", None),
             ("statek-policy", "proptest", Some("dev")),
@@ -371,7 +428,7 @@ mod tests {
             check_edges(&[("statek-store-pg", "statek-scheduler", Some("dev"))]),
             [
                 "forbidden arrow: statek-store-pg -> statek-scheduler (dev dependency); \
-              statek-store-pg may depend on statek-policy"
+              statek-store-pg may depend on statek-policy, statek-core"
             ]
         );
     }
@@ -433,6 +490,34 @@ mod tests {
         // Dev and build dependencies do not ship with the crate.
         assert!(check_edges(&[("statek-policy", "tokio", Some("dev"))]).is_empty());
         assert!(check_edges(&[("statek-policy", "tokio", Some("build"))]).is_empty());
+    }
+
+    #[test]
+    fn the_seam_crate_reaches_no_database() {
+        assert_eq!(
+            check_edges(&[
+                ("statek-core", "statek-store-pg", None),
+                ("statek-store-pg", "tokio-postgres", None),
+            ]),
+            [
+                "forbidden arrow: statek-core -> statek-store-pg (normal dependency); \
+              statek-core may depend on statek-policy",
+                "statek-core must not depend on a database crate, but reaches tokio-postgres \
+              through normal dependencies: statek-core -> statek-store-pg -> tokio-postgres"
+            ]
+        );
+        for forbidden in [
+            "postgres",
+            "postgres-types",
+            "deadpool-postgres",
+            "refinery",
+        ] {
+            let violations = check_edges(&[("statek-core", forbidden, None)]);
+            assert_eq!(violations.len(), 1, "{forbidden}: {violations:?}");
+        }
+        // A runtime is allowed; a database only as a dev-dependency.
+        assert!(check_edges(&[("statek-core", "tokio", None)]).is_empty());
+        assert!(check_edges(&[("statek-core", "tokio-postgres", Some("dev"))]).is_empty());
     }
 
     #[test]

@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 use statek_policy::{EchoedValue, SchedulerShardId};
-use statek_store_pg::{Registration, RoleProfile, SchedulerFairnessRetentionPolicy, StoreError};
+use statek_scheduler::Registration;
+use statek_store_pg::{RoleProfile, SchedulerFairnessRetentionPolicy, StoreError};
 
 use crate::db::DbArgs;
 use crate::exit::InvalidInput;

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use statek_core::{SlotClass, SlotOutcomes};
 use statek_policy::{SchedulerShardId, TenantId};
-use statek_store_pg::{SlotClass, SlotOutcomes};
+
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -438,7 +439,7 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
 /// pool whose permits its claims take.
 pub(crate) struct ReservedBatch<'a> {
     pub(crate) policy: &'a statek_policy::WeightedFairnessPolicy,
-    pub(crate) reservations: Vec<crate::reservation::Reservation>,
+    pub(crate) reservations: Vec<statek_core::Reservation>,
     pub(crate) retries: u32,
     pub(crate) pool: &'a RunPool,
 }

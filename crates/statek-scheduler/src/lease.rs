@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::handler::RunError;
+use statek_core::RunError;
 
 /// Whether the executor still holds a claimed run's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

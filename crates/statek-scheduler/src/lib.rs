@@ -72,7 +72,6 @@ mod executor;
 mod fairness_report;
 mod finish_recording;
 mod group_commit;
-mod handler;
 mod idle_set;
 mod lease;
 mod memory_executor;
@@ -86,7 +85,6 @@ mod outcome;
 mod outcome_recording;
 mod pg_executor;
 mod pg_reservations;
-mod reservation;
 mod reservation_retries;
 mod reservation_source;
 mod scheduler;
@@ -101,7 +99,6 @@ pub use executor::{execute_each, TenantExecutor};
 pub use fairness_report::{
     ClaimLag, FairnessReport, GapStats, GapViolation, TenantFairnessRow, TimeLag,
 };
-pub use handler::{Run, RunError, RunHandler};
 pub use memory_executor::{
     InMemoryExecutor, InMemoryExecutorOptions, MemoryRunLock, MemoryRunState, MemoryRunStatus,
 };
@@ -113,11 +110,15 @@ pub use monitor::{
 pub use options::SchedulerOptions;
 pub use outcome::{ExecutedRun, TenantTickOutcome};
 pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, DEFAULT_IDLE_RECHECK};
-pub use reservation::Reservation;
 pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use scheduler::DurableFairScheduler;
-/// The recorded outcome classes of a reserved range (`statek.slot_outcomes`).
-pub use statek_store_pg::{SlotClass, SlotOutcomes};
+/// The seam's values (statek-core), re-exported so an application names
+/// one crate: reservations, registrations, slot outcome classes, and what
+/// a run's handler sees.
+pub use statek_core::{
+    Registration, Reservation, Run, RunError, RunHandler, SlotClass, SlotOutcomeAnswer,
+    SlotOutcomes, SlotOutcomesRecorded,
+};
 pub use tick_outcome::TickOutcome;
 pub use worker::{
     Worker, WorkerOptions, WorkerReport, DEFAULT_CONCURRENCY, DEFAULT_OUTAGE_BUDGET,

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use statek_core::{Run, RunError, RunHandler};
 use statek_policy::TenantId;
 use statek_store_pg::{EnqueuedRun, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES};
 use tokio::time::Instant;
@@ -13,7 +14,6 @@ use uuid::Uuid;
 use crate::batch::{claim_and_run, BatchSlot, RunPermit, SlotBatch, SlotStart};
 use crate::error::SchedulerError;
 use crate::executor::TenantExecutor;
-use crate::handler::{Run, RunError, RunHandler};
 use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::memory_queue::{lock, Claim, Clock, Queue};
 use crate::outcome::{ExecutedRun, TenantTickOutcome};

@@ -11,7 +11,7 @@ use statek_policy::TenantId;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::handler::Run;
+use statek_core::Run;
 
 /// The state of a run in an [`crate::InMemoryExecutor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,17 +144,17 @@ impl Queue {
         entry.state = MemoryRunState::Running;
         entry.attempt += 1;
         entry.lease = Some((token, expires));
-        let run = Run {
+        let run = Run::new(
             run_id,
-            tenant: entry.tenant.clone(),
-            payload: entry.payload.clone(),
-            attempt: entry.attempt,
-            max_attempts: entry.max_attempts,
-            enqueued_at: clock.system(entry.enqueued_at),
-            available_at: clock.system(entry.available_at),
-            claimed_at: clock.system(now),
-            lease_expires_at: clock.system(expires),
-        };
+            entry.tenant.clone(),
+            entry.payload.clone(),
+            entry.attempt,
+            entry.max_attempts,
+            clock.system(entry.enqueued_at),
+            clock.system(entry.available_at),
+            clock.system(now),
+            clock.system(expires),
+        );
         Claim::Claimed(Box::new(run), token)
     }
 

@@ -7,16 +7,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
+use statek_core::{
+    Registration, Reservation, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded,
+};
 use statek_policy::{
     PolicyDigest, PolicySeam, ScheduleId, SchedulerShardId, WeightedFairnessPolicy,
 };
-use statek_store_pg::{
-    Registration, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded, StoreError,
-    MAX_RESERVATION_BATCH,
-};
+use statek_store_pg::{StoreError, MAX_RESERVATION_BATCH};
 use uuid::Uuid;
 
-use crate::reservation::Reservation;
 use crate::reservation_source::{ReservationSource, SourceShard, Succession};
 
 /// The largest sequence, as in PostgreSQL (`bigint`).

@@ -2,9 +2,9 @@
 //! [`ExecutedRun`] it names. Below both the executor trait and the batch
 //! protocol, which both speak of it.
 
+use statek_core::SlotClass;
 use std::time::SystemTime;
 
-use statek_store_pg::SlotClass;
 use uuid::Uuid;
 
 /// A run executed (successfully or not) for a slot.

@@ -12,8 +12,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use statek_core::{SlotOutcomeAnswer, SlotOutcomes};
 use statek_policy::SchedulerShardId;
-use statek_store_pg::{SlotOutcomeAnswer, SlotOutcomes, MAX_OUTCOME_RECORDS_PER_CALL};
+use statek_store_pg::MAX_OUTCOME_RECORDS_PER_CALL;
 
 use crate::group_commit::GroupCommit;
 use crate::reservation_source::ReservationSource;

@@ -7,10 +7,11 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use statek_core::{Run, RunError, RunHandler, SlotClass};
 use statek_policy::TenantId;
 use statek_store_pg::{
     ClaimOutcome, ClaimedRun, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease,
-    RunNotifications, SlotClass, StoreError, MAX_FINISH_BATCH,
+    RunNotifications, StoreError, MAX_FINISH_BATCH,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -19,7 +20,6 @@ use crate::error::SchedulerError;
 use crate::executor::TenantExecutor;
 use crate::finish_recording::{flush_finished, record_alone, PendingFinish, Recorded};
 use crate::group_commit::GroupCommit;
-use crate::handler::{Run, RunError, RunHandler};
 use crate::idle_set::IdleSet;
 use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::outcome::{ExecutedRun, TenantTickOutcome};

@@ -3,13 +3,11 @@
 
 use std::time::SystemTime;
 
+use statek_core::{Registration, Reservation, SlotOutcomeAnswer, SlotOutcomes};
 use statek_policy::{PolicyDigest, ScheduleId, SchedulerShardId, WeightedFairnessPolicy};
-use statek_store_pg::{
-    PgStore, Registration, SlotOutcomeAnswer, SlotOutcomes, StoreError, StoredShard,
-};
+use statek_store_pg::{PgStore, StoreError, StoredShard};
 use uuid::Uuid;
 
-use crate::reservation::Reservation;
 use crate::reservation_source::{ReservationSource, SourceShard, Succession};
 
 fn source_shard(stored: &StoredShard) -> SourceShard {
@@ -43,7 +41,7 @@ impl ReservationSource for PgStore {
         digest: &PolicyDigest,
         id: Uuid,
     ) -> Result<Reservation, StoreError> {
-        Ok(PgStore::reserve(self, shard, digest, id).await?.into())
+        PgStore::reserve(self, shard, digest, id).await
     }
 
     async fn reserve_batch(
@@ -54,11 +52,7 @@ impl ReservationSource for PgStore {
         k: u32,
     ) -> Result<Vec<Reservation>, StoreError> {
         let batch = PgStore::reserve_batch(self, shard, digest, batch_id, k).await?;
-        Ok(batch
-            .into_reservations()
-            .into_iter()
-            .map(Reservation::from)
-            .collect())
+        Ok(batch.into_reservations())
     }
 
     async fn record_slot_outcomes(

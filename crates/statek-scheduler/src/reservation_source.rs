@@ -6,14 +6,14 @@
 use std::future::Future;
 use std::time::SystemTime;
 
+use statek_core::{Registration, Reservation, SlotOutcomeAnswer, SlotOutcomes};
 use statek_policy::{
     CycleDigest, PolicyDigest, ScheduleId, SchedulerShardId, SeamBound, WeightedFairnessPolicy,
 };
-use statek_store_pg::{Registration, SlotOutcomeAnswer, SlotOutcomes, StoreError};
+use statek_store_pg::StoreError;
 use uuid::Uuid;
 
 use crate::error::SchedulerError;
-use crate::reservation::Reservation;
 
 /// A shard as a [`ReservationSource`] holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

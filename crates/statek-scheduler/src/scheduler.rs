@@ -2,10 +2,11 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use statek_core::{Registration, Reservation};
 use statek_policy::{
     ScheduleId, SchedulerShardId, TenantId, TenantStarvationBound, WeightedFairnessPolicy,
 };
-use statek_store_pg::{PgStore, Registration, StoreError};
+use statek_store_pg::{PgStore, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -15,7 +16,6 @@ use crate::executor::TenantExecutor;
 use crate::options::SchedulerOptions;
 use crate::outcome::TenantTickOutcome;
 use crate::outcome_recording::SchedulerOutcomeRecords;
-use crate::reservation::Reservation;
 use crate::reservation_retries::with_retries;
 use crate::reservation_source::ReservationSource;
 use crate::tick_outcome::{tenant_of, TickOutcome};
@@ -417,7 +417,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         &self,
         batch: ReservedBatch<'_>,
         hooks: BatchHooks<'_>,
-    ) -> Option<(u64, statek_store_pg::SlotOutcomes)> {
+    ) -> Option<(u64, statek_core::SlotOutcomes)> {
         let ReservedBatch {
             policy,
             reservations,
@@ -556,7 +556,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         &self,
         shard: &SchedulerShardId,
         first_sequence: u64,
-        outcomes: statek_store_pg::SlotOutcomes,
+        outcomes: statek_core::SlotOutcomes,
         from_worker: bool,
     ) {
         self.outcome_records

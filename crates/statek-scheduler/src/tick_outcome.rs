@@ -1,12 +1,12 @@
 //! [`TickOutcome`], what one tick did, and the fail-closed mapping of a
 //! reserved slot to its tenant and bound that every tick and batch uses.
 
+use statek_core::Reservation;
 use statek_policy::{TenantId, TenantStarvationBound, WeightedFairnessPolicy};
 use statek_store_pg::StoreError;
 
 use crate::error::SchedulerError;
 use crate::outcome::TenantTickOutcome;
-use crate::reservation::Reservation;
 
 /// What one tick did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,6 +12,7 @@
 
 use std::time::SystemTime;
 
+use statek_core::Reservation;
 use statek_policy::{PolicyDigest, SchedulerShardId};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -20,9 +21,8 @@ use crate::durability_report::SynchronousCommit;
 use crate::failover::Guarded;
 use crate::reservation::{
     check_locked_shard, check_uuid_v7, expand_rows, guard_columns, reservation_write_error,
-    why_nothing_inserted, Reservation,
+    why_nothing_inserted,
 };
-use crate::shard::slot_of;
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
@@ -235,9 +235,10 @@ async fn reserve_batch_on(
         let rows = db.query(SELECT_BATCH, &[(&batch_id, Type::UUID)]).await?;
         if !rows.is_empty() {
             let mut found = existing_batch(batch_id, shard, digest, k, &rows)?;
-            for reservation in &mut found.reservations {
-                reservation.timeline = Some(timeline);
-            }
+            found.reservations = std::mem::take(&mut found.reservations)
+                .into_iter()
+                .map(|reservation| reservation.with_timeline(Some(timeline)))
+                .collect();
             return Ok(done(found));
         }
         let owner = db
@@ -272,16 +273,17 @@ async fn reserve_batch_on(
     let first = u64::try_from(next)
         .map_err(|_| StoreError::corrupt("shard cursor", format!("negative cursor {next}")))?;
     let reservations = (first..first + u64::from(k))
-        .map(|sequence| Reservation {
-            id: batch_id,
-            shard: shard.clone(),
-            sequence,
-            slot: slot_of(sequence, cycle_length),
-            cycle_length,
-            policy_digest: *digest,
-            reserved_at,
-            replayed: false,
-            timeline: Some(timeline),
+        .map(|sequence| {
+            Reservation::new(
+                batch_id,
+                shard.clone(),
+                sequence,
+                cycle_length,
+                *digest,
+                reserved_at,
+                false,
+            )
+            .with_timeline(Some(timeline))
         })
         .collect();
     Ok(done(ReservationBatch {

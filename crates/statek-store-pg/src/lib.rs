@@ -7,8 +7,8 @@
 //! - **migrations** of the `statek` schema, embedded from `/migrations` and
 //!   applied by [`PgStore::migrate`] under an advisory lock;
 //! - **policy registration**: [`PgStore::register`] binds a policy's
-//!   canonical bytes to its shard forever ([`Registration::Registered`] or
-//!   [`Registration::Idempotent`]; any difference is
+//!   canonical bytes to its shard forever ([`statek_core::Registration::Registered`] or
+//!   [`statek_core::Registration::Idempotent`]; any difference is
 //!   [`StoreError::PolicyConflict`], nothing is overwritten);
 //! - **reservations**: [`PgStore::reserve`] claims the next gapless sequence
 //!   of a shard in one short transaction, idempotently by a client-made
@@ -186,7 +186,6 @@ pub use lost_reservations::{
 pub use metric::{Metric, MetricKind, STORE_METRICS};
 pub use migration::{embedded_migrations, MigrationReport};
 pub use notifications::{RunNotifications, BUFFERED_WAKEUPS, RUNS_CHANNEL};
-pub use reservation::Reservation;
 pub use retention::{
     PruneReport, SchedulerFairnessRetentionPolicy, MAX_PRUNE_BATCH, MAX_RETENTION, MIN_RETENTION,
     PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
@@ -201,11 +200,10 @@ pub use run_queue::{
     MAX_IDEMPOTENCY_KEY_LENGTH, MAX_LIST_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MIN_PRIORITY,
 };
 pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
-pub use shard::{Registration, ShardSeal, ShardStatus, StoredShard};
+pub use shard::{ShardSeal, ShardStatus, StoredShard};
 pub use shard_halt::{HaltCause, ReissuedRange, ShardHalt, ShardHalted, ShardResume};
 pub use slot_outcomes::{
-    SlotClass, SlotOutcomeAnswer, SlotOutcomeRecord, SlotOutcomes, SlotOutcomesRecorded,
-    MAX_OUTCOME_RECORDS_PER_CALL, MAX_OUTCOME_RUNS, MAX_SLOT_OUTCOME_RECORDS,
+    SlotOutcomeRecord, MAX_OUTCOME_RECORDS_PER_CALL, MAX_OUTCOME_RUNS, MAX_SLOT_OUTCOME_RECORDS,
 };
 pub use store::PgStore;
 pub use succession::{Rollout, ShardSeam};

@@ -1,8 +1,7 @@
 //! The reservation protocol: one short transaction claims the next global
 //! sequence of a shard, idempotently by a client-made UUIDv7.
 
-use std::time::SystemTime;
-
+use statek_core::Reservation;
 use statek_policy::{PolicyDigest, SchedulerShardId};
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -64,74 +63,6 @@ const SELECT_RESERVATIONS: &str = "
     JOIN statek.scheduler_shards AS s ON s.shard_id = r.shard_id
     ORDER BY r.sequence";
 
-/// One durable claim of one sequence of a shard.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reservation {
-    pub(crate) id: Uuid,
-    pub(crate) shard: SchedulerShardId,
-    pub(crate) sequence: u64,
-    pub(crate) slot: u32,
-    pub(crate) cycle_length: u32,
-    pub(crate) policy_digest: PolicyDigest,
-    pub(crate) reserved_at: SystemTime,
-    pub(crate) replayed: bool,
-    pub(crate) timeline: Option<u32>,
-}
-
-impl Reservation {
-    /// The client-made reservation id (UUIDv7): the id of the row that
-    /// holds this reservation's evidence, so every reservation of a batch
-    /// carries its batch id (a batch is stored as one range row).
-    pub fn id(&self) -> Uuid {
-        self.id
-    }
-
-    /// The shard.
-    pub fn shard(&self) -> &SchedulerShardId {
-        &self.shard
-    }
-
-    /// Shard-global, gapless, 0-based sequence number.
-    pub fn sequence(&self) -> u64 {
-        self.sequence
-    }
-
-    /// Position in the policy's cycle: `sequence mod L`.
-    pub fn slot(&self) -> u32 {
-        self.slot
-    }
-
-    /// The shard's stored cycle length L (`slot = sequence mod L`). A caller
-    /// holding the policy can check it against its own.
-    pub fn cycle_length(&self) -> u32 {
-        self.cycle_length
-    }
-
-    /// Digest of the policy the reservation was made under.
-    pub fn policy_digest(&self) -> &PolicyDigest {
-        &self.policy_digest
-    }
-
-    /// Database time of the reserving transaction.
-    pub fn reserved_at(&self) -> SystemTime {
-        self.reserved_at
-    }
-
-    /// True when this call found the reservation already committed (a retry
-    /// after a lost acknowledgement, or a concurrent call with the same id)
-    /// and returned it instead of reserving anew.
-    pub fn replayed(&self) -> bool {
-        self.replayed
-    }
-
-    /// The server's WAL timeline when this call acknowledged the
-    /// reservation (`None` for a reservation read back with
-    /// [`PgStore::reservations`]). A promoted standby runs on a new one.
-    pub fn timeline(&self) -> Option<u32> {
-        self.timeline
-    }
-}
-
 pub(crate) fn decode_sequence(value: i64, what: &'static str) -> Result<u64, StoreError> {
     u64::try_from(value)
         .map_err(|_| StoreError::corrupt(what, format!("negative sequence {value}")))
@@ -175,19 +106,17 @@ pub(crate) fn reservation_from_row(
         .map_err(|e| StoreError::corrupt("reservation", format!("shard id: {e}")))?;
     let sequence = decode_sequence(row.try_get("sequence")?, "reservation")?;
     let cycle_length = check_cycle_length(row.try_get("cycle_length")?)?;
-    let slot = check_slot(sequence, row.try_get("slot")?, row.try_get("cycle_length")?)?;
+    check_slot(sequence, row.try_get("slot")?, row.try_get("cycle_length")?)?;
     let digest: Vec<u8> = row.try_get("policy_digest")?;
-    Ok(Reservation {
+    Ok(Reservation::new(
         id,
         shard,
         sequence,
-        slot,
         cycle_length,
-        policy_digest: decode_digest(&digest, "reservation")?,
-        reserved_at: row.try_get("reserved_at")?,
+        decode_digest(&digest, "reservation")?,
+        row.try_get("reserved_at")?,
         replayed,
-        timeline: None,
-    })
+    ))
 }
 
 /// The stored `sequence_count` of a row: 1 for a single reservation, `k`
@@ -211,20 +140,27 @@ pub(crate) fn reservations_of_row(
     let first = reservation_from_row(id, row, replayed)?;
     let count = sequence_count(row)?;
     let end = first
-        .sequence
+        .sequence()
         .checked_add(count)
         .filter(|end| i64::try_from(*end).is_ok())
         .ok_or_else(|| {
             StoreError::corrupt(
                 "reservation",
-                format!("range {id} of {count} from {} overflows", first.sequence),
+                format!("range {id} of {count} from {} overflows", first.sequence()),
             )
         })?;
-    Ok((first.sequence..end)
-        .map(|sequence| Reservation {
-            sequence,
-            slot: slot_of(sequence, first.cycle_length),
-            ..first.clone()
+    Ok((first.sequence()..end)
+        .map(|sequence| {
+            Reservation::new(
+                first.id(),
+                first.shard().clone(),
+                sequence,
+                first.cycle_length(),
+                *first.policy_digest(),
+                first.reserved_at(),
+                first.replayed(),
+            )
+            .with_timeline(first.timeline())
         })
         .collect())
 }
@@ -242,9 +178,9 @@ pub(crate) fn expand_rows(
         let id: Uuid = row.try_get("reservation_id")?;
         let held = reservations_of_row(id, row, replayed)?;
         if let (Some(last), Some(first)) = (out.last(), held.first()) {
-            let expected = last.sequence + 1;
-            if first.shard != last.shard || first.sequence != expected {
-                let kind = if first.sequence < expected {
+            let expected = last.sequence() + 1;
+            if first.shard() != last.shard() || first.sequence() != expected {
+                let kind = if first.sequence() < expected {
                     "overlaps"
                 } else {
                     "leaves a hole after"
@@ -253,7 +189,11 @@ pub(crate) fn expand_rows(
                     what,
                     format!(
                         "row {id} at sequence {} on {} {kind} row {} ending at sequence {} on {}",
-                        first.sequence, first.shard, last.id, last.sequence, last.shard
+                        first.sequence(),
+                        first.shard(),
+                        last.id(),
+                        last.sequence(),
+                        last.shard()
                     ),
                 ));
             }
@@ -273,7 +213,7 @@ fn existing(
     let found = reservation_from_row(id, row, true)?;
     // A row of a batch is not a single reservation, whatever its id.
     let batch: Option<Uuid> = row.try_get("batch_id")?;
-    if found.shard != *shard || found.policy_digest != *digest || batch.is_some() {
+    if found.shard() != shard || found.policy_digest() != digest || batch.is_some() {
         return Err(StoreError::ReservationConflict { reservation_id: id });
     }
     Ok(found)
@@ -469,7 +409,7 @@ impl PgStore {
             })
             .await?;
         let mut out = expand_rows(&rows, false, "reservation range")?;
-        out.retain(|r| r.sequence >= from_sequence);
+        out.retain(|r| r.sequence() >= from_sequence);
         out.truncate(wanted);
         Ok(out)
     }
@@ -541,11 +481,11 @@ async fn reserve_on(
             .query_opt(SELECT_RESERVATION, &[(&reservation_id, Type::UUID)])
             .await?
         {
-            let mut found = existing(reservation_id, shard, digest, &found)?;
-            found.timeline = Some(timeline);
+            let found =
+                existing(reservation_id, shard, digest, &found)?.with_timeline(Some(timeline));
             return Ok(Guarded::Done {
                 id: reservation_id,
-                first: found.sequence,
+                first: found.sequence(),
                 count: 1,
                 timeline,
                 value: found,
@@ -564,23 +504,22 @@ async fn reserve_on(
             ));
     }
     let sequence = decode_sequence(inserted, "reservation")?;
-    let slot = check_slot(sequence, row.try_get("slot")?, row.try_get("cycle_length")?)?;
+    check_slot(sequence, row.try_get("slot")?, row.try_get("cycle_length")?)?;
     Ok(Guarded::Done {
         id: reservation_id,
         first: sequence,
         count: 1,
         timeline,
-        value: Reservation {
-            id: reservation_id,
-            shard: shard.clone(),
+        value: Reservation::new(
+            reservation_id,
+            shard.clone(),
             sequence,
-            slot,
             cycle_length,
-            policy_digest: *digest,
-            reserved_at: row.try_get("reserved_at")?,
-            replayed: false,
-            timeline: Some(timeline),
-        },
+            *digest,
+            row.try_get("reserved_at")?,
+            false,
+        )
+        .with_timeline(Some(timeline)),
     })
 }
 

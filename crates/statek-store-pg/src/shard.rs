@@ -6,6 +6,7 @@
 
 use std::time::SystemTime;
 
+use statek_core::Registration;
 use statek_policy::{
     CycleDigest, PolicyDigest, ScheduleId, SchedulerShardId, WeightedFairnessPolicy,
 };
@@ -94,32 +95,6 @@ const SELECT_SHARD: &str = "
 enum Bound {
     Inserted(SystemTime),
     Existing(Row),
-}
-
-/// The result of [`PgStore::register`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Registration {
-    /// This call bound the policy to the shard.
-    Registered {
-        /// Database time of the binding.
-        registered_at: SystemTime,
-    },
-    /// The shard was already bound to byte-identical canonical policy bytes.
-    Idempotent {
-        /// Database time of the original binding.
-        registered_at: SystemTime,
-    },
-}
-
-impl Registration {
-    /// Database time the shard was bound.
-    pub fn registered_at(&self) -> SystemTime {
-        match self {
-            Registration::Registered { registered_at }
-            | Registration::Idempotent { registered_at } => *registered_at,
-        }
-    }
 }
 
 /// A shard as stored: its policy (decoded and verified), its cursor, its

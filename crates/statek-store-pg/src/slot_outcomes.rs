@@ -11,222 +11,65 @@
 
 use std::time::SystemTime;
 
+use statek_core::{SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded};
 use statek_policy::SchedulerShardId;
 use tokio_postgres::types::Type;
 
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
-/// What one slot ended with, as recorded (one letter each in
-/// `statek.slot_outcomes.classes`). Every slot is consumed, whatever its
-/// class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SlotClass {
-    /// `c`: a run was claimed for the slot (whatever became of the run).
-    Claimed,
-    /// `i`: the claim asked the database; the tenant had no claimable run.
-    Idle,
-    /// `k`: the Worker knew the tenant had no claimable run and did not
-    /// ask (its idle set).
-    IdleKnown,
-    /// `n`: the tenant had claimable runs, all held by other claimers.
-    Contended,
-    /// `l`: the tenant's concurrency cap or rate limit let it start none.
-    Limited,
-    /// `x`: the Worker stopped, or its claim failed for good, before it
-    /// decided the slot; the slot is consumed unused.
-    Unused,
+/// The class letters of `outcomes`' runs, in order
+/// (`statek.slot_outcomes.classes`).
+fn class_letters(outcomes: &SlotOutcomes) -> String {
+    outcomes
+        .runs()
+        .iter()
+        .map(|(class, _)| class.letter())
+        .collect()
 }
 
-impl SlotClass {
-    /// Every class, in declaration order.
-    pub const ALL: [SlotClass; 6] = [
-        SlotClass::Claimed,
-        SlotClass::Idle,
-        SlotClass::IdleKnown,
-        SlotClass::Contended,
-        SlotClass::Limited,
-        SlotClass::Unused,
-    ];
-
-    /// The class's letter in the database.
-    pub const fn letter(self) -> char {
-        match self {
-            SlotClass::Claimed => 'c',
-            SlotClass::Idle => 'i',
-            SlotClass::IdleKnown => 'k',
-            SlotClass::Contended => 'n',
-            SlotClass::Limited => 'l',
-            SlotClass::Unused => 'x',
-        }
-    }
-
-    /// The class of a letter, `None` for any other character.
-    pub fn from_letter(letter: char) -> Option<Self> {
-        Self::ALL.into_iter().find(|class| class.letter() == letter)
-    }
-
-    /// A lowercase label: `claimed`, `idle`, `idle_known`, `contended`,
-    /// `limited`, `unused`.
-    pub const fn label(self) -> &'static str {
-        match self {
-            SlotClass::Claimed => "claimed",
-            SlotClass::Idle => "idle",
-            SlotClass::IdleKnown => "idle_known",
-            SlotClass::Contended => "contended",
-            SlotClass::Limited => "limited",
-            SlotClass::Unused => "unused",
-        }
-    }
-}
-
-/// The most class runs one record holds (the database's limit).
-pub const MAX_OUTCOME_RUNS: usize = 4096;
-
-/// The classes of a range's slots in sequence order, as runs of equal
-/// classes: `[(Claimed, 3), (IdleKnown, 500)]` is three claimed slots,
-/// then 500 idle ones. Adjacent runs always differ.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SlotOutcomes {
-    runs: Vec<(SlotClass, u32)>,
-}
-
-impl SlotOutcomes {
-    /// No slots yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Appends `count` slots of `class` (nothing for 0), merged with the
-    /// last run when it has the same class.
-    pub fn push(&mut self, class: SlotClass, count: u32) {
-        if count == 0 {
-            return;
-        }
-        match self.runs.last_mut() {
-            Some((last, n)) if *last == class => *n = n.saturating_add(count),
-            _ => self.runs.push((class, count)),
-        }
-    }
-
-    /// The runs, in sequence order.
-    pub fn runs(&self) -> &[(SlotClass, u32)] {
-        &self.runs
-    }
-
-    /// The number of slots.
-    pub fn slot_count(&self) -> u64 {
-        self.runs.iter().map(|(_, n)| u64::from(*n)).sum()
-    }
-
-    /// Slots per class, in [`SlotClass::ALL`] order.
-    pub fn totals(&self) -> [u64; 6] {
-        let mut totals = [0u64; 6];
-        for (class, n) in &self.runs {
-            if let Some(index) = SlotClass::ALL.iter().position(|c| c == class) {
-                totals[index] += u64::from(*n);
-            }
-        }
-        totals
-    }
-
-    /// The class of the slot at `offset` from the range's first sequence.
-    pub fn class_at(&self, offset: u64) -> Option<SlotClass> {
-        let mut start = 0u64;
-        for (class, n) in &self.runs {
-            let end = start + u64::from(*n);
-            if offset < end {
-                return Some(*class);
-            }
-            start = end;
-        }
-        None
-    }
-
-    fn letters(&self) -> String {
-        self.runs.iter().map(|(class, _)| class.letter()).collect()
-    }
-
-    fn counts(&self) -> Result<Vec<i32>, StoreError> {
-        self.runs
-            .iter()
-            .map(|(_, n)| {
-                i32::try_from(*n).map_err(|_| {
-                    StoreError::InvalidArgument(format!("a class run of {n} slots is too long"))
-                })
+/// The counts of `outcomes`' runs, as the database stores them.
+fn class_counts(outcomes: &SlotOutcomes) -> Result<Vec<i32>, StoreError> {
+    outcomes
+        .runs()
+        .iter()
+        .map(|(_, n)| {
+            i32::try_from(*n).map_err(|_| {
+                StoreError::InvalidArgument(format!("a class run of {n} slots is too long"))
             })
-            .collect()
-    }
+        })
+        .collect()
+}
 
-    fn decode(letters: &str, counts: &[i32]) -> Result<Self, StoreError> {
-        let corrupt = || {
-            StoreError::corrupt(
-                "slot outcome record",
-                format!("classes {letters:?} with counts {counts:?}"),
-            )
-        };
-        if letters.chars().count() != counts.len() {
+/// Decodes a stored record; fail-closed (what the database refuses to
+/// store is corrupt data here).
+fn decode_outcomes(letters: &str, counts: &[i32]) -> Result<SlotOutcomes, StoreError> {
+    let corrupt = || {
+        StoreError::corrupt(
+            "slot outcome record",
+            format!("classes {letters:?} with counts {counts:?}"),
+        )
+    };
+    if letters.chars().count() != counts.len() {
+        return Err(corrupt());
+    }
+    let mut outcomes = SlotOutcomes::new();
+    for (letter, count) in letters.chars().zip(counts) {
+        let class = SlotClass::from_letter(letter).ok_or_else(corrupt)?;
+        let count = u32::try_from(*count)
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(corrupt)?;
+        if outcomes
+            .runs()
+            .last()
+            .is_some_and(|(last, _)| *last == class)
+        {
             return Err(corrupt());
         }
-        let mut outcomes = Self::new();
-        for (letter, count) in letters.chars().zip(counts) {
-            let class = SlotClass::from_letter(letter).ok_or_else(corrupt)?;
-            let count = u32::try_from(*count)
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(corrupt)?;
-            if outcomes.runs.last().is_some_and(|(last, _)| *last == class) {
-                return Err(corrupt());
-            }
-            outcomes.push(class, count);
-        }
-        Ok(outcomes)
+        outcomes.push(class, count);
     }
-}
-
-/// The runs as `letter` + count, space-separated: `c3 k500`.
-impl std::fmt::Display for SlotOutcomes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (index, (class, count)) in self.runs.iter().enumerate() {
-            if index > 0 {
-                f.write_str(" ")?;
-            }
-            write!(f, "{}{count}", class.letter())?;
-        }
-        Ok(())
-    }
-}
-
-impl FromIterator<SlotClass> for SlotOutcomes {
-    fn from_iter<I: IntoIterator<Item = SlotClass>>(iter: I) -> Self {
-        let mut outcomes = Self::new();
-        for class in iter {
-            outcomes.push(class, 1);
-        }
-        outcomes
-    }
-}
-
-/// How [`PgStore::record_slot_outcomes`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotOutcomesRecorded {
-    /// The record was written.
-    Recorded,
-    /// The same record was already there (a replay after a lost
-    /// acknowledgement); nothing changed.
-    Replayed,
-}
-
-/// The database's answer to one record of
-/// [`PgStore::record_slot_outcome_ranges`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SlotOutcomeAnswer {
-    /// Written, or already there ([`SlotOutcomesRecorded`]).
-    Accepted(SlotOutcomesRecorded),
-    /// Refused, nothing of it written: the database's reason (no retained
-    /// range starts there, the lengths differ, a claimed slot named
-    /// otherwise, another record for the range, malformed classes).
-    Refused(String),
+    Ok(outcomes)
 }
 
 /// One reserved range's record, as read back.
@@ -246,6 +89,9 @@ pub const MAX_SLOT_OUTCOME_RECORDS: u32 = 10_000;
 const RECORD: &str = "
     SELECT first_sequence, status
     FROM statek.record_slot_outcomes($1, $2, $3, $4, $5)";
+
+/// The most class runs one record holds (the database's limit).
+pub const MAX_OUTCOME_RUNS: usize = 4096;
 
 /// The most records one [`PgStore::record_slot_outcome_ranges`] call
 /// takes (the database's limit).
@@ -316,16 +162,16 @@ impl PgStore {
         let mut run_counts = Vec::with_capacity(records.len());
         let mut counts = Vec::new();
         for (first, outcomes) in records {
-            if outcomes.runs.is_empty() || outcomes.runs.len() > MAX_OUTCOME_RUNS {
+            if outcomes.runs().is_empty() || outcomes.runs().len() > MAX_OUTCOME_RUNS {
                 return Err(StoreError::InvalidArgument(format!(
                     "a slot outcome record holds 1..={MAX_OUTCOME_RUNS} class runs, got {}",
-                    outcomes.runs.len()
+                    outcomes.runs().len()
                 )));
             }
             firsts.push(sequence_arg(*first)?);
-            letters.push(outcomes.letters());
-            run_counts.push(i32::try_from(outcomes.runs.len()).unwrap_or(i32::MAX));
-            counts.extend(outcomes.counts()?);
+            letters.push(class_letters(outcomes));
+            run_counts.push(i32::try_from(outcomes.runs().len()).unwrap_or(i32::MAX));
+            counts.extend(class_counts(outcomes)?);
         }
         let shard = shard.as_str();
         let rows = self
@@ -424,7 +270,7 @@ impl PgStore {
                     first_sequence: u64::try_from(first).map_err(|_| {
                         StoreError::corrupt("slot outcome record", format!("sequence {first}"))
                     })?,
-                    outcomes: SlotOutcomes::decode(&letters, &counts)?,
+                    outcomes: decode_outcomes(&letters, &counts)?,
                     recorded_at: row.try_get("recorded_at")?,
                 })
             })
@@ -442,64 +288,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn letters_and_labels_are_one_per_class() {
-        let letters: String = SlotClass::ALL.iter().map(|c| c.letter()).collect();
-        assert_eq!(letters, "ciknlx");
-        for class in SlotClass::ALL {
-            assert_eq!(SlotClass::from_letter(class.letter()), Some(class));
-        }
-        assert_eq!(SlotClass::from_letter('z'), None);
-        let labels: Vec<&str> = SlotClass::ALL.iter().map(|c| c.label()).collect();
-        assert_eq!(
-            labels,
-            [
-                "claimed",
-                "idle",
-                "idle_known",
-                "contended",
-                "limited",
-                "unused"
-            ]
-        );
-    }
-
-    #[test]
-    fn runs_merge_equal_neighbours_and_skip_empty_pushes() {
-        let mut outcomes: SlotOutcomes = [
-            SlotClass::Claimed,
-            SlotClass::Claimed,
-            SlotClass::IdleKnown,
-            SlotClass::Claimed,
-        ]
-        .into_iter()
-        .collect();
-        outcomes.push(SlotClass::Claimed, 0);
-        outcomes.push(SlotClass::Claimed, 4);
+    fn letters_and_counts_are_what_the_database_stores() {
+        let mut outcomes = SlotOutcomes::new();
+        outcomes.push(SlotClass::Claimed, 2);
+        outcomes.push(SlotClass::IdleKnown, 1);
+        outcomes.push(SlotClass::Claimed, 5);
         outcomes.push(SlotClass::Unused, 2);
-        assert_eq!(
-            outcomes.runs(),
-            [
-                (SlotClass::Claimed, 2),
-                (SlotClass::IdleKnown, 1),
-                (SlotClass::Claimed, 5),
-                (SlotClass::Unused, 2)
-            ]
-        );
-        assert_eq!(outcomes.slot_count(), 10);
-        assert_eq!(outcomes.totals(), [7, 0, 1, 0, 0, 2]);
-        assert_eq!(outcomes.class_at(2), Some(SlotClass::IdleKnown));
-        assert_eq!(outcomes.class_at(7), Some(SlotClass::Claimed));
-        assert_eq!(outcomes.class_at(9), Some(SlotClass::Unused));
-        assert_eq!(outcomes.class_at(10), None);
-        assert_eq!(outcomes.letters(), "ckcx");
-        assert_eq!(outcomes.to_string(), "c2 k1 c5 x2");
-        assert_eq!(SlotOutcomes::new().to_string(), "");
-        assert_eq!(outcomes.counts().ok(), Some(vec![2, 1, 5, 2]));
+        assert_eq!(class_letters(&outcomes), "ckcx");
+        assert_eq!(class_counts(&outcomes).ok(), Some(vec![2, 1, 5, 2]));
     }
 
     #[test]
     fn decoding_refuses_what_the_database_refuses() {
-        let good = SlotOutcomes::decode("ck", &[2, 500]);
+        let good = decode_outcomes("ck", &[2, 500]);
         assert_eq!(
             good.ok().map(|o| o.runs().to_vec()),
             Some(vec![(SlotClass::Claimed, 2), (SlotClass::IdleKnown, 500)])
@@ -513,7 +314,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    SlotOutcomes::decode(letters, counts),
+                    decode_outcomes(letters, counts),
                     Err(StoreError::CorruptData { .. })
                 ),
                 "{letters:?} {counts:?}"

@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn the_design_names_every_slot_outcome_class_with_its_letter() {
-        let code: Vec<(char, String)> = statek_store_pg::SlotClass::ALL
+        let code: Vec<(char, String)> = statek_scheduler::SlotClass::ALL
             .iter()
             .map(|class| (class.letter(), class.label().to_owned()))
             .collect();

@@ -9,11 +9,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use statek_policy::{ScheduleId, SchedulerShardId, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::Reservation;
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, FairnessMonitor, FairnessReport, MonitorOptions,
     PgRunQueueExecutor, SchedulerOptions, TickOutcome, Worker, WorkerOptions, WorkerReport,
 };
-use statek_store_pg::{PgStore, Reservation};
+use statek_store_pg::PgStore;
 use tokio_util::sync::CancellationToken;
 
 use super::args::DemoArgs;
@@ -61,7 +62,7 @@ async fn register_replicas(
         .await
         .with_context(|| format!("replica {i} could not register shard {}", policy.shard_id()))?;
         let how = match scheduler.registration() {
-            statek_store_pg::Registration::Registered { .. } => "registered the policy",
+            statek_scheduler::Registration::Registered { .. } => "registered the policy",
             _ => "verified the stored policy (idempotent)",
         };
         outln!("replica {i}: {how}")?;

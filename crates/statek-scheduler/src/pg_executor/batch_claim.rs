@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use statek_core::SlotClass;
 use statek_policy::TenantId;
-use statek_store_pg::{ClaimedRun, SlotClaim, SlotClaimRequest, SlotClass, StoreError};
+use statek_store_pg::{ClaimedRun, SlotClaim, SlotClaimRequest, StoreError};
 use tokio::time::Instant;
 
 use crate::batch::{SlotBatch, SlotStart};

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::Registration;
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerError, SchedulerOptions, TenantTickOutcome,
 };
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{NewRun, Registration, StoreError};
+use statek_store_pg::{NewRun, StoreError};
 use tokio_util::sync::CancellationToken;
 
 fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {

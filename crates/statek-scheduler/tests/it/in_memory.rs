@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::Registration;
 use statek_scheduler::{
     DurableFairScheduler, InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations, Run,
     RunError, SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
 };
-use statek_store_pg::Registration;
+
 use tokio_util::sync::CancellationToken;
 
 fn tenant(id: &str) -> TenantId {

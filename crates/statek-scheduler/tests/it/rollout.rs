@@ -16,9 +16,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::Reservation;
 use statek_scheduler::{FairnessMonitor, TenantTickOutcome};
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{PgStore, Reservation};
+use statek_store_pg::PgStore;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;

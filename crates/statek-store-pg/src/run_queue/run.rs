@@ -196,6 +196,24 @@ pub struct ClaimedRun {
     pub lease: RunLease,
 }
 
+/// The run as its handler sees it (database times); the fencing token
+/// stays with the lease, which the executor keeps.
+impl From<ClaimedRun> for statek_core::Run {
+    fn from(claimed: ClaimedRun) -> Self {
+        statek_core::Run::new(
+            claimed.lease.run_id(),
+            claimed.tenant,
+            claimed.payload,
+            claimed.attempt,
+            claimed.max_attempts,
+            claimed.enqueued_at,
+            claimed.available_at,
+            claimed.claimed_at,
+            claimed.lease_expires_at,
+        )
+    }
+}
+
 /// The result of [`PgStore::claim_run`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

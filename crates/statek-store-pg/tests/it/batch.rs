@@ -568,7 +568,7 @@ async fn readers_refuse_a_range_that_overlaps_or_leaves_a_hole() {
         .await
         .unwrap();
     assert_eq!((first.first_sequence(), single.sequence()), (0, 4));
-    let expect_corrupt = |result: Result<Vec<statek_store_pg::Reservation>, StoreError>,
+    let expect_corrupt = |result: Result<Vec<statek_core::Reservation>, StoreError>,
                           detail: String| match result {
         Err(StoreError::CorruptData { what, detail: got }) => {
             assert_eq!((what, got), ("reservation range", detail));

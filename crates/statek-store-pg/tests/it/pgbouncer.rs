@@ -12,11 +12,11 @@
 
 use std::time::Duration;
 
+use statek_core::Registration;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{
-    ClaimOutcome, FailOutcome, FinishOutcome, FinishRun, NewRun, PgStore, Registration,
-    StoreConfig, StoreError,
+    ClaimOutcome, FailOutcome, FinishOutcome, FinishRun, NewRun, PgStore, StoreConfig, StoreError,
 };
 use uuid::Uuid;
 

@@ -7,9 +7,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use statek_core::Registration;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{PgStore, Registration, StoreError};
+use statek_store_pg::{PgStore, StoreError};
 use uuid::Uuid;
 
 fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {

@@ -150,12 +150,12 @@ async fn the_role_matrix_holds() {
     // Slot outcome records (V14): the runtime role writes them only
     // through statek.record_slot_outcomes, both roles read them, and no
     // role but the owner's cascade deletes one.
-    let one_idle = statek_store_pg::SlotOutcomes::from_iter([statek_store_pg::SlotClass::Idle]);
+    let one_idle = statek_core::SlotOutcomes::from_iter([statek_core::SlotClass::Idle]);
     assert_eq!(
         rt.record_slot_outcomes(p.shard_id(), 0, &one_idle)
             .await
             .unwrap(),
-        statek_store_pg::SlotOutcomesRecorded::Recorded
+        statek_core::SlotOutcomesRecorded::Recorded
     );
     assert_eq!(
         rn.slot_outcomes(p.shard_id(), 0, 10).await.unwrap().len(),

@@ -813,7 +813,7 @@ async fn a_shard_registered_before_v11_gets_its_slot_map_when_registered_again()
     );
     assert!(matches!(
         store.register(&p).await.unwrap(),
-        statek_store_pg::Registration::Idempotent { .. }
+        statek_core::Registration::Idempotent { .. }
     ));
     let claims = store
         .claim_runs_for_slots(&slots, p.shard_id(), LEASE)

@@ -7,12 +7,10 @@
 
 use std::time::Duration;
 
+use statek_core::{SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::{reserve_next_slots, TestDatabase};
-use statek_store_pg::{
-    NewRun, SchedulerFairnessRetentionPolicy, SlotClaim, SlotClass, SlotOutcomeAnswer,
-    SlotOutcomes, SlotOutcomesRecorded, StoreError,
-};
+use statek_store_pg::{NewRun, SchedulerFairnessRetentionPolicy, SlotClaim, StoreError};
 
 fn tenant(id: &str) -> TenantId {
     TenantId::try_from(id).unwrap()

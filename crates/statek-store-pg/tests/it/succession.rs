@@ -5,13 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_core::Registration;
 use statek_policy::{
     PolicySeam, ScheduleId, SchedulerShardId, TenantFairnessWeight, TenantId,
     WeightedFairnessPolicy,
 };
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{PgStore, Registration, RoleProfile, StoreError};
+use statek_store_pg::{PgStore, RoleProfile, StoreError};
 use uuid::Uuid;
 
 fn policy(shard: &str, tenants: &[(&str, u32)]) -> WeightedFairnessPolicy {

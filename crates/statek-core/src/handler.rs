@@ -1,23 +1,23 @@
 //! What user code sees: [`RunHandler`] executes one claimed [`Run`] and
 //! fails with a [`RunError`]. The same handler runs on every executor
-//! statek ships ([`crate::PgRunQueueExecutor`], [`crate::InMemoryExecutor`]),
-//! so a production handler can be unit-tested without PostgreSQL.
+//! statek ships (statek-scheduler's `PgRunQueueExecutor` and
+//! `InMemoryExecutor`), and a crate of handlers needs only this crate, so
+//! a production handler can be unit-tested without PostgreSQL.
 
 use std::future::Future;
 use std::time::SystemTime;
 
 use statek_policy::TenantId;
-use statek_store_pg::ClaimedRun;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// A claimed run as its [`RunHandler`] sees it, whichever executor claimed
 /// it.
 ///
-/// [`crate::PgRunQueueExecutor`] builds it from the store's
-/// [`ClaimedRun`] (database times; the fencing token stays with the
+/// statek-scheduler's `PgRunQueueExecutor` builds it from the store's
+/// claimed run (database times; the fencing token stays with the
 /// executor, which heartbeats, completes and fails the run under it);
-/// [`crate::InMemoryExecutor`] from its in-process queue (wall-clock
+/// `InMemoryExecutor` from its in-process queue (wall-clock
 /// times derived from tokio's clock, so a test under
 /// `tokio::time::pause` sees consistent, advancing times).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,22 +72,6 @@ impl Run {
     }
 }
 
-impl From<ClaimedRun> for Run {
-    fn from(claimed: ClaimedRun) -> Self {
-        Self {
-            run_id: claimed.lease.run_id(),
-            tenant: claimed.tenant,
-            payload: claimed.payload,
-            attempt: claimed.attempt,
-            max_attempts: claimed.max_attempts,
-            enqueued_at: claimed.enqueued_at,
-            available_at: claimed.available_at,
-            claimed_at: claimed.claimed_at,
-            lease_expires_at: claimed.lease_expires_at,
-        }
-    }
-}
-
 /// A handler failure: the run is retried after a backoff while attempts
 /// remain.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -132,5 +116,47 @@ where
         cancel: CancellationToken,
     ) -> impl Future<Output = Result<(), RunError>> + Send {
         self(run.clone(), cancel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    fn run(payload: &[u8]) -> Run {
+        let at = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        Run::new(
+            Uuid::nil(),
+            TenantId::try_from("tenant-a").unwrap_or_else(|e| panic!("{e}")),
+            payload.to_vec(),
+            1,
+            3,
+            at,
+            at,
+            at,
+            at + Duration::from_secs(30),
+        )
+    }
+
+    /// A handler tested as a user would, with no executor and no database:
+    /// a closure is a handler, and its error is the run's `last_error`.
+    #[tokio::test]
+    async fn a_closure_is_a_handler_and_its_error_keeps_its_message() {
+        let handler = |run: Run, _cancel: CancellationToken| async move {
+            if run.payload.is_empty() {
+                Err(RunError::new(format!("run {} has no payload", run.run_id)))
+            } else {
+                Ok(())
+            }
+        };
+        let cancel = CancellationToken::new();
+        assert_eq!(handler.handle(&run(b"x"), cancel.clone()).await, Ok(()));
+        let error = handler.handle(&run(b""), cancel).await;
+        assert_eq!(
+            error.map_err(|e| e.to_string()),
+            Err(format!("run {} has no payload", Uuid::nil()))
+        );
     }
 }

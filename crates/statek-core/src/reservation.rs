@@ -1,18 +1,19 @@
-//! [`Reservation`]: one reserved sequence of a shard, as the scheduler
-//! sees it, whichever [`crate::ReservationSource`] made it.
+//! [`Reservation`]: one reserved sequence of a shard, one type for every
+//! reservation source (statek-store-pg's `PgStore` and the in-memory
+//! source of statek-scheduler) and the scheduler that reads it.
 
 use std::time::SystemTime;
 
 use statek_policy::{PolicyDigest, SchedulerShardId};
 use uuid::Uuid;
 
-/// One reserved sequence of a shard: the slot a tick consumed
-/// ([`crate::TickOutcome::reservation`]).
+/// One reserved sequence of a shard: the slot a tick consumed.
 ///
-/// Built from the store's `statek_store_pg::Reservation` (its stored slot
-/// kept as read, so the scheduler's fail-closed check against the local
-/// cycle can catch a disagreement) or by another
-/// [`crate::ReservationSource`] through [`new`](Self::new).
+/// A source builds it with [`new`](Self::new), which derives the slot from
+/// the sequence and the cycle length the source holds; statek-store-pg
+/// first checks the slot it stored against the same rule (a disagreement
+/// is corrupt data), and the scheduler checks the cycle length and digest
+/// against its own compiled policy before it maps the slot to a tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reservation {
     id: Uuid,
@@ -23,6 +24,7 @@ pub struct Reservation {
     policy_digest: PolicyDigest,
     reserved_at: SystemTime,
     replayed: bool,
+    timeline: Option<u32>,
 }
 
 impl Reservation {
@@ -50,7 +52,17 @@ impl Reservation {
             policy_digest,
             reserved_at,
             replayed,
+            timeline: None,
         }
+    }
+
+    /// The same reservation, acknowledged on the server's WAL timeline
+    /// `timeline` (`None`: not known, as for a reservation read back
+    /// later or made by a source without timelines).
+    #[must_use]
+    pub fn with_timeline(mut self, timeline: Option<u32>) -> Self {
+        self.timeline = timeline;
+        self
     }
 
     /// The client-made reservation id (UUIDv7); every reservation of a
@@ -97,19 +109,12 @@ impl Reservation {
     pub fn replayed(&self) -> bool {
         self.replayed
     }
-}
 
-impl From<statek_store_pg::Reservation> for Reservation {
-    fn from(stored: statek_store_pg::Reservation) -> Self {
-        Self {
-            id: stored.id(),
-            shard: stored.shard().clone(),
-            sequence: stored.sequence(),
-            slot: stored.slot(),
-            cycle_length: stored.cycle_length(),
-            policy_digest: *stored.policy_digest(),
-            reserved_at: stored.reserved_at(),
-            replayed: stored.replayed(),
-        }
+    /// The server's WAL timeline when the call acknowledged the
+    /// reservation (`None` when not known: a reservation read back later,
+    /// or a source without timelines). A promoted PostgreSQL standby runs
+    /// on a new one.
+    pub fn timeline(&self) -> Option<u32> {
+        self.timeline
     }
 }

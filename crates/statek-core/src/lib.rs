@@ -1,0 +1,29 @@
+//! statek-core: the seam between statek's scheduler and what it drives.
+//!
+//! The values here cross between the scheduler (statek-scheduler), its
+//! reservation sources (statek-store-pg's `PgStore`, the in-memory source)
+//! and its executors, once, in one crate that depends on no database or
+//! store crate:
+//! - [`Reservation`]: one reserved sequence of a shard, and
+//!   [`Registration`]: how binding a policy to its shard ended;
+//! - [`SlotClass`] and [`SlotOutcomes`]: what each slot of a reserved range
+//!   ended with, and [`SlotOutcomeAnswer`]: a source's answer to a record
+//!   of them;
+//! - [`Run`], [`RunHandler`] and [`RunError`]: what user code sees. A crate
+//!   of handlers depends on this crate (and statek-policy) only, so its
+//!   unit tests compile no PostgreSQL client.
+//!
+//! statek-scheduler re-exports all of them, so an application that uses
+//! the scheduler never names this crate.
+
+#![forbid(unsafe_code)]
+
+mod handler;
+mod registration;
+mod reservation;
+mod slot;
+
+pub use handler::{Run, RunError, RunHandler};
+pub use registration::Registration;
+pub use reservation::Reservation;
+pub use slot::{SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded};
