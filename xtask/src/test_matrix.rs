@@ -13,7 +13,9 @@
 //! PostgreSQL 17 and 16 a fresh server (with `ssl=on`, see devpg's `pg/tls.rs`) and
 //! the tests with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_TLS_CA`,
 //! `STATEK_TEST_PG_VERSION` (which statek-store-pg's `tests/it/server_version.rs`
-//! checks against the server's major version) and `STATEK_TEST_REQUIRE_DB=1`, with PgBouncer
+//! checks against the server's major version), `STATEK_TEST_REQUIRE_DB=1` and
+//! `RUST_TEST_THREADS` (three per core, at most 8, unless set: the database
+//! tests mostly wait, see [`test_threads`]), with PgBouncer
 //! in transaction pooling mode in front of the server
 //! (`STATEK_TEST_PGBOUNCER_URL`; Debian's package `pgbouncer`, installed
 //! when missing and running as root, or `STATEK_PGBOUNCER=/path`; see
@@ -53,6 +55,23 @@ pub struct TestArgs {
 
 /// The PgBouncer URL the tests through a transaction-mode pool read.
 const PGBOUNCER_URL_ENV: &str = "STATEK_TEST_PGBOUNCER_URL";
+
+/// libtest's thread count, which the database steps set unless the caller
+/// did.
+const TEST_THREADS_ENV: &str = "RUST_TEST_THREADS";
+
+/// The most tests of one binary the database steps run at once.
+const MAX_TEST_THREADS: usize = 8;
+
+/// Tests at once per binary in the database steps: three per core, at most
+/// [`MAX_TEST_THREADS`] (each test holds a few connections of the server's
+/// 200). The database tests mostly wait (on the server, on leases,
+/// backoffs and timeouts): statek-scheduler's binary used 18 s of CPU in
+/// 122 s with libtest's default of one per core on 2 cores, and took 64 s
+/// with 6.
+fn test_threads(cores: usize) -> usize {
+    cores.saturating_mul(3).clamp(1, MAX_TEST_THREADS)
+}
 
 /// The build step: every test binary and binary of the workspace, with the
 /// features of [`FULL_SUITE`] (dev-dependencies included, because test
@@ -188,7 +207,13 @@ fn run_suite(
     major: Option<PgMajor>,
     tls_ca: Option<&std::path::Path>,
 ) -> Result<()> {
+    let threads = std::env::var_os(TEST_THREADS_ENV).is_none().then(|| {
+        test_threads(std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
+    });
     let test_env = |command: &mut std::process::Command| {
+        if let Some(threads) = threads {
+            command.env(TEST_THREADS_ENV, threads.to_string());
+        }
         if let Some(ca) = tls_ca {
             command.env(pg::TLS_CA_ENV, ca);
         }
@@ -386,5 +411,20 @@ pub fn run(args: &TestArgs) -> Result<()> {
         Ok(())
     } else {
         bail!("{} step(s) failed: {}", failed.len(), failed.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_test_threads_per_core_at_most_eight() {
+        assert_eq!(test_threads(0), 1);
+        assert_eq!(test_threads(1), 3);
+        assert_eq!(test_threads(2), 6);
+        assert_eq!(test_threads(3), 8);
+        assert_eq!(test_threads(64), 8);
+        assert_eq!(test_threads(usize::MAX), 8);
     }
 }
