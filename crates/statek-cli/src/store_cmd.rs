@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 use statek_policy::{EchoedValue, SchedulerShardId};
-use statek_scheduler::Registration;
+use statek_scheduler::{check_cycle_digest, Registration};
 use statek_store_pg::{RoleProfile, SchedulerFairnessRetentionPolicy, StoreError};
 
 use crate::db::DbArgs;
@@ -104,9 +104,8 @@ pub async fn verify(file: &Path, shard: Option<&str>, db: &DbArgs) -> Result<Ver
     let store = db.store(1)?;
     let stored = store.load_shard(&shard).await?;
     let matches = stored.policy().canonical_bytes() == policy.canonical_bytes();
-    let cycle_matches = stored
-        .cycle_digest()
-        .is_none_or(|d| d == policy.cycle_digest());
+    let cycle_check = check_cycle_digest(&policy, stored.cycle_digest());
+    let cycle_matches = cycle_check.is_ok();
     let mismatch = if !matches {
         Some(
             StoreError::PolicyConflict {
@@ -116,15 +115,8 @@ pub async fn verify(file: &Path, shard: Option<&str>, db: &DbArgs) -> Result<Ver
             }
             .into(),
         )
-    } else if let (false, Some(stored_cycle)) = (cycle_matches, stored.cycle_digest()) {
-        Some(
-            statek_scheduler::SchedulerError::CycleMismatch {
-                shard: shard.to_string(),
-                stored: stored_cycle,
-                local: policy.cycle_digest(),
-            }
-            .into(),
-        )
+    } else if let Err(mismatch) = cycle_check {
+        Some(statek_scheduler::SchedulerError::from(mismatch).into())
     } else {
         None
     };
@@ -238,16 +230,8 @@ pub async fn register(file: &Path, db: &DbArgs) -> Result<Registered> {
     // Identical bytes, but is it the cycle this build compiles? (As
     // `policy verify` and every replica's start check.)
     let stored = store.load_shard(policy.shard_id()).await?;
-    if let Some(stored_cycle) = stored.cycle_digest() {
-        if stored_cycle != policy.cycle_digest() {
-            return Err(statek_scheduler::SchedulerError::CycleMismatch {
-                shard: policy.shard_id().to_string(),
-                stored: stored_cycle,
-                local: policy.cycle_digest(),
-            }
-            .into());
-        }
-    }
+    check_cycle_digest(policy, stored.cycle_digest())
+        .map_err(statek_scheduler::SchedulerError::from)?;
     let sealed = match stored.seal() {
         Some(seal) => Some(RegisteredSeal {
             sealed_at_sequence: seal.sealed_at_sequence(),

@@ -9,6 +9,8 @@
 //! - [`SlotClass`] and [`SlotOutcomes`]: what each slot of a reserved range
 //!   ended with, and [`SlotOutcomeAnswer`]: a source's answer to a record
 //!   of them;
+//! - [`check_cycle_digest`]: the one check of a shard's stored cycle
+//!   digest against the cycle this build compiles;
 //! - [`Run`], [`RunHandler`] and [`RunError`]: what user code sees. A crate
 //!   of handlers depends on this crate (and statek-policy) only, so its
 //!   unit tests compile no PostgreSQL client.
@@ -18,11 +20,13 @@
 
 #![forbid(unsafe_code)]
 
+mod cycle_check;
 mod handler;
 mod registration;
 mod reservation;
 mod slot;
 
+pub use cycle_check::{check_cycle_digest, CycleCheck, CycleMismatch};
 pub use handler::{Run, RunError, RunHandler};
 pub use registration::Registration;
 pub use reservation::Reservation;

@@ -1,5 +1,6 @@
 //! The scheduler's one error type.
 
+use statek_core::CycleMismatch;
 use statek_policy::{CycleDigest, TenantId};
 use statek_store_pg::StoreError;
 
@@ -86,6 +87,16 @@ impl SchedulerError {
             SchedulerError::Store { source, .. } => source.is_retryable(),
             SchedulerError::Executor { retryable, .. } => *retryable,
             _ => false,
+        }
+    }
+}
+
+impl From<CycleMismatch> for SchedulerError {
+    fn from(mismatch: CycleMismatch) -> Self {
+        SchedulerError::CycleMismatch {
+            shard: mismatch.shard.to_string(),
+            stored: mismatch.stored,
+            local: mismatch.local,
         }
     }
 }

@@ -113,11 +113,11 @@ pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, DEFAULT_IDLE_RECHECK}
 pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use scheduler::DurableFairScheduler;
 /// The seam's values (statek-core), re-exported so an application names
-/// one crate: reservations, registrations, slot outcome classes, and what
-/// a run's handler sees.
+/// one crate: reservations, registrations, slot outcome classes, the
+/// cycle-digest check, and what a run's handler sees.
 pub use statek_core::{
-    Registration, Reservation, Run, RunError, RunHandler, SlotClass, SlotOutcomeAnswer,
-    SlotOutcomes, SlotOutcomesRecorded,
+    check_cycle_digest, CycleCheck, CycleMismatch, Registration, Reservation, Run, RunError,
+    RunHandler, SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded,
 };
 pub use tick_outcome::TickOutcome;
 pub use worker::{

@@ -6,7 +6,9 @@
 use std::future::Future;
 use std::time::SystemTime;
 
-use statek_core::{Registration, Reservation, SlotOutcomeAnswer, SlotOutcomes};
+use statek_core::{
+    check_cycle_digest, CycleCheck, Registration, Reservation, SlotOutcomeAnswer, SlotOutcomes,
+};
 use statek_policy::{
     CycleDigest, PolicyDigest, ScheduleId, SchedulerShardId, SeamBound, WeightedFairnessPolicy,
 };
@@ -35,23 +37,13 @@ impl SourceShard {
     /// cycle the shard was registered with.
     pub(crate) fn checked_policy(&self) -> Result<WeightedFairnessPolicy, SchedulerError> {
         let policy = &self.policy;
-        match self.cycle_digest {
-            Some(stored_digest) if stored_digest != policy.cycle_digest() => {
-                Err(SchedulerError::CycleMismatch {
-                    shard: policy.shard_id().to_string(),
-                    stored: stored_digest,
-                    local: policy.cycle_digest(),
-                })
-            }
-            Some(_) => Ok(policy.clone()),
-            None => {
-                tracing::warn!(
-                    shard = %policy.shard_id(),
-                    "shard registered before cycle digests were stored: this replica's cycle is not checked against it"
-                );
-                Ok(policy.clone())
-            }
+        if check_cycle_digest(policy, self.cycle_digest)? == CycleCheck::NotStored {
+            tracing::warn!(
+                shard = %policy.shard_id(),
+                "shard registered before cycle digests were stored: this replica's cycle is not checked against it"
+            );
         }
+        Ok(policy.clone())
     }
 }
 
