@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use uuid::Uuid;
 
 use crate::{DurabilityPolicy, PgStore, StoreConfig};
@@ -255,6 +256,27 @@ impl TestDatabase {
             .await
             .unwrap_or_else(|e| panic!("connect: {}", chain(&e)))
     }
+}
+
+/// A policy for tests: shard `shard` with the `(tenant, weight)` pairs of
+/// `weights` (any order; the policy sorts them), compiled with the default
+/// algorithm. The one policy builder of statek's test suites.
+///
+/// # Panics
+/// On an invalid shard id, tenant id or weight, or a policy
+/// [`WeightedFairnessPolicy::new`] refuses (for example no tenants, or one
+/// tenant twice), naming which.
+pub fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+    let shard_id = SchedulerShardId::try_from(shard)
+        .unwrap_or_else(|e| panic!("test policy: shard id {shard:?}: {e}"));
+    let weights = weights.iter().map(|(tenant, weight)| {
+        let id = TenantId::try_from(*tenant)
+            .unwrap_or_else(|e| panic!("test policy: tenant id {tenant:?}: {e}"));
+        TenantFairnessWeight::new(id, *weight)
+            .unwrap_or_else(|e| panic!("test policy: weight {weight} of {tenant}: {e}"))
+    });
+    WeightedFairnessPolicy::new(shard_id, weights)
+        .unwrap_or_else(|e| panic!("test policy for {shard}: {e}"))
 }
 
 /// Store settings for a test server: defaults, with

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{SchedulerShardId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, Worker, WorkerOptions, WorkerReport,
@@ -25,19 +25,16 @@ use uuid::Uuid;
 
 /// Weights 5, 3, 2, 1, 1 (L = 12).
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
+    statek_store_pg::testing::policy(
+        "primary-v1",
+        &[
             ("t-five", 5),
             ("t-three", 3),
             ("t-two", 2),
             ("t-one", 1),
             ("t-uno", 1),
-        ]
-        .into_iter()
-        .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), w).unwrap()),
+        ],
     )
-    .unwrap()
 }
 
 /// Each completed execution of a handler: `(run, attempt)`.

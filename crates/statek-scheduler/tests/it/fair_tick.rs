@@ -13,19 +13,9 @@ use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerError, SchedulerOptions, TenantTickOutcome,
 };
-use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::testing::{policy, TestDatabase};
 use statek_store_pg::{NewRun, StoreError};
 use tokio_util::sync::CancellationToken;
-
-fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(*t).unwrap(), *w).unwrap()),
-    )
-    .unwrap()
-}
 
 #[derive(Debug, Default)]
 struct Count(AtomicU32);

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, Worker, WorkerOptions,
@@ -49,12 +49,7 @@ impl RunHandler for Announce {
 }
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        ["t-a", "t-b"]
-            .map(|t| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), 1).unwrap()),
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("t-a", 1), ("t-b", 1)])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

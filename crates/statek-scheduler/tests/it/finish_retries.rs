@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, TenantTickOutcome,
@@ -26,12 +26,7 @@ use uuid::Uuid;
 
 /// Cycle [t-a, t-b].
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        ["t-a", "t-b"]
-            .map(|t| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), 1).unwrap()),
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("t-a", 1), ("t-b", 1)])
 }
 
 fn tenant(id: &str) -> TenantId {

@@ -7,27 +7,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::TenantId;
 use statek_scheduler::Registration;
 use statek_scheduler::{
     DurableFairScheduler, InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations, Run,
     RunError, SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
 };
 
+use statek_store_pg::testing::policy;
 use tokio_util::sync::CancellationToken;
 
 fn tenant(id: &str) -> TenantId {
     TenantId::try_from(id).unwrap()
-}
-
-fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
-    )
-    .unwrap()
 }
 
 async fn ok(_run: Run, _cancel: CancellationToken) -> Result<(), RunError> {

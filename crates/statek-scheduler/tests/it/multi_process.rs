@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::NewRun;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -24,14 +24,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
-            TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 3).unwrap(),
-            TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), 1).unwrap(),
-        ],
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)])
 }
 
 /// Starts a replica process; its stdout lines arrive on `lines` tagged

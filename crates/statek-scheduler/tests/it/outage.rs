@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::WeightedFairnessPolicy;
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerError, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
@@ -28,13 +28,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [("t-a", 3), ("t-b", 2), ("t-c", 1)]
-            .into_iter()
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), w).unwrap()),
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("t-a", 3), ("t-b", 2), ("t-c", 1)])
 }
 
 /// A relay to the server that can go down: every open connection is cut

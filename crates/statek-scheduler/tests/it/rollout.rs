@@ -15,24 +15,14 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::Reservation;
 use statek_scheduler::{FairnessMonitor, TenantTickOutcome};
-use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::testing::{policy, TestDatabase};
 use statek_store_pg::PgStore;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
-
-fn policy(shard: &str, tenants: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        tenants
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(*t).unwrap(), *w).unwrap()),
-    )
-    .unwrap()
-}
 
 /// What the replica binary registers (its policy file, so to speak).
 fn v1() -> WeightedFairnessPolicy {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, Worker, WorkerOptions, WorkerReport,
@@ -24,14 +24,7 @@ fn tenant(id: &str) -> TenantId {
 }
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
-            TenantFairnessWeight::new(tenant("tenant-a"), 1).unwrap(),
-            TenantFairnessWeight::new(tenant("tenant-b"), 1).unwrap(),
-        ],
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 1), ("tenant-b", 1)])
 }
 
 /// Sleeps 20 ms for tenant-a's runs, 100 ms for tenant-b's.

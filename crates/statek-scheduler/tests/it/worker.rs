@@ -25,14 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
-            TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 3).unwrap(),
-            TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), 1).unwrap(),
-        ],
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)])
 }
 
 fn tenant(id: &str) -> TenantId {

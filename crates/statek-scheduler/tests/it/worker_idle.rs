@@ -8,28 +8,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
 };
-use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::testing::{policy, TestDatabase};
 use statek_store_pg::{NewRun, PgStore, TenantLimits};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 fn tenant(id: &str) -> TenantId {
     TenantId::try_from(id).unwrap()
-}
-
-fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
-    )
-    .unwrap()
 }
 
 /// `tenant-a:3, tenant-b:1`: cycle `[a, a, b, a]`, L = 4.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{SchedulerShardId, WeightedFairnessPolicy};
 use statek_scheduler::metrics::ZERO_AT_START;
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
@@ -28,14 +28,7 @@ impl RunHandler for Done {
 }
 
 fn policy(shard: &str) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        [
-            TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 3).unwrap(),
-            TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), 1).unwrap(),
-        ],
-    )
-    .unwrap()
+    statek_store_pg::testing::policy(shard, &[("tenant-a", 3), ("tenant-b", 1)])
 }
 
 /// `name{k="v",...}` (labels sorted) -> value, from the exporter's text.

@@ -17,12 +17,7 @@ use uuid::Uuid;
 
 /// a:3 b:1 c:3, L = 7.
 fn policy(shard: &str) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        [("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 3)]
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), w).unwrap()),
-    )
-    .unwrap()
+    statek_store_pg::testing::policy(shard, &[("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 3)])
 }
 
 /// `(sequence, slot)` of each reservation.

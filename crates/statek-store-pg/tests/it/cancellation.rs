@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::WeightedFairnessPolicy;
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{PgStore, StoreConfig, StoreError};
 use uuid::Uuid;
@@ -22,12 +22,10 @@ const ATTEMPTS: u32 = 1_000;
 const SETTLE: Duration = Duration::from_secs(5);
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 3)]
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), w).unwrap()),
+    statek_store_pg::testing::policy(
+        "primary-v1",
+        &[("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 3)],
     )
-    .unwrap()
 }
 
 /// A store on `db` with a pool of one connection, its backends tagged with

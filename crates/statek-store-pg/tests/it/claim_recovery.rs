@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::{reserved_slots, test_store_config, TestDatabase};
 use statek_store_pg::{NewRun, PgStore, SlotClaim, SlotClaimRequest, StoreError};
@@ -26,13 +26,10 @@ fn shard() -> SchedulerShardId {
 /// The shard's policy: tenants a (weight 2), b and c. A claim names only
 /// reserved slots with their cycle tenants (migration V11).
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        shard(),
-        [("tenant-a", 2), ("tenant-b", 1), ("tenant-c", 1)]
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
+    statek_store_pg::testing::policy(
+        "primary-v1",
+        &[("tenant-a", 2), ("tenant-b", 1), ("tenant-c", 1)],
     )
-    .unwrap()
 }
 
 /// Registers [`policy`] on `store` and reserves the next slots of

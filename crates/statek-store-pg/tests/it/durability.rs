@@ -11,7 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::WeightedFairnessPolicy;
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{
     DurabilityPolicy, DurabilityRisk, HaltCause, LossEvidence, LostReservationAction,
@@ -20,14 +20,7 @@ use statek_store_pg::{
 use uuid::Uuid;
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
-            TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 3).unwrap(),
-            TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), 1).unwrap(),
-        ],
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)])
 }
 
 fn store(db: &TestDatabase, config: impl FnOnce(StoreConfig) -> StoreConfig) -> PgStore {

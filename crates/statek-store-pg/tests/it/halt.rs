@@ -10,7 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{SchedulerShardId, WeightedFairnessPolicy};
 use statek_store_pg::testing::{test_store_config, TestDatabase};
 use statek_store_pg::{
     HaltCause, LossEvidence, PgStore, ReissuedRange, RoleProfile, ShardHalt, StoreError,
@@ -18,13 +18,7 @@ use statek_store_pg::{
 use uuid::Uuid;
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("halt-v1").unwrap(),
-        [("tenant-a", 3), ("tenant-b", 1)]
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(*t).unwrap(), *w).unwrap()),
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("halt-v1", &[("tenant-a", 3), ("tenant-b", 1)])
 }
 
 /// The SQLSTATE of a failed statement.

@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::WeightedFairnessPolicy;
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{PgStore, StoreError};
@@ -29,12 +29,10 @@ const ROUNDS: u64 = 200;
 const CYCLE: u64 = 7;
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 3)]
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(t).unwrap(), w).unwrap()),
+    statek_store_pg::testing::policy(
+        "primary-v1",
+        &[("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 3)],
     )
-    .unwrap()
 }
 
 /// The stored `(sequence, slot)` of a reservation id, if any.

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use statek_core::Registration;
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{
     ClaimOutcome, FailOutcome, FinishOutcome, FinishRun, NewRun, PgStore, StoreConfig, StoreError,
@@ -21,14 +21,7 @@ use statek_store_pg::{
 use uuid::Uuid;
 
 fn policy(weight_b: u32) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
-            TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 3).unwrap(),
-            TenantFairnessWeight::new(TenantId::try_from("tenant-b").unwrap(), weight_b).unwrap(),
-        ],
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 3), ("tenant-b", weight_b)])
 }
 
 fn tenant(id: &str) -> TenantId {

@@ -9,19 +9,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use statek_core::Registration;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
-use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::testing::{policy, TestDatabase};
 use statek_store_pg::{PgStore, StoreError};
 use uuid::Uuid;
-
-fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(*t).unwrap(), *w).unwrap()),
-    )
-    .unwrap()
-}
 
 async fn stored_row(db: &TestDatabase, shard: &str) -> (Vec<u8>, Vec<u8>, i32, i64) {
     let client = db.client().await;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{
     ClaimOutcome, FinishOutcome, FinishRun, NewRun, PgStore, RoleProfile,
@@ -14,11 +14,7 @@ use statek_store_pg::{
 use uuid::Uuid;
 
 fn policy(weight: u32) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), weight).unwrap()],
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("tenant-a", weight)])
 }
 
 fn store_as(db: &TestDatabase, role: &str) -> PgStore {

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::{reserved_slots, TestDatabase};
 use statek_store_pg::{ClaimedRun, FailOutcome, NewRun, PgStore, SlotClaim, StoreError};
 use uuid::Uuid;
@@ -17,13 +17,7 @@ fn tenant(id: &str) -> TenantId {
 }
 
 fn policy(weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", weights)
 }
 
 fn claimed(claim: &SlotClaim) -> &ClaimedRun {

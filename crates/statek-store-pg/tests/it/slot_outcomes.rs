@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use statek_core::{SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded};
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::{reserve_next_slots, TestDatabase};
 use statek_store_pg::{NewRun, SchedulerFairnessRetentionPolicy, SlotClaim, StoreError};
 
@@ -17,14 +17,7 @@ fn tenant(id: &str) -> TenantId {
 }
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
-            TenantFairnessWeight::new(tenant("tenant-a"), 2).unwrap(),
-            TenantFairnessWeight::new(tenant("tenant-b"), 1).unwrap(),
-        ],
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 2), ("tenant-b", 1)])
 }
 
 fn outcomes(runs: &[(SlotClass, u32)]) -> SlotOutcomes {

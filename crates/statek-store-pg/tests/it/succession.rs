@@ -6,24 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use statek_core::Registration;
-use statek_policy::{
-    PolicySeam, ScheduleId, SchedulerShardId, TenantFairnessWeight, TenantId,
-    WeightedFairnessPolicy,
-};
+use statek_policy::{PolicySeam, ScheduleId, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
-use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::testing::{policy, TestDatabase};
 use statek_store_pg::{PgStore, RoleProfile, StoreError};
 use uuid::Uuid;
-
-fn policy(shard: &str, tenants: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        tenants
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(*t).unwrap(), *w).unwrap()),
-    )
-    .unwrap()
-}
 
 fn v1() -> WeightedFairnessPolicy {
     policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)])

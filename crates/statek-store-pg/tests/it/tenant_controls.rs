@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::{reserve_next_slots, reserved_slots, TestDatabase};
 use statek_store_pg::{
     ClaimOutcome, NewRun, PgStore, RateLimit, SlotClaim, SlotClaimRequest, StoreError,
@@ -24,21 +24,11 @@ fn tenant(id: &str) -> TenantId {
     TenantId::try_from(id).unwrap()
 }
 
-fn shard() -> SchedulerShardId {
-    SchedulerShardId::try_from("primary-v1").unwrap()
-}
-
 /// The policy of [`shard`] with these tenants and weights (register it
 /// before reserving: a claim names only reserved slots of its cycle's
 /// tenants).
 fn policy(weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        shard(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", weights)
 }
 
 const LEASE: Duration = Duration::from_secs(60);

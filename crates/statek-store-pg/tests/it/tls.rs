@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::WeightedFairnessPolicy;
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{PgStore, SslMode, StoreConfig, StoreError, TlsFailure};
 
@@ -72,11 +72,7 @@ async fn encrypted(config: &StoreConfig) -> Result<bool, StoreError> {
 }
 
 fn policy() -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [TenantFairnessWeight::new(TenantId::try_from("tenant-a").unwrap(), 1).unwrap()],
-    )
-    .unwrap()
+    statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 1)])
 }
 
 fn tls_failure(err: &StoreError) -> TlsFailure {
