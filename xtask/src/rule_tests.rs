@@ -25,7 +25,7 @@ pub const PROMTOOL_ENV: &str = "STATEK_PROMTOOL";
 pub const RULE_TESTS: &str = "deploy/prometheus/alerts.test.yaml";
 
 /// promtool from Debian's package `prometheus`, or `STATEK_PROMTOOL`.
-const TOOL: DebianTool = DebianTool {
+pub const TOOL: DebianTool = DebianTool {
     binary: "promtool",
     package: "prometheus",
     env: PROMTOOL_ENV,

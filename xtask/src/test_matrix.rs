@@ -9,7 +9,9 @@
 //! `linked.rs`); deploy-check (the YAML and JSON under `deploy/`); the alert
 //! rules' unit tests with promtool (Debian's package `prometheus`,
 //! installed when missing and running as root, or `STATEK_PROMTOOL=/path`;
-//! see `rule_tests.rs`); then for
+//! see `rule_tests.rs`; the missing packages of promtool and PgBouncer are
+//! installed in one `apt-get` call on a thread of its own from the start,
+//! beside the compile steps); then for
 //! PostgreSQL 17 and 16 a fresh server (with `ssl=on`, see devpg's `pg/tls.rs`) and
 //! the tests with `STATEK_TEST_DATABASE_URL`, `STATEK_TEST_TLS_CA`,
 //! `STATEK_TEST_PG_VERSION` (which statek-store-pg's `tests/it/server_version.rs`
@@ -41,7 +43,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 
 use crate::pg::{self, PgMajor, RunningPgBouncer, Server};
-use crate::{arch_check, command, interrupt, linked, rule_tests, test_binaries, workspace};
+use crate::{
+    arch_check, command, debian_tool, interrupt, linked, rule_tests, test_binaries, workspace,
+};
 
 /// Options of `cargo xtask test`.
 #[derive(Debug, Clone, clap::Args)]
@@ -247,10 +251,38 @@ fn display(args: &[&str]) -> String {
     format!("cargo {}", args.join(" "))
 }
 
+/// Installs the missing Debian tools of the suite (promtool, and PgBouncer
+/// unless `DATABASE_URL` replaces the provisioned servers) on a thread of
+/// its own, so that `apt-get` runs beside the compile steps instead of
+/// before the steps that need the tools.
+fn install_tools_in_background() -> std::thread::JoinHandle<Result<Vec<&'static str>>> {
+    let mut tools = vec![rule_tests::TOOL];
+    if pg::external_database_url().is_none() {
+        tools.push(pg::PGBOUNCER_TOOL);
+    }
+    std::thread::spawn(move || debian_tool::install_missing(&tools))
+}
+
+/// Waits for [`install_tools_in_background`] and says what it did. A
+/// failure is only reported here: the step that needs a tool looks for it
+/// again and fails naming its package.
+fn tools_installed(installing: std::thread::JoinHandle<Result<Vec<&'static str>>>) {
+    match installing.join() {
+        Ok(Ok(packages)) if !packages.is_empty() => println!(
+            "\nxtask: installed Debian's packages {} beside the compile steps",
+            packages.join(", ")
+        ),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => println!("\nxtask: installing the missing Debian tools failed: {e:#}"),
+        Err(_) => println!("\nxtask: installing the missing Debian tools panicked"),
+    }
+}
+
 /// Runs every step, prints the summary, and fails if any step failed.
 pub fn run(args: &TestArgs) -> Result<()> {
     let started = Instant::now();
     let mut report = Report::default();
+    let installing = install_tools_in_background();
 
     for args in [
         &["fmt", "--all", "--", "--check"][..],
@@ -283,6 +315,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
     // ha-layouts and chaos below.
     report.step(&display(TEST_BUILD), cargo_step(TEST_BUILD));
     report.step("deploy-check", || linked::run_built("deploy-check", &[]));
+    tools_installed(installing);
     report.step(
         &format!(
             "rule-tests (promtool test rules {})",

@@ -32,7 +32,7 @@ use anyhow::{Context, Result};
 pub use binaries::BinarySource;
 pub use commands::{start, status, stop, url};
 pub use major::PgMajor;
-pub use pgbouncer::RunningPgBouncer;
+pub use pgbouncer::{RunningPgBouncer, TOOL as PGBOUNCER_TOOL};
 pub use replication::{pair, ReplicaPair, ReplicaSet, Replication, STANDBY_NAME};
 pub use started::destroy_all as stop_all_started_servers;
 

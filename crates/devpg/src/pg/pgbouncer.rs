@@ -198,7 +198,8 @@ logfile = {log}
 }
 
 /// PgBouncer from Debian's package `pgbouncer`, or `STATEK_PGBOUNCER`.
-const TOOL: DebianTool = DebianTool {
+/// PgBouncer from Debian's package `pgbouncer`, or `STATEK_PGBOUNCER`.
+pub const TOOL: DebianTool = DebianTool {
     binary: "pgbouncer",
     package: PACKAGE,
     env: PGBOUNCER_ENV,
