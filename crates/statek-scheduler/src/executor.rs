@@ -116,6 +116,17 @@ pub trait TenantExecutor: Send + Sync {
     /// [`crate::PgRunQueueExecutor`] forgets which tenants it knows to be
     /// empty and asks the database about each again.
     fn notifications_missed(&self) {}
+
+    /// Runs whose handler has finished and whose outcome the executor has
+    /// not recorded yet (`None`: the executor does not say). A
+    /// [`crate::Worker`] publishes it as
+    /// [`WORKER_RUNS_AWAITING_RECORD`](crate::metrics::WORKER_RUNS_AWAITING_RECORD)
+    /// beside its executing runs. [`crate::PgRunQueueExecutor`] lets at
+    /// most twice its completion batch wait; at that bound its Worker
+    /// claims nothing more until records commit.
+    fn runs_awaiting_record(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The default [`TenantExecutor::execute_batch`]: for each slot in

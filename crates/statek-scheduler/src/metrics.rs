@@ -83,6 +83,13 @@ pub const RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS: &str =
 /// housekeeping pass; against [`crate::WorkerOptions::concurrency`] it
 /// tells whether the replica is saturated.
 pub const WORKER_RUNS_EXECUTING: &str = "statek_worker_runs_executing";
+/// Gauge, labels `shard`: runs whose handler finished and whose outcome
+/// the Worker's executor has not recorded yet
+/// ([`crate::TenantExecutor::runs_awaiting_record`]), sampled with
+/// [`WORKER_RUNS_EXECUTING`]. For a [`crate::PgRunQueueExecutor`] it stays
+/// at most twice [`crate::ExecutorOptions::completion_batching`]'s batch;
+/// at that bound records lag the claims and the Worker waits.
+pub const WORKER_RUNS_AWAITING_RECORD: &str = "statek_worker_runs_awaiting_record";
 /// Histogram, labels `shard`: slots per reservation batch of a
 /// [`crate::Worker`] (its adaptive batch size).
 pub const WORKER_BATCH_SLOTS: &str = "statek_worker_batch_slots";
@@ -326,6 +333,13 @@ pub const SCHEDULER_METRICS: &[Metric] = &[
         &["shard"],
         "runs",
         "Runs a Worker executes now (its execution permits in use).",
+    ),
+    Metric::new(
+        WORKER_RUNS_AWAITING_RECORD,
+        Gauge,
+        &["shard"],
+        "runs",
+        "Runs whose handler finished and whose outcome is not recorded yet.",
     ),
     Metric::new(
         WORKER_BATCH_SLOTS,

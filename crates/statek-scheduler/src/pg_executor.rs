@@ -57,6 +57,8 @@ struct Completions {
     /// Worker stops claiming instead of piling up runs that finished
     /// unrecorded, each holding memory and a lease that runs out.
     room: Arc<Semaphore>,
+    /// The room's size: its permits when no run waits.
+    room_size: usize,
 }
 
 impl std::fmt::Debug for Completions {
@@ -262,6 +264,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
             room: Arc::new(Semaphore::new(
                 RECORDS_PER_FLUSH_WAITING * options.completion_batch,
             )),
+            room_size: RECORDS_PER_FLUSH_WAITING * options.completion_batch,
         };
         Self {
             store,
@@ -660,6 +663,13 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         if let Some(idle) = &self.idle {
             idle.forget();
         }
+    }
+
+    fn runs_awaiting_record(&self) -> Option<usize> {
+        let Completions {
+            room, room_size, ..
+        } = &self.completions;
+        Some(room_size.saturating_sub(room.available_permits()))
     }
 
     async fn has_claimable_work(&self, tenants: &[TenantId]) -> Option<bool> {

@@ -400,7 +400,7 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
         let shard = policy.shard_id().to_string();
         metrics::histogram!(crate::metrics::WORKER_BATCH_SLOTS, "shard" => shard.clone())
             .record(batch.len() as f64);
-        publish_executing(&shard, pool);
+        publish_executing(&shard, pool, shared.scheduler.executor());
         let in_flight = InFlight {
             len: batch.len(),
             without_run: Arc::new(AtomicUsize::new(0)),
@@ -642,11 +642,16 @@ async fn listen<E: TenantExecutor, R: ReservationSource>(
     }
 }
 
-/// Sets the executing-runs gauge: the pool's permits in use.
-fn publish_executing(shard: &str, pool: &RunPool) {
+/// Sets the executing-runs gauge (the pool's permits in use) and, when the
+/// executor says, the gauge of finished runs awaiting their record.
+fn publish_executing<E: TenantExecutor>(shard: &str, pool: &RunPool, executor: &E) {
     let executing = pool.capacity().saturating_sub(pool.available());
     metrics::gauge!(crate::metrics::WORKER_RUNS_EXECUTING, "shard" => shard.to_owned())
         .set(executing as f64);
+    if let Some(awaiting) = executor.runs_awaiting_record() {
+        metrics::gauge!(crate::metrics::WORKER_RUNS_AWAITING_RECORD, "shard" => shard.to_owned())
+            .set(awaiting as f64);
+    }
 }
 
 /// The housekeeping passes after the first (which [`Worker::run`] makes
@@ -666,14 +671,18 @@ async fn maintain<E: TenantExecutor, R: ReservationSource>(
 }
 
 /// One housekeeping pass: the executor's, the retention gauge and the
-/// executing-runs gauge.
+/// executing-runs and awaiting-record gauges.
 async fn housekeeping<E: TenantExecutor, R: ReservationSource>(
     shared: &Shared<E, R>,
     pool: &RunPool,
 ) {
     shared.scheduler.executor().maintain().await;
     publish_oldest(&shared.scheduler).await;
-    publish_executing(shared.scheduler.policy().shard_id().as_str(), pool);
+    publish_executing(
+        shared.scheduler.policy().shard_id().as_str(),
+        pool,
+        shared.scheduler.executor(),
+    );
 }
 
 /// Sets the oldest-retained-reservation gauge of the worker's shard.

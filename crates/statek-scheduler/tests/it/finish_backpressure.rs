@@ -13,7 +13,7 @@ use std::time::Duration;
 use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions,
+    SchedulerOptions, TenantExecutor, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::NewRun;
@@ -106,6 +106,11 @@ async fn a_worker_claims_no_faster_than_its_finishes_are_recorded() {
     // CONCURRENCY handlers finished and keep their permits; nothing more
     // is claimed.
     assert_eq!(handled, 2 * COMPLETION_BATCH + CONCURRENCY);
+    // What a Worker publishes as statek_worker_runs_awaiting_record.
+    assert_eq!(
+        scheduler.executor().runs_awaiting_record(),
+        Some(2 * COMPLETION_BATCH)
+    );
 
     // Records commit once the rows are free, and every run executes once.
     locker.batch_execute("COMMIT").await.unwrap();
@@ -124,6 +129,7 @@ async fn a_worker_claims_no_faster_than_its_finishes_are_recorded() {
     }
     shutdown.cancel();
     let report = worker.await.unwrap().unwrap();
+    assert_eq!(scheduler.executor().runs_awaiting_record(), Some(0));
     assert_eq!(report.executed, RUNS as u64, "{report:?}");
     let executions = scheduler
         .executor()

@@ -159,6 +159,10 @@ async fn a_worker_exports_every_alert_series_from_its_start() {
         0.0,
     );
     expected.insert(
+        "statek_worker_runs_awaiting_record{shard=\"primary-v1\"}".to_owned(),
+        0.0,
+    );
+    expected.insert(
         "statek_retained_oldest_timestamp_seconds{shard=\"primary-v1\"}".to_owned(),
         oldest,
     );
