@@ -85,7 +85,7 @@ enum Task {
     /// A Worker fleet on a durable server through restarts, killed backends, taken connections and held row locks.
     #[command(disable_help_flag = true)]
     Chaos(Passed),
-    /// Judge real standby layouts (FIRST 1 and ANY 1 of two, FIRST 1 beside an asynchronous one).
+    /// Judge real standby layouts (FIRST 1, ANY 1 and FIRST 2 of two, FIRST 1 beside an asynchronous one).
     #[command(disable_help_flag = true)]
     HaLayouts(Passed),
     /// Print bound / ceil(L/w) ratios of swrr-v1, min-gap-v1 and min-gap-v2 over generated weight families.

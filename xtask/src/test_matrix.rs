@@ -417,8 +417,8 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 );
                 report.step(
                     &format!(
-                        "PostgreSQL {major}: HA layouts (FIRST 1 and ANY 1 of two standbys, \
-                         FIRST 1 beside an asynchronous one)"
+                        "PostgreSQL {major}: HA layouts (FIRST 1, ANY 1 and FIRST 2 of two \
+                         standbys, FIRST 1 beside an asynchronous one)"
                     ),
                     || linked::run_built("ha-layouts", &["--pg", &pg]),
                 );

@@ -64,7 +64,7 @@ enum Task {
     Failover(failover::FailoverArgs),
     /// A Worker fleet under load on a durable server through restarts, killed backends, taken connections and held row locks.
     Chaos(chaos::ChaosArgs),
-    /// Judge real standby layouts (FIRST 1 and ANY 1 of two, FIRST 1 beside an asynchronous one) with the durability check.
+    /// Judge real standby layouts (FIRST 1, ANY 1 and FIRST 2 of two, FIRST 1 beside an asynchronous one) with the durability check.
     HaLayouts(ha_layouts::HaLayoutsArgs),
     /// Print bound / ceil(L/w) ratios of swrr-v1, min-gap-v1 and min-gap-v2 over generated weight families.
     BoundsReport(bounds_report::BoundsReportArgs),
