@@ -93,9 +93,24 @@ impl ServerReading {
     }
 }
 
-/// Why [`ServerWork::try_between`] measures nothing for a pair of readings
-/// without a completed run.
-pub const NO_COMPLETED_RUN: &str = "no run was completed between the readings";
+/// Why [`ServerWork::try_between`] measures nothing for a pair of readings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotMeasured {
+    /// No run was completed between the readings (nothing to divide by).
+    NoCompletedRun,
+    /// Counters were reset between the readings: which, in words
+    /// ([`ServerReading::reset_between`]).
+    Reset(&'static str),
+}
+
+impl std::fmt::Display for NotMeasured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotMeasured::NoCompletedRun => f.write_str("no run was completed between the readings"),
+            NotMeasured::Reset(which) => f.write_str(which),
+        }
+    }
+}
 
 /// Sums of `pg_stat_statements` over this database at one reading.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -144,19 +159,19 @@ impl ServerWork {
     /// [`between`](Self::between), or why the pair measures nothing.
     ///
     /// # Errors
-    /// In words: [`NO_COMPLETED_RUN`] when `runs` is not positive, or which
-    /// counters were reset between the readings
-    /// ([`ServerReading::reset_between`]).
+    /// [`NotMeasured::Reset`] when counters were reset between the
+    /// readings, else [`NotMeasured::NoCompletedRun`] when `runs` is not
+    /// positive.
     pub fn try_between(
         before: &ServerReading,
         after: &ServerReading,
         runs: i64,
-    ) -> Result<Self, &'static str> {
+    ) -> Result<Self, NotMeasured> {
         if let Some(reset) = ServerReading::reset_between(before, after) {
-            return Err(reset);
+            return Err(NotMeasured::Reset(reset));
         }
         if runs <= 0 {
-            return Err(NO_COMPLETED_RUN);
+            return Err(NotMeasured::NoCompletedRun);
         }
         let per = |delta: i64| delta as f64 / runs as f64;
         let statements = match (before.statements, after.statements) {
@@ -466,7 +481,7 @@ mod tests {
             assert_eq!(ServerReading::reset_between(&before, &after), expected);
             assert_eq!(
                 ServerWork::try_between(&before, &after, 10).err(),
-                expected,
+                expected.map(NotMeasured::Reset),
                 "{expected:?}"
             );
             assert_eq!(
@@ -477,7 +492,11 @@ mod tests {
         }
         assert_eq!(
             ServerWork::try_between(&before, &before, 0),
-            Err(NO_COMPLETED_RUN)
+            Err(NotMeasured::NoCompletedRun)
+        );
+        assert_eq!(
+            NotMeasured::NoCompletedRun.to_string(),
+            "no run was completed between the readings"
         );
         // The first reset a server records (never reset before) counts too.
         let never = ServerReading {

@@ -10,7 +10,7 @@ use std::fmt;
 
 use anyhow::Result;
 use serde::Serialize;
-use statek_store_pg::server_work::{ServerReading, ServerWork, StatementStatistics};
+use statek_store_pg::server_work::{NotMeasured, ServerReading, ServerWork, StatementStatistics};
 use statek_store_pg::PgStore;
 
 use crate::out::outln;
@@ -76,12 +76,9 @@ impl SideWork {
         runs: usize,
     ) -> Result<Self, &'static str> {
         let runs = i64::try_from(runs).unwrap_or(i64::MAX);
-        let work = ServerWork::try_between(before, after, runs).map_err(|why| {
-            if why == statek_store_pg::server_work::NO_COMPLETED_RUN {
-                NO_RUN
-            } else {
-                why
-            }
+        let work = ServerWork::try_between(before, after, runs).map_err(|why| match why {
+            NotMeasured::NoCompletedRun => NO_RUN,
+            NotMeasured::Reset(which) => which,
         })?;
         Ok(Self {
             runs: work.runs,
