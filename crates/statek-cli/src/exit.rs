@@ -3,6 +3,7 @@
 //! rendering of an error chain on standard error.
 
 use statek_policy::policy_file::PolicyFileError;
+use statek_scheduler::{SourceError, SourceErrorKind};
 use statek_store_pg::StoreError;
 
 /// Everything went well. Also when standard output was closed early
@@ -212,6 +213,13 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
         if let Some(store) = cause.downcast_ref::<StoreError>() {
             return classify(store);
         }
+        // A source error of the scheduler's own making (its cause is no
+        // StoreError, which the next cause would classify): by its kind.
+        if let Some(source) = cause.downcast_ref::<SourceError>() {
+            if source.downcast_ref::<StoreError>().is_none() {
+                return classify_kind(source.kind());
+            }
+        }
         match cause.downcast_ref::<SchedulerError>() {
             Some(SchedulerError::Store { source, .. }) => return classify(source),
             Some(e) if e.is_retryable() => return UNAVAILABLE,
@@ -223,6 +231,19 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
         }
     }
     FAILURE
+}
+
+fn classify_kind(kind: SourceErrorKind) -> u8 {
+    match kind {
+        SourceErrorKind::Transient => UNAVAILABLE,
+        SourceErrorKind::PolicyConflict => POLICY_CONFLICT,
+        SourceErrorKind::Corrupt => CORRUPT_DATA,
+        SourceErrorKind::DurabilityRefused => DURABILITY_REFUSED,
+        SourceErrorKind::InvalidArgument => INVALID_INPUT,
+        SourceErrorKind::ShardSealed => NOT_LIVE_SHARD,
+        SourceErrorKind::ShardHalted => SHARD_HALTED,
+        _ => FAILURE,
+    }
 }
 
 fn classify(store: &StoreError) -> u8 {
@@ -398,6 +419,24 @@ mod tests {
             }
             .into(),
             SUCCESSOR_EXISTS,
+        );
+        // Through the reservation source: the StoreError inside decides...
+        check(
+            statek_scheduler::SchedulerError::Source {
+                source: StoreError::SuccessorExists { shard: shard("v2") }.into(),
+                retries: 0,
+            }
+            .into(),
+            SUCCESSOR_EXISTS,
+        );
+        // ...and without one, the kind.
+        check(
+            statek_scheduler::SchedulerError::Source {
+                source: SourceError::new(SourceErrorKind::Corrupt, "corrupt data in reservation"),
+                retries: 2,
+            }
+            .into(),
+            CORRUPT_DATA,
         );
     }
 

@@ -4,6 +4,10 @@
 //! reservation sources (statek-store-pg's `PgStore`, the in-memory source)
 //! and its executors, once, in one crate that depends on no database or
 //! store crate:
+//! - [`ReservationSource`]: where the scheduler reserves its slots, with
+//!   [`SourceShard`] and [`Succession`], and its error [`SourceError`] (a
+//!   [`SourceErrorKind`] the scheduler acts on, the source's own error
+//!   inside);
 //! - [`Reservation`]: one reserved sequence of a shard, and
 //!   [`Registration`]: how binding a policy to its shard ended;
 //! - [`SlotClass`] and [`SlotOutcomes`]: what each slot of a reserved range
@@ -24,10 +28,14 @@ mod cycle_check;
 mod handler;
 mod registration;
 mod reservation;
+mod reservation_source;
 mod slot;
+mod source_error;
 
 pub use cycle_check::{check_cycle_digest, CycleCheck, CycleMismatch};
 pub use handler::{Run, RunError, RunHandler};
 pub use registration::Registration;
 pub use reservation::Reservation;
+pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use slot::{SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded};
+pub use source_error::{SourceError, SourceErrorKind};

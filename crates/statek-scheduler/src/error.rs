@@ -1,6 +1,6 @@
 //! The scheduler's one error type.
 
-use statek_core::CycleMismatch;
+use statek_core::{CycleMismatch, SourceError, SourceErrorKind};
 use statek_policy::{CycleDigest, TenantId};
 use statek_store_pg::StoreError;
 
@@ -8,9 +8,21 @@ use statek_store_pg::StoreError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SchedulerError {
-    /// A store operation failed (after the configured retries, for
-    /// reservations). Includes `PolicyConflict` at registration and
-    /// `CorruptData` anywhere.
+    /// The reservation source failed (after the configured retries, for
+    /// reservations): registration (a policy conflict), a reservation, a
+    /// seal's successor, the durability check before a Worker starts.
+    /// Its [`SourceError::kind`] says what it means; with a `PgStore` the
+    /// `StoreError` is inside ([`SourceError::downcast_ref`]).
+    #[error("reservation source failed ({retries} retries)")]
+    Source {
+        /// The source's error.
+        #[source]
+        source: SourceError,
+        /// Retries made before giving up (0 when not retried).
+        retries: u32,
+    },
+    /// A store operation of the PostgreSQL executor or the Worker failed
+    /// (claims, finishes, halts, notifications).
     #[error("store operation failed ({retries} retries)")]
     Store {
         /// The store error.
@@ -84,6 +96,7 @@ impl SchedulerError {
     /// True for transient conditions: a later tick may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
+            SchedulerError::Source { source, .. } => source.is_retryable(),
             SchedulerError::Store { source, .. } => source.is_retryable(),
             SchedulerError::Executor { retryable, .. } => *retryable,
             _ => false,
@@ -98,6 +111,27 @@ impl From<CycleMismatch> for SchedulerError {
             stored: mismatch.stored,
             local: mismatch.local,
         }
+    }
+}
+
+impl SchedulerError {
+    /// The source's reservations failed a check of the scheduler's own
+    /// (they disagree with the local cycle, or a chain of seals does not
+    /// end): a [`SourceErrorKind::Corrupt`] source error, after `retries`.
+    pub(crate) fn corrupt(what: &'static str, detail: String, retries: u32) -> Self {
+        SchedulerError::Source {
+            source: SourceError::new(
+                SourceErrorKind::Corrupt,
+                format!("corrupt data in {what}: {detail}"),
+            ),
+            retries,
+        }
+    }
+}
+
+impl From<SourceError> for SchedulerError {
+    fn from(source: SourceError) -> Self {
+        SchedulerError::Source { source, retries: 0 }
     }
 }
 

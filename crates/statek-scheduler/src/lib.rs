@@ -84,9 +84,7 @@ mod options;
 mod outcome;
 mod outcome_recording;
 mod pg_executor;
-mod pg_reservations;
 mod reservation_retries;
-mod reservation_source;
 mod scheduler;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -110,14 +108,14 @@ pub use monitor::{
 pub use options::SchedulerOptions;
 pub use outcome::{ExecutedRun, TenantTickOutcome};
 pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, DEFAULT_IDLE_RECHECK};
-pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use scheduler::DurableFairScheduler;
 /// The seam's values (statek-core), re-exported so an application names
 /// one crate: reservations, registrations, slot outcome classes, the
 /// cycle-digest check, and what a run's handler sees.
 pub use statek_core::{
-    check_cycle_digest, CycleCheck, CycleMismatch, Registration, Reservation, Run, RunError,
-    RunHandler, SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded,
+    check_cycle_digest, CycleCheck, CycleMismatch, Registration, Reservation, ReservationSource,
+    Run, RunError, RunHandler, SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded,
+    SourceError, SourceErrorKind, SourceShard, Succession,
 };
 pub use tick_outcome::TickOutcome;
 pub use worker::{

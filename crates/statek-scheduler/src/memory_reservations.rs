@@ -16,7 +16,7 @@ use statek_policy::{
 use statek_store_pg::{StoreError, MAX_RESERVATION_BATCH};
 use uuid::Uuid;
 
-use crate::reservation_source::{ReservationSource, SourceShard, Succession};
+use statek_core::{ReservationSource, SourceError, SourceShard, Succession};
 
 /// The largest sequence, as in PostgreSQL (`bigint`).
 const SEQUENCE_LIMIT: u64 = i64::MAX as u64;
@@ -318,7 +318,7 @@ impl ReservationSource for InMemoryReservations {
         &self,
         policy: &WeightedFairnessPolicy,
         schedule: Option<&ScheduleId>,
-    ) -> Result<(Registration, SourceShard), StoreError> {
+    ) -> Result<(Registration, SourceShard), SourceError> {
         let _ = schedule;
         let mut state = self.state();
         if let Some(stored) = state.shards.get(policy.shard_id()) {
@@ -327,7 +327,8 @@ impl ReservationSource for InMemoryReservations {
                     shard: policy.shard_id().clone(),
                     stored: stored.policy.digest(),
                     offered: policy.digest(),
-                });
+                }
+                .into());
             }
             let registered_at = stored.registered_at;
             return Ok((
@@ -357,12 +358,15 @@ impl ReservationSource for InMemoryReservations {
         shard: &SchedulerShardId,
         digest: &PolicyDigest,
         id: Uuid,
-    ) -> Result<Reservation, StoreError> {
+    ) -> Result<Reservation, SourceError> {
         self.reserve_range(shard, digest, id, 1, false)?
             .pop()
-            .ok_or_else(|| StoreError::CorruptData {
-                what: "reservation",
-                detail: "an empty range of one".into(),
+            .ok_or_else(|| {
+                StoreError::CorruptData {
+                    what: "reservation",
+                    detail: "an empty range of one".into(),
+                }
+                .into()
             })
     }
 
@@ -372,16 +376,17 @@ impl ReservationSource for InMemoryReservations {
         digest: &PolicyDigest,
         batch_id: Uuid,
         k: u32,
-    ) -> Result<Vec<Reservation>, StoreError> {
+    ) -> Result<Vec<Reservation>, SourceError> {
         if !(1..=MAX_RESERVATION_BATCH).contains(&k) {
             return Err(StoreError::InvalidArgument(format!(
                 "a batch has 1..={MAX_RESERVATION_BATCH} reservations, not {k}"
-            )));
+            ))
+            .into());
         }
-        self.reserve_range(shard, digest, batch_id, k, true)
+        Ok(self.reserve_range(shard, digest, batch_id, k, true)?)
     }
 
-    async fn successor(&self, shard: &SchedulerShardId) -> Result<Option<Succession>, StoreError> {
+    async fn successor(&self, shard: &SchedulerShardId) -> Result<Option<Succession>, SourceError> {
         let state = self.state();
         let sealed = state
             .shards
@@ -409,7 +414,7 @@ impl ReservationSource for InMemoryReservations {
         &self,
         shard: &SchedulerShardId,
         records: &[(u64, SlotOutcomes)],
-    ) -> Result<Vec<SlotOutcomeAnswer>, StoreError> {
+    ) -> Result<Vec<SlotOutcomeAnswer>, SourceError> {
         let mut state = self.state();
         let mut answers = Vec::with_capacity(records.len());
         for (first_sequence, outcomes) in records {
@@ -447,7 +452,7 @@ impl ReservationSource for InMemoryReservations {
     async fn oldest_reservation(
         &self,
         shard: &SchedulerShardId,
-    ) -> Result<Option<SystemTime>, StoreError> {
+    ) -> Result<Option<SystemTime>, SourceError> {
         Ok(self
             .state()
             .issued

@@ -17,7 +17,7 @@ use statek_policy::SchedulerShardId;
 use statek_store_pg::MAX_OUTCOME_RECORDS_PER_CALL;
 
 use crate::group_commit::GroupCommit;
-use crate::reservation_source::ReservationSource;
+use statek_core::ReservationSource;
 
 /// One range's record: its shard, first sequence and classes.
 pub(crate) type OutcomeRecord = (SchedulerShardId, u64, SlotOutcomes);

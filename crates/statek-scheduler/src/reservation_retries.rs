@@ -3,8 +3,8 @@
 //! ([`SchedulerOptions`]), the reservation counters and latency recorded
 //! on success.
 
+use statek_core::SourceError;
 use statek_policy::SchedulerShardId;
-use statek_store_pg::StoreError;
 use uuid::Uuid;
 
 use crate::error::SchedulerError;
@@ -22,7 +22,7 @@ pub(crate) async fn with_retries<T, F, Fut>(
 ) -> Result<(T, u32), SchedulerError>
 where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
+    Fut: std::future::Future<Output = Result<T, SourceError>>,
 {
     let started = std::time::Instant::now();
     let mut retries = 0;
@@ -51,7 +51,7 @@ where
                 tokio::time::sleep(backoff).await;
                 retries += 1;
             }
-            Err(source) => return Err(SchedulerError::Store { source, retries }),
+            Err(source) => return Err(SchedulerError::Source { source, retries }),
         }
     }
 }

@@ -2,7 +2,10 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use statek_core::{Registration, Reservation};
+use statek_core::{
+    check_cycle_digest, CycleCheck, Registration, Reservation, ReservationSource, SourceErrorKind,
+    SourceShard,
+};
 use statek_policy::{
     ScheduleId, SchedulerShardId, TenantId, TenantStarvationBound, WeightedFairnessPolicy,
 };
@@ -17,7 +20,6 @@ use crate::options::SchedulerOptions;
 use crate::outcome::TenantTickOutcome;
 use crate::outcome_recording::SchedulerOutcomeRecords;
 use crate::reservation_retries::with_retries;
-use crate::reservation_source::ReservationSource;
 use crate::tick_outcome::{tenant_of, TickOutcome};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -78,9 +80,9 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// before this succeeds.
     ///
     /// # Errors
-    /// [`SchedulerError::Store`] with `PolicyConflict` when the shard is bound
-    /// to another policy (never overwritten), `CorruptData` when the stored
-    /// row fails its checks, or connection errors;
+    /// [`SchedulerError::Source`] of kind `PolicyConflict` when the shard is
+    /// bound to another policy (never overwritten), `Corrupt` when the
+    /// stored row fails its checks, or `Transient` for connection errors;
     /// [`SchedulerError::PolicyMismatch`] if the stored policy read back
     /// differs; [`SchedulerError::CycleMismatch`] if the shard's stored
     /// cycle digest is not the digest of this replica's compiled cycle
@@ -121,7 +123,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                 shard: policy.shard_id().to_string(),
             });
         }
-        stored.checked_policy()?;
+        checked_policy(&stored)?;
         let scheduler = Self {
             source,
             live: RwLock::new(Arc::new(policy)),
@@ -179,7 +181,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             let Some(seam) = self.source.successor(from.shard_id()).await? else {
                 break;
             };
-            let next = Arc::new(seam.successor.checked_policy()?);
+            let next = Arc::new(checked_policy(&seam.successor)?);
             for bound in &seam.seam {
                 metrics::gauge!(
                     crate::metrics::SEAM_BOUND_RESERVATIONS,
@@ -237,7 +239,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     ///
     /// # Errors
     /// [`SchedulerError::ShuttingDown`] if `shutdown` fired before a slot was
-    /// reserved; [`SchedulerError::Store`] when reserving failed for good
+    /// reserved; [`SchedulerError::Source`] when reserving failed for good
     /// (with the retries made); [`SchedulerError::Executor`] when the
     /// executor failed for the reserved slot.
     pub async fn tick(&self, shutdown: &CancellationToken) -> Result<TickOutcome, SchedulerError> {
@@ -272,12 +274,15 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     fn count_error(&self, e: &SchedulerError) {
         let kind = match e {
             SchedulerError::ShuttingDown => None,
-            SchedulerError::Store {
-                source: StoreError::PolicyConflict { .. } | StoreError::PolicyDigestMismatch { .. },
-                ..
+            SchedulerError::Source { source, .. }
+                if source.kind() == SourceErrorKind::PolicyConflict =>
+            {
+                Some("policy_conflict")
             }
-            | SchedulerError::PolicyMismatch { .. }
-            | SchedulerError::CycleMismatch { .. } => Some("policy_conflict"),
+            SchedulerError::PolicyMismatch { .. } | SchedulerError::CycleMismatch { .. } => {
+                Some("policy_conflict")
+            }
+            SchedulerError::Source { source, .. } if source.is_corrupt() => Some("corrupt_data"),
             SchedulerError::Store {
                 source: StoreError::CorruptData { .. },
                 ..
@@ -449,17 +454,15 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                 let e = if index == bad {
                     continue;
                 } else {
-                    SchedulerError::Store {
-                        source: StoreError::CorruptData {
-                            what: "reservation batch",
-                            detail: format!(
-                                "sequence {} is in a batch whose sequence {} disagrees with the local cycle",
-                                reservation.sequence(),
-                                reservations[bad].sequence()
-                            ),
-                        },
+                    SchedulerError::corrupt(
+                        "reservation batch",
+                        format!(
+                            "sequence {} is in a batch whose sequence {} disagrees with the local cycle",
+                            reservation.sequence(),
+                            reservations[bad].sequence()
+                        ),
                         retries,
-                    }
+                    )
                 };
                 self.count_error(&e);
                 sink(index, Err(e));
@@ -702,23 +705,22 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             let policy = self.policy();
             match reserve(Arc::clone(&policy)).await {
                 Ok((value, retries)) => return Ok((value, retries, policy)),
-                Err(SchedulerError::Store {
-                    source: StoreError::ShardSealed { shard, .. },
-                    ..
-                }) => self.follow(&shard).await?,
+                Err(SchedulerError::Source { source, .. })
+                    if source.kind() == SourceErrorKind::ShardSealed =>
+                {
+                    self.follow(policy.shard_id()).await?;
+                }
                 Err(e) => return Err(e),
             }
         }
-        Err(SchedulerError::Store {
-            source: StoreError::CorruptData {
-                what: "shard chain",
-                detail: format!(
-                    "still meeting seals after following {MAX_FOLLOWED_SEALS} of them from shard {}",
-                    self.policy().shard_id()
-                ),
-            },
-            retries: 0,
-        })
+        Err(SchedulerError::corrupt(
+            "shard chain",
+            format!(
+                "still meeting seals after following {MAX_FOLLOWED_SEALS} of them from shard {}",
+                self.policy().shard_id()
+            ),
+            0,
+        ))
     }
 
     /// Reserves a batch of `k` slots for the Worker under batch id `id`
@@ -776,4 +778,17 @@ impl<E> DurableFairScheduler<E, PgStore> {
     pub fn store(&self) -> &PgStore {
         &self.source
     }
+}
+
+/// A source's shard's policy, after checking that this replica compiles
+/// the cycle the shard was registered with ([`check_cycle_digest`]).
+fn checked_policy(shard: &SourceShard) -> Result<WeightedFairnessPolicy, SchedulerError> {
+    let policy = &shard.policy;
+    if check_cycle_digest(policy, shard.cycle_digest)? == CycleCheck::NotStored {
+        tracing::warn!(
+            shard = %policy.shard_id(),
+            "shard registered before cycle digests were stored: this replica's cycle is not checked against it"
+        );
+    }
+    Ok(policy.clone())
 }

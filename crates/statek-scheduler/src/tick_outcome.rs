@@ -3,7 +3,6 @@
 
 use statek_core::Reservation;
 use statek_policy::{TenantId, TenantStarvationBound, WeightedFairnessPolicy};
-use statek_store_pg::StoreError;
 
 use crate::error::SchedulerError;
 use crate::outcome::TenantTickOutcome;
@@ -68,16 +67,14 @@ pub(crate) fn tenant_of(
     {
         // Fail closed: never run a tenant for a slot the local cycle
         // does not agree with.
-        return Err(SchedulerError::Store {
-            source: StoreError::CorruptData {
-                what: "reservation",
-                detail: format!(
-                    "sequence {sequence} slot {slot} under stored L = {} disagrees with the local cycle L = {local_length}",
-                    reservation.cycle_length()
-                ),
-            },
+        return Err(SchedulerError::corrupt(
+            "reservation",
+            format!(
+                "sequence {sequence} slot {slot} under stored L = {} disagrees with the local cycle L = {local_length}",
+                reservation.cycle_length()
+            ),
             retries,
-        });
+        ));
     }
     let bound = policy
         .starvation_bound_at(pick.tenant_index())

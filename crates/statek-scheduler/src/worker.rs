@@ -16,9 +16,9 @@ use crate::batch::{BatchHooks, ReservedBatch, RunPool};
 use crate::error::SchedulerError;
 use crate::executor::TenantExecutor;
 use crate::outcome::TenantTickOutcome;
-use crate::reservation_source::ReservationSource;
 use crate::scheduler::DurableFairScheduler;
 use crate::tick_outcome::TickOutcome;
+use statek_core::ReservationSource;
 
 /// Pause before listening again after the notification connection failed,
 /// doubling from the first to the second value between attempts.
@@ -151,10 +151,10 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
     /// [`statek_store_pg::PgStore::ensure_durable`]).
     ///
     /// # Errors
-    /// [`SchedulerError::Store`] with `DurabilityRefused` when the store's
-    /// durability policy refuses the server (nothing is reserved); the
-    /// first non-retryable [`SchedulerError`] of any reservation or slot
-    /// (e.g. `CorruptData`, `PolicyDigestMismatch`), or the last transient
+    /// [`SchedulerError::Source`] of kind `DurabilityRefused` when the
+    /// store's durability policy refuses the server (nothing is reserved);
+    /// the first non-retryable [`SchedulerError`] of any reservation or
+    /// slot (e.g. of kind `Corrupt` or `PolicyConflict`), or the last transient
     /// one once reservations (or slots' claims) have failed for the whole
     /// [`WorkerOptions::outage_budget`] (default 60 s) in a row; the worker
     /// then stops as at shutdown. A reservation loss (`ReservationsLostInFailover`) or a
@@ -174,7 +174,7 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
             .source()
             .ensure_durable()
             .await
-            .map_err(|source| SchedulerError::Store { source, retries: 0 })?;
+            .map_err(|source| SchedulerError::Source { source, retries: 0 })?;
         let shared = Arc::new(Shared {
             scheduler: self.scheduler,
             options: self.options,

@@ -145,6 +145,7 @@ mod migration;
 mod notifications;
 mod pooling;
 mod reservation;
+mod reservation_source;
 mod retention;
 mod roles;
 mod rollout_preview;

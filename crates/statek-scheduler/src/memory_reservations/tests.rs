@@ -15,6 +15,13 @@ fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
     .unwrap()
 }
 
+/// The store's error inside a source error: the in-memory source answers
+/// as `PgStore` does.
+fn store_error<T>(result: Result<T, SourceError>) -> Option<StoreError> {
+    let inner = result.err()?.into_inner();
+    inner.downcast::<StoreError>().ok().map(|error| *error)
+}
+
 fn sequences(reservations: &[Reservation]) -> Vec<u64> {
     reservations.iter().map(Reservation::sequence).collect()
 }
@@ -74,14 +81,14 @@ async fn a_replay_by_id_returns_the_original() {
     assert_eq!(source.next_sequence(shard), Some(2));
     // The id on a batch, or a batch id on one reservation: conflicts.
     assert!(matches!(
-        source.reserve_batch(shard, &digest, id, 1).await,
-        Err(StoreError::BatchConflict { batch_id, .. }) if batch_id == id
+        store_error(source.reserve_batch(shard, &digest, id, 1).await),
+        Some(StoreError::BatchConflict { batch_id, .. }) if batch_id == id
     ));
     let other = policy("other-v1", &[("a", 1)]);
     source.register(&other, None).await.unwrap();
     assert!(matches!(
-        source.reserve(other.shard_id(), &other.digest(), id).await,
-        Err(StoreError::ReservationConflict { reservation_id }) if reservation_id == id
+        store_error(source.reserve(other.shard_id(), &other.digest(), id).await),
+        Some(StoreError::ReservationConflict { reservation_id }) if reservation_id == id
     ));
 }
 
@@ -112,15 +119,17 @@ async fn a_batch_is_one_contiguous_range_replayed_whole() {
     assert!(again.iter().all(Reservation::replayed));
     // Another size under the same id.
     assert!(matches!(
-        source.reserve_batch(shard, &digest, id, 3).await,
-        Err(StoreError::BatchConflict { .. })
+        store_error(source.reserve_batch(shard, &digest, id, 3).await),
+        Some(StoreError::BatchConflict { .. })
     ));
     for k in [0, MAX_RESERVATION_BATCH + 1] {
         assert!(matches!(
-            source
-                .reserve_batch(shard, &digest, Uuid::now_v7(), k)
-                .await,
-            Err(StoreError::InvalidArgument(_))
+            store_error(
+                source
+                    .reserve_batch(shard, &digest, Uuid::now_v7(), k)
+                    .await
+            ),
+            Some(StoreError::InvalidArgument(_))
         ));
     }
     assert_eq!(source.next_sequence(shard), Some(7));
@@ -132,27 +141,31 @@ async fn the_store_errors_for_wrong_arguments() {
     let source = registered(&p).await;
     let other = policy("primary-v1", &[("a", 2)]);
     assert!(matches!(
-        source.register(&other, None).await,
-        Err(StoreError::PolicyConflict { .. })
+        store_error(source.register(&other, None).await),
+        Some(StoreError::PolicyConflict { .. })
     ));
     let (registration, _) = source.register(&p, None).await.unwrap();
     assert!(matches!(registration, Registration::Idempotent { .. }));
     assert!(matches!(
-        source
-            .reserve(p.shard_id(), &other.digest(), Uuid::now_v7())
-            .await,
-        Err(StoreError::PolicyDigestMismatch { .. })
+        store_error(
+            source
+                .reserve(p.shard_id(), &other.digest(), Uuid::now_v7())
+                .await
+        ),
+        Some(StoreError::PolicyDigestMismatch { .. })
     ));
     let unknown = SchedulerShardId::try_from("nope").unwrap();
     assert!(matches!(
-        source.reserve(&unknown, &p.digest(), Uuid::now_v7()).await,
-        Err(StoreError::UnknownShard { .. })
+        store_error(source.reserve(&unknown, &p.digest(), Uuid::now_v7()).await),
+        Some(StoreError::UnknownShard { .. })
     ));
     assert!(matches!(
-        source
-            .reserve(p.shard_id(), &p.digest(), Uuid::from_u128(7))
-            .await,
-        Err(StoreError::InvalidArgument(_))
+        store_error(
+            source
+                .reserve(p.shard_id(), &p.digest(), Uuid::from_u128(7))
+                .await
+        ),
+        Some(StoreError::InvalidArgument(_))
     ));
     assert_eq!(source.next_sequence(p.shard_id()), Some(0));
 }
@@ -172,11 +185,12 @@ async fn a_seal_ends_the_shard_and_names_its_successor() {
         source.seal(v1.shard_id(), policy("primary-v3", &[("a", 1)])),
         Err(StoreError::InvalidArgument(_))
     ));
-    match source
-        .reserve(v1.shard_id(), &v1.digest(), Uuid::now_v7())
-        .await
-    {
-        Err(StoreError::ShardSealed {
+    match store_error(
+        source
+            .reserve(v1.shard_id(), &v1.digest(), Uuid::now_v7())
+            .await,
+    ) {
+        Some(StoreError::ShardSealed {
             shard,
             sealed_at_sequence,
             successor,

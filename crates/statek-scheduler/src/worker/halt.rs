@@ -15,14 +15,18 @@ pub(crate) enum Halt {
 
 pub(crate) fn halt_of(e: &SchedulerError) -> Option<Halt> {
     match e {
-        SchedulerError::Store {
-            source: statek_store_pg::StoreError::ReservationsLostInFailover(_),
-            ..
-        } => Some(Halt::Found),
-        SchedulerError::Store {
-            source: statek_store_pg::StoreError::ShardHalted(_),
-            ..
-        } => Some(Halt::Halted),
+        // Found now by this replica (a PostgreSQL store's re-check after a
+        // failover), or recorded before (any source).
+        SchedulerError::Source { source, .. }
+            if source.kind() == statek_core::SourceErrorKind::ShardHalted =>
+        {
+            match source.downcast_ref::<statek_store_pg::StoreError>() {
+                Some(statek_store_pg::StoreError::ReservationsLostInFailover(_)) => {
+                    Some(Halt::Found)
+                }
+                _ => Some(Halt::Halted),
+            }
+        }
         _ => None,
     }
 }

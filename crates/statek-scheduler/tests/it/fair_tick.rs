@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
-use statek_scheduler::Registration;
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerError, SchedulerOptions, TenantTickOutcome,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Registration, Run, RunError,
+    RunHandler, SchedulerError, SchedulerOptions, SourceErrorKind, TenantTickOutcome,
 };
 use statek_store_pg::testing::{policy, TestDatabase};
 use statek_store_pg::{NewRun, StoreError};
@@ -192,11 +191,13 @@ async fn a_conflicting_policy_is_refused_before_any_claim() {
             .unwrap_err();
     assert!(
         matches!(
-            err,
-            SchedulerError::Store {
-                source: StoreError::PolicyConflict { .. },
-                ..
-            }
+            &err,
+            SchedulerError::Source { source, .. }
+                if source.kind() == SourceErrorKind::PolicyConflict
+                    && matches!(
+                        source.downcast_ref::<StoreError>(),
+                        Some(StoreError::PolicyConflict { .. })
+                    )
         ),
         "{err:?}"
     );
@@ -284,11 +285,8 @@ async fn the_scheduler_refuses_to_tick_on_corrupt_data() {
     let err = scheduler.tick(&shutdown).await.unwrap_err();
     assert!(
         matches!(
-            err,
-            SchedulerError::Store {
-                source: StoreError::CorruptData { .. },
-                ..
-            }
+            &err,
+            SchedulerError::Source { source, .. } if source.is_corrupt()
         ),
         "{err:?}"
     );
@@ -310,11 +308,8 @@ async fn the_scheduler_refuses_to_tick_on_corrupt_data() {
     let err = scheduler.tick(&shutdown).await.unwrap_err();
     assert!(
         matches!(
-            err,
-            SchedulerError::Store {
-                source: StoreError::CorruptData { .. },
-                ..
-            }
+            &err,
+            SchedulerError::Source { source, .. } if source.is_corrupt()
         ),
         "{err:?}"
     );
@@ -397,10 +392,12 @@ async fn a_batch_tick_runs_its_slots_in_sequence_order() {
     );
     // A bad size is refused before anything is reserved.
     match scheduler.tick_batch(0, &shutdown).await {
-        Err(SchedulerError::Store {
-            source: StoreError::InvalidArgument(_),
-            retries: 0,
-        }) => {}
+        Err(SchedulerError::Source { source, retries: 0 })
+            if source.kind() == SourceErrorKind::InvalidArgument
+                && matches!(
+                    source.downcast_ref::<StoreError>(),
+                    Some(StoreError::InvalidArgument(_))
+                ) => {}
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     // At shutdown: refused before reserving.

@@ -285,7 +285,7 @@ async fn an_outage_outlasting_a_1_s_budget_ends_the_worker_with_a_retryable_erro
     let error = ended.expect_err("an outage past the budget ends the worker");
     let retryable_store_error = matches!(
         &error,
-        SchedulerError::Store { source, .. } if source.is_retryable()
+        SchedulerError::Source { source, .. } if source.is_retryable()
     );
     // It gave up only once reservations had failed for the whole budget.
     assert_eq!(

@@ -1,21 +1,17 @@
-//! [`ReservationSource`]: where a [`crate::DurableFairScheduler`] reserves
-//! its slots, and the shapes it answers with. Two implementations ship:
-//! [`statek_store_pg::PgStore`] (`pg_reservations.rs`) and
-//! [`crate::InMemoryReservations`] (`memory_reservations.rs`).
+//! [`ReservationSource`]: where statek-scheduler's `DurableFairScheduler`
+//! reserves its slots, and the shapes it answers with. Two implementations
+//! ship: statek-store-pg's `PgStore` (durable, shared by replicas) and
+//! statek-scheduler's `InMemoryReservations` (one process, for tests).
 
 use std::future::Future;
 use std::time::SystemTime;
 
-use statek_core::{
-    check_cycle_digest, CycleCheck, Registration, Reservation, SlotOutcomeAnswer, SlotOutcomes,
-};
 use statek_policy::{
     CycleDigest, PolicyDigest, ScheduleId, SchedulerShardId, SeamBound, WeightedFairnessPolicy,
 };
-use statek_store_pg::StoreError;
 use uuid::Uuid;
 
-use crate::error::SchedulerError;
+use crate::{Registration, Reservation, SlotOutcomeAnswer, SlotOutcomes, SourceError};
 
 /// A shard as a [`ReservationSource`] holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,21 +28,6 @@ pub struct SourceShard {
     pub predecessor: Option<SchedulerShardId>,
 }
 
-impl SourceShard {
-    /// The shard's policy, after checking that this replica compiles the
-    /// cycle the shard was registered with.
-    pub(crate) fn checked_policy(&self) -> Result<WeightedFairnessPolicy, SchedulerError> {
-        let policy = &self.policy;
-        if check_cycle_digest(policy, self.cycle_digest)? == CycleCheck::NotStored {
-            tracing::warn!(
-                shard = %policy.shard_id(),
-                "shard registered before cycle digests were stored: this replica's cycle is not checked against it"
-            );
-        }
-        Ok(policy.clone())
-    }
-}
-
 /// The seal of a shard and the shard that goes on from it
 /// ([`ReservationSource::successor`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,30 +42,30 @@ pub struct Succession {
     pub seam: Vec<SeamBound>,
 }
 
-/// Where a [`crate::DurableFairScheduler`] reserves its slots: register or
-/// verify a shard's policy, reserve the next sequence (one, or a
-/// contiguous batch), and follow a seal to the successor.
+/// Where statek-scheduler's `DurableFairScheduler` reserves its slots:
+/// register or verify a shard's policy, reserve the next sequence (one, or
+/// a contiguous batch), and follow a seal to the successor.
 ///
-/// The contract (kept by [`statek_store_pg::PgStore`] durably across
-/// replicas, and by [`crate::InMemoryReservations`] in one process):
+/// The contract (kept by statek-store-pg's `PgStore` durably across
+/// replicas, and by statek-scheduler's `InMemoryReservations` in one
+/// process):
 /// - per shard, reservations with unique ids form one contiguous sequence
 ///   0, 1, 2, … with no gaps or repeats; a batch of `k` is `k` contiguous
 ///   sequences;
 /// - a call with an id already used returns the original reservation
 ///   (or range), marked [`Reservation::replayed`]; the same id with other
-///   arguments is [`StoreError::ReservationConflict`] (one) or
-///   [`StoreError::BatchConflict`] (batch);
-/// - a wrong digest is [`StoreError::PolicyDigestMismatch`], an unknown
-///   shard [`StoreError::UnknownShard`], a sealed one
-///   [`StoreError::ShardSealed`] (nothing reserved: the scheduler follows
-///   the seal with [`successor`](Self::successor) and reserves there with
-///   a new id);
+///   arguments is a [`SourceErrorKind::IdConflict`](crate::SourceErrorKind::IdConflict);
+/// - a wrong digest is a [`SourceErrorKind::PolicyConflict`](crate::SourceErrorKind::PolicyConflict),
+///   an unknown shard [`SourceErrorKind::UnknownShard`](crate::SourceErrorKind::UnknownShard),
+///   a sealed one [`SourceErrorKind::ShardSealed`](crate::SourceErrorKind::ShardSealed)
+///   (nothing reserved: the scheduler follows the seal with
+///   [`successor`](Self::successor) and reserves there with a new id);
 /// - registration never overwrites: other bytes for a registered shard
-///   are [`StoreError::PolicyConflict`].
+///   are a [`SourceErrorKind::PolicyConflict`](crate::SourceErrorKind::PolicyConflict).
 ///
-/// Errors are [`StoreError`]s, so the scheduler retries
-/// [`StoreError::is_retryable`] ones with the same id as it does for
-/// PostgreSQL.
+/// Errors are [`SourceError`]s: the scheduler retries the
+/// [`retryable`](SourceError::is_retryable) ones with the same id, and
+/// acts on the others by their kind.
 pub trait ReservationSource: Send + Sync {
     /// Registers `policy` for its shard (in `schedule`, `None`: the
     /// shard's own) or verifies that the shard holds byte-identical
@@ -93,7 +74,7 @@ pub trait ReservationSource: Send + Sync {
         &self,
         policy: &WeightedFairnessPolicy,
         schedule: Option<&ScheduleId>,
-    ) -> impl Future<Output = Result<(Registration, SourceShard), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(Registration, SourceShard), SourceError>> + Send;
 
     /// Reserves the shard's next sequence under `digest`, idempotent by
     /// `id` (a UUIDv7).
@@ -102,30 +83,31 @@ pub trait ReservationSource: Send + Sync {
         shard: &SchedulerShardId,
         digest: &PolicyDigest,
         id: Uuid,
-    ) -> impl Future<Output = Result<Reservation, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Reservation, SourceError>> + Send;
 
-    /// Reserves the shard's next `k` sequences (1..=
-    /// [`statek_store_pg::MAX_RESERVATION_BATCH`]) as one contiguous
-    /// range, idempotent by `batch_id`; in sequence order.
+    /// Reserves the shard's next `k` sequences (1 to the source's largest
+    /// batch; statek-store-pg: `MAX_RESERVATION_BATCH`, 1,024) as one
+    /// contiguous range, idempotent by `batch_id`; in sequence order.
     fn reserve_batch(
         &self,
         shard: &SchedulerShardId,
         digest: &PolicyDigest,
         batch_id: Uuid,
         k: u32,
-    ) -> impl Future<Output = Result<Vec<Reservation>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Reservation>, SourceError>> + Send;
 
     /// The seal of `shard` and its successor, or `None` when `shard` is not
     /// sealed.
     fn successor(
         &self,
         shard: &SchedulerShardId,
-    ) -> impl Future<Output = Result<Option<Succession>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Succession>, SourceError>> + Send;
 
-    /// Refuses, before a [`crate::Worker`] reserves anything, a source
-    /// that can lose acknowledged reservations (default: accepts;
-    /// PostgreSQL: [`statek_store_pg::PgStore::ensure_durable`]).
-    fn ensure_durable(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+    /// Refuses, before statek-scheduler's `Worker` reserves anything, a
+    /// source that can lose acknowledged reservations (default: accepts;
+    /// PostgreSQL: `PgStore::ensure_durable`, a
+    /// [`SourceErrorKind::DurabilityRefused`](crate::SourceErrorKind::DurabilityRefused)).
+    fn ensure_durable(&self) -> impl Future<Output = Result<(), SourceError>> + Send {
         std::future::ready(Ok(()))
     }
 
@@ -134,7 +116,7 @@ pub trait ReservationSource: Send + Sync {
     /// its slots in sequence order, once: one answer per record, in order
     /// (the same record again is accepted and changes nothing; a refused
     /// one is not written, the others are). PostgreSQL:
-    /// [`statek_store_pg::PgStore::record_slot_outcome_ranges`], which
+    /// `PgStore::record_slot_outcome_ranges`, which
     /// refuses a record that does not cover exactly one retained range or
     /// hides a claimed slot. Default: keeps nothing and answers no record
     /// (an empty list).
@@ -142,7 +124,7 @@ pub trait ReservationSource: Send + Sync {
         &self,
         shard: &SchedulerShardId,
         records: &[(u64, SlotOutcomes)],
-    ) -> impl Future<Output = Result<Vec<SlotOutcomeAnswer>, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Vec<SlotOutcomeAnswer>, SourceError>> + Send {
         let _ = (shard, records);
         std::future::ready(Ok(Vec::new()))
     }
@@ -152,7 +134,7 @@ pub trait ReservationSource: Send + Sync {
     fn oldest_reservation(
         &self,
         shard: &SchedulerShardId,
-    ) -> impl Future<Output = Result<Option<SystemTime>, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Option<SystemTime>, SourceError>> + Send {
         let _ = shard;
         std::future::ready(Ok(None))
     }
