@@ -57,8 +57,6 @@ struct Completions {
     /// Worker stops claiming instead of piling up runs that finished
     /// unrecorded, each holding memory and a lease that runs out.
     room: Arc<Semaphore>,
-    /// The room's size: its permits when no run waits.
-    room_size: usize,
 }
 
 impl std::fmt::Debug for Completions {
@@ -71,6 +69,11 @@ impl std::fmt::Debug for Completions {
 /// ([`ExecutorOptions::completion_batching`]): one flush under way and one
 /// filling behind it.
 const RECORDS_PER_FLUSH_WAITING: usize = 2;
+
+/// The room's size: its permits when no finished run waits for its record.
+fn room_size(options: &ExecutorOptions) -> usize {
+    RECORDS_PER_FLUSH_WAITING * options.completion_batch
+}
 
 /// Expired runs handled per expiry pass.
 const EXPIRY_PASS_LIMIT: u32 = 100;
@@ -261,10 +264,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
                 options.completion_batch,
                 options.completion_linger,
             )),
-            room: Arc::new(Semaphore::new(
-                RECORDS_PER_FLUSH_WAITING * options.completion_batch,
-            )),
-            room_size: RECORDS_PER_FLUSH_WAITING * options.completion_batch,
+            room: Arc::new(Semaphore::new(room_size(&options))),
         };
         Self {
             store,
@@ -666,10 +666,8 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
     }
 
     fn runs_awaiting_record(&self) -> Option<usize> {
-        let Completions {
-            room, room_size, ..
-        } = &self.completions;
-        Some(room_size.saturating_sub(room.available_permits()))
+        let free = self.completions.room.available_permits();
+        Some(room_size(&self.options).saturating_sub(free))
     }
 
     async fn has_claimable_work(&self, tenants: &[TenantId]) -> Option<bool> {
