@@ -237,7 +237,7 @@ fn classify_kind(kind: SourceErrorKind) -> u8 {
     match kind {
         SourceErrorKind::Transient => UNAVAILABLE,
         SourceErrorKind::PolicyConflict => POLICY_CONFLICT,
-        SourceErrorKind::Corrupt => CORRUPT_DATA,
+        SourceErrorKind::Corrupt | SourceErrorKind::ReservationsLost => CORRUPT_DATA,
         SourceErrorKind::DurabilityRefused => DURABILITY_REFUSED,
         SourceErrorKind::InvalidArgument => INVALID_INPUT,
         SourceErrorKind::ShardSealed => NOT_LIVE_SHARD,

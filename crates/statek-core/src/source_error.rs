@@ -24,6 +24,11 @@ pub enum SourceErrorKind {
     /// were lost, or could not be checked): nothing is reserved until an
     /// owner resumes it.
     ShardHalted,
+    /// This call found reservations the source had acknowledged lost (a
+    /// failover to a standby that lacked them) and halted the shard:
+    /// nothing is reserved until an owner resumes it, as for
+    /// [`ShardHalted`](Self::ShardHalted).
+    ReservationsLost,
     /// The shard holds another policy (other canonical bytes, or another
     /// digest) than the caller's.
     PolicyConflict,
@@ -50,6 +55,7 @@ impl SourceErrorKind {
             SourceErrorKind::UnknownShard => "unknown shard",
             SourceErrorKind::ShardSealed => "shard sealed",
             SourceErrorKind::ShardHalted => "shard halted",
+            SourceErrorKind::ReservationsLost => "acknowledged reservations lost",
             SourceErrorKind::PolicyConflict => "policy conflict",
             SourceErrorKind::IdConflict => "id conflict",
             SourceErrorKind::SequenceExhausted => "sequence exhausted",

@@ -102,19 +102,7 @@ impl SchedulerError {
             _ => false,
         }
     }
-}
 
-impl From<CycleMismatch> for SchedulerError {
-    fn from(mismatch: CycleMismatch) -> Self {
-        SchedulerError::CycleMismatch {
-            shard: mismatch.shard.to_string(),
-            stored: mismatch.stored,
-            local: mismatch.local,
-        }
-    }
-}
-
-impl SchedulerError {
     /// The source's reservations failed a check of the scheduler's own
     /// (they disagree with the local cycle, or a chain of seals does not
     /// end): a [`SourceErrorKind::Corrupt`] source error, after `retries`.
@@ -125,6 +113,16 @@ impl SchedulerError {
                 format!("corrupt data in {what}: {detail}"),
             ),
             retries,
+        }
+    }
+}
+
+impl From<CycleMismatch> for SchedulerError {
+    fn from(mismatch: CycleMismatch) -> Self {
+        SchedulerError::CycleMismatch {
+            shard: mismatch.shard.to_string(),
+            stored: mismatch.stored,
+            local: mismatch.local,
         }
     }
 }

@@ -21,9 +21,8 @@ impl From<StoreError> for SourceError {
             e if e.is_retryable() => SourceErrorKind::Transient,
             StoreError::UnknownShard { .. } => SourceErrorKind::UnknownShard,
             StoreError::ShardSealed { .. } => SourceErrorKind::ShardSealed,
-            StoreError::ShardHalted(_) | StoreError::ReservationsLostInFailover(_) => {
-                SourceErrorKind::ShardHalted
-            }
+            StoreError::ShardHalted(_) => SourceErrorKind::ShardHalted,
+            StoreError::ReservationsLostInFailover(_) => SourceErrorKind::ReservationsLost,
             StoreError::PolicyConflict { .. } | StoreError::PolicyDigestMismatch { .. } => {
                 SourceErrorKind::PolicyConflict
             }
@@ -115,5 +114,62 @@ impl ReservationSource for PgStore {
         shard: &SchedulerShardId,
     ) -> Result<Option<SystemTime>, SourceError> {
         Ok(PgStore::oldest_reservation(self, shard).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LostReservations;
+
+    fn kind_of(error: StoreError) -> SourceErrorKind {
+        SourceError::from(error).kind()
+    }
+
+    #[test]
+    fn each_store_error_says_what_it_means_to_the_scheduler() {
+        let shard = SchedulerShardId::try_from("primary-v1").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            kind_of(StoreError::PoolTimeout("wait")),
+            SourceErrorKind::Transient
+        );
+        assert_eq!(
+            kind_of(StoreError::UnknownShard {
+                shard: shard.clone()
+            }),
+            SourceErrorKind::UnknownShard
+        );
+        assert_eq!(
+            kind_of(StoreError::ReservationsLostInFailover(Box::new(
+                LostReservations {
+                    shard: shard.clone(),
+                    from_timeline: 1,
+                    to_timeline: 2,
+                    checked: 1,
+                    lost: Vec::new(),
+                }
+            ))),
+            SourceErrorKind::ReservationsLost
+        );
+        assert_eq!(
+            kind_of(StoreError::InvalidArgument("k = 0".into())),
+            SourceErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            kind_of(StoreError::corrupt("reservation", "bad slot")),
+            SourceErrorKind::Corrupt
+        );
+        assert_eq!(
+            kind_of(StoreError::RunNotFound {
+                run_id: Uuid::nil()
+            }),
+            SourceErrorKind::Other
+        );
+        // The store's error stays inside, as the cause.
+        let error = SourceError::from(StoreError::UnknownShard { shard });
+        assert!(matches!(
+            error.downcast_ref::<StoreError>(),
+            Some(StoreError::UnknownShard { .. })
+        ));
     }
 }

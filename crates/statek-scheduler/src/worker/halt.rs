@@ -2,6 +2,8 @@
 //! found (and recorded), or a halt already in the database. A
 //! [`crate::Worker`] stays up on either and re-checks.
 
+use statek_core::SourceErrorKind;
+
 use crate::error::SchedulerError;
 
 /// How a reservation error concerns a halt.
@@ -15,18 +17,41 @@ pub(crate) enum Halt {
 
 pub(crate) fn halt_of(e: &SchedulerError) -> Option<Halt> {
     match e {
-        // Found now by this replica (a PostgreSQL store's re-check after a
-        // failover), or recorded before (any source).
-        SchedulerError::Source { source, .. }
-            if source.kind() == statek_core::SourceErrorKind::ShardHalted =>
-        {
-            match source.downcast_ref::<statek_store_pg::StoreError>() {
-                Some(statek_store_pg::StoreError::ReservationsLostInFailover(_)) => {
-                    Some(Halt::Found)
-                }
-                _ => Some(Halt::Halted),
-            }
-        }
+        // Found now by this replica, or recorded before.
+        SchedulerError::Source { source, .. } => match source.kind() {
+            SourceErrorKind::ReservationsLost => Some(Halt::Found),
+            SourceErrorKind::ShardHalted => Some(Halt::Halted),
+            _ => None,
+        },
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use statek_core::SourceError;
+
+    use super::*;
+
+    fn source(kind: SourceErrorKind) -> SchedulerError {
+        SchedulerError::Source {
+            source: SourceError::new(kind, "from the source"),
+            retries: 0,
+        }
+    }
+
+    #[test]
+    fn a_halt_is_read_from_the_source_errors_kind() {
+        assert_eq!(
+            halt_of(&source(SourceErrorKind::ReservationsLost)),
+            Some(Halt::Found)
+        );
+        assert_eq!(
+            halt_of(&source(SourceErrorKind::ShardHalted)),
+            Some(Halt::Halted)
+        );
+        assert_eq!(halt_of(&source(SourceErrorKind::Transient)), None);
+        assert_eq!(halt_of(&source(SourceErrorKind::ShardSealed)), None);
+        assert_eq!(halt_of(&SchedulerError::ShuttingDown), None);
     }
 }
