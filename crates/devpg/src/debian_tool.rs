@@ -53,14 +53,7 @@ impl DebianTool {
             );
         }
         eprintln!("xtask: {binary} is missing; installing Debian's package `{package}`");
-        command::run_captured(Command::new("apt-get").arg("update"))
-            .with_context(|| format!("apt-get update (to install {package})"))?;
-        command::run_captured(
-            Command::new("apt-get")
-                .args(["install", "-y", "--no-install-recommends", package])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )
-        .with_context(|| format!("installing Debian's package `{package}`"))?;
+        install_missing(std::slice::from_ref(self))?;
         self.find_on_path().ok_or_else(|| {
             anyhow!(
                 "apt-get installed `{package}` but no {binary} binary is on PATH or in /usr/sbin; \
