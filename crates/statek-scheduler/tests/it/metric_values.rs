@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::TenantId;
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions,
@@ -80,14 +80,8 @@ async fn eight_ticks_export_exact_counters() {
         .enqueue(&NewRun::new(b.clone(), vec![]))
         .await
         .unwrap();
-    let policy = WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
-            TenantFairnessWeight::new(a.clone(), 3).unwrap(),
-            TenantFairnessWeight::new(b.clone(), 1).unwrap(),
-        ],
-    )
-    .unwrap();
+    let policy =
+        statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
     let executor = PgRunQueueExecutor::new(store.clone(), Ok, ExecutorOptions::new());
     let scheduler =
         DurableFairScheduler::register(store.clone(), policy, executor, SchedulerOptions::new())

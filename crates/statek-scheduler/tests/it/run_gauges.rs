@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::TenantId;
 use statek_scheduler::metrics::{RUNS, RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
@@ -75,14 +75,8 @@ async fn housekeeping_publishes_exact_run_counts_and_the_oldest_finished_run() {
         .enqueue(&NewRun::new(b.clone(), vec![]))
         .await
         .unwrap();
-    let policy = WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
-            TenantFairnessWeight::new(a.clone(), 3).unwrap(),
-            TenantFairnessWeight::new(b.clone(), 1).unwrap(),
-        ],
-    )
-    .unwrap();
+    let policy =
+        statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
     let executor = PgRunQueueExecutor::new(store.clone(), Done, ExecutorOptions::new());
     let scheduler =
         DurableFairScheduler::register(store.clone(), policy, executor, SchedulerOptions::new())
