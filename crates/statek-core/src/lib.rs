@@ -15,6 +15,13 @@
 //!   of them;
 //! - [`check_cycle_digest`]: the one check of a shard's stored cycle
 //!   digest against the cycle this build compiles;
+//! - [`TenantExecutor`]: what runs behind a reserved slot, and the batch
+//!   protocol it follows ([`SlotBatch`], with [`RunPool`] and
+//!   [`claim_and_run`] for executors that claim many slots at once);
+//!   [`TenantTickOutcome`]: what it did with one slot; [`lease`]: keeping a
+//!   claimed run's lease while its handler runs;
+//! - [`RunNotifications`]: wake-ups of tenants whose runs became
+//!   claimable, filled by a queue's listener through [`RunWakeups`];
 //! - [`Run`], [`RunHandler`] and [`RunError`]: what user code sees. A crate
 //!   of handlers depends on this crate (and statek-policy) only, so its
 //!   unit tests compile no PostgreSQL client.
@@ -24,16 +31,25 @@
 
 #![forbid(unsafe_code)]
 
+mod batch;
 mod cycle_check;
+mod executor;
 mod handler;
+pub mod lease;
+mod notifications;
+mod outcome;
 mod registration;
 mod reservation;
 mod reservation_source;
 mod slot;
 mod source_error;
 
+pub use batch::{claim_and_run, BatchSlot, RunPermit, RunPool, SlotBatch, SlotResult, SlotStart};
 pub use cycle_check::{check_cycle_digest, CycleCheck, CycleMismatch};
+pub use executor::{execute_each, TenantExecutor};
 pub use handler::{Run, RunError, RunHandler};
+pub use notifications::{run_notifications, RunNotifications, RunWakeups, BUFFERED_WAKEUPS};
+pub use outcome::{ExecutedRun, TenantTickOutcome};
 pub use registration::Registration;
 pub use reservation::Reservation;
 pub use reservation_source::{ReservationSource, SourceShard, Succession};

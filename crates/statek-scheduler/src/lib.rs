@@ -66,14 +66,11 @@
 
 #![forbid(unsafe_code)]
 
-mod batch;
 mod error;
-mod executor;
 mod fairness_report;
 mod finish_recording;
 mod group_commit;
 mod idle_set;
-mod lease;
 mod memory_executor;
 mod memory_queue;
 mod memory_reservations;
@@ -81,19 +78,17 @@ pub mod metrics;
 mod monitor;
 mod monitor_options;
 mod options;
-mod outcome;
 mod outcome_recording;
 mod pg_executor;
 mod reservation_retries;
+mod reserved_batch;
 mod scheduler;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tick_outcome;
 mod worker;
 
-pub use batch::{claim_and_run, BatchSlot, RunPermit, RunPool, SlotBatch, SlotStart};
 pub use error::SchedulerError;
-pub use executor::{execute_each, TenantExecutor};
 pub use fairness_report::{
     ClaimLag, FairnessReport, GapStats, GapViolation, TenantFairnessRow, TimeLag,
 };
@@ -106,16 +101,18 @@ pub use monitor::{
     DEFAULT_MAX_VIOLATIONS,
 };
 pub use options::SchedulerOptions;
-pub use outcome::{ExecutedRun, TenantTickOutcome};
 pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, DEFAULT_IDLE_RECHECK};
 pub use scheduler::DurableFairScheduler;
-/// The seam's values (statek-core), re-exported so an application names
-/// one crate: reservations, registrations, slot outcome classes, the
-/// cycle-digest check, and what a run's handler sees.
+/// The seam (statek-core), re-exported so an application names one crate:
+/// the reservation-source and executor traits, the batch protocol,
+/// reservations, registrations, slot outcomes, wake-ups, the cycle-digest
+/// check, and what a run's handler sees.
 pub use statek_core::{
-    check_cycle_digest, CycleCheck, CycleMismatch, Registration, Reservation, ReservationSource,
-    Run, RunError, RunHandler, SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded,
-    SourceError, SourceErrorKind, SourceShard, Succession,
+    check_cycle_digest, claim_and_run, execute_each, lease, run_notifications, BatchSlot,
+    CycleCheck, CycleMismatch, ExecutedRun, Registration, Reservation, ReservationSource, Run,
+    RunError, RunHandler, RunNotifications, RunPermit, RunPool, RunWakeups, SlotBatch, SlotClass,
+    SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded, SlotStart, SourceError, SourceErrorKind,
+    SourceShard, Succession, TenantExecutor, TenantTickOutcome, BUFFERED_WAKEUPS,
 };
 pub use tick_outcome::TickOutcome;
 pub use worker::{

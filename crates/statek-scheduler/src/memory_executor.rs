@@ -4,19 +4,19 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use statek_core::{Run, RunError, RunHandler};
+use statek_core::lease::{run_under_lease, Heartbeat, LeaseState};
+use statek_core::{
+    claim_and_run, BatchSlot, ExecutedRun, Run, RunError, RunHandler, RunPermit, SlotBatch,
+    SlotStart, TenantExecutor, TenantTickOutcome,
+};
 use statek_policy::TenantId;
 use statek_store_pg::{EnqueuedRun, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::batch::{claim_and_run, BatchSlot, RunPermit, SlotBatch, SlotStart};
 use crate::error::SchedulerError;
-use crate::executor::TenantExecutor;
-use crate::lease::{run_under_lease, Heartbeat, LeaseState};
 use crate::memory_queue::{lock, Claim, Clock, Queue};
-use crate::outcome::{ExecutedRun, TenantTickOutcome};
 
 pub use crate::memory_queue::{MemoryRunState, MemoryRunStatus};
 

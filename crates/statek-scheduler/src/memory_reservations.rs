@@ -8,15 +8,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use statek_core::{
-    Registration, Reservation, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded,
+    Registration, Reservation, ReservationSource, SlotOutcomeAnswer, SlotOutcomes,
+    SlotOutcomesRecorded, SourceError, SourceShard, Succession,
 };
 use statek_policy::{
     PolicyDigest, PolicySeam, ScheduleId, SchedulerShardId, WeightedFairnessPolicy,
 };
 use statek_store_pg::{StoreError, MAX_RESERVATION_BATCH};
 use uuid::Uuid;
-
-use statek_core::{ReservationSource, SourceError, SourceShard, Succession};
 
 /// The largest sequence, as in PostgreSQL (`bigint`).
 const SEQUENCE_LIMIT: u64 = i64::MAX as u64;

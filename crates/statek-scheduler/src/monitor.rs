@@ -13,8 +13,8 @@ use crate::fairness_report::{
 pub use crate::monitor_options::{
     MonitorOptions, DEFAULT_MAX_PENDING, DEFAULT_MAX_TRACKED_RUNS, DEFAULT_MAX_VIOLATIONS,
 };
-use crate::outcome::{ExecutedRun, TenantTickOutcome};
 use crate::{SchedulerError, TickOutcome};
+use statek_core::{ExecutedRun, TenantTickOutcome};
 
 /// Distinct gap lengths counted exactly per tenant; longer-tailed gap
 /// distributions share one overflow bucket.

@@ -12,12 +12,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use statek_core::{SlotOutcomeAnswer, SlotOutcomes};
+use statek_core::{ReservationSource, SlotOutcomeAnswer, SlotOutcomes};
 use statek_policy::SchedulerShardId;
 use statek_store_pg::MAX_OUTCOME_RECORDS_PER_CALL;
 
 use crate::group_commit::GroupCommit;
-use statek_core::ReservationSource;
 
 /// One range's record: its shard, first sequence and classes.
 pub(crate) type OutcomeRecord = (SchedulerShardId, u64, SlotOutcomes);

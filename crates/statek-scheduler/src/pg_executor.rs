@@ -7,22 +7,22 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use statek_core::{Run, RunError, RunHandler, SlotClass};
+use statek_core::lease::{run_under_lease, Heartbeat, LeaseState};
+use statek_core::{
+    claim_and_run, BatchSlot, ExecutedRun, Run, RunError, RunHandler, RunNotifications, RunPermit,
+    SlotBatch, SlotClass, SlotStart, SourceError, TenantExecutor, TenantTickOutcome,
+};
 use statek_policy::TenantId;
 use statek_store_pg::{
-    ClaimOutcome, ClaimedRun, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease,
-    RunNotifications, StoreError, MAX_FINISH_BATCH,
+    ClaimOutcome, ClaimedRun, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease, StoreError,
+    MAX_FINISH_BATCH,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{claim_and_run, BatchSlot, RunPermit, SlotBatch, SlotStart};
 use crate::error::SchedulerError;
-use crate::executor::TenantExecutor;
 use crate::finish_recording::{flush_finished, record_alone, PendingFinish, Recorded};
 use crate::group_commit::GroupCommit;
 use crate::idle_set::IdleSet;
-use crate::lease::{run_under_lease, Heartbeat, LeaseState};
-use crate::outcome::{ExecutedRun, TenantTickOutcome};
 
 mod batch_claim;
 
@@ -639,8 +639,13 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         }
     }
 
-    async fn listen_for_runs(&self) -> Option<Result<RunNotifications, StoreError>> {
-        Some(self.store.listen_for_runs().await)
+    async fn listen_for_runs(&self) -> Option<Result<RunNotifications, SourceError>> {
+        Some(
+            self.store
+                .listen_for_runs()
+                .await
+                .map_err(SourceError::from),
+        )
     }
 
     fn run_notified(&self, tenant: &TenantId) {

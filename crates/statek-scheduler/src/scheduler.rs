@@ -3,8 +3,9 @@
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use statek_core::{
-    check_cycle_digest, CycleCheck, Registration, Reservation, ReservationSource, SourceErrorKind,
-    SourceShard,
+    check_cycle_digest, BatchSlot, CycleCheck, Registration, Reservation, ReservationSource,
+    RunPool, SlotBatch, SlotResult, SourceErrorKind, SourceShard, TenantExecutor,
+    TenantTickOutcome,
 };
 use statek_policy::{
     ScheduleId, SchedulerShardId, TenantId, TenantStarvationBound, WeightedFairnessPolicy,
@@ -13,13 +14,11 @@ use statek_store_pg::{PgStore, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::batch::{BatchHooks, BatchSlot, ReservedBatch, RunPool, SlotBatch, SlotResult};
 use crate::error::SchedulerError;
-use crate::executor::TenantExecutor;
 use crate::options::SchedulerOptions;
-use crate::outcome::TenantTickOutcome;
 use crate::outcome_recording::SchedulerOutcomeRecords;
 use crate::reservation_retries::with_retries;
+use crate::reserved_batch::{BatchHooks, ReservedBatch};
 use crate::tick_outcome::{tenant_of, TickOutcome};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -1,11 +1,10 @@
 //! [`TickOutcome`], what one tick did, and the fail-closed mapping of a
 //! reserved slot to its tenant and bound that every tick and batch uses.
 
-use statek_core::Reservation;
+use statek_core::{Reservation, TenantTickOutcome};
 use statek_policy::{TenantId, TenantStarvationBound, WeightedFairnessPolicy};
 
 use crate::error::SchedulerError;
-use crate::outcome::TenantTickOutcome;
 
 /// What one tick did.
 #[derive(Debug, Clone, PartialEq, Eq)]

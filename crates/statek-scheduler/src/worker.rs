@@ -7,18 +7,18 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use statek_core::{
+    ReservationSource, RunNotifications, RunPool, TenantExecutor, TenantTickOutcome,
+};
 use statek_policy::TenantId;
-use statek_store_pg::{PgStore, RunNotifications};
+use statek_store_pg::PgStore;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{BatchHooks, ReservedBatch, RunPool};
 use crate::error::SchedulerError;
-use crate::executor::TenantExecutor;
-use crate::outcome::TenantTickOutcome;
+use crate::reserved_batch::{BatchHooks, ReservedBatch};
 use crate::scheduler::DurableFairScheduler;
 use crate::tick_outcome::TickOutcome;
-use statek_core::ReservationSource;
 
 /// Pause before listening again after the notification connection failed,
 /// doubling from the first to the second value between attempts.

@@ -186,7 +186,7 @@ pub use lost_reservations::{
 };
 pub use metric::{Metric, MetricKind, STORE_METRICS};
 pub use migration::{embedded_migrations, MigrationReport};
-pub use notifications::{RunNotifications, BUFFERED_WAKEUPS, RUNS_CHANNEL};
+pub use notifications::RUNS_CHANNEL;
 pub use retention::{
     PruneReport, SchedulerFairnessRetentionPolicy, MAX_PRUNE_BATCH, MAX_RETENTION, MIN_RETENTION,
     PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,

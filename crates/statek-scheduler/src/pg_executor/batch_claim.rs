@@ -5,14 +5,12 @@
 
 use std::time::Duration;
 
-use statek_core::SlotClass;
+use statek_core::{SlotBatch, SlotClass, SlotStart, TenantTickOutcome};
 use statek_policy::TenantId;
 use statek_store_pg::{ClaimedRun, SlotClaim, SlotClaimRequest, StoreError};
 use tokio::time::Instant;
 
-use crate::batch::{SlotBatch, SlotStart};
 use crate::idle_set::{IdleSet, Observed};
-use crate::outcome::TenantTickOutcome;
 
 /// A claimed run and when its claim was sent, as a batch starts it.
 pub(super) type ClaimStart = (Box<ClaimedRun>, Instant);

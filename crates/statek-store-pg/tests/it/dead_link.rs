@@ -352,7 +352,13 @@ async fn a_silent_listen_connection_is_reported() {
         .await
         .expect("the silent link must be reported, not waited on forever");
     match reported {
-        Some(Err(StoreError::ResponseTimeout { after })) => assert_eq!(after, RESPONSE_TIMEOUT),
+        Some(Err(error)) => match error.downcast_ref::<StoreError>() {
+            Some(StoreError::ResponseTimeout { after }) => {
+                assert_eq!(error.kind(), statek_core::SourceErrorKind::Transient);
+                assert_eq!(*after, RESPONSE_TIMEOUT);
+            }
+            other => panic!("expected a response timeout, got {other:?}"),
+        },
         other => panic!("expected a response timeout, got {other:?}"),
     }
     let end = tokio::time::timeout(Duration::from_secs(60), notifications.recv())

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
+use statek_core::BUFFERED_WAKEUPS;
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::BUFFERED_WAKEUPS;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wakeups_beyond_the_buffer_are_dropped_and_said_so() {

@@ -1,7 +1,7 @@
 //! A reserved batch of slots handed to an executor, and the bounded pool of
 //! execution permits its runs take.
 //!
-//! The [`crate::Worker`] reserves slots in batches (one range row per
+//! The statek-scheduler's `Worker` reserves slots in batches (one range row per
 //! batch) and hands each batch to [`crate::TenantExecutor::execute_batch`] as a
 //! [`SlotBatch`]: the slots in sequence order, each mapped to its tenant,
 //! and the Worker's [`RunPool`]. An executor claims for the slots in
@@ -15,13 +15,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use statek_core::{SlotClass, SlotOutcomes};
 use statek_policy::{SchedulerShardId, TenantId};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::outcome::TenantTickOutcome;
+use crate::slot::{SlotClass, SlotOutcomes};
 
 /// One reserved slot of a batch: its global sequence and the tenant the
 /// policy's cycle maps it to (`slot = sequence mod L`).
@@ -63,8 +63,8 @@ impl RunPool {
         self.semaphore.available_permits()
     }
 
-    /// Waits for one permit.
-    pub(crate) async fn acquire(&self) -> RunPermit {
+    /// Waits for one permit (first come, first served).
+    pub async fn acquire(&self) -> RunPermit {
         // The semaphore is never closed.
         match Arc::clone(&self.semaphore).acquire_owned().await {
             Ok(permit) => RunPermit(Some(permit)),
@@ -128,7 +128,10 @@ impl<'a, E> SlotBatch<'a, E> {
     /// `stop` ends claiming, `cancel` is the handlers' token; `sink` gets
     /// each slot's outcome by index, `on_decided` the decided count each
     /// time it grows.
-    pub(crate) fn new(
+    ///
+    /// For a scheduler that drives executors (statek-scheduler's runner);
+    /// an executor only receives batches.
+    pub fn new(
         shard: &'a SchedulerShardId,
         slots: &'a [BatchSlot],
         pool: &'a RunPool,
@@ -200,7 +203,7 @@ impl<'a, E> SlotBatch<'a, E> {
     }
 
     /// Sets the class slot `index` is recorded with
-    /// ([`statek_store_pg::PgStore::record_slot_outcomes`]) where its
+    /// ([`crate::ReservationSource::record_slot_outcomes`]) where its
     /// outcome alone does not tell it: [`SlotClass::Claimed`] as soon as a
     /// run is claimed for it (whatever the run's outcome), and
     /// [`SlotClass::IdleKnown`] for a slot decided idle without asking.
@@ -239,7 +242,7 @@ impl<'a, E> SlotBatch<'a, E> {
     /// The recorded class of every slot, in sequence order, or `None`
     /// when some slot's class is not known for sure (see `uncertain`):
     /// the range is left unrecorded.
-    pub(crate) fn outcomes(&self) -> Option<SlotOutcomes> {
+    pub fn outcomes(&self) -> Option<SlotOutcomes> {
         if self.uncertain.load(Ordering::Acquire) {
             return None;
         }
@@ -273,7 +276,7 @@ impl<'a, E> SlotBatch<'a, E> {
 }
 
 /// What a slot of a batch ended with, as the batch's sink sees it.
-pub(crate) enum SlotResult<E> {
+pub enum SlotResult<E> {
     /// The executor's outcome or error for the slot.
     Outcome(Result<TenantTickOutcome, E>),
     /// Claiming for the slot failed for good (the error's text).
@@ -432,27 +435,4 @@ pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
     }
     batch.cancel_from(next);
     while running.next().await.is_some() {}
-}
-
-/// A batch reserved on `policy`'s shard, ready to run: its reservations in
-/// sequence order, the reservation's retries (kept in errors), and the
-/// pool whose permits its claims take.
-pub(crate) struct ReservedBatch<'a> {
-    pub(crate) policy: &'a statek_policy::WeightedFairnessPolicy,
-    pub(crate) reservations: Vec<statek_core::Reservation>,
-    pub(crate) retries: u32,
-    pub(crate) pool: &'a RunPool,
-}
-
-/// Where a running batch's results go, and what stops it: `stop` ends
-/// claiming (the slots left are decided without a run), `cancel` cancels
-/// the handlers; `sink` hears one result per slot, by index in the batch,
-/// and `on_decided` the number of slots decided each time it grows.
-pub(crate) struct BatchHooks<'a> {
-    pub(crate) stop: &'a CancellationToken,
-    pub(crate) cancel: &'a CancellationToken,
-    pub(crate) sink: &'a (dyn Fn(usize, Result<crate::tick_outcome::TickOutcome, crate::error::SchedulerError>)
-             + Send
-             + Sync),
-    pub(crate) on_decided: &'a (dyn Fn(usize) + Send + Sync),
 }

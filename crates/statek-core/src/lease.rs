@@ -9,11 +9,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use statek_core::RunError;
+use crate::handler::RunError;
 
 /// Whether the executor still holds a claimed run's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LeaseState {
+pub enum LeaseState {
     /// Held (as far as the executor knows).
     Held,
     /// The local deadline passed without a heartbeat; the token may still
@@ -25,7 +25,7 @@ pub(crate) enum LeaseState {
 }
 
 /// What one heartbeat found.
-pub(crate) enum Heartbeat {
+pub enum Heartbeat {
     /// The lease was extended.
     Extended,
     /// The token no longer holds the run.
@@ -37,7 +37,7 @@ pub(crate) enum Heartbeat {
 
 /// Margin by which a local lease deadline precedes the queue's: a fifth of
 /// the lease, at least 20 ms, at most 5 s.
-pub(crate) fn lease_margin(lease: Duration) -> Duration {
+pub fn lease_margin(lease: Duration) -> Duration {
     (lease / 5).clamp(Duration::from_millis(20), Duration::from_secs(5))
 }
 
@@ -50,7 +50,7 @@ pub(crate) fn lease_margin(lease: Duration) -> Duration {
 /// the handler's result, the lease state at its end, and the latest time
 /// the queue may still hold the lease: the local deadline plus its margin
 /// (after it, the run may have been claimed again).
-pub(crate) async fn run_under_lease<HF>(
+pub async fn run_under_lease<HF>(
     handler: impl Future<Output = Result<(), RunError>>,
     run_id: Uuid,
     lease: Duration,

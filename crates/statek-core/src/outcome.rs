@@ -2,7 +2,7 @@
 //! [`ExecutedRun`] it names. Below both the executor trait and the batch
 //! protocol, which both speak of it.
 
-use statek_core::SlotClass;
+use crate::slot::SlotClass;
 use std::time::SystemTime;
 
 use uuid::Uuid;
@@ -43,7 +43,7 @@ pub enum TenantTickOutcome {
     /// The tenant had claimable runs, but its concurrency cap or rate
     /// limit (PostgreSQL run queue: `statek_store_pg::TenantLimits`) let it
     /// start none for this slot. The slot is consumed like an idle one: a
-    /// [`crate::Worker`] backs off on it as on `Idle`.
+    /// statek-scheduler's `Worker` backs off on it as on `Idle`.
     Limited,
     /// Shutdown was requested; no run was started, or the running one was
     /// cancelled and released.

@@ -9,17 +9,18 @@ use std::future::Future;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use statek_policy::TenantId;
-use statek_store_pg::{RunNotifications, StoreError};
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::SlotBatch;
+use crate::notifications::RunNotifications;
 use crate::outcome::TenantTickOutcome;
+use crate::source_error::SourceError;
 
 /// A tenant-isolated executor: given a tenant, claim and run at most one of
 /// that tenant's runs, never another tenant's.
 ///
 /// Implement it to plug your own per-tenant queue into
-/// [`crate::DurableFairScheduler`]; [`crate::PgRunQueueExecutor`] is the
+/// statek-scheduler's `DurableFairScheduler`; statek-scheduler's `PgRunQueueExecutor` is the
 /// default, on statek's PostgreSQL run queue. An implementation must not
 /// wait for a run another claimer holds (report
 /// [`TenantTickOutcome::Contended`] instead) and should return promptly
@@ -47,7 +48,7 @@ pub trait TenantExecutor: Send + Sync {
     /// The default calls [`execute_one`](Self::execute_one) per slot,
     /// each after taking a permit, in sequence order
     /// ([`execute_each`]), so existing executors work
-    /// unchanged; [`crate::PgRunQueueExecutor`] claims for many slots in
+    /// unchanged; statek-scheduler's `PgRunQueueExecutor` claims for many slots in
     /// one statement instead.
     fn execute_batch(&self, batch: &SlotBatch<'_, Self::Error>) -> impl Future<Output = ()> + Send {
         execute_each(self, batch)
@@ -61,7 +62,7 @@ pub trait TenantExecutor: Send + Sync {
     /// other tenants does not count: no slot of the policy could run it;
     /// neither does work its tenant's limits hold back now (a slot would
     /// be [`TenantTickOutcome::Limited`]).
-    /// An idle [`crate::Worker`] asks this instead of reserving slots to
+    /// An idle statek-scheduler's `Worker` asks this instead of reserving slots to
     /// find out.
     fn has_claimable_work(
         &self,
@@ -71,8 +72,8 @@ pub trait TenantExecutor: Send + Sync {
         std::future::ready(None)
     }
 
-    /// Periodic housekeeping, run by a [`crate::Worker`] every
-    /// [`crate::WorkerOptions::maintenance_every`] (default: nothing). The
+    /// Periodic housekeeping, run by a statek-scheduler's `Worker` every
+    /// `WorkerOptions::maintenance_every` (default: nothing). The
     /// PostgreSQL executor runs the lease expiry pass here, so a run whose
     /// worker died on its last attempt ends `failed` instead of `running`.
     fn maintain(&self) -> impl Future<Output = ()> + Send {
@@ -80,48 +81,48 @@ pub trait TenantExecutor: Send + Sync {
     }
 
     /// Listens for wake-ups of this executor's queue (a run of a tenant
-    /// became claimable), for a [`crate::Worker`] whose notification
+    /// became claimable), for a statek-scheduler's `Worker` whose notification
     /// connection failed and that listens again (default: `None`, the
     /// executor has none; the Worker then relies on its backoff probe,
     /// [`has_claimable_work`](Self::has_claimable_work)).
-    /// [`crate::PgRunQueueExecutor`] opens `LISTEN statek_runs` through its
-    /// store ([`statek_store_pg::PgStore::listen_for_runs`]).
+    /// statek-scheduler's `PgRunQueueExecutor` opens `LISTEN statek_runs` through its
+    /// store (statek-store-pg's `PgStore::listen_for_runs`).
     fn listen_for_runs(
         &self,
-    ) -> impl Future<Output = Option<Result<RunNotifications, StoreError>>> + Send {
+    ) -> impl Future<Output = Option<Result<RunNotifications, SourceError>>> + Send {
         std::future::ready(None)
     }
 
-    /// A [`crate::Worker`] received a run notification of `tenant` (one
+    /// A statek-scheduler's `Worker` received a run notification of `tenant` (one
     /// of its policy's tenants), before it decides any slot after this
-    /// call. Default: nothing. [`crate::PgRunQueueExecutor`] asks the
+    /// call. Default: nothing. statek-scheduler's `PgRunQueueExecutor` asks the
     /// database about the tenant's next slot again (it may have skipped
     /// the tenant as known empty; see
-    /// [`crate::ExecutorOptions::idle_recheck`]).
+    /// `ExecutorOptions::idle_recheck`).
     fn run_notified(&self, tenant: &TenantId) {
         let _ = tenant;
     }
 
-    /// A [`crate::Worker`]'s notification connection started (`true`) or
+    /// A statek-scheduler's `Worker`'s notification connection started (`true`) or
     /// stopped (`false`) listening. Default: nothing.
-    /// [`crate::PgRunQueueExecutor`] skips known-empty tenants only while
+    /// statek-scheduler's `PgRunQueueExecutor` skips known-empty tenants only while
     /// at least one connection listens.
     fn notifications_listening(&self, listening: bool) {
         let _ = listening;
     }
 
-    /// A [`crate::Worker`]'s notification connection dropped wake-ups
-    /// unread (more than [`statek_store_pg::BUFFERED_WAKEUPS`] waited):
+    /// A statek-scheduler's `Worker`'s notification connection dropped wake-ups
+    /// unread (more than [`BUFFERED_WAKEUPS`](crate::BUFFERED_WAKEUPS) waited):
     /// any tenant may have been notified. Default: nothing.
-    /// [`crate::PgRunQueueExecutor`] forgets which tenants it knows to be
+    /// statek-scheduler's `PgRunQueueExecutor` forgets which tenants it knows to be
     /// empty and asks the database about each again.
     fn notifications_missed(&self) {}
 
     /// Runs whose handler has finished and whose outcome the executor has
     /// not recorded yet (`None`: the executor does not say). A
-    /// [`crate::Worker`] publishes it as
-    /// [`WORKER_RUNS_AWAITING_RECORD`](crate::metrics::WORKER_RUNS_AWAITING_RECORD)
-    /// beside its executing runs. [`crate::PgRunQueueExecutor`] lets at
+    /// statek-scheduler's `Worker` publishes it as
+    /// `statek_worker_runs_awaiting_record`
+    /// beside its executing runs. statek-scheduler's `PgRunQueueExecutor` lets at
     /// most twice its completion batch wait; at that bound its Worker
     /// claims nothing more until records commit.
     fn runs_awaiting_record(&self) -> Option<usize> {
