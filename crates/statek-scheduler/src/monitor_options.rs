@@ -48,7 +48,7 @@ impl MonitorOptions {
     /// Outcomes buffered ahead of the first unseen sequence. When one more
     /// arrives, the monitor gives up on the unseen sequences below the
     /// oldest buffered one: they are counted as
-    /// [`missing`](FairnessReport::missing) (a replica that reserved them
+    /// [`missing`](crate::FairnessReport::missing) (a replica that reserved them
     /// crashed, or its outcome was never fed) and the watermark moves on.
     pub fn max_pending(mut self, limit: usize) -> Result<Self, SchedulerError> {
         self.max_pending = check_limit("max pending", limit)?;
@@ -57,7 +57,7 @@ impl MonitorOptions {
 
     /// Runs remembered from [`crate::FairnessMonitor::record_runnable`] until their
     /// first claim; when full, the oldest record is forgotten (counted in
-    /// [`FairnessReport::runnable_evicted`]).
+    /// [`FairnessReport::runnable_evicted`](crate::FairnessReport::runnable_evicted)).
     pub fn max_tracked_runs(mut self, limit: usize) -> Result<Self, SchedulerError> {
         self.max_tracked_runs = check_limit("max tracked runs", limit)?;
         Ok(self)

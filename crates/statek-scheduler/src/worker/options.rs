@@ -132,7 +132,7 @@ impl WorkerOptions {
     }
 
     /// How often the executor's housekeeping runs
-    /// ([`TenantExecutor::maintain`]; 100 ms..=1 hour, default 10 s).
+    /// ([`TenantExecutor::maintain`](crate::TenantExecutor::maintain); 100 ms..=1 hour, default 10 s).
     pub fn maintenance_every(mut self, every: Duration) -> Result<Self, SchedulerError> {
         if every < Duration::from_millis(100) || every > Duration::from_secs(3600) {
             return Err(SchedulerError::InvalidOption(format!(
