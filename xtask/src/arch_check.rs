@@ -4,6 +4,8 @@
 //! - statek-core (the seam's values) -> statek-policy
 //! - statek-store-pg -> statek-policy, statek-core
 //! - statek-scheduler -> statek-policy, statek-core, statek-store-pg
+//! - statek-testing (test doubles and conformance suites) -> policy, core,
+//!   scheduler; store and scheduler use it only as a dev-dependency
 //! - statek-cli -> all four
 //! - statek-examples (users' examples) -> policy, core, store, scheduler
 //! - devpg (PostgreSQL for development) -> no workspace crate
@@ -46,6 +48,10 @@ const ARROWS: &[(&str, &[&str])] = &[
         &["statek-policy", "statek-core", "statek-store-pg"],
     ),
     (
+        "statek-testing",
+        &["statek-policy", "statek-core", "statek-scheduler"],
+    ),
+    (
         "statek-cli",
         &[
             "statek-policy",
@@ -80,16 +86,20 @@ const ARROWS: &[(&str, &[&str])] = &[
 
 /// Arrows allowed only as dev-dependencies: crate -> the workspace crates
 /// its tests may use.
-const DEV_ARROWS: &[(&str, &[&str])] = &[(
-    "xtask",
-    &[
-        "statek-policy",
-        "statek-core",
-        "statek-store-pg",
-        "statek-scheduler",
-        "statek-cli",
-    ],
-)];
+const DEV_ARROWS: &[(&str, &[&str])] = &[
+    ("statek-store-pg", &["statek-testing"]),
+    ("statek-scheduler", &["statek-testing"]),
+    (
+        "xtask",
+        &[
+            "statek-policy",
+            "statek-core",
+            "statek-store-pg",
+            "statek-scheduler",
+            "statek-cli",
+        ],
+    ),
+];
 
 /// Whether a crate name is an async runtime or database crate, which the
 /// pure crate must not reach through normal dependencies.

@@ -22,6 +22,9 @@
 //!   claimed run's lease while its handler runs;
 //! - [`RunNotifications`]: wake-ups of tenants whose runs became
 //!   claimable, filled by a queue's listener through [`RunWakeups`];
+//! - the limits every run queue shares ([`MAX_PAYLOAD_BYTES`],
+//!   [`MAX_RESERVATION_BATCH`], ...) and what an enqueue answers
+//!   ([`EnqueuedRun`]);
 //! - [`Run`], [`RunHandler`] and [`RunError`]: what user code sees. A crate
 //!   of handlers depends on this crate (and statek-policy) only, so its
 //!   unit tests compile no PostgreSQL client.
@@ -38,6 +41,7 @@ mod handler;
 pub mod lease;
 mod notifications;
 mod outcome;
+mod queue;
 mod registration;
 mod reservation;
 mod reservation_source;
@@ -50,6 +54,10 @@ pub use executor::{execute_each, TenantExecutor};
 pub use handler::{Run, RunError, RunHandler};
 pub use notifications::{run_notifications, RunNotifications, RunWakeups, BUFFERED_WAKEUPS};
 pub use outcome::{ExecutedRun, TenantTickOutcome};
+pub use queue::{
+    EnqueuedRun, MAX_ATTEMPTS_LIMIT, MAX_FINISH_BATCH, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
+    MAX_RESERVATION_BATCH, MIN_PRIORITY,
+};
 pub use registration::Registration;
 pub use reservation::Reservation;
 pub use reservation_source::{ReservationSource, SourceShard, Succession};

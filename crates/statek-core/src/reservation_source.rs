@@ -1,7 +1,7 @@
 //! [`ReservationSource`]: where statek-scheduler's `DurableFairScheduler`
 //! reserves its slots, and the shapes it answers with. Two implementations
 //! ship: statek-store-pg's `PgStore` (durable, shared by replicas) and
-//! statek-scheduler's `InMemoryReservations` (one process, for tests).
+//! statek-testing's `InMemoryReservations` (one process, for tests).
 
 use std::future::Future;
 use std::time::SystemTime;
@@ -47,7 +47,7 @@ pub struct Succession {
 /// a contiguous batch), and follow a seal to the successor.
 ///
 /// The contract (kept by statek-store-pg's `PgStore` durably across
-/// replicas, and by statek-scheduler's `InMemoryReservations` in one
+/// replicas, and by statek-testing's `InMemoryReservations` in one
 /// process):
 /// - per shard, reservations with unique ids form one contiguous sequence
 ///   0, 1, 2, … with no gaps or repeats; a batch of `k` is `k` contiguous

@@ -60,20 +60,20 @@
 //!   outcomes (fed in any order, from any number of replicas): per-tenant
 //!   selection gaps, claim and service lag, outcome counts, and every gap
 //!   above a tenant's bound while it had work.
-//! - [`InMemoryExecutor`] is a [`TenantExecutor`] on an in-process queue with
-//!   the PostgreSQL queue's semantics (FIFO, leases, retries), for tests of
-//!   code built on statek; the same conformance suite runs against both.
+//! - For tests of code built on statek, the crate statek-testing holds an
+//!   in-process `InMemoryExecutor` (a [`TenantExecutor`] with the
+//!   PostgreSQL queue's semantics: FIFO, leases, retries), an
+//!   `InMemoryReservations` source, and the conformance suites both
+//!   executors and both sources pass.
 
 #![forbid(unsafe_code)]
 
 mod error;
+mod executor_options;
 mod fairness_report;
 mod finish_recording;
 mod group_commit;
 mod idle_set;
-mod memory_executor;
-mod memory_queue;
-mod memory_reservations;
 pub mod metrics;
 mod monitor;
 mod monitor_options;
@@ -83,25 +83,20 @@ mod pg_executor;
 mod reservation_retries;
 mod reserved_batch;
 mod scheduler;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod tick_outcome;
 mod worker;
 
 pub use error::SchedulerError;
+pub use executor_options::{ExecutorOptions, DEFAULT_IDLE_RECHECK};
 pub use fairness_report::{
     ClaimLag, FairnessReport, GapStats, GapViolation, TenantFairnessRow, TimeLag,
 };
-pub use memory_executor::{
-    InMemoryExecutor, InMemoryExecutorOptions, MemoryRunLock, MemoryRunState, MemoryRunStatus,
-};
-pub use memory_reservations::InMemoryReservations;
 pub use monitor::{
     FairnessMonitor, MonitorOptions, DEFAULT_MAX_PENDING, DEFAULT_MAX_TRACKED_RUNS,
     DEFAULT_MAX_VIOLATIONS,
 };
 pub use options::SchedulerOptions;
-pub use pg_executor::{ExecutorOptions, PgRunQueueExecutor, DEFAULT_IDLE_RECHECK};
+pub use pg_executor::PgRunQueueExecutor;
 pub use scheduler::DurableFairScheduler;
 /// The seam (statek-core), re-exported so an application names one crate:
 /// the reservation-source and executor traits, the batch protocol,
@@ -109,10 +104,12 @@ pub use scheduler::DurableFairScheduler;
 /// check, and what a run's handler sees.
 pub use statek_core::{
     check_cycle_digest, claim_and_run, execute_each, lease, run_notifications, BatchSlot,
-    CycleCheck, CycleMismatch, ExecutedRun, Registration, Reservation, ReservationSource, Run,
-    RunError, RunHandler, RunNotifications, RunPermit, RunPool, RunWakeups, SlotBatch, SlotClass,
-    SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded, SlotStart, SourceError, SourceErrorKind,
-    SourceShard, Succession, TenantExecutor, TenantTickOutcome, BUFFERED_WAKEUPS,
+    CycleCheck, CycleMismatch, EnqueuedRun, ExecutedRun, Registration, Reservation,
+    ReservationSource, Run, RunError, RunHandler, RunNotifications, RunPermit, RunPool, RunWakeups,
+    SlotBatch, SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded, SlotStart,
+    SourceError, SourceErrorKind, SourceShard, Succession, TenantExecutor, TenantTickOutcome,
+    BUFFERED_WAKEUPS, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RESERVATION_BATCH,
+    MIN_PRIORITY,
 };
 pub use tick_outcome::TickOutcome;
 pub use worker::{

@@ -34,7 +34,7 @@ struct SlotAbandoned(String);
 /// A scheduler replica for one shard: every [`tick`](Self::tick) reserves
 /// the shard's next global slot from its [`ReservationSource`] (by default
 /// [`PgStore`], durable and shared by every replica; for unit tests
-/// [`crate::InMemoryReservations`]), maps it to exactly one tenant
+/// statek-testing's `InMemoryReservations`), maps it to exactly one tenant
 /// through the policy's cycle, and lets the tenant-isolated executor claim
 /// and run at most one of that tenant's runs.
 ///
@@ -92,7 +92,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// live shard (see the type's docs) before it returns.
     ///
     /// `source` is where slots are reserved: a [`PgStore`] in production,
-    /// a [`crate::InMemoryReservations`] in a unit test.
+    /// statek-testing's `InMemoryReservations` in a unit test.
     pub async fn register(
         source: R,
         policy: WeightedFairnessPolicy,
@@ -328,7 +328,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// execute concurrently, so no run waits for another run of its batch
     /// to finish. Bounds are counted in reservations, so they do not
     /// change. `k` is
-    /// 1..=[`MAX_RESERVATION_BATCH`](statek_store_pg::MAX_RESERVATION_BATCH).
+    /// 1..=[`MAX_RESERVATION_BATCH`](statek_core::MAX_RESERVATION_BATCH).
     ///
     /// `shutdown` both stops the batch and cancels running handlers; see
     /// [`tick_batch_until`](Self::tick_batch_until) to separate the two.

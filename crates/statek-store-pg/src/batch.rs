@@ -25,10 +25,7 @@ use crate::reservation::{
 };
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
-
-/// The largest batch, in reservations (one range row of at most this many
-/// sequences).
-pub const MAX_RESERVATION_BATCH: u32 = 1024;
+use statek_core::MAX_RESERVATION_BATCH;
 
 /// The rows of a batch, in sequence order, with their shard's cycle length:
 /// its one range row, or (a batch made under V4) its `k` rows.

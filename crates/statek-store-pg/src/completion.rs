@@ -39,9 +39,7 @@ use uuid::Uuid;
 use crate::run_queue::{failure_text, retry_secs};
 use crate::statement::Db;
 use crate::{PgStore, RunLease, StoreError};
-
-/// The largest number of runs one [`PgStore::finish_runs`] call takes.
-pub const MAX_FINISH_BATCH: usize = 1024;
+use statek_core::MAX_FINISH_BATCH;
 
 /// The kinds of `$3` of [`FINISH_RUNS`] (a drift between these and the
 /// SQL answers states the kind cannot produce: [`StoreError::CorruptData`]).

@@ -23,7 +23,7 @@
 //!   slot of a reserved batch in one statement, each claim recorded with
 //!   its slot in the claim history), [`PgStore::heartbeat_run`],
 //!   [`PgStore::complete_run`], [`PgStore::fail_run`], and
-//!   [`PgStore::finish_runs`] (up to [`MAX_FINISH_BATCH`] completions and
+//!   [`PgStore::finish_runs`] (up to [`MAX_FINISH_BATCH`](statek_core::MAX_FINISH_BATCH) completions and
 //!   failures in one statement, each fenced, safe to retry), and
 //!   [`PgStore::run_history`] (runs read back with their claim history);
 //!   Runs carry a priority inside their tenant's queue
@@ -165,8 +165,8 @@ mod synchronous_standbys;
 pub mod testing;
 mod tls;
 
-pub use batch::{ReservationBatch, MAX_RESERVATION_BATCH};
-pub use completion::{FinishOutcome, FinishRun, RunFinish, MAX_FINISH_BATCH};
+pub use batch::ReservationBatch;
+pub use completion::{FinishOutcome, FinishRun, RunFinish};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
 pub use conninfo::SslMode;
 pub use durability::DURABILITY_RISK;
@@ -195,10 +195,9 @@ pub use roles::RoleProfile;
 pub use rollout_preview::RolloutPreview;
 pub use run_history::{RunClaimRecord, RunRecord, MAX_RUN_HISTORY_BATCH};
 pub use run_queue::{
-    ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
-    RunCounts, RunLease, RunListing, RunPage, RunState, SlotClaim, SlotClaimRequest,
-    MAX_ATTEMPTS_LIMIT, MAX_CLAIM_SLOTS, MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES,
-    MAX_IDEMPOTENCY_KEY_LENGTH, MAX_LIST_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MIN_PRIORITY,
+    ClaimOutcome, ClaimedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome, RunCounts, RunLease,
+    RunListing, RunPage, RunState, SlotClaim, SlotClaimRequest, MAX_CLAIM_SLOTS, MAX_ENQUEUE_BATCH,
+    MAX_ENQUEUE_BATCH_BYTES, MAX_IDEMPOTENCY_KEY_LENGTH, MAX_LIST_LIMIT,
 };
 pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
 pub use shard::{ShardSeal, ShardStatus, StoredShard};

@@ -24,12 +24,13 @@
 //!
 //! Finished runs may also be recorded many at a time:
 //! [`PgStore::finish_runs`] (`completion.rs`) completes and fails up to
-//! [`crate::MAX_FINISH_BATCH`] runs in one statement, each still fenced by
+//! [`statek_core::MAX_FINISH_BATCH`] runs in one statement, each still fenced by
 //! its token, and answers a replayed batch with
 //! [`crate::FinishOutcome::AlreadyRecorded`].
 
 use std::time::{Duration, SystemTime};
 
+use statek_core::EnqueuedRun;
 use statek_policy::TenantId;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -106,9 +107,8 @@ mod slot_claim;
 pub use enqueue::{MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES};
 pub use operator::{RunCounts, RunListing, RunPage, RunState, MAX_LIST_LIMIT};
 pub use run::{
-    ClaimOutcome, ClaimedRun, EnqueuedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome,
-    RunLease, MAX_ATTEMPTS_LIMIT, MAX_IDEMPOTENCY_KEY_LENGTH, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
-    MIN_PRIORITY,
+    ClaimOutcome, ClaimedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome, RunLease,
+    MAX_IDEMPOTENCY_KEY_LENGTH,
 };
 #[cfg(feature = "test-support")]
 pub(crate) use slot_claim::CLAIM_FOR_SLOTS;

@@ -399,7 +399,7 @@ pub async fn reserved_slots(
 }
 
 /// Reserves `count` sequences of `policy`'s shard from its cursor, in
-/// batches of at most [`crate::MAX_RESERVATION_BATCH`].
+/// batches of at most [`statek_core::MAX_RESERVATION_BATCH`].
 async fn reserve_sequences(
     store: &PgStore,
     policy: &statek_policy::WeightedFairnessPolicy,
@@ -407,8 +407,9 @@ async fn reserve_sequences(
 ) {
     let mut reserved = 0;
     while reserved < count {
-        let k = u32::try_from((count - reserved).min(u64::from(crate::MAX_RESERVATION_BATCH)))
-            .expect("at most MAX_RESERVATION_BATCH");
+        let k =
+            u32::try_from((count - reserved).min(u64::from(statek_core::MAX_RESERVATION_BATCH)))
+                .expect("at most MAX_RESERVATION_BATCH");
         store
             .reserve_batch(policy.shard_id(), &policy.digest(), Uuid::now_v7(), k)
             .await

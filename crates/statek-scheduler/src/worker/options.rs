@@ -29,7 +29,7 @@ impl Default for WorkerOptions {
     fn default() -> Self {
         Self {
             concurrency: DEFAULT_CONCURRENCY,
-            max_batch: statek_store_pg::MAX_RESERVATION_BATCH,
+            max_batch: statek_core::MAX_RESERVATION_BATCH,
             idle_threshold: None,
             backoff_initial: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
@@ -84,10 +84,10 @@ impl WorkerOptions {
     /// smaller cap bounds the slots one replica holds ahead of the others
     /// and the slots consumed unused at shutdown (at most one batch).
     pub fn max_batch(mut self, slots: u32) -> Result<Self, SchedulerError> {
-        if !(1..=statek_store_pg::MAX_RESERVATION_BATCH).contains(&slots) {
+        if !(1..=statek_core::MAX_RESERVATION_BATCH).contains(&slots) {
             return Err(SchedulerError::InvalidOption(format!(
                 "max batch must be 1..={} slots, got {slots}",
-                statek_store_pg::MAX_RESERVATION_BATCH
+                statek_core::MAX_RESERVATION_BATCH
             )));
         }
         self.max_batch = slots;

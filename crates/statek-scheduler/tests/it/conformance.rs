@@ -1,5 +1,5 @@
 //! statek's executor conformance suite
-//! (`statek_scheduler::testing::conformance`, feature `testing`) run
+//! (`statek_testing::executor_conformance`) run
 //! against both executors statek ships: `PgRunQueueExecutor` (one fresh
 //! database per case, so it needs `STATEK_TEST_DATABASE_URL`) and
 //! `InMemoryExecutor` (no database). The harnesses below are also the
@@ -11,13 +11,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantId};
-use statek_scheduler::testing::conformance::{self, Harness, Settings, Status, SuiteHandler};
-use statek_scheduler::{
-    ExecutorOptions, InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations,
-    MemoryRunLock, MemoryRunState, PgRunQueueExecutor,
-};
+use statek_scheduler::{ExecutorOptions, PgRunQueueExecutor};
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{NewRun, PgStore};
+use statek_testing::executor_conformance::{
+    self as conformance, Harness, Settings, Status, SuiteHandler,
+};
+use statek_testing::{
+    InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations, MemoryRunLock, MemoryRunState,
+};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 

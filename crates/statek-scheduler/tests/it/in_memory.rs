@@ -10,9 +10,10 @@ use std::time::Duration;
 use statek_policy::TenantId;
 use statek_scheduler::Registration;
 use statek_scheduler::{
-    DurableFairScheduler, InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations, Run,
-    RunError, SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
+    DurableFairScheduler, Run, RunError, SchedulerOptions, TenantTickOutcome, TickOutcome, Worker,
+    WorkerOptions,
 };
+use statek_testing::{InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations};
 
 use statek_store_pg::testing::policy;
 use tokio_util::sync::CancellationToken;

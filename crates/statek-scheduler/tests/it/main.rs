@@ -4,11 +4,10 @@
 //! Tests that read metrics give them to a recorder of their own thread
 //! (`metrics::set_default_local_recorder`; a `#[tokio::test]` runs its tasks
 //! on that thread), never a global one, so they share this binary. The
-//! executor conformance suite needs the feature `testing` (which
-//! `cargo xtask test` turns on with `--all-features`).
+//! executor conformance suite and the in-memory doubles come from
+//! statek-testing.
 
 mod batch_workers;
-#[cfg(feature = "testing")]
 mod conformance;
 mod fair_tick;
 mod finish_backpressure;

@@ -14,8 +14,9 @@ use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::{EnqueuedRun, NewRun};
+use super::NewRun;
 use crate::{PgStore, StoreError};
+use statek_core::EnqueuedRun;
 
 /// Most runs one bulk enqueue takes.
 pub const MAX_ENQUEUE_BATCH: usize = 100_000;

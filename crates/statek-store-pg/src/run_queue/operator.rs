@@ -308,7 +308,7 @@ impl PgStore {
     /// run that is live or completed, or has used 1000 attempts;
     /// connection and server errors.
     pub async fn retry_run(&self, run_id: Uuid) -> Result<RunListing, StoreError> {
-        let limit = i32::try_from(super::MAX_ATTEMPTS_LIMIT).unwrap_or(i32::MAX);
+        let limit = i32::try_from(statek_core::MAX_ATTEMPTS_LIMIT).unwrap_or(i32::MAX);
         let row = self
             .with_durable_write(async |db: &Db<'_>| {
                 Ok(db

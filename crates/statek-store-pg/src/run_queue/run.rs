@@ -4,6 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use statek_core::{MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MIN_PRIORITY};
 use statek_policy::TenantId;
 use uuid::Uuid;
 
@@ -12,16 +13,6 @@ use crate::StoreError;
 /// The longest idempotency key of a run, in bytes (migration V3's CHECK
 /// keeps the same number).
 pub const MAX_IDEMPOTENCY_KEY_LENGTH: usize = 256;
-
-/// Largest accepted payload: 1 MiB.
-pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
-/// Largest accepted `max_attempts`.
-pub const MAX_ATTEMPTS_LIMIT: u32 = 1000;
-
-/// Lowest run priority.
-pub const MIN_PRIORITY: i32 = -100;
-/// Highest run priority.
-pub const MAX_PRIORITY: i32 = 100;
 
 /// A run to enqueue for one tenant.
 #[derive(Debug, Clone)]
@@ -119,20 +110,6 @@ impl NewRun {
         }
         Ok(())
     }
-}
-
-/// A run accepted into the queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnqueuedRun {
-    /// The run id (UUIDv7).
-    pub run_id: Uuid,
-    /// Database time of the insert.
-    pub enqueued_at: SystemTime,
-    /// Database time from which the run may be claimable.
-    pub available_at: SystemTime,
-    /// True when the idempotency key named an existing run, which is
-    /// returned instead of a new one.
-    pub deduplicated: bool,
 }
 
 /// A run whose lease had expired when the expiry pass read it.

@@ -151,7 +151,7 @@ impl SlotClaimRequest {
 
 /// The largest number of slots one [`PgStore::claim_runs_for_slots`] call
 /// takes: a batch reservation's largest size.
-pub const MAX_CLAIM_SLOTS: usize = crate::batch::MAX_RESERVATION_BATCH as usize;
+pub const MAX_CLAIM_SLOTS: usize = statek_core::MAX_RESERVATION_BATCH as usize;
 
 /// A claim for a batch of slots: one call of the SECURITY DEFINER function
 /// `statek.claim_slots` (migration V11, which holds the statement and

@@ -9,10 +9,11 @@
 
 use std::collections::BTreeMap;
 
+use statek_core::MAX_RESERVATION_BATCH;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::TestDatabase;
-use statek_store_pg::{PgStore, StoreError, MAX_RESERVATION_BATCH};
+use statek_store_pg::{PgStore, StoreError};
 use uuid::Uuid;
 
 /// a:3 b:1 c:3, L = 7.

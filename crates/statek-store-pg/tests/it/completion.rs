@@ -9,12 +9,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use statek_core::MAX_FINISH_BATCH;
 use statek_policy::{SchedulerShardId, TenantId};
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::{test_store_config, TestDatabase};
 use statek_store_pg::{
     ClaimOutcome, ClaimedRun, FinishOutcome, FinishRun, NewRun, PgStore, RunLease, SlotClaim,
-    StoreError, MAX_FINISH_BATCH,
+    StoreError,
 };
 use uuid::Uuid;
 

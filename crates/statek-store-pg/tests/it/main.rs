@@ -27,6 +27,7 @@ mod schema_snapshot;
 mod server_version;
 mod slot_claims;
 mod slot_outcomes;
+mod source_conformance;
 mod succession;
 mod tenant_controls;
 mod tidy;

@@ -181,7 +181,7 @@ async fn bad_run_input_is_rejected_before_the_database() {
     let db = TestDatabase::create().await;
     let store = db.store();
     let a = tenant("tenant-a");
-    let too_big = NewRun::new(a.clone(), vec![0u8; statek_store_pg::MAX_PAYLOAD_BYTES + 1]);
+    let too_big = NewRun::new(a.clone(), vec![0u8; statek_core::MAX_PAYLOAD_BYTES + 1]);
     assert!(matches!(
         store.enqueue(&too_big).await,
         Err(StoreError::InvalidArgument(_))

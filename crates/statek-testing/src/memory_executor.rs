@@ -6,17 +6,17 @@ use std::time::Duration;
 
 use statek_core::lease::{run_under_lease, Heartbeat, LeaseState};
 use statek_core::{
-    claim_and_run, BatchSlot, ExecutedRun, Run, RunError, RunHandler, RunPermit, SlotBatch,
-    SlotStart, TenantExecutor, TenantTickOutcome,
+    claim_and_run, BatchSlot, EnqueuedRun, ExecutedRun, Run, RunError, RunHandler, RunPermit,
+    SlotBatch, SlotStart, TenantExecutor, TenantTickOutcome, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY, MIN_PRIORITY,
 };
 use statek_policy::TenantId;
-use statek_store_pg::{EnqueuedRun, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::error::SchedulerError;
 use crate::memory_queue::{lock, Claim, Clock, Queue};
+use statek_scheduler::SchedulerError;
 
 pub use crate::memory_queue::{MemoryRunState, MemoryRunStatus};
 
@@ -25,10 +25,10 @@ pub use crate::memory_queue::{MemoryRunState, MemoryRunStatus};
 const MAX_DELAY: Duration = Duration::from_secs(366 * 86_400);
 
 /// Lease and retry settings of [`InMemoryExecutor`]: the same type, defaults
-/// and limits as [`crate::ExecutorOptions`] (lease 30 s, heartbeat every
+/// and limits as [`ExecutorOptions`](statek_scheduler::ExecutorOptions) (lease 30 s, heartbeat every
 /// lease/3, retry backoff 1 s doubling up to 5 minutes). Durations run on
 /// tokio's clock.
-pub type InMemoryExecutorOptions = crate::ExecutorOptions;
+pub type InMemoryExecutorOptions = statek_scheduler::ExecutorOptions;
 
 struct Shared<H> {
     queue: Arc<Mutex<Queue>>,
@@ -48,10 +48,10 @@ impl<H> Shared<H> {
 /// (available time, insertion order),
 /// leases with fencing tokens and heartbeats, attempts, retry backoff and
 /// `failed` after the last attempt. Statek's conformance suite runs the same
-/// cases against it and [`crate::PgRunQueueExecutor`].
+/// cases against it and [`PgRunQueueExecutor`](statek_scheduler::PgRunQueueExecutor).
 ///
 /// Use it to test code built on statek without a run table (the
-/// [`crate::DurableFairScheduler`] reserves them from a
+/// [`DurableFairScheduler`](statek_scheduler::DurableFairScheduler) reserves them from a
 /// [`crate::InMemoryReservations`] then), or call [`TenantExecutor::execute_one`] directly. It is
 /// `Send + Sync` and cheap to clone (clones share one queue); concurrent
 /// ticks are safe: claims happen under a mutex that is never held across
@@ -67,10 +67,8 @@ impl<H> Shared<H> {
 ///
 /// ```
 /// use statek_policy::TenantId;
-/// use statek_scheduler::{
-///     InMemoryExecutor, InMemoryExecutorOptions, Run, RunError, TenantExecutor,
-///     TenantTickOutcome,
-/// };
+/// use statek_core::{Run, RunError, TenantExecutor, TenantTickOutcome};
+/// use statek_testing::{InMemoryExecutor, InMemoryExecutorOptions};
 /// use tokio_util::sync::CancellationToken;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -162,7 +160,7 @@ impl<H: RunHandler> InMemoryExecutor<H> {
     ///
     /// # Errors
     /// [`SchedulerError::InvalidOption`] for a payload over
-    /// [`statek_store_pg::MAX_PAYLOAD_BYTES`].
+    /// [`MAX_PAYLOAD_BYTES`].
     pub fn enqueue(
         &self,
         tenant: &TenantId,
@@ -176,7 +174,7 @@ impl<H: RunHandler> InMemoryExecutor<H> {
     ///
     /// # Errors
     /// [`SchedulerError::InvalidOption`] for a payload over
-    /// [`statek_store_pg::MAX_PAYLOAD_BYTES`] or an argument out of range.
+    /// [`MAX_PAYLOAD_BYTES`] or an argument out of range.
     pub fn enqueue_with(
         &self,
         tenant: &TenantId,
@@ -188,7 +186,7 @@ impl<H: RunHandler> InMemoryExecutor<H> {
     }
 
     /// [`enqueue_with`](Self::enqueue_with) at `priority`
-    /// ([`statek_store_pg::MIN_PRIORITY`]..=[`statek_store_pg::MAX_PRIORITY`]),
+    /// ([`MIN_PRIORITY`]..=[`MAX_PRIORITY`]),
     /// as `statek_store_pg::NewRun::priority`: the tenant's highest
     /// priority is claimed first, FIFO within one priority, never across
     /// tenants. (Tenant limits, caps and rates, exist only in the
@@ -206,11 +204,10 @@ impl<H: RunHandler> InMemoryExecutor<H> {
         delay: Duration,
         priority: i32,
     ) -> Result<EnqueuedRun, SchedulerError> {
-        if !(statek_store_pg::MIN_PRIORITY..=statek_store_pg::MAX_PRIORITY).contains(&priority) {
+        if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&priority) {
             return Err(SchedulerError::InvalidOption(format!(
                 "priority must be {}..={}, got {priority}",
-                statek_store_pg::MIN_PRIORITY,
-                statek_store_pg::MAX_PRIORITY
+                MIN_PRIORITY, MAX_PRIORITY
             )));
         }
         let payload = payload.into();
@@ -288,13 +285,13 @@ impl<H: RunHandler> InMemoryExecutor<H> {
         claimed: Instant,
     ) -> (Result<(), RunError>, LeaseState) {
         let shared = &self.shared;
-        let lease = shared.options.lease;
+        let lease = shared.options.lease_length();
         let run_id = run.run_id;
         let (result, state, _lease_held_until) = run_under_lease(
             shared.handler.handle(run, cancel.clone()),
             run_id,
             lease,
-            shared.options.heartbeat_every,
+            shared.options.heartbeat_period(),
             claimed,
             cancel,
             move || {
@@ -390,10 +387,11 @@ impl<H: RunHandler> TenantExecutor for InMemoryExecutor<H> {
             return Ok(TenantTickOutcome::Cancelled);
         }
         let claimed = Instant::now();
-        let claim =
-            self.shared
-                .queue()
-                .claim(tenant, self.shared.options.lease, &self.shared.clock);
+        let claim = self.shared.queue().claim(
+            tenant,
+            self.shared.options.lease_length(),
+            &self.shared.clock,
+        );
         Ok(match claim {
             Claim::Claimed(run, token) => {
                 self.run_claimed(run, token, shutdown, claimed, None).await
@@ -421,7 +419,7 @@ impl<H: RunHandler> TenantExecutor for InMemoryExecutor<H> {
                         break;
                     }
                     starts.push(
-                        match queue.claim(&slot.tenant, shared.options.lease, &shared.clock) {
+                        match queue.claim(&slot.tenant, shared.options.lease_length(), &shared.clock) {
                             Claim::Claimed(run, token) => {
                                 claimed += 1;
                                 SlotStart::Claimed((run, token, claimed_at))

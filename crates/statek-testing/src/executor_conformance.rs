@@ -1,14 +1,16 @@
-//! statek's conformance suite for [`crate::TenantExecutor`] implementations: one
+//! statek's conformance suite for
+//! [`TenantExecutor`](statek_core::TenantExecutor) implementations: one
 //! set of behaviours every executor statek ships passes
-//! ([`crate::PgRunQueueExecutor`], [`crate::InMemoryExecutor`]), exported
-//! so that your own executor can run it too (as River's
+//! ([`PgRunQueueExecutor`](statek_scheduler::PgRunQueueExecutor),
+//! [`crate::InMemoryExecutor`]), exported so that your own executor can
+//! run it too (as River's
 //! `riverdrivertest.Exercise` for a driver).
 //!
 //! Implement [`Harness`] for your executor, then run [`exercise`] (every
 //! case) or the cases one by one. Slots come from a
-//! [`crate::DurableFairScheduler`] over the harness's reservation source
-//! ([`Harness::Source`]: an [`crate::InMemoryReservations`] needs no
-//! database). What the cases
+//! [`statek_scheduler::DurableFairScheduler`] over
+//! the harness's reservation source ([`Harness::Source`]: an
+//! [`crate::InMemoryReservations`] needs no database). What the cases
 //! check: FIFO per tenant, priorities within a tenant and never across
 //! tenants, tenant isolation, idle slots consumed, failures retried with
 //! backoff then `failed`, in-flight runs not waited for, locked runs
@@ -16,13 +18,11 @@
 //! slot in sequence order with their runs concurrent, and 16 concurrent
 //! tickers executing each run exactly once.
 //!
-//! Feature `testing`.
-//!
 //! ```no_run
-//! use statek_scheduler::testing::conformance::{self, Harness};
+//! use statek_testing::executor_conformance::{self, Harness};
 //! # async fn example<MyHarness: Harness>() {
 //! // In a #[tokio::test(flavor = "multi_thread")] of your crate:
-//! conformance::exercise::<MyHarness>().await;
+//! executor_conformance::exercise::<MyHarness>().await;
 //! # }
 //! ```
 
@@ -39,12 +39,11 @@ use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFa
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::{
-    DurableFairScheduler, FairnessMonitor, SchedulerOptions, TenantTickOutcome, TickOutcome,
-};
+use statek_core::TenantTickOutcome;
+use statek_scheduler::{DurableFairScheduler, FairnessMonitor, SchedulerOptions, TickOutcome};
 
-use super::harness::Probe;
-pub use super::harness::{Harness, Settings, Status, SuiteHandler};
+use crate::harness::Probe;
+pub use crate::harness::{Harness, Settings, Status, SuiteHandler};
 
 fn tenant(name: &str) -> TenantId {
     TenantId::try_from(name).unwrap()

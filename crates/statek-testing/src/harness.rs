@@ -1,6 +1,6 @@
 //! The conformance suite's harness: what a user implements for their
 //! executor ([`Harness`]), the handler the cases run ([`SuiteHandler`])
-//! and what it records, and the suite's settings (feature `testing`).
+//! and what it records, and the suite's settings.
 
 // Test support: its assertions panic, as in any test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::{ReservationSource, Run, RunError, RunHandler, TenantExecutor};
+use statek_core::{ReservationSource, Run, RunError, RunHandler, TenantExecutor};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Execution {
@@ -101,7 +101,7 @@ impl RunHandler for SuiteHandler {
 }
 
 /// Executor settings a case asks for: each harness maps them onto its
-/// executor's options (statek's executors: [`crate::ExecutorOptions`]).
+/// executor's options (statek's executors: [`ExecutorOptions`](statek_scheduler::ExecutorOptions)).
 /// Defaults: lease 30 s, heartbeat every 10 s, retry backoff 1 s doubling
 /// up to 300 s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,15 +117,16 @@ pub struct Settings {
     pub retry_max: Duration,
 }
 
-/// The executor defaults ([`crate::ExecutorOptions`]'s), read from them.
+/// The executor defaults (those of
+/// [`ExecutorOptions`](statek_scheduler::ExecutorOptions)), read from them.
 impl Default for Settings {
     fn default() -> Self {
-        let defaults = crate::ExecutorOptions::default();
+        let defaults = statek_scheduler::ExecutorOptions::default();
         Self {
-            lease: defaults.lease,
-            heartbeat_every: defaults.heartbeat_every,
-            retry_initial: defaults.retry_initial,
-            retry_max: defaults.retry_max,
+            lease: defaults.lease_length(),
+            heartbeat_every: defaults.heartbeat_period(),
+            retry_initial: defaults.retry_initial(),
+            retry_max: defaults.retry_max(),
         }
     }
 }
@@ -147,8 +148,8 @@ pub struct Status {
 /// lock as another session would.
 ///
 /// Implement it for your own [`TenantExecutor`] (statek's implementations
-/// for [`crate::PgRunQueueExecutor`] and [`crate::InMemoryExecutor`] are
-/// in the crate's `tests/it/conformance.rs`), then call [`exercise`] or
+/// for [`PgRunQueueExecutor`](statek_scheduler::PgRunQueueExecutor) and [`crate::InMemoryExecutor`] are
+/// in the crate's `tests/it/conformance.rs`), then call [`exercise`](crate::executor_conformance::exercise) or
 /// each case.
 pub trait Harness: Sized + Send + Sync + 'static {
     /// The executor under test.
@@ -160,7 +161,7 @@ pub trait Harness: Sized + Send + Sync + 'static {
     /// [`crate::InMemoryReservations`] for an executor that needs no
     /// database; the executor's own store when it claims only reserved
     /// slots (PostgreSQL's claim function refuses any other slot since
-    /// migration V11, so [`crate::PgRunQueueExecutor`] reserves from its
+    /// migration V11, so [`PgRunQueueExecutor`](statek_scheduler::PgRunQueueExecutor) reserves from its
     /// `PgStore`).
     type Source: ReservationSource + Clone + 'static;
 

@@ -15,11 +15,14 @@ fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
     .unwrap()
 }
 
-/// The store's error inside a source error: the in-memory source answers
-/// as `PgStore` does.
-fn store_error<T>(result: Result<T, SourceError>) -> Option<StoreError> {
-    let inner = result.err()?.into_inner();
-    inner.downcast::<StoreError>().ok().map(|error| *error)
+/// The in-memory source's own error inside a source error, after checking
+/// that the source error's kind is the one the own error names.
+fn memory_error<T>(result: Result<T, SourceError>) -> Option<MemoryError> {
+    let error = result.err()?;
+    let kind = error.kind();
+    let inner = error.into_inner().downcast::<MemoryError>().ok()?;
+    assert_eq!(inner.kind(), kind, "{inner}");
+    Some(*inner)
 }
 
 fn sequences(reservations: &[Reservation]) -> Vec<u64> {
@@ -81,14 +84,14 @@ async fn a_replay_by_id_returns_the_original() {
     assert_eq!(source.next_sequence(shard), Some(2));
     // The id on a batch, or a batch id on one reservation: conflicts.
     assert!(matches!(
-        store_error(source.reserve_batch(shard, &digest, id, 1).await),
-        Some(StoreError::BatchConflict { batch_id, .. }) if batch_id == id
+        memory_error(source.reserve_batch(shard, &digest, id, 1).await),
+        Some(MemoryError::BatchConflict { batch_id, .. }) if batch_id == id
     ));
     let other = policy("other-v1", &[("a", 1)]);
     source.register(&other, None).await.unwrap();
     assert!(matches!(
-        store_error(source.reserve(other.shard_id(), &other.digest(), id).await),
-        Some(StoreError::ReservationConflict { reservation_id }) if reservation_id == id
+        memory_error(source.reserve(other.shard_id(), &other.digest(), id).await),
+        Some(MemoryError::ReservationConflict { reservation_id }) if reservation_id == id
     ));
 }
 
@@ -119,17 +122,17 @@ async fn a_batch_is_one_contiguous_range_replayed_whole() {
     assert!(again.iter().all(Reservation::replayed));
     // Another size under the same id.
     assert!(matches!(
-        store_error(source.reserve_batch(shard, &digest, id, 3).await),
-        Some(StoreError::BatchConflict { .. })
+        memory_error(source.reserve_batch(shard, &digest, id, 3).await),
+        Some(MemoryError::BatchConflict { .. })
     ));
     for k in [0, MAX_RESERVATION_BATCH + 1] {
         assert!(matches!(
-            store_error(
+            memory_error(
                 source
                     .reserve_batch(shard, &digest, Uuid::now_v7(), k)
                     .await
             ),
-            Some(StoreError::InvalidArgument(_))
+            Some(MemoryError::InvalidArgument(_))
         ));
     }
     assert_eq!(source.next_sequence(shard), Some(7));
@@ -141,31 +144,31 @@ async fn the_store_errors_for_wrong_arguments() {
     let source = registered(&p).await;
     let other = policy("primary-v1", &[("a", 2)]);
     assert!(matches!(
-        store_error(source.register(&other, None).await),
-        Some(StoreError::PolicyConflict { .. })
+        memory_error(source.register(&other, None).await),
+        Some(MemoryError::PolicyConflict { .. })
     ));
     let (registration, _) = source.register(&p, None).await.unwrap();
     assert!(matches!(registration, Registration::Idempotent { .. }));
     assert!(matches!(
-        store_error(
+        memory_error(
             source
                 .reserve(p.shard_id(), &other.digest(), Uuid::now_v7())
                 .await
         ),
-        Some(StoreError::PolicyDigestMismatch { .. })
+        Some(MemoryError::PolicyDigestMismatch { .. })
     ));
     let unknown = SchedulerShardId::try_from("nope").unwrap();
     assert!(matches!(
-        store_error(source.reserve(&unknown, &p.digest(), Uuid::now_v7()).await),
-        Some(StoreError::UnknownShard { .. })
+        memory_error(source.reserve(&unknown, &p.digest(), Uuid::now_v7()).await),
+        Some(MemoryError::UnknownShard { .. })
     ));
     assert!(matches!(
-        store_error(
+        memory_error(
             source
                 .reserve(p.shard_id(), &p.digest(), Uuid::from_u128(7))
                 .await
         ),
-        Some(StoreError::InvalidArgument(_))
+        Some(MemoryError::InvalidArgument(_))
     ));
     assert_eq!(source.next_sequence(p.shard_id()), Some(0));
 }
@@ -183,14 +186,14 @@ async fn a_seal_ends_the_shard_and_names_its_successor() {
     assert_eq!(source.seal(v1.shard_id(), v2.clone()).unwrap(), 3);
     assert!(matches!(
         source.seal(v1.shard_id(), policy("primary-v3", &[("a", 1)])),
-        Err(StoreError::InvalidArgument(_))
+        Err(MemoryError::InvalidArgument(_))
     ));
-    match store_error(
+    match memory_error(
         source
             .reserve(v1.shard_id(), &v1.digest(), Uuid::now_v7())
             .await,
     ) {
-        Some(StoreError::ShardSealed {
+        Some(MemoryError::ShardSealed {
             shard,
             sealed_at_sequence,
             successor,

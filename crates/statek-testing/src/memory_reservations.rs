@@ -1,6 +1,6 @@
 //! [`InMemoryReservations`]: a [`ReservationSource`] on an in-process
 //! cursor per shard, for unit tests of code built on statek (a
-//! [`crate::DurableFairScheduler`] and [`crate::Worker`] without
+//! statek-scheduler's `DurableFairScheduler` and `Worker` without
 //! PostgreSQL).
 
 use std::collections::{BTreeMap, HashMap};
@@ -9,13 +9,15 @@ use std::time::SystemTime;
 
 use statek_core::{
     Registration, Reservation, ReservationSource, SlotOutcomeAnswer, SlotOutcomes,
-    SlotOutcomesRecorded, SourceError, SourceShard, Succession,
+    SlotOutcomesRecorded, SourceError, SourceErrorKind, SourceShard, Succession,
+    MAX_RESERVATION_BATCH,
 };
 use statek_policy::{
     PolicyDigest, PolicySeam, ScheduleId, SchedulerShardId, WeightedFairnessPolicy,
 };
-use statek_store_pg::{StoreError, MAX_RESERVATION_BATCH};
 use uuid::Uuid;
+
+use crate::memory_error::MemoryError;
 
 /// The largest sequence, as in PostgreSQL (`bigint`).
 const SEQUENCE_LIMIT: u64 = i64::MAX as u64;
@@ -121,11 +123,14 @@ struct State {
 /// reservations contiguous and idempotent by id exactly as in PostgreSQL
 /// (a replay returns the original sequence or range, marked
 /// [`Reservation::replayed`]), a batch one contiguous range, and seals
-/// ([`seal`](Self::seal)) so rollouts can be tested too. Errors are the
-/// store's ([`StoreError::UnknownShard`], `PolicyConflict`,
+/// ([`seal`](Self::seal)) so rollouts can be tested too. Errors are
+/// [`MemoryError`]s inside [`SourceError`]s with the kind `PgStore` gives
+/// the same failure ([`MemoryError::UnknownShard`], `PolicyConflict`,
 /// `PolicyDigestMismatch`, `ShardSealed`, `ReservationConflict`,
 /// `BatchConflict`, `InvalidArgument` for an id that is not a UUIDv7 or a
-/// batch size out of range); it never fails transiently.
+/// batch size out of range); it never fails transiently. It passes the
+/// reservation-source conformance suite ([`crate::source_conformance`]),
+/// as `PgStore` does.
 ///
 /// For tests: one process only, nothing survives it, every reservation is
 /// kept in memory, and `reserved_at` is the system clock. Cheap to clone
@@ -134,7 +139,8 @@ struct State {
 ///
 /// ```
 /// use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
-/// use statek_scheduler::{InMemoryReservations, ReservationSource};
+/// use statek_core::ReservationSource;
+/// use statek_testing::InMemoryReservations;
 /// use uuid::Uuid;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -193,20 +199,20 @@ impl InMemoryReservations {
 
     /// Seals `shard` at its cursor `N` and registers `successor` (a new
     /// shard id) to go on from there, as `statek rollout` does in
-    /// PostgreSQL: `shard` then answers [`StoreError::ShardSealed`], and a
+    /// PostgreSQL: `shard` then answers [`MemoryError::ShardSealed`], and a
     /// scheduler ticking it follows to the successor. Returns `N`.
     ///
     /// # Errors
-    /// [`StoreError::UnknownShard`]; [`StoreError::InvalidArgument`] when
+    /// [`MemoryError::UnknownShard`]; [`MemoryError::InvalidArgument`] when
     /// `shard` is already sealed or the successor's shard id is taken.
     pub fn seal(
         &self,
         shard: &SchedulerShardId,
         successor: WeightedFairnessPolicy,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64, MemoryError> {
         let mut state = self.state();
         if state.shards.contains_key(successor.shard_id()) {
-            return Err(StoreError::InvalidArgument(format!(
+            return Err(MemoryError::InvalidArgument(format!(
                 "shard {} exists already",
                 successor.shard_id()
             )));
@@ -214,11 +220,11 @@ impl InMemoryReservations {
         let sealed = state
             .shards
             .get_mut(shard)
-            .ok_or_else(|| StoreError::UnknownShard {
+            .ok_or_else(|| MemoryError::UnknownShard {
                 shard: shard.clone(),
             })?;
         if sealed.seal.is_some() {
-            return Err(StoreError::InvalidArgument(format!(
+            return Err(MemoryError::InvalidArgument(format!(
                 "shard {shard} is sealed already"
             )));
         }
@@ -245,10 +251,10 @@ impl InMemoryReservations {
         id: Uuid,
         k: u32,
         batch: bool,
-    ) -> Result<Vec<Reservation>, StoreError> {
+    ) -> Result<Vec<Reservation>, MemoryError> {
         if id.get_version_num() != 7 || id.get_variant() != uuid::Variant::RFC4122 {
             let what = if batch { "batch id" } else { "reservation id" };
-            return Err(StoreError::InvalidArgument(format!(
+            return Err(MemoryError::InvalidArgument(format!(
                 "{what} {id} is not a UUIDv7"
             )));
         }
@@ -259,8 +265,8 @@ impl InMemoryReservations {
             return match (batch, issued.batch) {
                 (false, false) if same => Ok(issued.reservations(id, true)),
                 (true, true) if same && issued.k == k => Ok(issued.reservations(id, true)),
-                (false, _) => Err(StoreError::ReservationConflict { reservation_id: id }),
-                (true, _) => Err(StoreError::BatchConflict {
+                (false, _) => Err(MemoryError::ReservationConflict { reservation_id: id }),
+                (true, _) => Err(MemoryError::BatchConflict {
                     batch_id: id,
                     detail: "another shard, policy digest, size, or a single reservation".into(),
                 }),
@@ -269,19 +275,19 @@ impl InMemoryReservations {
         let entry = state
             .shards
             .get_mut(shard)
-            .ok_or_else(|| StoreError::UnknownShard {
+            .ok_or_else(|| MemoryError::UnknownShard {
                 shard: shard.clone(),
             })?;
         let stored = entry.policy.digest();
         if &stored != digest {
-            return Err(StoreError::PolicyDigestMismatch {
+            return Err(MemoryError::PolicyDigestMismatch {
                 shard: shard.clone(),
                 stored,
                 offered: *digest,
             });
         }
         if let Some((sealed_at_sequence, successor)) = &entry.seal {
-            return Err(StoreError::ShardSealed {
+            return Err(MemoryError::ShardSealed {
                 shard: shard.clone(),
                 sealed_at_sequence: *sealed_at_sequence,
                 successor: successor.clone(),
@@ -291,7 +297,7 @@ impl InMemoryReservations {
         let next = first
             .checked_add(u64::from(k))
             .filter(|n| *n <= SEQUENCE_LIMIT)
-            .ok_or_else(|| StoreError::SequenceExhausted {
+            .ok_or_else(|| MemoryError::SequenceExhausted {
                 shard: shard.clone(),
             })?;
         entry.next_sequence = next;
@@ -322,7 +328,7 @@ impl ReservationSource for InMemoryReservations {
         let mut state = self.state();
         if let Some(stored) = state.shards.get(policy.shard_id()) {
             if stored.policy.canonical_bytes() != policy.canonical_bytes() {
-                return Err(StoreError::PolicyConflict {
+                return Err(MemoryError::PolicyConflict {
                     shard: policy.shard_id().clone(),
                     stored: stored.policy.digest(),
                     offered: policy.digest(),
@@ -361,11 +367,10 @@ impl ReservationSource for InMemoryReservations {
         self.reserve_range(shard, digest, id, 1, false)?
             .pop()
             .ok_or_else(|| {
-                StoreError::CorruptData {
-                    what: "reservation",
-                    detail: "an empty range of one".into(),
-                }
-                .into()
+                SourceError::new(
+                    SourceErrorKind::Corrupt,
+                    "an empty range of one reservation",
+                )
             })
     }
 
@@ -377,7 +382,7 @@ impl ReservationSource for InMemoryReservations {
         k: u32,
     ) -> Result<Vec<Reservation>, SourceError> {
         if !(1..=MAX_RESERVATION_BATCH).contains(&k) {
-            return Err(StoreError::InvalidArgument(format!(
+            return Err(MemoryError::InvalidArgument(format!(
                 "a batch has 1..={MAX_RESERVATION_BATCH} reservations, not {k}"
             ))
             .into());
@@ -390,7 +395,7 @@ impl ReservationSource for InMemoryReservations {
         let sealed = state
             .shards
             .get(shard)
-            .ok_or_else(|| StoreError::UnknownShard {
+            .ok_or_else(|| MemoryError::UnknownShard {
                 shard: shard.clone(),
             })?;
         let Some((sealed_at_sequence, successor)) = &sealed.seal else {
@@ -399,7 +404,7 @@ impl ReservationSource for InMemoryReservations {
         let next = state
             .shards
             .get(successor)
-            .ok_or_else(|| StoreError::UnknownShard {
+            .ok_or_else(|| MemoryError::UnknownShard {
                 shard: successor.clone(),
             })?;
         Ok(Some(Succession {

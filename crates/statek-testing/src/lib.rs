@@ -1,0 +1,40 @@
+//! statek-testing: test doubles and conformance suites for code built on
+//! statek, with no database.
+//!
+//! - [`InMemoryReservations`]: a [`ReservationSource`](statek_core::ReservationSource)
+//!   in one process (contiguous, idempotent by id, seals and successors),
+//!   its errors [`MemoryError`]s with the kinds `PgStore` gives the same
+//!   failures;
+//! - [`InMemoryExecutor`]: a [`TenantExecutor`](statek_core::TenantExecutor)
+//!   on an in-process queue with the PostgreSQL queue's semantics (FIFO
+//!   per tenant, priorities, leases, retries with backoff, limits), for
+//!   unit tests of your handlers and of code around a scheduler;
+//! - [`source_conformance`]: the behaviour suite every reservation source
+//!   must pass. It runs against statek-store-pg's `PgStore` (in that
+//!   crate's tests) and against [`InMemoryReservations`] (in this one's),
+//!   and against a source of your own;
+//! - [`executor_conformance`]: the behaviour suite every executor must
+//!   pass, run against statek-scheduler's `PgRunQueueExecutor` and
+//!   [`InMemoryExecutor`] (in statek-scheduler's tests), and against an
+//!   executor of your own.
+//!
+//! Add it as a dev-dependency. A crate of run handlers that depends on
+//! statek-core (for `RunHandler`) and dev-depends on this crate compiles no
+//! PostgreSQL client once statek-scheduler's PostgreSQL executor is behind
+//! its feature (planned; today statek-scheduler still links the store).
+
+#![forbid(unsafe_code)]
+
+pub mod executor_conformance;
+mod harness;
+mod memory_error;
+mod memory_executor;
+mod memory_queue;
+mod memory_reservations;
+pub mod source_conformance;
+
+pub use memory_error::MemoryError;
+pub use memory_executor::{
+    InMemoryExecutor, InMemoryExecutorOptions, MemoryRunLock, MemoryRunState, MemoryRunStatus,
+};
+pub use memory_reservations::InMemoryReservations;
