@@ -6,6 +6,8 @@
 //! - statek-scheduler -> statek-policy, statek-core, statek-store-pg
 //! - statek-testing (test doubles and conformance suites) -> policy, core,
 //!   scheduler; store and scheduler use it only as a dev-dependency
+//! - statek-example-handlers (a user's crate of handlers) -> policy, core;
+//!   and to testing and scheduler as dev-dependencies
 //! - statek-cli -> all four
 //! - statek-examples (users' examples) -> policy, core, store, scheduler
 //! - devpg (PostgreSQL for development) -> no workspace crate
@@ -19,7 +21,12 @@
 //!   closure holds no async runtime or database crate;
 //! - statek-core's normal dependency closure holds no database crate (it
 //!   may reach tokio, through tokio-util's cancellation token), so a crate
-//!   of run handlers that depends on it compiles no PostgreSQL client.
+//!   of run handlers that depends on it compiles no PostgreSQL client;
+//! - with the features each selects (`cargo tree`, not the workspace's
+//!   unified features), statek-testing's normal dependencies and
+//!   statek-example-handlers' normal and dev dependencies hold no database
+//!   crate: a crate of handlers tested with statek-testing compiles no
+//!   PostgreSQL client.
 //!
 //! Every kind of dependency (normal, dev, build) counts as an arrow between
 //! workspace crates. A workspace member without a rule here is an error, so a
@@ -51,6 +58,7 @@ const ARROWS: &[(&str, &[&str])] = &[
         "statek-testing",
         &["statek-policy", "statek-core", "statek-scheduler"],
     ),
+    ("statek-example-handlers", &["statek-policy", "statek-core"]),
     (
         "statek-cli",
         &[
@@ -88,6 +96,10 @@ const ARROWS: &[(&str, &[&str])] = &[
 /// its tests may use.
 const DEV_ARROWS: &[(&str, &[&str])] = &[
     ("statek-store-pg", &["statek-testing"]),
+    (
+        "statek-example-handlers",
+        &["statek-testing", "statek-scheduler"],
+    ),
     ("statek-scheduler", &["statek-testing"]),
     (
         "xtask",
@@ -182,14 +194,32 @@ impl NodeDep {
     }
 }
 
-/// Runs `cargo metadata` and checks it; fails with every violation.
+/// Crates whose dependency tree, resolved with the features that crate
+/// selects, must hold no database crate, and the `cargo tree --edges` kinds
+/// that count.
+const DATABASE_FREE_TREES: &[(&str, &str)] = &[
+    ("statek-testing", "normal"),
+    ("statek-example-handlers", "normal,dev"),
+];
+
+/// Runs `cargo metadata` and `cargo tree` and checks them; fails with every
+/// violation.
 pub fn run() -> Result<()> {
     let mut cargo = workspace::cargo();
     cargo.args(["metadata", "--format-version", "1", "--all-features"]);
     let output = command::run_captured(&mut cargo)?;
     let metadata: Metadata =
         serde_json::from_slice(&output.stdout).context("parsing `cargo metadata` output")?;
-    let violations = check(&metadata);
+    let mut violations = check(&metadata);
+    for (root, edges) in DATABASE_FREE_TREES {
+        let mut cargo = workspace::cargo();
+        cargo.args([
+            "tree", "-p", root, "-e", edges, "--prefix", "none", "--format", "{p}",
+        ]);
+        let output = command::run_captured(&mut cargo)?;
+        let tree = String::from_utf8_lossy(&output.stdout);
+        violations.extend(database_crates_in_tree(root, edges, &tree));
+    }
     if violations.is_empty() {
         println!("arch-check: the arrows between workspace crates follow ARCHITECTURE.md");
         Ok(())
@@ -308,6 +338,26 @@ pub fn check(metadata: &Metadata) -> Vec<String> {
     violations
 }
 
+/// The database crates `cargo tree -p root -e edges --prefix none
+/// --format {p}` lists (one package per line, `name vX.Y.Z …`), one
+/// message each.
+fn database_crates_in_tree(root: &str, edges: &str, tree: &str) -> Vec<String> {
+    let found: BTreeSet<&str> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| is_database(name))
+        .collect();
+    found
+        .into_iter()
+        .map(|name| {
+            format!(
+                "{root} must compile no database crate, but `cargo tree -p {root} -e {edges}` \
+                 lists {name}"
+            )
+        })
+        .collect()
+}
+
 /// Paths (crate names) from `root` to each crate in its normal dependency
 /// closure whose name is `forbidden`, shortest first.
 fn forbidden_in_closure(
@@ -348,6 +398,30 @@ fn forbidden_in_closure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tree listing names each database crate once; a clean one none.
+    #[test]
+    fn database_crates_in_a_tree_listing_are_named() {
+        let tree = "statek-example-handlers v0.1.0 (/ws/crates/statek-example-handlers)\n\
+                    statek-core v0.1.0 (/ws/crates/statek-core)\n\
+                    tokio-postgres v0.7.13\n\
+                    tokio-postgres v0.7.13\n\
+                    deadpool-postgres v0.14.1\n\
+                    tokio v1.48.0\n";
+        assert_eq!(
+            database_crates_in_tree("statek-example-handlers", "normal,dev", tree),
+            vec![
+                "statek-example-handlers must compile no database crate, but `cargo tree -p \
+                 statek-example-handlers -e normal,dev` lists deadpool-postgres"
+                    .to_owned(),
+                "statek-example-handlers must compile no database crate, but `cargo tree -p \
+                 statek-example-handlers -e normal,dev` lists tokio-postgres"
+                    .to_owned(),
+            ]
+        );
+        let clean = "statek-testing v0.1.0 (/ws)\nstatek-scheduler v0.1.0 (/ws)\ntokio v1.48.0\n";
+        assert!(database_crates_in_tree("statek-testing", "normal", clean).is_empty());
+    }
 
     /// Synthetic metadata: `members` are workspace crates; `edges` are
     /// `(from, to, kind)` with kind `None` for a normal dependency.

@@ -1,8 +1,10 @@
 //! `cargo xtask test`: the README's test command and CI's only command.
 //!
 //! Steps, each announced and timed: rustfmt check; clippy on the workspace
-//! (all targets, all features) and on statek-policy without default
-//! features, all with `-D warnings`; a `no_std` build of statek-policy;
+//! (all targets, all features), on statek-policy without default
+//! features, and on statek-scheduler (with statek-testing and
+//! statek-example-handlers) without its feature `postgres`, all with `-D
+//! warnings`; a `no_std` build of statek-policy;
 //! arch-check; the one build of the product, `cargo build --workspace
 //! --all-features --tests --bins` (the test binaries, and statek-bench,
 //! which runs deploy-check, failover, ha-layouts and chaos: see
@@ -305,6 +307,23 @@ pub fn run(args: &TestArgs) -> Result<()> {
             "warnings",
         ],
         &["build", "-p", "statek-policy", "--no-default-features"],
+        // The scheduler without its PostgreSQL parts, as statek-testing
+        // and a user's crate of handlers build it (the workspace's steps
+        // unify features and always turn `postgres` on).
+        &[
+            "clippy",
+            "-p",
+            "statek-scheduler",
+            "-p",
+            "statek-testing",
+            "-p",
+            "statek-example-handlers",
+            "--no-default-features",
+            "--lib",
+            "--",
+            "-D",
+            "warnings",
+        ],
     ] {
         report.step(&display(args), cargo_step(args));
     }

@@ -25,6 +25,7 @@
 //! - the limits every run queue shares ([`MAX_PAYLOAD_BYTES`],
 //!   [`MAX_RESERVATION_BATCH`], ...) and what an enqueue answers
 //!   ([`EnqueuedRun`]);
+//! - [`Metric`] and [`MetricKind`]: the shape of the metric catalogue;
 //! - [`Run`], [`RunHandler`] and [`RunError`]: what user code sees. A crate
 //!   of handlers depends on this crate (and statek-policy) only, so its
 //!   unit tests compile no PostgreSQL client.
@@ -39,6 +40,7 @@ mod cycle_check;
 mod executor;
 mod handler;
 pub mod lease;
+mod metric;
 mod notifications;
 mod outcome;
 mod queue;
@@ -52,11 +54,12 @@ pub use batch::{claim_and_run, BatchSlot, RunPermit, RunPool, SlotBatch, SlotRes
 pub use cycle_check::{check_cycle_digest, CycleCheck, CycleMismatch};
 pub use executor::{execute_each, TenantExecutor};
 pub use handler::{Run, RunError, RunHandler};
+pub use metric::{Metric, MetricKind};
 pub use notifications::{run_notifications, RunNotifications, RunWakeups, BUFFERED_WAKEUPS};
 pub use outcome::{ExecutedRun, TenantTickOutcome};
 pub use queue::{
-    EnqueuedRun, MAX_ATTEMPTS_LIMIT, MAX_FINISH_BATCH, MAX_PAYLOAD_BYTES, MAX_PRIORITY,
-    MAX_RESERVATION_BATCH, MIN_PRIORITY,
+    EnqueuedRun, MAX_ATTEMPTS_LIMIT, MAX_FINISH_BATCH, MAX_OUTCOME_RECORDS_PER_CALL,
+    MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RESERVATION_BATCH, MIN_PRIORITY,
 };
 pub use registration::Registration;
 pub use reservation::Reservation;

@@ -13,6 +13,11 @@ use uuid::Uuid;
 /// sequences; `statek.reserve_batch` refuses more).
 pub const MAX_RESERVATION_BATCH: u32 = 1024;
 
+/// The most records one [`crate::ReservationSource::record_slot_outcomes`]
+/// call carries (PostgreSQL: `PgStore::record_slot_outcome_ranges`
+/// refuses more); the scheduler sends at most this many at once.
+pub const MAX_OUTCOME_RECORDS_PER_CALL: usize = 1024;
+
 /// The largest number of finished runs one completion call records
 /// (PostgreSQL: one `statek.finish_runs` statement); an executor's
 /// completion batch is at most this.

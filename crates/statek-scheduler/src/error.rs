@@ -2,6 +2,7 @@
 
 use statek_core::{CycleMismatch, SourceError, SourceErrorKind};
 use statek_policy::{CycleDigest, TenantId};
+#[cfg(feature = "postgres")]
 use statek_store_pg::StoreError;
 
 /// Everything that can go wrong in `statek-scheduler`.
@@ -21,8 +22,9 @@ pub enum SchedulerError {
         /// Retries made before giving up (0 when not retried).
         retries: u32,
     },
-    /// A store operation of the PostgreSQL executor or the Worker failed
-    /// (claims, finishes, halts, notifications).
+    /// A store operation of the PostgreSQL executor failed (claims,
+    /// finishes, heartbeats; feature `postgres`).
+    #[cfg(feature = "postgres")]
     #[error("store operation failed ({retries} retries)")]
     Store {
         /// The store error.
@@ -97,6 +99,7 @@ impl SchedulerError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SchedulerError::Source { source, .. } => source.is_retryable(),
+            #[cfg(feature = "postgres")]
             SchedulerError::Store { source, .. } => source.is_retryable(),
             SchedulerError::Executor { retryable, .. } => *retryable,
             _ => false,
@@ -133,6 +136,7 @@ impl From<SourceError> for SchedulerError {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<StoreError> for SchedulerError {
     fn from(source: StoreError) -> Self {
         SchedulerError::Store { source, retries: 0 }

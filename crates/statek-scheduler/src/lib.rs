@@ -71,14 +71,17 @@
 mod error;
 mod executor_options;
 mod fairness_report;
+#[cfg(feature = "postgres")]
 mod finish_recording;
 mod group_commit;
+#[cfg(feature = "postgres")]
 mod idle_set;
 pub mod metrics;
 mod monitor;
 mod monitor_options;
 mod options;
 mod outcome_recording;
+#[cfg(feature = "postgres")]
 mod pg_executor;
 mod reservation_retries;
 mod reserved_batch;
@@ -96,8 +99,11 @@ pub use monitor::{
     DEFAULT_MAX_VIOLATIONS,
 };
 pub use options::SchedulerOptions;
+#[cfg(feature = "postgres")]
 pub use pg_executor::PgRunQueueExecutor;
 pub use scheduler::DurableFairScheduler;
+#[cfg(feature = "postgres")]
+pub use scheduler::PgScheduler;
 /// The seam (statek-core), re-exported so an application names one crate:
 /// the reservation-source and executor traits, the batch protocol,
 /// reservations, registrations, slot outcomes, wake-ups, the cycle-digest
@@ -112,6 +118,8 @@ pub use statek_core::{
     MIN_PRIORITY,
 };
 pub use tick_outcome::TickOutcome;
+#[cfg(feature = "postgres")]
+pub use worker::PgWorker;
 pub use worker::{
     Worker, WorkerOptions, WorkerReport, DEFAULT_CONCURRENCY, DEFAULT_OUTAGE_BUDGET,
     MAX_CONCURRENCY, MAX_OUTAGE_BUDGET,

@@ -14,17 +14,18 @@
 //! when a replica follows a rollout, and by [`Worker::run`](crate::Worker::run)):
 //! `increase()` and `rate()` ignore a series' first sample, so a counter
 //! born at its first increment would hide a one-off event from its alert.
-//! [`ZERO_AT_START`] names those metrics; [`NOT_ZERO_AT_START`] names the
+//! [`zero_at_start`] names those metrics; [`not_zero_at_start`] names the
 //! few an alert reads that a 0 cannot stand for, and where their first
 //! value comes from (deploy-check fails on an alert metric in neither).
 
+use statek_core::MetricKind::{Counter, Gauge, Histogram};
+pub use statek_core::{Metric, MetricKind};
 use statek_policy::WeightedFairnessPolicy;
-use statek_store_pg::MetricKind::{Counter, Gauge, Histogram};
+#[cfg(feature = "postgres")]
 use statek_store_pg::{
     DurabilityRisk, DURABILITY_RISK, PRUNE_CUTOFF_TIMESTAMP_SECONDS, RESERVATIONS_LOST_TOTAL,
     SHARD_HALTED, TIMELINE_CHANGES_TOTAL,
 };
-pub use statek_store_pg::{Metric, MetricKind};
 
 /// Counter `{shard}`: reservations made by this process (a batch counts k).
 pub const RESERVATIONS_TOTAL: &str = "statek_reservations_total";
@@ -104,7 +105,7 @@ pub const CLAIM_STATEMENTS_TOTAL: &str = "statek_executor_claim_statements_total
 pub const SLOTS_KNOWN_IDLE_TOTAL: &str = "statek_executor_slots_known_idle_total";
 
 /// Counter `{shard}`, in reserved ranges: ranges whose slot outcome record
-/// ([`statek_store_pg::PgStore::record_slot_outcomes`]) could not be
+/// ([`ReservationSource::record_slot_outcomes`](crate::ReservationSource::record_slot_outcomes)) could not be
 /// written (refused, or failed after 3 attempts); their slots read as
 /// unrecorded in an audit.
 pub const SLOT_OUTCOME_RECORDS_FAILED_TOTAL: &str = "statek_slot_outcome_records_failed_total";
@@ -119,47 +120,62 @@ pub const RUN_OUTCOMES: &[&str] = &["completed", "failed", "retrying", "lease_lo
 /// `{shard}` for the shard's counters and its sealed and halted gauges,
 /// `{shard, kind}` for every [`TICK_ERROR_KINDS`], `{shard, tenant}` and
 /// `{tenant, outcome}` for every tenant of the policy and every
-/// [`RUN_OUTCOMES`], `{risk}` for every
-/// [`DurabilityRisk::LABELS`](statek_store_pg::DurabilityRisk::LABELS).
-pub const ZERO_AT_START: &[&str] = &[
-    RESERVATIONS_TOTAL,
-    RESERVATION_RETRIES_TOTAL,
-    RESERVATIONS_LOST_TOTAL,
-    TIMELINE_CHANGES_TOTAL,
-    TICK_ERRORS_TOTAL,
-    SLOT_OUTCOME_RECORDS_FAILED_TOTAL,
-    SHARD_SEALED,
-    SHARD_HALTED,
-    GAP_ABOVE_BOUND_TOTAL,
-    RUN_OUTCOMES_TOTAL,
-    DURABILITY_RISK,
-];
+/// [`RUN_OUTCOMES`], and (feature `postgres`) `{risk}` for every durability
+/// risk of statek-store-pg (`DurabilityRisk::LABELS`). This crate's own
+/// come first, then the store's (reservations lost, timeline changes,
+/// shard halted, durability risk).
+pub fn zero_at_start() -> Vec<&'static str> {
+    #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
+    let mut names = vec![
+        RESERVATIONS_TOTAL,
+        RESERVATION_RETRIES_TOTAL,
+        TICK_ERRORS_TOTAL,
+        SLOT_OUTCOME_RECORDS_FAILED_TOTAL,
+        SHARD_SEALED,
+        GAP_ABOVE_BOUND_TOTAL,
+        RUN_OUTCOMES_TOTAL,
+    ];
+    #[cfg(feature = "postgres")]
+    names.extend([
+        RESERVATIONS_LOST_TOTAL,
+        TIMELINE_CHANGES_TOTAL,
+        SHARD_HALTED,
+        DURABILITY_RISK,
+    ]);
+    names
+}
 
 /// The metrics an alert reads that a 0 cannot stand for (a Unix time of 0
 /// reads as 1970 and would fire the backlog alerts), each with where its
 /// first value comes from.
-pub const NOT_ZERO_AT_START: &[(&str, &str)] = &[
-    (
-        RETAINED_OLDEST_TIMESTAMP_SECONDS,
-        "a Unix time: a Worker publishes the shard's oldest retained reservation at its start \
-         (absent while the shard retains none)",
-    ),
-    (
-        RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS,
-        "a Unix time: the PgRunQueueExecutor's housekeeping publishes it at a Worker's start \
-         (absent while no finished run is kept)",
-    ),
-    (
+pub fn not_zero_at_start() -> Vec<(&'static str, &'static str)> {
+    #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
+    let mut names = vec![
+        (
+            RETAINED_OLDEST_TIMESTAMP_SECONDS,
+            "a Unix time: a Worker publishes the shard's oldest retained reservation at its \
+             start (absent while the shard retains none)",
+        ),
+        (
+            RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS,
+            "a Unix time: the PgRunQueueExecutor's housekeeping publishes it at a Worker's \
+             start (absent while no finished run is kept)",
+        ),
+    ];
+    #[cfg(feature = "postgres")]
+    names.push((
         PRUNE_CUTOFF_TIMESTAMP_SECONDS,
         "a Unix time set by the process that prunes, at its first batch, never by a Worker",
-    ),
-];
+    ));
+    names
+}
 
-/// Creates, at 0, every series of [`ZERO_AT_START`] for `policy`'s shard
+/// Creates, at 0, every series of [`zero_at_start`] for `policy`'s shard
 /// and tenants, so that an alert on `increase()` or `rate()` sees the first
 /// event. A series that exists already keeps its value (counters and
 /// gauges are incremented by 0, never set), so a replica that calls it
-/// again, or after the store set [`SHARD_HALTED`] to 1, changes nothing.
+/// again, or after the store set `statek_shard_halted` to 1, changes
+/// nothing.
 /// [`DurableFairScheduler::register`](crate::DurableFairScheduler::register),
 /// a replica following a rollout and [`Worker::run`](crate::Worker::run)
 /// call it; call it yourself after installing a recorder in a process that
@@ -169,8 +185,6 @@ pub fn zero_series(policy: &WeightedFairnessPolicy) {
     for counter in [
         RESERVATIONS_TOTAL,
         RESERVATION_RETRIES_TOTAL,
-        RESERVATIONS_LOST_TOTAL,
-        TIMELINE_CHANGES_TOTAL,
         SLOT_OUTCOME_RECORDS_FAILED_TOTAL,
     ] {
         metrics::counter!(counter, "shard" => shard.clone()).increment(0);
@@ -179,9 +193,7 @@ pub fn zero_series(policy: &WeightedFairnessPolicy) {
         metrics::counter!(TICK_ERRORS_TOTAL, "shard" => shard.clone(), "kind" => *kind)
             .increment(0);
     }
-    for gauge in [SHARD_SEALED, SHARD_HALTED] {
-        metrics::gauge!(gauge, "shard" => shard.clone()).increment(0.0);
-    }
+    metrics::gauge!(SHARD_SEALED, "shard" => shard.clone()).increment(0.0);
     for weight in policy.tenants() {
         let tenant = weight.tenant().to_string();
         metrics::counter!(
@@ -199,8 +211,15 @@ pub fn zero_series(policy: &WeightedFairnessPolicy) {
             .increment(0);
         }
     }
-    for risk in DurabilityRisk::LABELS {
-        metrics::gauge!(DURABILITY_RISK, "risk" => risk).increment(0.0);
+    #[cfg(feature = "postgres")]
+    {
+        for counter in [RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL] {
+            metrics::counter!(counter, "shard" => shard.clone()).increment(0);
+        }
+        metrics::gauge!(SHARD_HALTED, "shard" => shard.clone()).increment(0.0);
+        for risk in DurabilityRisk::LABELS {
+            metrics::gauge!(DURABILITY_RISK, "risk" => risk).increment(0.0);
+        }
     }
 }
 
@@ -392,13 +411,14 @@ pub const SCHEDULER_METRICS: &[Metric] = &[
     ),
 ];
 
-/// Every metric statek emits: statek-store-pg's
-/// ([`STORE_METRICS`](statek_store_pg::STORE_METRICS)), then this crate's
-/// ([`SCHEDULER_METRICS`]).
+/// Every metric statek emits: statek-store-pg's `STORE_METRICS` (feature
+/// `postgres`), then this crate's ([`SCHEDULER_METRICS`]).
 pub fn catalogue() -> impl Iterator<Item = &'static Metric> {
-    statek_store_pg::STORE_METRICS
-        .iter()
-        .chain(SCHEDULER_METRICS.iter())
+    #[cfg(feature = "postgres")]
+    let store: &[Metric] = statek_store_pg::STORE_METRICS;
+    #[cfg(not(feature = "postgres"))]
+    let store: &[Metric] = &[];
+    store.iter().chain(SCHEDULER_METRICS.iter())
 }
 
 /// Describes every metric of the [`catalogue`] to the installed `metrics`

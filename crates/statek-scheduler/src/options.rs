@@ -6,8 +6,8 @@ use crate::SchedulerError;
 
 /// How a scheduler retries reservations.
 ///
-/// A tick reserves with one new reservation id; a transient store error
-/// ([`statek_store_pg::StoreError::is_retryable`]) retries the *same* id, so
+/// A tick reserves with one new reservation id; a transient source error
+/// ([`SourceError::is_retryable`](crate::SourceError::is_retryable)) retries the *same* id, so
 /// a commit whose acknowledgement was lost is found again instead of
 /// reserving twice. Attempts 1..=10 (default 3); backoff starts at
 /// `initial_backoff` (more than 0, at most 1 s; default 50 ms), doubles per

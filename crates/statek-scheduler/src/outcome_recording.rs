@@ -12,9 +12,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use statek_core::{ReservationSource, SlotOutcomeAnswer, SlotOutcomes};
+use statek_core::{
+    ReservationSource, SlotOutcomeAnswer, SlotOutcomes, MAX_OUTCOME_RECORDS_PER_CALL,
+};
 use statek_policy::SchedulerShardId;
-use statek_store_pg::MAX_OUTCOME_RECORDS_PER_CALL;
 
 use crate::group_commit::GroupCommit;
 

@@ -10,6 +10,7 @@ use statek_core::{
 use statek_policy::{
     ScheduleId, SchedulerShardId, TenantId, TenantStarvationBound, WeightedFairnessPolicy,
 };
+#[cfg(feature = "postgres")]
 use statek_store_pg::{PgStore, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -32,9 +33,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct SlotAbandoned(String);
 
 /// A scheduler replica for one shard: every [`tick`](Self::tick) reserves
-/// the shard's next global slot from its [`ReservationSource`] (by default
-/// [`PgStore`], durable and shared by every replica; for unit tests
-/// statek-testing's `InMemoryReservations`), maps it to exactly one tenant
+/// the shard's next global slot from its [`ReservationSource`]
+/// (statek-store-pg's `PgStore`, durable and shared by every replica:
+/// [`PgScheduler`] names that one; for unit tests statek-testing's
+/// `InMemoryReservations`), maps it to exactly one tenant
 /// through the policy's cycle, and lets the tenant-isolated executor claim
 /// and run at most one of that tenant's runs.
 ///
@@ -56,7 +58,7 @@ struct SlotAbandoned(String);
 /// shard at [`register`](Self::register). Outcomes, metrics and spans carry
 /// the shard of the reservation they came from.
 #[derive(Debug)]
-pub struct DurableFairScheduler<E, R = PgStore> {
+pub struct DurableFairScheduler<E, R> {
     source: R,
     live: RwLock<Arc<WeightedFairnessPolicy>>,
     /// Serialises following the chain (one load per seal, not one per task).
@@ -91,7 +93,8 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// When the shard is sealed, the scheduler follows the chain to the
     /// live shard (see the type's docs) before it returns.
     ///
-    /// `source` is where slots are reserved: a [`PgStore`] in production,
+    /// `source` is where slots are reserved: statek-store-pg's `PgStore` in
+    /// production,
     /// statek-testing's `InMemoryReservations` in a unit test.
     pub async fn register(
         source: R,
@@ -222,8 +225,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         &self.executor
     }
 
-    /// The reservation source (for [`PgStore`] also
-    /// [`store`](DurableFairScheduler::store)).
+    /// The reservation source (for a [`PgScheduler`] also its `store()`).
     pub fn source(&self) -> &R {
         &self.source
     }
@@ -282,11 +284,12 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                 Some("policy_conflict")
             }
             SchedulerError::Source { source, .. } if source.is_corrupt() => Some("corrupt_data"),
+            #[cfg(feature = "postgres")]
             SchedulerError::Store {
                 source: StoreError::CorruptData { .. },
                 ..
-            }
-            | SchedulerError::SlotOutOfRange { .. } => Some("corrupt_data"),
+            } => Some("corrupt_data"),
+            SchedulerError::SlotOutOfRange { .. } => Some("corrupt_data"),
             SchedulerError::Executor { .. } => Some("executor"),
             _ => Some("store"),
         };
@@ -772,6 +775,12 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     }
 }
 
+/// A [`DurableFairScheduler`] reserving in PostgreSQL (feature
+/// `postgres`).
+#[cfg(feature = "postgres")]
+pub type PgScheduler<E> = DurableFairScheduler<E, PgStore>;
+
+#[cfg(feature = "postgres")]
 impl<E> DurableFairScheduler<E, PgStore> {
     /// The store (a scheduler reserving in PostgreSQL).
     pub fn store(&self) -> &PgStore {

@@ -11,6 +11,7 @@ use statek_core::{
     ReservationSource, RunNotifications, RunPool, TenantExecutor, TenantTickOutcome,
 };
 use statek_policy::TenantId;
+#[cfg(feature = "postgres")]
 use statek_store_pg::PgStore;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
@@ -105,12 +106,16 @@ struct Shared<E, R> {
 /// unused and reported [`TenantTickOutcome::Cancelled`]; running handlers
 /// get `shutdown_grace` to finish, then their cancellation tokens fire and
 /// their runs are released.
-pub struct Worker<E, R = PgStore> {
+pub struct Worker<E, R> {
     scheduler: Arc<DurableFairScheduler<E, R>>,
     options: WorkerOptions,
     notifications: Option<RunNotifications>,
     sink: Option<mpsc::UnboundedSender<TickOutcome>>,
 }
+
+/// A [`Worker`] reserving in PostgreSQL (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub type PgWorker<E> = Worker<E, PgStore>;
 
 impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
     /// A worker for `scheduler`.
@@ -124,7 +129,7 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
     }
 
     /// Wakes an idle worker on these notifications (see
-    /// [`statek_store_pg::PgStore::listen_for_runs`]). Without them the
+    /// statek-store-pg's `PgStore::listen_for_runs`). Without them the
     /// worker relies on its backoff timer and probe. When the notification
     /// connection fails or stops answering its probe, the worker listens
     /// again through its executor ([`TenantExecutor::listen_for_runs`];
@@ -148,7 +153,7 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
     ///
     /// Before the first reservation it runs its reservation source's
     /// durability check ([`ReservationSource::ensure_durable`]; PostgreSQL:
-    /// [`statek_store_pg::PgStore::ensure_durable`]).
+    /// statek-store-pg's `PgStore::ensure_durable`).
     ///
     /// # Errors
     /// [`SchedulerError::Source`] of kind `DurabilityRefused` when the

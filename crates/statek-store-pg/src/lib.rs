@@ -184,7 +184,7 @@ pub use limits::{
 pub use lost_reservations::{
     LossEvidence, LostReservation, LostReservationAction, LostReservations,
 };
-pub use metric::{Metric, MetricKind, STORE_METRICS};
+pub use metric::STORE_METRICS;
 pub use migration::{embedded_migrations, MigrationReport};
 pub use notifications::RUNS_CHANNEL;
 pub use retention::{
@@ -202,9 +202,7 @@ pub use run_queue::{
 pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
 pub use shard::{ShardSeal, ShardStatus, StoredShard};
 pub use shard_halt::{HaltCause, ReissuedRange, ShardHalt, ShardHalted, ShardResume};
-pub use slot_outcomes::{
-    SlotOutcomeRecord, MAX_OUTCOME_RECORDS_PER_CALL, MAX_OUTCOME_RUNS, MAX_SLOT_OUTCOME_RECORDS,
-};
+pub use slot_outcomes::{SlotOutcomeRecord, MAX_OUTCOME_RUNS, MAX_SLOT_OUTCOME_RECORDS};
 pub use store::PgStore;
 pub use succession::{Rollout, ShardSeam};
 pub use synchronous_standbys::SynchronousStandbys;

@@ -11,7 +11,9 @@
 
 use std::time::SystemTime;
 
-use statek_core::{SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded};
+use statek_core::{
+    SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded, MAX_OUTCOME_RECORDS_PER_CALL,
+};
 use statek_policy::SchedulerShardId;
 use tokio_postgres::types::Type;
 
@@ -92,10 +94,6 @@ const RECORD: &str = "
 
 /// The most class runs one record holds (the database's limit).
 pub const MAX_OUTCOME_RUNS: usize = 4096;
-
-/// The most records one [`PgStore::record_slot_outcome_ranges`] call
-/// takes (the database's limit).
-pub const MAX_OUTCOME_RECORDS_PER_CALL: usize = 1024;
 
 const SELECT_RECORDS: &str = "
     SELECT first_sequence, classes, counts, recorded_at

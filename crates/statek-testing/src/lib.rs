@@ -18,10 +18,11 @@
 //!   [`InMemoryExecutor`] (in statek-scheduler's tests), and against an
 //!   executor of your own.
 //!
-//! Add it as a dev-dependency. A crate of run handlers that depends on
+//! Add it as a dev-dependency. It links statek-scheduler without its
+//! feature `postgres`, so a crate of run handlers that depends on
 //! statek-core (for `RunHandler`) and dev-depends on this crate compiles no
-//! PostgreSQL client once statek-scheduler's PostgreSQL executor is behind
-//! its feature (planned; today statek-scheduler still links the store).
+//! PostgreSQL client (statek-example-handlers in statek's repository is
+//! one; `cargo xtask arch-check` holds it).
 
 #![forbid(unsafe_code)]
 

@@ -4,17 +4,17 @@
 //! alert that exists, every input series is a metric statek emits with its
 //! labels (and a scrape's `instance` and `job`), and in a test that makes
 //! an alert fire, every series of a counter replicas create at 0
-//! ([`ZERO_AT_START`]) starts at 0, as a replica's does (`increase()` and
+//! ([`zero_at_start`]) starts at 0, as a replica's does (`increase()` and
 //! `rate()` ignore a first sample; a gauge may hold its state, such as a
 //! risk found at the start, from its first sample). An alert that
 //! reads a metric neither created at 0 nor listed with where its first
-//! value comes from ([`NOT_ZERO_AT_START`]) is named too. `cargo xtask
+//! value comes from ([`not_zero_at_start`]) is named too. `cargo xtask
 //! rule-tests` runs the cases themselves.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
-use statek_scheduler::metrics::{NOT_ZERO_AT_START, ZERO_AT_START};
+use statek_scheduler::metrics::{not_zero_at_start, zero_at_start};
 
 use super::catalogue::MetricKind;
 use super::promql::{metric_references, resolve};
@@ -47,12 +47,12 @@ fn starts_at_zero(values: &str) -> bool {
 /// Why an alert's metric may be read: `None` if it exists at 0 from a
 /// replica's start or is listed with where its first value comes from.
 pub fn not_at_start(alert: &str, metric: &str) -> Option<String> {
-    let listed = ZERO_AT_START.contains(&metric)
-        || NOT_ZERO_AT_START.iter().any(|(name, _)| *name == metric);
+    let listed = zero_at_start().contains(&metric)
+        || not_zero_at_start().iter().any(|(name, _)| *name == metric);
     (!listed).then(|| {
         format!(
             "alert {alert} reads {metric}, which replicas do not create at 0 at their start \
-             (statek_scheduler::metrics::ZERO_AT_START) and NOT_ZERO_AT_START does not list"
+             (statek_scheduler::metrics::zero_at_start) and not_zero_at_start does not list"
         )
     })
 }
@@ -147,7 +147,7 @@ fn series_problems(at: &str, text: &str, values: &str, fires: bool) -> Vec<Strin
             Ok(metric) => {
                 if fires
                     && metric.kind == MetricKind::Counter
-                    && ZERO_AT_START.contains(&metric.name)
+                    && zero_at_start().contains(&metric.name)
                     && !starts_at_zero(values)
                 {
                     problems.push(format!(

@@ -12,7 +12,8 @@ use statek_policy::{ScheduleId, SchedulerShardId, TenantId, WeightedFairnessPoli
 use statek_scheduler::Reservation;
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, FairnessMonitor, FairnessReport, MonitorOptions,
-    PgRunQueueExecutor, SchedulerOptions, TickOutcome, Worker, WorkerOptions, WorkerReport,
+    PgRunQueueExecutor, PgScheduler, SchedulerOptions, TickOutcome, Worker, WorkerOptions,
+    WorkerReport,
 };
 use statek_store_pg::PgStore;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +24,7 @@ use super::side::{demo_store_config, wait_until_done, DemoHandler};
 use super::workload::{self, Arrivals, Workload};
 use crate::out::outln;
 
-type Scheduler = DurableFairScheduler<PgRunQueueExecutor<DemoHandler>>;
+type Scheduler = PgScheduler<PgRunQueueExecutor<DemoHandler>>;
 
 /// What the statek side observed.
 pub struct FairSide {

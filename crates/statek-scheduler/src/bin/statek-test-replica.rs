@@ -114,7 +114,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// The `ticks` mode: tick until stdin closes, one line per slot.
 async fn tick_until_stdin_closes<E: statek_scheduler::TenantExecutor>(
-    scheduler: &DurableFairScheduler<E>,
+    scheduler: &DurableFairScheduler<E, PgStore>,
     k: u32,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let stop = CancellationToken::new();

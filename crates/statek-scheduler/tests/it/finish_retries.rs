@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, TenantTickOutcome,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run, RunError,
+    RunHandler, SchedulerOptions, TenantTickOutcome,
 };
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::{test_store_config, TestDatabase};
@@ -109,7 +109,7 @@ impl RunHandler for Handler {
 struct Setup {
     db: TestDatabase,
     proxy: Arc<FaultProxy>,
-    scheduler: DurableFairScheduler<PgRunQueueExecutor<Handler>>,
+    scheduler: PgScheduler<PgRunQueueExecutor<Handler>>,
     runs: BTreeMap<String, Uuid>,
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, TenantExecutor,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run, RunError,
+    RunHandler, SchedulerOptions, TenantExecutor,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{NewRun, PgStore};
@@ -50,7 +50,7 @@ impl RunHandler for Done {
     }
 }
 
-type Scheduler = DurableFairScheduler<PgRunQueueExecutor<Done>>;
+type Scheduler = PgScheduler<PgRunQueueExecutor<Done>>;
 
 async fn scheduler(store: &PgStore, recheck: Option<Duration>) -> Scheduler {
     let options = ExecutorOptions::new().idle_recheck(recheck).unwrap();

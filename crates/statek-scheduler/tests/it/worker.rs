@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerError, SchedulerOptions, SlotBatch, TenantExecutor, TenantTickOutcome, Worker,
-    WorkerOptions,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run, RunError,
+    RunHandler, SchedulerError, SchedulerOptions, SlotBatch, TenantExecutor, TenantTickOutcome,
+    Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{ClaimOutcome, NewRun, PgStore};
@@ -57,7 +57,7 @@ async fn scheduler(
     store: &PgStore,
     handler: Sleepy,
     executor: ExecutorOptions,
-) -> Arc<DurableFairScheduler<PgRunQueueExecutor<Sleepy>>> {
+) -> Arc<PgScheduler<PgRunQueueExecutor<Sleepy>>> {
     let executor = PgRunQueueExecutor::new(store.clone(), handler, executor);
     Arc::new(
         DurableFairScheduler::register(store.clone(), policy(), executor, SchedulerOptions::new())

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
+    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run, RunError,
+    RunHandler, SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::{policy, TestDatabase};
 use statek_store_pg::{NewRun, PgStore, TenantLimits};
@@ -42,7 +42,7 @@ impl RunHandler for Handler {
     }
 }
 
-type Scheduler = Arc<DurableFairScheduler<PgRunQueueExecutor<Handler>>>;
+type Scheduler = Arc<PgScheduler<PgRunQueueExecutor<Handler>>>;
 
 async fn scheduler(store: &PgStore, hold: bool) -> Scheduler {
     let executor = PgRunQueueExecutor::new(store.clone(), Handler { hold }, ExecutorOptions::new());

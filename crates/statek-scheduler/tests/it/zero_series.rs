@@ -11,7 +11,7 @@ use std::time::UNIX_EPOCH;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use statek_policy::{SchedulerShardId, WeightedFairnessPolicy};
-use statek_scheduler::metrics::ZERO_AT_START;
+use statek_scheduler::metrics::zero_at_start;
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
     SchedulerOptions, Worker, WorkerOptions, WorkerReport,
@@ -169,7 +169,7 @@ async fn a_worker_exports_every_alert_series_from_its_start() {
     let scraped = scrape(&handle);
     assert_eq!(scraped, expected);
     // Every metric of the list deploy-check holds the alerts to is there.
-    for name in ZERO_AT_START {
+    for name in zero_at_start() {
         assert!(
             scraped
                 .keys()
@@ -202,10 +202,10 @@ async fn a_worker_exports_every_alert_series_from_its_start() {
         .collect();
     assert_eq!(secondary, zero_secondary);
     assert_eq!(
-        only(&after, ZERO_AT_START)
+        only(&after, &zero_at_start())
             .into_iter()
             .filter(|(series, _)| !series.contains("secondary-v1"))
             .collect::<BTreeMap<_, _>>(),
-        only(&scraped, ZERO_AT_START)
+        only(&scraped, &zero_at_start())
     );
 }
