@@ -8,9 +8,10 @@ use anyhow::{Context, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 use statek_policy::PolicyAlgorithm;
-use statek_store_pg::RunState;
+use statek_store_pg::{RunState, MAX_LIST_LIMIT, MAX_PRUNE_BATCH};
 use uuid::Uuid;
 
+use crate::count_arg::within;
 use crate::db::DbArgs;
 use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, shard_cmd, store_cmd};
 
@@ -116,8 +117,8 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         retain: Duration,
         /// Rows per transaction (1..=10000).
-        #[arg(long, default_value_t = 1000)]
-        batch: u32,
+        #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
+        batch: i64,
         /// Repeat until nothing is due (default: one batch).
         #[arg(long)]
         until_empty: bool,
@@ -158,6 +159,10 @@ enum PolicyCommand {
     },
     /// What changes between two policy files, and what the rollout must do;
     /// or, with `--against`, the bounds of two algorithms on one file.
+    // Both forms in the usage line, which clap's error for a missing NEW
+    // prints: a lone file is finished with NEW or with `--against`.
+    #[command(override_usage = "statek policy diff [OPTIONS] <OLD> <NEW>\n       \
+                                statek policy diff [OPTIONS] <OLD> --against <AGAINST>")]
     Diff {
         /// The policy in production (with `--against`: the one file).
         old: PathBuf,
@@ -249,8 +254,8 @@ enum RunsCommand {
         #[arg(long, value_parser = run_state())]
         state: Option<RunState>,
         /// Runs per page (1..=10000).
-        #[arg(long, default_value_t = 50)]
-        limit: u32,
+        #[arg(long, default_value_t = 50, allow_negative_numbers = true)]
+        limit: i64,
         /// The cursor printed after the previous page (`more: --after C`).
         #[arg(long)]
         after: Option<u64>,
@@ -288,8 +293,8 @@ enum RunsCommand {
         #[arg(long, value_parser = humantime::parse_duration)]
         retain: Duration,
         /// Runs per transaction (1..=10000).
-        #[arg(long, default_value_t = 1000)]
-        batch: u32,
+        #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
+        batch: i64,
         /// Repeat until nothing is due (default: one batch).
         #[arg(long)]
         until_empty: bool,
@@ -541,7 +546,7 @@ pub fn run(cli: Cli) -> Result<()> {
             emit(
                 &runtime()?.block_on(store_cmd::prune(
                     retain,
-                    batch,
+                    within("--batch", batch, 1, MAX_PRUNE_BATCH)?,
                     until_empty,
                     progress,
                     &db,
@@ -575,7 +580,13 @@ pub fn run(cli: Cli) -> Result<()> {
             format,
             db,
         }) => emit(
-            &runtime()?.block_on(runs_cmd::list(tenant.as_deref(), state, limit, after, &db))?,
+            &runtime()?.block_on(runs_cmd::list(
+                tenant.as_deref(),
+                state,
+                within("--limit", limit, 1, MAX_LIST_LIMIT)?,
+                after,
+                &db,
+            ))?,
             format,
         ),
         Command::Runs(RunsCommand::Cancel { id, format, db }) => {
@@ -591,7 +602,12 @@ pub fn run(cli: Cli) -> Result<()> {
             format,
             db,
         }) => emit(
-            &runtime()?.block_on(runs_cmd::prune(retain, batch, until_empty, &db))?,
+            &runtime()?.block_on(runs_cmd::prune(
+                retain,
+                within("--batch", batch, 1, MAX_PRUNE_BATCH)?,
+                until_empty,
+                &db,
+            ))?,
             format,
         ),
         #[cfg(feature = "demo")]

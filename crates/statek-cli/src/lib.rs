@@ -31,6 +31,7 @@
 #[cfg(feature = "demo")]
 pub mod charts;
 mod cli;
+mod count_arg;
 pub mod db;
 #[cfg(feature = "demo")]
 pub mod demo;

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::count_arg::count;
+
 /// Options of `statek demo`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
@@ -33,42 +35,4 @@ pub struct DemoArgs {
     /// Milliseconds each run's handler works (sleeps), on both sides (0..=10,000).
     #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = count::<0, 10_000>)]
     pub work_ms: u32,
-}
-
-/// A count in `MIN..=MAX`, or an error naming that range for any other
-/// text: a negative number, one too large for any integer type, a word
-/// (clap's own ranged parser names the range only for numbers that fit an
-/// `i64`).
-fn count<const MIN: u32, const MAX: u32>(text: &str) -> Result<u32, String> {
-    let number = text.trim();
-    let digits = number.strip_prefix(['-', '+']).unwrap_or(number);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{text} is not a whole number in {MIN}..={MAX}"));
-    }
-    number
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (MIN..=MAX).contains(n))
-        .ok_or_else(|| format!("{text} is not in {MIN}..={MAX}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::count;
-
-    #[test]
-    fn a_count_out_of_its_range_names_the_range() {
-        assert_eq!(count::<1, 32>("4"), Ok(4));
-        assert_eq!(count::<0, 10>("0"), Ok(0));
-        assert_eq!(count::<1, 32>("0"), Err("0 is not in 1..=32".to_owned()));
-        assert_eq!(count::<1, 32>("-5"), Err("-5 is not in 1..=32".to_owned()));
-        assert_eq!(
-            count::<1, 32>("99999999999999999999"),
-            Err("99999999999999999999 is not in 1..=32".to_owned())
-        );
-        assert_eq!(
-            count::<1, 32>("four"),
-            Err("four is not a whole number in 1..=32".to_owned())
-        );
-    }
 }

@@ -249,7 +249,17 @@ algorithms compared on one policy: bound = most consecutive reservations until t
     // tests/it/exit_codes.rs); so is neither a second file nor --against (a
     // missing argument).
     let args = ["policy", "diff", file];
-    assert_eq!(statek(&args, None).status.code(), Some(2), "{args:?}");
+    let missing = statek(&args, None);
+    assert_eq!(missing.status.code(), Some(2), "{args:?}");
+    // Its usage line shows both ways to finish the command.
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains(
+            "Usage: statek policy diff [OPTIONS] <OLD> <NEW>\n       \
+             statek policy diff [OPTIONS] <OLD> --against <AGAINST>\n"
+        ),
+        "{stderr}"
+    );
     // A policy file may name min-gap-v2 itself.
     let v2 = dir.join("v2.toml");
     std::fs::write(
@@ -972,6 +982,22 @@ async fn runs_list_cancel_retry_and_prune_against_postgres() {
     ] {
         let out = statek(&bad, url);
         assert_eq!(out.status.code(), Some(3), "{bad:?}: {}", stderr(&out));
+    }
+    // A negative count is out of range too (clap would call `-1` an
+    // unexpected argument): exit 3, naming the option's range.
+    for (bad, message) in [
+        (
+            vec!["runs", "list", "--limit", "-1"],
+            "--limit -1 is not in 1..=10000",
+        ),
+        (
+            vec!["runs", "prune", "--retain", "24h", "--batch", "-5"],
+            "--batch -5 is not in 1..=10000",
+        ),
+    ] {
+        let out = statek(&bad, url);
+        assert_eq!(out.status.code(), Some(3), "{bad:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{bad:?}: {}", stderr(&out));
     }
 
     // Nothing finished long enough ago: nothing pruned.
