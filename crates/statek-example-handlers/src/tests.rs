@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::TenantId;
 use statek_scheduler::{DurableFairScheduler, SchedulerOptions};
 use statek_testing::{
     InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations, MemoryRunState,
@@ -61,14 +61,7 @@ async fn resize_refuses_empty_and_oversized_images() {
 /// and its slots are consumed idle, never passed on.
 #[tokio::test]
 async fn a_scheduler_runs_the_handler_in_tenant_bs_slots() {
-    let policy = WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("primary-v1").unwrap(),
-        [
-            TenantFairnessWeight::new(tenant("tenant-a"), 3).unwrap(),
-            TenantFairnessWeight::new(tenant("tenant-b"), 1).unwrap(),
-        ],
-    )
-    .unwrap();
+    let policy = statek_testing::policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
     let executor = InMemoryExecutor::new(Resize, InMemoryExecutorOptions::new());
     let good = executor
         .enqueue(&tenant("tenant-b"), b"png".to_vec())

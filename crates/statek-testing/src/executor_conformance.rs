@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -50,13 +50,7 @@ fn tenant(name: &str) -> TenantId {
 }
 
 fn policy(weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("conformance-v1").unwrap(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(tenant(t), *w).unwrap()),
-    )
-    .unwrap()
+    crate::policy("conformance-v1", weights)
 }
 
 /// One case's world: the harness, the suite's handler's probe, and a

@@ -18,6 +18,8 @@
 //!   [`InMemoryExecutor`] (in statek-scheduler's tests), and against an
 //!   executor of your own.
 //!
+//! [`policy`] builds a test policy in one line.
+//!
 //! Add it as a dev-dependency. It links statek-scheduler without its
 //! feature `postgres`, so a crate of run handlers that depends on
 //! statek-core (for `RunHandler`) and dev-depends on this crate compiles no
@@ -34,8 +36,31 @@ mod memory_queue;
 mod memory_reservations;
 pub mod source_conformance;
 
+use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+
 pub use memory_error::MemoryError;
 pub use memory_executor::{
     InMemoryExecutor, InMemoryExecutorOptions, MemoryRunLock, MemoryRunState, MemoryRunStatus,
 };
 pub use memory_reservations::InMemoryReservations;
+
+/// A policy of `shard` with the given tenants and integer weights, in that
+/// order, for tests: `policy("primary-v1", &[("tenant-a", 3), ("tenant-b",
+/// 1)])`.
+///
+/// # Panics
+/// On an id or weight the policy refuses (a test's own typo).
+#[allow(clippy::expect_used)]
+pub fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from(shard).expect("a valid shard id"),
+        weights.iter().map(|(tenant, weight)| {
+            TenantFairnessWeight::new(
+                TenantId::try_from(*tenant).expect("a valid tenant id"),
+                *weight,
+            )
+            .expect("a weight in 1..=1024")
+        }),
+    )
+    .expect("a valid policy")
+}

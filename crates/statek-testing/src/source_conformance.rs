@@ -46,10 +46,10 @@ use statek_core::{
     Registration, Reservation, ReservationSource, SlotClass, SlotOutcomeAnswer, SlotOutcomes,
     SlotOutcomesRecorded, SourceError, SourceErrorKind, MAX_RESERVATION_BATCH,
 };
-use statek_policy::{
-    PolicySeam, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy,
-};
+use statek_policy::{PolicySeam, SchedulerShardId, WeightedFairnessPolicy};
 use uuid::Uuid;
+
+use crate::policy;
 
 /// How the suite reaches a source under test.
 pub trait SourceHarness: Sized + Send + Sync {
@@ -95,17 +95,6 @@ pub async fn exercise<H: SourceHarness>() {
     a_sealed_shard_reserves_nothing_and_names_its_successor(&H::new().await).await;
     slot_outcomes_are_recorded_once(&H::new().await).await;
     the_oldest_reservation_is_the_first(&H::new().await).await;
-}
-
-/// A policy of `shard` with the given tenants and weights.
-fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(*t).unwrap(), *w).unwrap()),
-    )
-    .unwrap()
 }
 
 /// `primary-v1`: L = 4 (a: 3, b: 1).

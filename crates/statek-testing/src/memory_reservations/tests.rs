@@ -1,19 +1,8 @@
 //! Unit tests of the in-memory reservation source: contiguous sequences,
 //! replays by id, batch ranges, seals and their successors.
 
-use statek_policy::{TenantFairnessWeight, TenantId};
-
 use super::*;
-
-fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-    WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from(shard).unwrap(),
-        weights
-            .iter()
-            .map(|(t, w)| TenantFairnessWeight::new(TenantId::try_from(*t).unwrap(), *w).unwrap()),
-    )
-    .unwrap()
-}
+use crate::policy;
 
 /// The in-memory source's own error inside a source error, after checking
 /// that the source error's kind is the one the own error names.
