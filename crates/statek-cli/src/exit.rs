@@ -224,7 +224,7 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
             Some(SchedulerError::Store { source, .. }) => return classify(source),
             Some(e) if e.is_retryable() => return UNAVAILABLE,
             Some(SchedulerError::InvalidOption(_)) => return INVALID_INPUT,
-            Some(SchedulerError::PolicyMismatch { .. } | SchedulerError::CycleMismatch { .. }) => {
+            Some(SchedulerError::PolicyMismatch { .. } | SchedulerError::CycleMismatch(_)) => {
                 return POLICY_CONFLICT
             }
             _ => {}

@@ -1,7 +1,7 @@
 //! The scheduler's one error type.
 
 use statek_core::{CycleMismatch, SourceError, SourceErrorKind};
-use statek_policy::{CycleDigest, TenantId};
+use statek_policy::TenantId;
 #[cfg(feature = "postgres")]
 use statek_store_pg::StoreError;
 
@@ -50,19 +50,12 @@ pub enum SchedulerError {
     /// The shard stores the digest of another cycle than this replica
     /// compiled from the same policy (another build of the algorithm, or
     /// tampered data): ticking would map slots to other tenants than the
-    /// replicas that registered it. Nothing was reserved.
-    #[error(
-        "shard {shard} was registered with cycle digest {stored}, but this replica compiles \
-         cycle digest {local} from the same policy: refusing to tick"
-    )]
-    CycleMismatch {
-        /// The shard.
-        shard: String,
-        /// The cycle digest stored with the shard.
-        stored: CycleDigest,
-        /// The digest of this replica's compiled cycle.
-        local: CycleDigest,
-    },
+    /// replicas that registered it. Nothing was reserved. The mismatch
+    /// (shard, stored and local digests) is statek-core's
+    /// [`CycleMismatch`], the one the CLI's `register` and `policy verify`
+    /// report too.
+    #[error("{0}: refusing to tick")]
+    CycleMismatch(#[from] CycleMismatch),
     /// Shutdown was requested before a slot was reserved; nothing was
     /// reserved.
     #[error("shutting down: no slot reserved")]
@@ -116,16 +109,6 @@ impl SchedulerError {
                 format!("corrupt data in {what}: {detail}"),
             ),
             retries,
-        }
-    }
-}
-
-impl From<CycleMismatch> for SchedulerError {
-    fn from(mismatch: CycleMismatch) -> Self {
-        SchedulerError::CycleMismatch {
-            shard: mismatch.shard.to_string(),
-            stored: mismatch.stored,
-            local: mismatch.local,
         }
     }
 }

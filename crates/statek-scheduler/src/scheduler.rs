@@ -280,7 +280,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             {
                 Some("policy_conflict")
             }
-            SchedulerError::PolicyMismatch { .. } | SchedulerError::CycleMismatch { .. } => {
+            SchedulerError::PolicyMismatch { .. } | SchedulerError::CycleMismatch(_) => {
                 Some("policy_conflict")
             }
             SchedulerError::Source { source, .. } if source.is_corrupt() => Some("corrupt_data"),

@@ -233,18 +233,22 @@ async fn a_replica_that_compiles_another_cycle_is_refused_before_any_claim() {
             .await
             .unwrap_err();
     match &err {
-        SchedulerError::CycleMismatch {
-            shard,
-            stored,
-            local,
-        } => {
-            assert_eq!(shard, "primary-v1");
+        SchedulerError::CycleMismatch(mismatch) => {
+            assert_eq!(mismatch.shard.as_str(), "primary-v1");
             // printf 'another build' | sha256sum
             assert_eq!(
-                stored.to_string(),
+                mismatch.stored.to_string(),
                 "db45811d226b12d0521bc4af42bb9b0167446da3f240e3c704475ba1cecb3288"
             );
-            assert_eq!(*local, p.cycle_digest());
+            assert_eq!(mismatch.local, p.cycle_digest());
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "shard primary-v1 was registered with cycle digest {}, but this build \
+                     compiles cycle digest {} from the same policy: refusing to tick",
+                    mismatch.stored, mismatch.local
+                )
+            );
         }
         other => panic!("expected CycleMismatch, got {other:?}"),
     }
