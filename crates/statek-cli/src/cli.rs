@@ -11,7 +11,7 @@ use statek_policy::PolicyAlgorithm;
 use statek_store_pg::{RunState, MAX_LIST_LIMIT, MAX_PRUNE_BATCH};
 use uuid::Uuid;
 
-use crate::count_arg::within;
+use crate::count_arg::{duration, ranged, Ranged};
 use crate::db::DbArgs;
 use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, shard_cmd, store_cmd};
 
@@ -100,7 +100,7 @@ enum Command {
         #[arg(long)]
         shard: String,
         /// Count rows older than this as due for pruning (e.g. 24h, 7d).
-        #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "24h", allow_hyphen_values = true, value_parser = duration)]
         retain: Duration,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -108,17 +108,17 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
-    /// A shard's halts after reservation losses: list them, or resume the shard (owner role).
+    /// A shard's halts after reservation losses: `shard halts` lists them, `shard resume` resumes the shard (owner role).
     #[command(subcommand)]
     Shard(ShardCommand),
     /// Delete reservation rows older than the retention, oldest first, in batches (retention role).
     Prune {
         /// Keep rows younger than this (1h..=366d), e.g. 24h, 30d.
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, allow_hyphen_values = true, value_parser = duration)]
         retain: Duration,
         /// Rows per transaction (1..=10000).
-        #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
-        batch: i64,
+        #[arg(long, default_value = "1000", allow_negative_numbers = true, value_parser = ranged::<1, { MAX_PRUNE_BATCH }>)]
+        batch: Ranged,
         /// Repeat until nothing is due (default: one batch).
         #[arg(long)]
         until_empty: bool,
@@ -254,8 +254,8 @@ enum RunsCommand {
         #[arg(long, value_parser = run_state())]
         state: Option<RunState>,
         /// Runs per page (1..=10000).
-        #[arg(long, default_value_t = 50, allow_negative_numbers = true)]
-        limit: i64,
+        #[arg(long, default_value = "50", allow_negative_numbers = true, value_parser = ranged::<1, { MAX_LIST_LIMIT }>)]
+        limit: Ranged,
         /// The cursor printed after the previous page (`more: --after C`).
         #[arg(long)]
         after: Option<u64>,
@@ -290,11 +290,11 @@ enum RunsCommand {
     /// Delete finished runs older than the retention, oldest first, in batches (retention role).
     Prune {
         /// Keep runs that finished less than this ago (1h..=366d), e.g. 168h.
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, allow_hyphen_values = true, value_parser = duration)]
         retain: Duration,
         /// Runs per transaction (1..=10000).
-        #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
-        batch: i64,
+        #[arg(long, default_value = "1000", allow_negative_numbers = true, value_parser = ranged::<1, { MAX_PRUNE_BATCH }>)]
+        batch: Ranged,
         /// Repeat until nothing is due (default: one batch).
         #[arg(long)]
         until_empty: bool,
@@ -546,7 +546,7 @@ pub fn run(cli: Cli) -> Result<()> {
             emit(
                 &runtime()?.block_on(store_cmd::prune(
                     retain,
-                    within("--batch", batch, 1, MAX_PRUNE_BATCH)?,
+                    batch.get("--batch")?,
                     until_empty,
                     progress,
                     &db,
@@ -583,7 +583,7 @@ pub fn run(cli: Cli) -> Result<()> {
             &runtime()?.block_on(runs_cmd::list(
                 tenant.as_deref(),
                 state,
-                within("--limit", limit, 1, MAX_LIST_LIMIT)?,
+                limit.get("--limit")?,
                 after,
                 &db,
             ))?,
@@ -604,7 +604,7 @@ pub fn run(cli: Cli) -> Result<()> {
         }) => emit(
             &runtime()?.block_on(runs_cmd::prune(
                 retain,
-                within("--batch", batch, 1, MAX_PRUNE_BATCH)?,
+                batch.get("--batch")?,
                 until_empty,
                 &db,
             ))?,

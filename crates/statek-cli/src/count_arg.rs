@@ -1,26 +1,73 @@
-//! Whole-number options with a range. [`count`] is the value parser of
-//! the demo's sizes (a value out of range is a usage error, exit 2);
-//! [`within`] checks the operator commands' `--limit` and `--batch`, which
-//! clap parses as signed integers (`allow_negative_numbers`), so `--limit
-//! -1` is answered with the option's range, as invalid input (exit 3, like
-//! every range check of a command), instead of clap's "unexpected
-//! argument".
+//! Number and duration options. [`count`] is the value parser of the
+//! demo's sizes (a value out of range is a usage error, exit 2);
+//! [`ranged`] parses the operator commands' `--limit` and `--batch`, whose
+//! range [`Ranged::get`] checks in the command, so a value out of range
+//! (`-1`, `0`, `99999999999999999999`) is invalid input naming the range
+//! (exit 3, like every range check of a command) and only a value that is
+//! not a whole number is a usage error (exit 2); [`duration`] parses
+//! `--retain`, and says what is wrong with a negative one instead of
+//! clap's "unexpected argument '-2'".
+
+use std::time::Duration;
 
 use crate::exit::InvalidInput;
 
-/// `value` of option `option` as a `u32` in `min..=max`, or invalid input
-/// naming the option and its range.
-pub(crate) fn within(option: &str, value: i64, min: u32, max: u32) -> Result<u32, InvalidInput> {
-    u32::try_from(value)
-        .ok()
-        .filter(|n| (min..=max).contains(n))
-        .ok_or_else(|| InvalidInput(format!("{option} {value} is not in {min}..={max}")))
+/// A whole number given for an option with the range `min..=max`,
+/// checked when the command runs ([`get`](Self::get)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ranged {
+    /// The text as given (trimmed), for the error.
+    text: String,
+    /// The value, when it is in the range.
+    value: Option<u32>,
+    min: u32,
+    max: u32,
 }
 
-/// A count in `MIN..=MAX`, or an error naming that range for any other
-/// text: a negative number, one too large for any integer type, a word
-/// (clap's own ranged parser names the range only for numbers that fit an
-/// `i64`).
+impl Ranged {
+    /// The value, or invalid input naming `option` and its range.
+    pub(crate) fn get(&self, option: &str) -> Result<u32, InvalidInput> {
+        self.value.ok_or_else(|| {
+            InvalidInput(format!(
+                "{option} {} is not in {}..={}",
+                self.text, self.min, self.max
+            ))
+        })
+    }
+}
+
+/// Parses a whole number (an optional sign, then digits, of any length)
+/// for an option with the range `MIN..=MAX`; any other text is an error.
+pub(crate) fn ranged<const MIN: u32, const MAX: u32>(text: &str) -> Result<Ranged, String> {
+    let number = text.trim();
+    let digits = number.strip_prefix(['-', '+']).unwrap_or(number);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{text} is not a whole number in {MIN}..={MAX}"));
+    }
+    Ok(Ranged {
+        text: number.to_owned(),
+        value: number
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (MIN..=MAX).contains(n)),
+        min: MIN,
+        max: MAX,
+    })
+}
+
+/// Parses a duration such as `24h`, `7d` or `90min` (humantime's format);
+/// a negative one is refused with what a retention is.
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    if trimmed.starts_with('-') {
+        return Err(format!(
+            "{trimmed} is negative: give how long to keep, such as 24h or 30d"
+        ));
+    }
+    humantime::parse_duration(trimmed)
+        .map_err(|e| format!("{trimmed} is not a duration such as 24h or 30d: {e}"))
+}
+
 // Only the demo (feature `demo`) has options parsed by it.
 #[cfg_attr(not(feature = "demo"), allow(dead_code))]
 pub(crate) fn count<const MIN: u32, const MAX: u32>(text: &str) -> Result<u32, String> {
@@ -38,26 +85,51 @@ pub(crate) fn count<const MIN: u32, const MAX: u32>(text: &str) -> Result<u32, S
 
 #[cfg(test)]
 mod tests {
-    use super::{count, within};
+    use super::{count, duration, ranged};
 
     #[test]
-    fn within_names_the_option_and_its_range() {
-        assert_eq!(within("--limit", 50, 1, 10_000).map_err(|e| e.0), Ok(50));
-        assert_eq!(
-            within("--limit", 10_000, 1, 10_000).map_err(|e| e.0),
-            Ok(10_000)
-        );
-        for (value, text) in [
-            (-1, "--limit -1 is not in 1..=10000"),
-            (0, "--limit 0 is not in 1..=10000"),
-            (10_001, "--limit 10001 is not in 1..=10000"),
-            (i64::MAX, "--limit 9223372036854775807 is not in 1..=10000"),
+    fn a_ranged_number_names_the_option_and_its_range() {
+        let get = |text: &str| {
+            ranged::<1, 10_000>(text)
+                .expect("a whole number")
+                .get("--limit")
+                .map_err(|e| e.0)
+        };
+        assert_eq!(get("50"), Ok(50));
+        assert_eq!(get("10000"), Ok(10_000));
+        for (text, message) in [
+            ("-1", "--limit -1 is not in 1..=10000"),
+            ("0", "--limit 0 is not in 1..=10000"),
+            ("10001", "--limit 10001 is not in 1..=10000"),
+            ("4294967296", "--limit 4294967296 is not in 1..=10000"),
+            (
+                "99999999999999999999",
+                "--limit 99999999999999999999 is not in 1..=10000",
+            ),
+            (
+                "-99999999999999999999",
+                "--limit -99999999999999999999 is not in 1..=10000",
+            ),
         ] {
-            assert_eq!(
-                within("--limit", value, 1, 10_000).map_err(|e| e.0),
-                Err(text.to_owned())
-            );
+            assert_eq!(get(text), Err(message.to_owned()));
         }
+        assert_eq!(
+            ranged::<1, 10_000>("two"),
+            Err("two is not a whole number in 1..=10000".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_negative_duration_says_what_to_give() {
+        assert_eq!(duration("24h"), Ok(std::time::Duration::from_secs(86_400)));
+        assert_eq!(
+            duration("-24h"),
+            Err("-24h is negative: give how long to keep, such as 24h or 30d".to_owned())
+        );
+        assert_eq!(
+            duration("soon"),
+            Err("soon is not a duration such as 24h or 30d: expected number at 0".to_owned())
+        );
     }
 
     #[test]

@@ -206,7 +206,14 @@ fn usage_2_for_a_flag_value_that_is_not_of_its_kind() {
     for (args, message) in [
         (
             &["prune", "--retain", "24h", "--batch", "two"][..],
-            "invalid value 'two' for '--batch <BATCH>': invalid digit found in string\n".to_owned(),
+            "invalid value 'two' for '--batch <BATCH>': two is not a whole number in 1..=10000\n"
+                .to_owned(),
+        ),
+        (
+            &["prune", "--retain", "-24h"][..],
+            "invalid value '-24h' for '--retain <RETAIN>': -24h is negative: give how long to \
+             keep, such as 24h or 30d\n"
+                .to_owned(),
         ),
         (
             &[
