@@ -14,7 +14,7 @@ use statek_core::{
 };
 use statek_policy::TenantId;
 use statek_store_pg::{
-    ClaimOutcome, ClaimedRun, FinishOutcome, FinishRun, PgStore, RunFinish, RunLease, StoreError,
+    ClaimOutcome, ClaimedRun, FinishAs, FinishOutcome, FinishRun, PgStore, RunLease, StoreError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -178,10 +178,10 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         let (result, lease_state, lease_held_until) = self
             .run_with_heartbeats(&run, &held, &cancel, claim_sent)
             .await;
-        let pending = |finish: RunFinish| PendingFinish {
+        let pending = |finish: FinishAs| PendingFinish {
             finish: match finish {
-                RunFinish::Complete => FinishRun::complete(held),
-                RunFinish::Fail { error, retry_after } => FinishRun::fail(held, error, retry_after),
+                FinishAs::Complete => FinishRun::complete(held),
+                FinishAs::Fail { error, retry_after } => FinishRun::fail(held, error, retry_after),
             },
             lease_held_until,
             cancel: shutdown.clone(),
@@ -207,7 +207,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         // Expired locally: the token may still hold (nobody re-claimed), so
         // the outcome is still recorded under it; the store says if not.
         match result {
-            Ok(()) => match self.record(pending(RunFinish::Complete), recording).await {
+            Ok(()) => match self.record(pending(FinishAs::Complete), recording).await {
                 Ok(FinishOutcome::Completed | FinishOutcome::AlreadyRecorded) => {
                     run_outcome(tenant, "completed");
                     Ok(TenantTickOutcome::Executed(executed))
@@ -230,7 +230,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
                 };
                 let failed = self
                     .record(
-                        pending(RunFinish::Fail {
+                        pending(FinishAs::Fail {
                             error: error.to_string(),
                             retry_after,
                         }),

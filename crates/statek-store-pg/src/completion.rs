@@ -59,9 +59,11 @@ const FINISH_RUNS: &str = "
     SELECT * FROM statek.finish_runs($1::uuid[], $2::uuid[], $3::text[], $4::float8[],
                                      $5::text[])";
 
-/// What to record for one finished run.
+/// How one finished run is recorded: completed, or failed (retried while
+/// attempts remain). Named apart from [`FinishRun`], the run to finish,
+/// which holds its lease and this.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunFinish {
+pub enum FinishAs {
     /// The run succeeded: `completed`.
     Complete,
     /// The execution failed: the run is available again `retry_after`
@@ -82,7 +84,7 @@ pub enum RunFinish {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FinishRun {
     lease: RunLease,
-    finish: RunFinish,
+    finish: FinishAs,
 }
 
 impl FinishRun {
@@ -90,17 +92,17 @@ impl FinishRun {
     pub fn complete(lease: RunLease) -> Self {
         Self {
             lease,
-            finish: RunFinish::Complete,
+            finish: FinishAs::Complete,
         }
     }
 
     /// The execution of `lease`'s run failed with `error`; retry after
-    /// `retry_after` (see [`RunFinish::Fail`]; the limit is checked by
+    /// `retry_after` (see [`FinishAs::Fail`]; the limit is checked by
     /// [`PgStore::finish_runs`]).
     pub fn fail(lease: RunLease, error: impl Into<String>, retry_after: Duration) -> Self {
         Self {
             lease,
-            finish: RunFinish::Fail {
+            finish: FinishAs::Fail {
                 error: error.into(),
                 retry_after,
             },
@@ -113,7 +115,7 @@ impl FinishRun {
     }
 
     /// What is recorded.
-    pub fn finish(&self) -> &RunFinish {
+    pub fn finish(&self) -> &FinishAs {
         &self.finish
     }
 }
@@ -204,12 +206,12 @@ impl PgStore {
             run_ids.push(run_id);
             tokens.push(run.lease.token());
             match &run.finish {
-                RunFinish::Complete => {
+                FinishAs::Complete => {
                     kinds.push(COMPLETE);
                     retry.push(0.0_f64);
                     errors.push(None);
                 }
-                RunFinish::Fail { error, retry_after } => {
+                FinishAs::Fail { error, retry_after } => {
                     kinds.push(FAIL);
                     retry.push(retry_secs(*retry_after).map_err(|e| match e {
                         StoreError::InvalidArgument(why) => StoreError::InvalidArgument(format!(
@@ -262,11 +264,11 @@ impl PgStore {
                     FinishOutcome::AlreadyRecorded
                 }
                 (_, None) => FinishOutcome::LeaseLost,
-                (RunFinish::Complete, Some("completed")) => FinishOutcome::Completed,
-                (RunFinish::Fail { .. }, Some("available")) => FinishOutcome::Retrying {
+                (FinishAs::Complete, Some("completed")) => FinishOutcome::Completed,
+                (FinishAs::Fail { .. }, Some("available")) => FinishOutcome::Retrying {
                     available_at: row.try_get("available_at")?,
                 },
-                (RunFinish::Fail { .. }, Some("failed")) => FinishOutcome::Failed,
+                (FinishAs::Fail { .. }, Some("failed")) => FinishOutcome::Failed,
                 (_, Some(other)) => {
                     return Err(StoreError::corrupt(
                         "run finish",

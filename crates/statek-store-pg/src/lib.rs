@@ -166,7 +166,7 @@ pub mod testing;
 mod tls;
 
 pub use batch::ReservationBatch;
-pub use completion::{FinishOutcome, FinishRun, RunFinish};
+pub use completion::{FinishAs, FinishOutcome, FinishRun};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
 pub use conninfo::SslMode;
 pub use durability::DURABILITY_RISK;
