@@ -15,6 +15,7 @@ use crate::batch::SlotBatch;
 use crate::notifications::RunNotifications;
 use crate::outcome::TenantTickOutcome;
 use crate::source_error::SourceError;
+use crate::tickets::SlotTickets;
 
 /// A tenant-isolated executor: given a tenant, claim and run at most one of
 /// that tenant's runs, never another tenant's.
@@ -42,16 +43,22 @@ pub trait TenantExecutor: Send + Sync {
     /// sequence order, at most one run per permit taken from the batch's
     /// pool, starts every claimed run at once (runs of a batch execute
     /// concurrently: none waits for another to finish), and reports each
-    /// slot's outcome exactly once. Returns when every slot has been
-    /// reported.
+    /// slot's outcome through its ticket (one per slot, or one per range
+    /// of slots decided alike without a claim). Returns when every ticket
+    /// has been reported (a ticket dropped unreported reports its slots
+    /// abandoned).
     ///
     /// The default calls [`execute_one`](Self::execute_one) per slot,
     /// each after taking a permit, in sequence order
     /// ([`execute_each`]), so existing executors work
     /// unchanged; statek-scheduler's `PgRunQueueExecutor` claims for many slots in
-    /// one statement instead.
-    fn execute_batch(&self, batch: &SlotBatch<'_, Self::Error>) -> impl Future<Output = ()> + Send {
-        execute_each(self, batch)
+    /// one statement instead ([`crate::claim_and_run`]).
+    fn execute_batch<'a>(
+        &'a self,
+        batch: SlotBatch<'a, Self::Error>,
+        tickets: SlotTickets<'a, Self::Error>,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        execute_each(self, batch, tickets)
     }
 
     /// Whether an error of this executor is transient.
@@ -140,11 +147,11 @@ pub trait TenantExecutor: Send + Sync {
 /// flight at once may commit in either order).
 pub async fn execute_each<X: TenantExecutor + ?Sized>(
     executor: &X,
-    batch: &SlotBatch<'_, X::Error>,
+    batch: SlotBatch<'_, X::Error>,
+    mut tickets: SlotTickets<'_, X::Error>,
 ) {
     let mut running = FuturesUnordered::new();
-    let mut next = 0;
-    while next < batch.slots().len() {
+    while !tickets.is_empty() {
         // Poll the running ones first, so each started future runs to its
         // first await (its claim) before the next slot is considered.
         let permit = tokio::select! {
@@ -157,22 +164,23 @@ pub async fn execute_each<X: TenantExecutor + ?Sized>(
         };
         let permit = permits.pop();
         drop(permits);
-        let index = next;
-        next += 1;
-        let tenant = &batch.slots()[index].tenant;
+        let Some(ticket) = tickets.ticket() else {
+            break;
+        };
+        let tenant = &ticket.slot().tenant;
         running.push(async move {
             let outcome = executor.execute_one(tenant, batch.cancel()).await;
             // Reported before the permit returns, so whoever takes the
             // permit next sees this slot's outcome.
-            batch.report(index, outcome);
+            ticket.report(outcome);
             drop(permit);
         });
         // Its first poll (an `execute_one` that claims first runs up to
         // its claim's first await) before the slot counts as decided, so
         // the batch after this one, which waits for that, claims later.
         while let Some(Some(())) = running.next().now_or_never() {}
-        batch.decided(next);
+        batch.decided(tickets.issued());
     }
-    batch.cancel_from(next);
+    tickets.cancel_rest();
     while running.next().await.is_some() {}
 }

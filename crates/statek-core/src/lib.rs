@@ -16,7 +16,8 @@
 //! - [`check_cycle_digest`]: the one check of a shard's stored cycle
 //!   digest against the cycle this build compiles;
 //! - [`TenantExecutor`]: what runs behind a reserved slot, and the batch
-//!   protocol it follows ([`SlotBatch`], with [`RunPool`] and
+//!   protocol it follows ([`SlotBatch`] with one owned ticket per slot,
+//!   [`SlotTickets`], so every slot gets exactly one outcome; [`RunPool`];
 //!   [`claim_and_run`] for executors that claim many slots at once);
 //!   [`TenantTickOutcome`]: what it did with one slot; [`lease`]: keeping a
 //!   claimed run's lease while its handler runs;
@@ -36,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 mod batch;
+mod claim_run;
 mod cycle_check;
 mod executor;
 mod handler;
@@ -49,8 +51,10 @@ mod reservation;
 mod reservation_source;
 mod slot;
 mod source_error;
+mod tickets;
 
-pub use batch::{claim_and_run, BatchSlot, RunPermit, RunPool, SlotBatch, SlotResult, SlotStart};
+pub use batch::{BatchParts, BatchSlot, BatchState, RunPermit, RunPool, SlotBatch, SlotReport};
+pub use claim_run::{claim_and_run, SlotStart};
 pub use cycle_check::{check_cycle_digest, CycleCheck, CycleMismatch};
 pub use executor::{execute_each, TenantExecutor};
 pub use handler::{Run, RunError, RunHandler};
@@ -66,3 +70,4 @@ pub use reservation::Reservation;
 pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use slot::{SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded};
 pub use source_error::{SourceError, SourceErrorKind};
+pub use tickets::{SlotRange, SlotTicket, SlotTickets, Unclaimed};

@@ -76,7 +76,7 @@ impl TenantTickOutcome {
     }
 
     /// The class a slot with this outcome is recorded with, unless its
-    /// executor said otherwise ([`crate::SlotBatch::classify`]): a claimed
+    /// executor said otherwise ([`crate::SlotTicket::classify`]): a claimed
     /// run (executed or failed) is [`SlotClass::Claimed`], a cancelled slot
     /// [`SlotClass::Unused`].
     pub fn slot_class(&self) -> SlotClass {

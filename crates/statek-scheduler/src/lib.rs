@@ -112,10 +112,10 @@ pub use statek_core::{
     check_cycle_digest, claim_and_run, execute_each, lease, run_notifications, BatchSlot,
     CycleCheck, CycleMismatch, EnqueuedRun, ExecutedRun, Registration, Reservation,
     ReservationSource, Run, RunError, RunHandler, RunNotifications, RunPermit, RunPool, RunWakeups,
-    SlotBatch, SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded, SlotStart,
-    SourceError, SourceErrorKind, SourceShard, Succession, TenantExecutor, TenantTickOutcome,
-    BUFFERED_WAKEUPS, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RESERVATION_BATCH,
-    MIN_PRIORITY,
+    SlotBatch, SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded, SlotRange,
+    SlotStart, SlotTicket, SlotTickets, SourceError, SourceErrorKind, SourceShard, Succession,
+    TenantExecutor, TenantTickOutcome, Unclaimed, BUFFERED_WAKEUPS, MAX_ATTEMPTS_LIMIT,
+    MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RESERVATION_BATCH, MIN_PRIORITY,
 };
 pub use tick_outcome::TickOutcome;
 #[cfg(feature = "postgres")]

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use statek_core::lease::{run_under_lease, Heartbeat, LeaseState};
 use statek_core::{
     claim_and_run, BatchSlot, ExecutedRun, Run, RunError, RunHandler, RunNotifications, RunPermit,
-    SlotBatch, SlotClass, SlotStart, SourceError, TenantExecutor, TenantTickOutcome,
+    SlotBatch, SlotStart, SlotTickets, SourceError, TenantExecutor, TenantTickOutcome, Unclaimed,
 };
 use statek_policy::TenantId;
 use statek_store_pg::{
@@ -380,7 +380,11 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
             .await
     }
 
-    async fn execute_batch(&self, batch: &SlotBatch<'_, StoreError>) {
+    async fn execute_batch<'a>(
+        &'a self,
+        batch: SlotBatch<'a, StoreError>,
+        tickets: SlotTickets<'a, StoreError>,
+    ) {
         let lease = self.options.lease_length();
         let shard = batch.shard().to_string();
         // The claim of the slots being claimed for, kept across its
@@ -394,6 +398,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         let (pending, shard) = (&pending, &shard);
         claim_and_run(
             batch,
+            tickets,
             StoreError::is_retryable,
             |slots: &[BatchSlot], max_runs: usize| {
                 let pairs: Vec<(u64, TenantId)> = slots
@@ -413,7 +418,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                                 _ => {
                                     let claim = Arc::new(plan_claim(
                                         self.idle.as_deref(),
-                                        batch,
+                                        &batch,
                                         pairs.clone(),
                                         lease,
                                         max_runs,
@@ -428,9 +433,10 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                             *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
                             metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
                                 .increment(claim.slots.len() as u64);
-                            return Ok((0..claim.slots.len())
-                                .map(|_| SlotStart::DoneAs(TenantTickOutcome::Idle, SlotClass::IdleKnown))
-                                .collect());
+                            return Ok(vec![SlotStart::Unclaimed {
+                                outcome: Unclaimed::IdleKnown,
+                                slots: claim.slots.len(),
+                            }]);
                         };
                         let claim_sent = Instant::now();
                         metrics::counter!(crate::metrics::CLAIM_STATEMENTS_TOTAL, "shard" => shard.clone())

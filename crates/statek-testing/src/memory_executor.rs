@@ -7,8 +7,8 @@ use std::time::Duration;
 use statek_core::lease::{run_under_lease, Heartbeat, LeaseState};
 use statek_core::{
     claim_and_run, BatchSlot, EnqueuedRun, ExecutedRun, Run, RunError, RunHandler, RunPermit,
-    SlotBatch, SlotStart, TenantExecutor, TenantTickOutcome, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES,
-    MAX_PRIORITY, MIN_PRIORITY,
+    SlotBatch, SlotStart, SlotTickets, TenantExecutor, TenantTickOutcome, Unclaimed,
+    MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MIN_PRIORITY,
 };
 use statek_policy::TenantId;
 use tokio::time::Instant;
@@ -404,10 +404,15 @@ impl<H: RunHandler> TenantExecutor for InMemoryExecutor<H> {
     /// Claims for the batch's slots under one lock of the queue, in
     /// sequence order, at most one run per free permit, and runs the
     /// claimed runs concurrently.
-    async fn execute_batch(&self, batch: &SlotBatch<'_, Self::Error>) {
+    async fn execute_batch<'a>(
+        &'a self,
+        batch: SlotBatch<'a, Self::Error>,
+        tickets: SlotTickets<'a, Self::Error>,
+    ) {
         let shared = &self.shared;
         claim_and_run(
             batch,
+            tickets,
             |e: &Self::Error| match *e {},
             |slots: &[BatchSlot], max_runs: usize| {
                 let claimed_at = Instant::now();
@@ -418,16 +423,15 @@ impl<H: RunHandler> TenantExecutor for InMemoryExecutor<H> {
                     if claimed == max_runs {
                         break;
                     }
-                    starts.push(
-                        match queue.claim(&slot.tenant, shared.options.lease_length(), &shared.clock) {
-                            Claim::Claimed(run, token) => {
-                                claimed += 1;
-                                SlotStart::Claimed((run, token, claimed_at))
-                            }
-                            Claim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
-                            Claim::Contended => SlotStart::Done(TenantTickOutcome::Contended),
-                        },
-                    );
+                    match queue.claim(&slot.tenant, shared.options.lease_length(), &shared.clock) {
+                        Claim::Claimed(run, token) => {
+                            claimed += 1;
+                            SlotStart::Claimed((run, token, claimed_at))
+                        }
+                        Claim::Idle => SlotStart::unclaimed(Unclaimed::Idle),
+                        Claim::Contended => SlotStart::unclaimed(Unclaimed::Contended),
+                    }
+                    .push_into(&mut starts);
                 }
                 drop(queue);
                 std::future::ready(Ok(starts))

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use statek_core::{SlotBatch, SlotClass, SlotStart, TenantTickOutcome};
+use statek_core::{SlotBatch, SlotStart, Unclaimed};
 use statek_policy::TenantId;
 use statek_store_pg::{ClaimedRun, SlotClaim, SlotClaimRequest, StoreError};
 use tokio::time::Instant;
@@ -116,10 +116,7 @@ pub(super) fn merge_claims(
                 break;
             }
             known_idle += 1;
-            starts.push(SlotStart::DoneAs(
-                TenantTickOutcome::Idle,
-                SlotClass::IdleKnown,
-            ));
+            SlotStart::unclaimed(Unclaimed::IdleKnown).push_into(&mut starts);
             continue;
         }
         let Some(answer) = answers.next() else {
@@ -133,17 +130,16 @@ pub(super) fn merge_claims(
                 _ => idle.found_work(tenant),
             }
         }
-        starts.push(match answer {
+        match answer {
             SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
-            SlotClaim::Idle => SlotStart::Done(TenantTickOutcome::Idle),
-            SlotClaim::Limited => SlotStart::Done(TenantTickOutcome::Limited),
+            SlotClaim::Idle => SlotStart::unclaimed(Unclaimed::Idle),
+            SlotClaim::Limited => SlotStart::unclaimed(Unclaimed::Limited),
             // The slot claimed the run; its lease is another's now.
-            SlotClaim::LeaseLost { .. } => {
-                SlotStart::DoneAs(TenantTickOutcome::Contended, SlotClass::Claimed)
-            }
+            SlotClaim::LeaseLost { .. } => SlotStart::LeaseLost,
             // Contended, or any other answer without a run.
-            _ => SlotStart::Done(TenantTickOutcome::Contended),
-        });
+            _ => SlotStart::unclaimed(Unclaimed::Contended),
+        }
+        .push_into(&mut starts);
     }
     (starts, known_idle)
 }

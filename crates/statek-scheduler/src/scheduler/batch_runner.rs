@@ -4,14 +4,15 @@
 //! [`SlotBatch`], and one result per slot delivered as it arrives. Shared
 //! by [`DurableFairScheduler::tick_batch_until`] and the `Worker`.
 
-use std::sync::Mutex;
+use statek_core::{
+    BatchParts, BatchSlot, BatchState, ReservationSource, SlotBatch, SlotReport, TenantExecutor,
+    TenantTickOutcome,
+};
 
-use statek_core::{BatchSlot, ReservationSource, SlotBatch, SlotResult, TenantExecutor};
-
-use super::{lock, DurableFairScheduler, SlotAbandoned};
+use super::{DurableFairScheduler, SlotAbandoned};
 use crate::error::SchedulerError;
 use crate::reserved_batch::{BatchHooks, ReservedBatch};
-use crate::tick_outcome::tenant_of;
+use crate::tick_outcome::{tenant_of, TickOutcome};
 
 impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     /// Runs a [`ReservedBatch`] through [`TenantExecutor::execute_batch`]:
@@ -85,41 +86,60 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                 tenant: tenant.clone(),
             })
             .collect();
-        let reported = Mutex::new(vec![false; slots.len()]);
-        let deliver = |index: usize, result: SlotResult<E::Error>| {
+        // One result per slot: a range report (slots decided alike
+        // without a claim, or abandoned) is one call here, handed on per
+        // slot.
+        let result_of = |index: usize, outcome: Result<TenantTickOutcome, E::Error>| {
             let (Some(reservation), Some((tenant, bound))) =
                 (reservations.get(index), mapped.get(index))
             else {
-                tracing::error!(index, "executor reported a slot outside its batch");
-                return;
+                return None;
             };
-            if std::mem::replace(&mut lock(&reported)[index], true) {
-                tracing::error!(
-                    sequence = reservation.sequence(),
-                    "executor reported a slot twice; ignored"
-                );
-                return;
-            }
-            let result = match result {
-                SlotResult::Outcome(outcome) => self.slot_result(
-                    policy,
-                    reservation.clone(),
-                    tenant.clone(),
-                    bound.clone(),
-                    retries,
-                    outcome,
-                ),
-                SlotResult::Abandoned(reason) => Err(SchedulerError::Executor {
-                    sequence: reservation.sequence(),
-                    tenant: tenant.clone(),
-                    retryable: true,
-                    source: Box::new(SlotAbandoned(reason)),
-                }),
-            };
+            Some(self.slot_result(
+                policy,
+                reservation.clone(),
+                tenant.clone(),
+                bound.clone(),
+                retries,
+                outcome,
+            ))
+        };
+        let hand_on = |index: usize, result: Result<TickOutcome, SchedulerError>| {
             if let Err(e) = &result {
                 self.count_error(e);
             }
             sink(index, result);
+        };
+        let deliver = |report: SlotReport<E::Error>| match report {
+            SlotReport::One { index, outcome } => {
+                if let Some(result) = result_of(index, outcome) {
+                    hand_on(index, result);
+                }
+            }
+            SlotReport::Unclaimed { indexes, outcome } => {
+                for index in indexes {
+                    if let Some(result) = result_of(index, Ok(outcome.outcome())) {
+                        hand_on(index, result);
+                    }
+                }
+            }
+            SlotReport::Abandoned { indexes, reason } => {
+                for index in indexes {
+                    if let (Some(reservation), Some((tenant, _))) =
+                        (reservations.get(index), mapped.get(index))
+                    {
+                        hand_on(
+                            index,
+                            Err(SchedulerError::Executor {
+                                sequence: reservation.sequence(),
+                                tenant: tenant.clone(),
+                                retryable: true,
+                                source: Box::new(SlotAbandoned(reason.clone())),
+                            }),
+                        );
+                    }
+                }
+            }
         };
         let span = tracing::info_span!(
             "batch",
@@ -127,31 +147,34 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             first_sequence = slots.first().map(|s| s.sequence),
             slots = slots.len(),
         );
-        let slot_batch = SlotBatch::new(
-            policy.shard_id(),
-            &slots,
-            pool,
-            stop,
-            cancel,
-            &deliver,
-            on_decided,
+        let mut state = BatchState::new();
+        let (slot_batch, tickets) = SlotBatch::new(
+            BatchParts {
+                shard: policy.shard_id(),
+                slots: &slots,
+                pool,
+                stop,
+                cancel,
+                sink: &deliver,
+                on_decided,
+            },
+            &mut state,
         );
-        tracing::Instrument::instrument(self.executor.execute_batch(&slot_batch), span).await;
-        let missing: Vec<usize> = lock(&reported)
-            .iter()
-            .enumerate()
-            .filter(|(_, done)| !**done)
-            .map(|(i, _)| i)
-            .collect();
-        for index in missing {
-            deliver(
-                index,
-                SlotResult::Abandoned("the executor returned without reporting this slot".into()),
+        tracing::Instrument::instrument(self.executor.execute_batch(slot_batch, tickets), span)
+            .await;
+        if state.reported() < slots.len() {
+            // Only a leaked ticket (`std::mem::forget`) reports nothing.
+            tracing::error!(
+                shard = %policy.shard_id(),
+                first_sequence = slots.first().map(|s| s.sequence),
+                unreported = slots.len() - state.reported(),
+                "the executor leaked slot tickets: those slots have no outcome; the range is left unrecorded"
             );
+            state.mark_uncertain();
         }
         on_decided(slots.len());
         let first = slots.first()?;
-        let outcomes = slot_batch.outcomes();
+        let outcomes = state.outcomes();
         if outcomes.is_none() {
             tracing::debug!(shard = %policy.shard_id(), first_sequence = first.sequence,
                 "a slot's class is not known for sure; the range is left unrecorded");

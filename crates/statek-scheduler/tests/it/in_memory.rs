@@ -252,9 +252,14 @@ impl statek_scheduler::TenantExecutor for FirstClaimLost {
         Ok(TenantTickOutcome::Idle)
     }
 
-    async fn execute_batch(&self, batch: &statek_scheduler::SlotBatch<'_, LostAnswer>) {
+    async fn execute_batch<'a>(
+        &'a self,
+        batch: statek_scheduler::SlotBatch<'a, LostAnswer>,
+        tickets: statek_scheduler::SlotTickets<'a, LostAnswer>,
+    ) {
         statek_scheduler::claim_and_run(
             batch,
+            tickets,
             |_| true,
             |slots: &[statek_scheduler::BatchSlot], _max_runs: usize| {
                 let n = slots.len();
@@ -266,9 +271,10 @@ impl statek_scheduler::TenantExecutor for FirstClaimLost {
                     {
                         return Err(LostAnswer);
                     }
-                    Ok((0..n)
-                        .map(|_| statek_scheduler::SlotStart::Done(TenantTickOutcome::Idle))
-                        .collect::<Vec<statek_scheduler::SlotStart<()>>>())
+                    Ok(vec![statek_scheduler::SlotStart::<()>::Unclaimed {
+                        outcome: statek_scheduler::Unclaimed::Idle,
+                        slots: n,
+                    }])
                 }
             },
             |(): (), _permit| async move { Ok(TenantTickOutcome::Idle) },

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run, RunError,
-    RunHandler, SchedulerError, SchedulerOptions, SlotBatch, TenantExecutor, TenantTickOutcome,
-    Worker, WorkerOptions,
+    RunHandler, SchedulerError, SchedulerOptions, SlotBatch, SlotTickets, TenantExecutor,
+    TenantTickOutcome, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{ClaimOutcome, NewRun, PgStore};
@@ -500,7 +500,11 @@ impl TenantExecutor for BlocksInABatch {
         Ok(TenantTickOutcome::Contended)
     }
 
-    async fn execute_batch(&self, batch: &SlotBatch<'_, Transient>) {
+    async fn execute_batch<'a>(
+        &'a self,
+        batch: SlotBatch<'a, Transient>,
+        mut tickets: SlotTickets<'a, Transient>,
+    ) {
         let slots = batch.slots();
         let first_big = slots.len() >= 4 && {
             let mut blocked = self.blocked_batch.lock().unwrap();
@@ -510,19 +514,20 @@ impl TenantExecutor for BlocksInABatch {
             }
         };
         if !first_big {
-            return statek_scheduler::execute_each(self, batch).await;
+            return statek_scheduler::execute_each(self, batch, tickets).await;
         }
         let Some(permits) = batch.permits(1).await else {
-            return batch.cancel_from(0);
+            return tickets.cancel_rest();
         };
+        let first = tickets.ticket().expect("a batch of 4 slots has a first");
         batch.decided(1);
         self.blocked.notify_one();
         self.release.notified().await;
-        batch.report(0, Ok(TenantTickOutcome::Contended));
+        first.report(Ok(TenantTickOutcome::Contended));
         drop(permits);
         // The rest: the replica is stopping, so no permit is given.
         assert!(batch.permits(1).await.is_none());
-        batch.cancel_from(1);
+        tickets.cancel_rest();
     }
 
     fn is_retryable(_: &Transient) -> bool {
@@ -892,9 +897,14 @@ impl TenantExecutor for SlowSecondClaim {
         Ok(TenantTickOutcome::Idle)
     }
 
-    async fn execute_batch(&self, batch: &SlotBatch<'_, Transient>) {
+    async fn execute_batch<'a>(
+        &'a self,
+        batch: SlotBatch<'a, Transient>,
+        tickets: SlotTickets<'a, Transient>,
+    ) {
         statek_scheduler::claim_and_run(
             batch,
+            tickets,
             |_| true,
             |slots: &[statek_scheduler::BatchSlot], _max_runs: usize| {
                 let n = slots.len();
@@ -914,9 +924,10 @@ impl TenantExecutor for SlowSecondClaim {
                         .is_ok();
                         *self.finished_during_claim.lock().unwrap() = Some(finished);
                     }
-                    Ok((0..n)
-                        .map(|_| statek_scheduler::SlotStart::Done(TenantTickOutcome::Idle))
-                        .collect())
+                    Ok(vec![statek_scheduler::SlotStart::Unclaimed {
+                        outcome: statek_scheduler::Unclaimed::Idle,
+                        slots: n,
+                    }])
                 }
             },
             |(): (), permit| async move {
