@@ -19,6 +19,7 @@
 //! The durability check is asserted on both kinds of pair: an asynchronous
 //! standby is a refused risk, a synchronous one is none.
 
+use statek_store_pg::DurabilityError;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -211,7 +212,7 @@ async fn trial(
             ensure!(
                 matches!(
                     strict.register(&policy).await,
-                    Err(StoreError::DurabilityRefused { .. })
+                    Err(StoreError::Durability(DurabilityError::Refused { .. }))
                 ),
                 "the default policy must refuse an asynchronous standby"
             );
@@ -452,7 +453,7 @@ async fn check_halted_then_resumed(
         .reserve(policy.shard_id(), &policy.digest(), Uuid::now_v7())
         .await
     {
-        Err(StoreError::ShardHalted(h)) => ensure!(
+        Err(StoreError::Durability(DurabilityError::ShardHalted(h))) => ensure!(
             h.halts.len() == halts.iter().filter(|h| h.is_open()).count(),
             "a restarted process sees {} open halts, the database {}",
             h.halts.len(),
@@ -516,7 +517,7 @@ async fn check_unverified(
         .reserve(idle.shard_id(), &idle.digest(), Uuid::now_v7())
         .await
     {
-        Err(StoreError::ShardHalted(h)) => {
+        Err(StoreError::Durability(DurabilityError::ShardHalted(h))) => {
             let halt = &h.halts[0];
             ensure!(
                 h.halts.len() == 1
@@ -637,7 +638,7 @@ async fn reserve_loop(
                     }
                     break;
                 }
-                Err(StoreError::ReservationsLostInFailover(lost)) => {
+                Err(StoreError::Durability(DurabilityError::ReservationsLostInFailover(lost))) => {
                     {
                         let mut log = log.lock().map_err(|_| anyhow::anyhow!("poisoned log"))?;
                         let reserved_first = log.acknowledged.iter().any(|&(_, _, t)| t >= 2);
@@ -652,14 +653,14 @@ async fn reserve_loop(
                         .reserve(policy.shard_id(), &digest, Uuid::now_v7())
                         .await
                     {
-                        Err(StoreError::ShardHalted(_)) => {}
+                        Err(StoreError::Durability(DurabilityError::ShardHalted(_))) => {}
                         other => {
                             bail!("after its reported loss a replica got {other:?}, not the halt")
                         }
                     }
                     return Ok(());
                 }
-                Err(StoreError::ShardHalted(_)) => {
+                Err(StoreError::Durability(DurabilityError::ShardHalted(_))) => {
                     log.lock()
                         .map_err(|_| anyhow::anyhow!("poisoned log"))?
                         .refused = true;

@@ -17,6 +17,7 @@
 //! - `FIRST 1 (standby1)` (`sync`, `async`): `standby2` is the risk
 //!   `asynchronous_standbys`, registration is refused and writes no shard.
 
+use statek_store_pg::DurabilityError;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -230,7 +231,9 @@ async fn judge(
             );
             "accepted by Require, reserved sequence 0"
         }
-        Err(StoreError::DurabilityRefused { risks: refused, .. }) if !risks.is_empty() => {
+        Err(StoreError::Durability(DurabilityError::Refused { risks: refused, .. }))
+            if !risks.is_empty() =>
+        {
             ensure!(refused == risks, "refused {refused:?}");
             let shards: i64 = admin
                 .query_one(

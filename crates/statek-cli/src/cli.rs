@@ -407,7 +407,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// Runs one parsed command line: the command returns its report, and
-/// [`emit`] writes it once, in the format asked for (text for commands
+/// `emit` writes it once, in the format asked for (text for commands
 /// without `--format`).
 ///
 /// # Errors

@@ -30,6 +30,7 @@ mod side;
 mod table;
 mod workload;
 
+use statek_store_pg::RolloutError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -237,29 +238,31 @@ async fn run_demo(
 /// against its own cycle, would report gaps that never happened.
 ///
 /// # Errors
-/// [`statek_store_pg::StoreError::ShardSealed`] (exit 11) with what to do;
+/// [`RolloutError::ShardSealed`](statek_store_pg::RolloutError::ShardSealed) (exit 11) with what to do;
 /// errors reading the shard (an unknown shard is fine: the demo registers
 /// it).
 async fn refuse_sealed(admin: &PgStore, policy: &WeightedFairnessPolicy, when: &str) -> Result<()> {
     let stored = match admin.load_shard(policy.shard_id()).await {
         Ok(stored) => stored,
-        Err(statek_store_pg::StoreError::UnknownShard { .. }) => return Ok(()),
+        Err(statek_store_pg::StoreError::Rollout(RolloutError::UnknownShard { .. })) => {
+            return Ok(())
+        }
         Err(e) => return Err(e.into()),
     };
     let Some(seal) = stored.seal() else {
         return Ok(());
     };
-    Err(
-        anyhow::Error::new(statek_store_pg::StoreError::ShardSealed {
+    Err(anyhow::Error::new(statek_store_pg::StoreError::Rollout(
+        RolloutError::ShardSealed {
             shard: policy.shard_id().clone(),
             sealed_at_sequence: seal.sealed_at_sequence(),
             successor: seal.successor().clone(),
-        })
-        .context(format!(
+        },
+    ))
+    .context(format!(
         "the demo's shard was rolled out {when}: run the demo on a database of its own, or give \
          --policy a file with a new shard id"
-    )),
-    )
+    )))
 }
 
 /// The demo's result: the statek side's order table, the comparison with

@@ -5,6 +5,7 @@
 use statek_policy::policy_file::PolicyFileError;
 use statek_scheduler::{SourceError, SourceErrorKind};
 use statek_store_pg::StoreError;
+use statek_store_pg::{DurabilityError, RolloutError, RunQueueError};
 
 /// Everything went well. Also when standard output was closed early
 /// (`statek status | head -1`): the command stops quietly.
@@ -179,7 +180,7 @@ fn what_to_do(error: &StoreError) -> Option<&'static str> {
         {
             Some("create the three login roles first, see docs/operations.md \"Roles and connection strings\"")
         }
-        StoreError::DurabilityRefused { .. } => Some(
+        StoreError::Durability(DurabilityError::Refused { .. }) => Some(
             "make the server durable (docs/operations.md \"High availability and durability\"), \
              or, for a throw-away development server such as `cargo xtask pg start`'s, pass \
              `--durability none`",
@@ -248,25 +249,25 @@ fn classify_kind(kind: SourceErrorKind) -> u8 {
 
 fn classify(store: &StoreError) -> u8 {
     match store {
-        StoreError::PolicyConflict { .. } | StoreError::PolicyDigestMismatch { .. } => {
-            POLICY_CONFLICT
-        }
-        StoreError::CorruptData { .. } | StoreError::ReservationsLostInFailover(_) => CORRUPT_DATA,
-        StoreError::DurabilityRefused { .. } => DURABILITY_REFUSED,
+        StoreError::Rollout(RolloutError::PolicyConflict { .. })
+        | StoreError::Rollout(RolloutError::PolicyDigestMismatch { .. }) => POLICY_CONFLICT,
+        StoreError::CorruptData { .. }
+        | StoreError::Durability(DurabilityError::ReservationsLostInFailover(_)) => CORRUPT_DATA,
+        StoreError::Durability(DurabilityError::Refused { .. }) => DURABILITY_REFUSED,
         StoreError::PermissionDenied { .. } => PERMISSION_DENIED,
         StoreError::InvalidArgument(_)
-        | StoreError::InvalidLimit { .. }
-        | StoreError::InvalidPriority { .. }
-        | StoreError::EnqueueBatchTooLarge { .. }
-        | StoreError::RunNotFound { .. }
-        | StoreError::RunStateConflict { .. } => INVALID_INPUT,
-        StoreError::ShardSealed { .. }
-        | StoreError::NotLiveShard { .. }
-        | StoreError::PredecessorNotSealed { .. } => NOT_LIVE_SHARD,
-        StoreError::SuccessorExists { .. } => SUCCESSOR_EXISTS,
-        StoreError::ScheduleConflict { .. } => SCHEDULE_CONFLICT,
-        StoreError::ScheduleHasLiveShard { .. } => SCHEDULE_HAS_LIVE_SHARD,
-        StoreError::ShardHalted(_) => SHARD_HALTED,
+        | StoreError::RunQueue(RunQueueError::InvalidLimit { .. })
+        | StoreError::RunQueue(RunQueueError::InvalidPriority { .. })
+        | StoreError::RunQueue(RunQueueError::EnqueueBatchTooLarge { .. })
+        | StoreError::RunQueue(RunQueueError::RunNotFound { .. })
+        | StoreError::RunQueue(RunQueueError::RunStateConflict { .. }) => INVALID_INPUT,
+        StoreError::Rollout(RolloutError::ShardSealed { .. })
+        | StoreError::Rollout(RolloutError::NotLiveShard { .. })
+        | StoreError::Rollout(RolloutError::PredecessorNotSealed { .. }) => NOT_LIVE_SHARD,
+        StoreError::Rollout(RolloutError::SuccessorExists { .. }) => SUCCESSOR_EXISTS,
+        StoreError::Rollout(RolloutError::ScheduleConflict { .. }) => SCHEDULE_CONFLICT,
+        StoreError::Rollout(RolloutError::ScheduleHasLiveShard { .. }) => SCHEDULE_HAS_LIVE_SHARD,
+        StoreError::Durability(DurabilityError::ShardHalted(_)) => SHARD_HALTED,
         e if e.is_configuration() => CONFIGURATION,
         e if e.is_retryable() => UNAVAILABLE,
         _ => FAILURE,
@@ -276,6 +277,7 @@ fn classify(store: &StoreError) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use statek_store_pg::ConnectionError;
 
     fn check(error: anyhow::Error, code: u8) {
         assert_eq!(code_for(&error), code, "{error:#}");
@@ -302,7 +304,10 @@ mod tests {
             .into(),
             CORRUPT_DATA,
         );
-        check(StoreError::PoolTimeout("wait").into(), UNAVAILABLE);
+        check(
+            StoreError::Connection(ConnectionError::PoolTimeout("wait")).into(),
+            UNAVAILABLE,
+        );
         check(
             StoreError::PermissionDenied {
                 message: "x".into(),
@@ -313,23 +318,24 @@ mod tests {
         check(CheckFailed("gap".into()).into(), CHECK_FAILED);
         check(Configuration("no database".into()).into(), CONFIGURATION);
         check(
-            StoreError::InvalidConnectionString("x".into()).into(),
+            StoreError::Connection(ConnectionError::InvalidConnectionString("x".into())).into(),
             CONFIGURATION,
         );
         check(
-            StoreError::TlsConfiguration {
+            StoreError::Connection(ConnectionError::TlsConfiguration {
                 detail: "x".into(),
                 source: None,
-            }
+            })
             .into(),
             CONFIGURATION,
         );
         check(
-            StoreError::DirectConnectionRequired { what: "LISTEN" }.into(),
+            StoreError::Connection(ConnectionError::DirectConnectionRequired { what: "LISTEN" })
+                .into(),
             CONFIGURATION,
         );
         check(
-            StoreError::DurabilityRefused {
+            StoreError::Durability(DurabilityError::Refused {
                 risks: vec![statek_store_pg::DurabilityRisk::FsyncOff],
                 report: Box::new(statek_store_pg::DurabilityReport {
                     fsync: false,
@@ -340,57 +346,59 @@ mod tests {
                     hidden_walsenders: 0,
                     timeline: Some(1),
                 }),
-            }
+            })
             .into(),
             DURABILITY_REFUSED,
         );
         let shard = |s: &str| statek_policy::SchedulerShardId::try_from(s).unwrap();
         let schedule = |s: &str| statek_policy::ScheduleId::try_from(s).unwrap();
         check(
-            StoreError::ShardSealed {
+            StoreError::Rollout(RolloutError::ShardSealed {
                 shard: shard("v1"),
                 sealed_at_sequence: 3,
                 successor: shard("v2"),
-            }
+            })
             .into(),
             NOT_LIVE_SHARD,
         );
         check(
-            StoreError::ShardHalted(Box::new(statek_store_pg::ShardHalted {
-                shard: shard("v1"),
-                halts: Vec::new(),
-            }))
+            StoreError::Durability(DurabilityError::ShardHalted(Box::new(
+                statek_store_pg::ShardHalted {
+                    shard: shard("v1"),
+                    halts: Vec::new(),
+                },
+            )))
             .into(),
             SHARD_HALTED,
         );
         check(
-            StoreError::NotLiveShard {
+            StoreError::Rollout(RolloutError::NotLiveShard {
                 shard: shard("v1"),
                 schedule: schedule("primary"),
                 sealed_at_sequence: 3,
                 live: shard("v2"),
-            }
+            })
             .into(),
             NOT_LIVE_SHARD,
         );
         check(
-            StoreError::PredecessorNotSealed {
+            StoreError::Rollout(RolloutError::PredecessorNotSealed {
                 shard: shard("v2"),
                 predecessor: shard("v1"),
-            }
+            })
             .into(),
             NOT_LIVE_SHARD,
         );
         check(
-            StoreError::SuccessorExists { shard: shard("v2") }.into(),
+            StoreError::Rollout(RolloutError::SuccessorExists { shard: shard("v2") }).into(),
             SUCCESSOR_EXISTS,
         );
         check(
-            StoreError::ScheduleConflict {
+            StoreError::Rollout(RolloutError::ScheduleConflict {
                 shard: shard("v1"),
                 stored: schedule("a"),
                 offered: schedule("b"),
-            }
+            })
             .into(),
             SCHEDULE_CONFLICT,
         );
@@ -405,16 +413,16 @@ mod tests {
             SCHEDULE_CONFLICT,
         );
         check(
-            StoreError::ScheduleHasLiveShard {
+            StoreError::Rollout(RolloutError::ScheduleHasLiveShard {
                 schedule: schedule("primary"),
                 live: shard("v1"),
-            }
+            })
             .into(),
             SCHEDULE_HAS_LIVE_SHARD,
         );
         check(
             statek_scheduler::SchedulerError::Store {
-                source: StoreError::SuccessorExists { shard: shard("v2") },
+                source: StoreError::Rollout(RolloutError::SuccessorExists { shard: shard("v2") }),
                 retries: 0,
             }
             .into(),
@@ -423,7 +431,8 @@ mod tests {
         // Through the reservation source: the StoreError inside decides...
         check(
             statek_scheduler::SchedulerError::Source {
-                source: StoreError::SuccessorExists { shard: shard("v2") }.into(),
+                source: StoreError::Rollout(RolloutError::SuccessorExists { shard: shard("v2") })
+                    .into(),
                 retries: 0,
             }
             .into(),

@@ -98,7 +98,7 @@ pub async fn set(
     db: &DbArgs,
 ) -> Result<LimitsTable> {
     // Neither limit: clap refuses it (a usage error), and the store would
-    // (`StoreError::InvalidLimit`).
+    // (`RunQueueError::InvalidLimit`).
     let tenant = tenant_id(tenant)?;
     let max = max.map(max_running).transpose()?;
     let rate = rate.map(str::parse::<RateLimit>).transpose()?;

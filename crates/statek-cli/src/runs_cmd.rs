@@ -1,6 +1,7 @@
 //! `statek runs list|cancel|retry|prune`: the operator's view of the run
 //! queue and the retention of finished runs.
 
+use statek_store_pg::RunQueueError;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
@@ -140,14 +141,14 @@ pub async fn cancel(run_id: Uuid, db: &DbArgs) -> Result<Changed> {
     let run = store
         .run(run_id)
         .await?
-        .ok_or(StoreError::RunNotFound { run_id })?;
+        .ok_or(StoreError::RunQueue(RunQueueError::RunNotFound { run_id }))?;
     if !cancelled {
-        return Err(StoreError::RunStateConflict {
+        return Err(StoreError::RunQueue(RunQueueError::RunStateConflict {
             run_id,
             state: run.state.to_string(),
             action: "cancel",
             needs: "available or running",
-        }
+        })
         .into());
     }
     Ok(Changed {

@@ -1,6 +1,7 @@
 //! Commands that talk to PostgreSQL: verify, migrate, register, roles,
 //! status, prune (rollout: `rollout_cmd.rs`).
 
+use statek_store_pg::RolloutError;
 use std::fmt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -55,7 +56,7 @@ pub struct VerifyReport {
 
 impl VerifyReport {
     /// `Ok` when the shard holds exactly the file's policy and cycle; else
-    /// `StoreError::PolicyConflict` (exit 4) or
+    /// `RolloutError::PolicyConflict` (exit 4) or
     /// `SchedulerError::CycleMismatch` (exit 4).
     ///
     /// # Errors
@@ -108,11 +109,11 @@ pub async fn verify(file: &Path, shard: Option<&str>, db: &DbArgs) -> Result<Ver
     let cycle_matches = cycle_check.is_ok();
     let mismatch = if !matches {
         Some(
-            StoreError::PolicyConflict {
+            StoreError::Rollout(RolloutError::PolicyConflict {
                 shard: shard.clone(),
                 stored: stored.policy().digest(),
                 offered: policy.digest(),
-            }
+            })
             .into(),
         )
     } else if let Err(mismatch) = cycle_check {

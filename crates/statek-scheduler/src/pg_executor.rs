@@ -1,6 +1,7 @@
 //! The default [`TenantExecutor`]: statek's PostgreSQL run queue and a user
 //! [`RunHandler`], which sees each claimed run as a [`Run`].
 
+use statek_store_pg::RunQueueError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,7 +144,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
             move || async move {
                 match store.heartbeat_run(held, lease).await {
                     Ok(_) => Heartbeat::Extended,
-                    Err(StoreError::LeaseLost { .. }) => Heartbeat::Lost,
+                    Err(StoreError::RunQueue(RunQueueError::LeaseLost { .. })) => Heartbeat::Lost,
                     Err(e) => {
                         tracing::warn!(run_id = %held.run_id(), error = %crate::error::chain(&e), "heartbeat failed");
                         Heartbeat::Failed

@@ -10,6 +10,7 @@
 //! starvation bound, counted in reservations, is the same as for `k`
 //! single reservations.
 
+use crate::{ReservationError, RolloutError};
 use std::time::SystemTime;
 
 use statek_core::Reservation;
@@ -103,7 +104,9 @@ fn existing_batch(
     rows: &[tokio_postgres::Row],
 ) -> Result<ReservationBatch, StoreError> {
     let reservations = expand_rows(rows, true, "reservation batch")?;
-    let conflict = |detail: String| StoreError::BatchConflict { batch_id, detail };
+    let conflict = |detail: String| {
+        StoreError::Reservation(ReservationError::BatchConflict { batch_id, detail })
+    };
     if let Some(first) = reservations.first() {
         if first.shard() != shard {
             return Err(conflict(format!("it was made on shard {}", first.shard())));
@@ -150,11 +153,11 @@ impl PgStore {
     /// # Errors
     /// - [`StoreError::InvalidArgument`]: `batch_id` is not a UUIDv7, or `k`
     ///   is outside 1..=[`MAX_RESERVATION_BATCH`].
-    /// - [`StoreError::UnknownShard`], [`StoreError::PolicyDigestMismatch`]
+    /// - [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard), [`RolloutError::PolicyDigestMismatch`](crate::RolloutError::PolicyDigestMismatch)
     ///   as for `reserve`.
-    /// - [`StoreError::BatchConflict`]: the batch id names a batch on
+    /// - [`ReservationError::BatchConflict`](crate::ReservationError::BatchConflict): the batch id names a batch on
     ///   another shard or digest, or of another size; nothing is written.
-    /// - [`StoreError::SequenceExhausted`]: fewer than `k` sequences are
+    /// - [`ReservationError::SequenceExhausted`](crate::ReservationError::SequenceExhausted): fewer than `k` sequences are
     ///   left before `i64::MAX`; nothing is written.
     /// - [`StoreError::CorruptData`]: stored rows fail their checks.
     /// - transient errors for which [`StoreError::is_retryable`] is true.
@@ -209,8 +212,10 @@ async fn reserve_batch_on(
         )
         .await
         .map_err(|e| reservation_write_error(e, shard))?
-        .ok_or_else(|| StoreError::UnknownShard {
-            shard: shard.clone(),
+        .ok_or_else(|| {
+            StoreError::Rollout(RolloutError::UnknownShard {
+                shard: shard.clone(),
+            })
         })?;
 
     let timeline = match guard_columns(&row, level)? {
@@ -249,7 +254,10 @@ async fn reserve_batch_on(
                 Some(other) => format!("the id names a reservation of batch {other}"),
                 None => "the id names a single reservation, not a batch".to_owned(),
             };
-            return Err(StoreError::BatchConflict { batch_id, detail });
+            return Err(StoreError::Reservation(ReservationError::BatchConflict {
+                batch_id,
+                detail,
+            }));
         }
         return Err(why_nothing_inserted(db, shard, digest, &row, count).await);
     };

@@ -2,6 +2,7 @@
 //! and its live (last) shard. Used by registration (`shard.rs`) and by
 //! rollouts (`succession.rs`).
 
+use crate::RolloutError;
 use statek_policy::{ScheduleId, SchedulerShardId};
 use tokio_postgres::types::Type;
 
@@ -46,8 +47,10 @@ pub(crate) async fn live_shard_of_chain(
             ],
         )
         .await?
-        .ok_or_else(|| StoreError::UnknownShard {
-            shard: shard.clone(),
+        .ok_or_else(|| {
+            StoreError::Rollout(RolloutError::UnknownShard {
+                shard: shard.clone(),
+            })
         })?;
     let last: String = row.try_get("shard_id")?;
     let dangling: Option<String> = row.try_get("successor_id")?;

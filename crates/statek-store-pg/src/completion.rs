@@ -141,7 +141,7 @@ pub enum FinishOutcome {
     /// Nothing changed: the token no longer holds the run (its lease
     /// expired and another worker claimed it, it was rescued by the expiry
     /// pass or cancelled, or the run does not exist), and its claim was
-    /// not finished by this token. As [`StoreError::LeaseLost`] of the
+    /// not finished by this token. As [`RunQueueError::LeaseLost`](crate::RunQueueError::LeaseLost) of the
     /// single-run calls.
     LeaseLost,
 }

@@ -1,5 +1,6 @@
 //! Connection and pool settings for [`crate::PgStore`].
 
+use crate::ConnectionError;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -72,9 +73,9 @@ impl StoreConfig {
     /// Unix sockets TLS is never used. Certificate files are read here.
     ///
     /// # Errors
-    /// [`StoreError::InvalidConnectionString`] if the string does not
+    /// [`ConnectionError::InvalidConnectionString`](crate::ConnectionError::InvalidConnectionString) if the string does not
     /// parse, has an unknown parameter or value, or names no host or no
-    /// user; [`StoreError::TlsConfiguration`] if a TLS file cannot be read
+    /// user; [`ConnectionError::TlsConfiguration`](crate::ConnectionError::TlsConfiguration) if a TLS file cannot be read
     /// or used. Neither repeats the string (it may hold a password).
     pub fn from_url(url: &str) -> Result<Self, StoreError> {
         let split = conninfo::split(url)?;
@@ -83,16 +84,22 @@ impl StoreConfig {
             let cause = std::error::Error::source(&e)
                 .map(|cause| format!(": {cause}"))
                 .unwrap_or_default();
-            StoreError::InvalidConnectionString(format!("it does not parse: {e}{cause}"))
+            StoreError::Connection(ConnectionError::InvalidConnectionString(format!(
+                "it does not parse: {e}{cause}"
+            )))
         })?;
         if pg.get_hosts().is_empty() && pg.get_hostaddrs().is_empty() {
-            return Err(StoreError::InvalidConnectionString(
-                "it names no host (postgres://HOST/DB or host=HOST)".to_owned(),
+            return Err(StoreError::Connection(
+                ConnectionError::InvalidConnectionString(
+                    "it names no host (postgres://HOST/DB or host=HOST)".to_owned(),
+                ),
             ));
         }
         if pg.get_user().is_none_or(str::is_empty) {
-            return Err(StoreError::InvalidConnectionString(
-                "it names no user (postgres://USER@HOST/DB or user=USER)".to_owned(),
+            return Err(StoreError::Connection(
+                ConnectionError::InvalidConnectionString(
+                    "it names no user (postgres://USER@HOST/DB or user=USER)".to_owned(),
+                ),
             ));
         }
         let only_unix_sockets = !pg.get_hosts().is_empty()
@@ -224,11 +231,11 @@ impl StoreConfig {
     ///   database (`ALTER ROLE ... SET lock_timeout = '5000ms'`);
     ///   [`crate::PgStore::register`] checks that the server's values equal
     ///   this configuration's and refuses with
-    ///   [`StoreError::SessionSettingMismatch`] otherwise, naming the
+    ///   [`ConnectionError::SessionSettingMismatch`](crate::ConnectionError::SessionSettingMismatch) otherwise, naming the
     ///   statement to run;
     /// - `LISTEN` ([`crate::PgStore::listen_for_runs`]) and migrations need
     ///   a session of their own: they use the [`direct_url`](Self::direct_url)
-    ///   and fail with [`StoreError::DirectConnectionRequired`] without one
+    ///   and fail with [`ConnectionError::DirectConnectionRequired`](crate::ConnectionError::DirectConnectionRequired) without one
     ///   (a worker then relies on its idle probe instead of notifications).
     pub fn transaction_pooling(mut self, on: bool) -> Self {
         self.transaction_pooling = on;
@@ -249,19 +256,23 @@ impl StoreConfig {
     /// It uses the TLS settings of the main connection string.
     ///
     /// # Errors
-    /// [`StoreError::InvalidConnectionString`] if the string does not parse
+    /// [`ConnectionError::InvalidConnectionString`](crate::ConnectionError::InvalidConnectionString) if the string does not parse
     /// or carries TLS parameters of its own.
     pub fn direct_url(self, url: &str) -> Result<Self, StoreError> {
         let split = conninfo::split(url)?;
         if split.tls != conninfo::TlsParams::default() {
-            return Err(StoreError::InvalidConnectionString(
-                "the direct connection uses the main connection string's TLS settings: \
+            return Err(StoreError::Connection(
+                ConnectionError::InvalidConnectionString(
+                    "the direct connection uses the main connection string's TLS settings: \
                  give sslmode, sslrootcert, sslcert and sslkey there only"
-                    .to_owned(),
+                        .to_owned(),
+                ),
             ));
         }
         let mut pg = tokio_postgres::Config::from_str(&split.rest).map_err(|e| {
-            StoreError::InvalidConnectionString(format!("the direct one does not parse: {e}"))
+            StoreError::Connection(ConnectionError::InvalidConnectionString(format!(
+                "the direct one does not parse: {e}"
+            )))
         })?;
         pg.ssl_mode(self.tls.mode().for_tokio_postgres());
         if pg.get_application_name().is_none() {
@@ -283,7 +294,7 @@ impl StoreConfig {
 
     /// How long migrations ([`crate::PgStore::migrate`]), one prune batch
     /// and applying the role profile may wait for the server before they
-    /// give up with the retryable [`StoreError::ResponseTimeout`] (the
+    /// give up with the retryable [`ConnectionError::ResponseTimeout`](crate::ConnectionError::ResponseTimeout) (the
     /// connection is closed; a migration's advisory lock is released with
     /// it). Default 600 s; 1 ms..=3600 s. Migrations run without
     /// `lock_timeout` and `statement_timeout`, so this is their only bound.
@@ -306,7 +317,7 @@ impl StoreConfig {
     /// How often the `LISTEN` connection ([`crate::PgStore::listen_for_runs`])
     /// sends an empty query to prove the link alive (default 30 s; 1 ms..=600 s).
     /// A probe unanswered within the [`response_timeout`](Self::response_timeout)
-    /// ends the connection and reports [`StoreError::ResponseTimeout`] on the
+    /// ends the connection and reports [`ConnectionError::ResponseTimeout`](crate::ConnectionError::ResponseTimeout) on the
     /// notification stream. The connection also uses TCP keepalives (idle
     /// 30 s, then every 10 s, 3 probes).
     pub fn listen_probe_interval(mut self, every: Duration) -> Result<Self, StoreError> {
@@ -333,7 +344,7 @@ impl StoreConfig {
     /// (benchmarks, test fixtures).
     ///
     /// # Errors
-    /// As opening a pooled connection: [`StoreError::Connection`]
+    /// As opening a pooled connection: [`ConnectionError::Lost`](crate::ConnectionError::Lost)
     /// (retryable), or a configuration error
     /// ([`StoreError::is_configuration`]).
     pub async fn connect_client(&self) -> Result<tokio_postgres::Client, StoreError> {
@@ -429,7 +440,7 @@ impl StoreConfig {
     /// and the operator calls list, look up, cancel, retry and count), and
     /// the count of finished runs awaiting retention. The connection is
     /// discarded (never returned to the pool) and the call fails with the
-    /// retryable [`StoreError::ResponseTimeout`]. Migrations, pruning of
+    /// retryable [`ConnectionError::ResponseTimeout`](crate::ConnectionError::ResponseTimeout). Migrations, pruning of
     /// reservations and of finished runs, and the role profile have their
     /// own, longer [`maintenance_timeout`](Self::maintenance_timeout). The
     /// statement may still commit on the server, exactly as after a lost
@@ -512,7 +523,7 @@ impl StoreConfig {
     /// main one.
     ///
     /// # Errors
-    /// [`StoreError::DirectConnectionRequired`] under transaction pooling
+    /// [`ConnectionError::DirectConnectionRequired`](crate::ConnectionError::DirectConnectionRequired) under transaction pooling
     /// without a direct connection.
     pub(crate) fn session_pg_config(
         &self,
@@ -521,7 +532,9 @@ impl StoreConfig {
         match (&self.direct, self.transaction_pooling) {
             (Some(direct), _) => Ok(direct.clone()),
             (None, false) => Ok(self.pg.clone()),
-            (None, true) => Err(StoreError::DirectConnectionRequired { what }),
+            (None, true) => Err(StoreError::Connection(
+                ConnectionError::DirectConnectionRequired { what },
+            )),
         }
     }
 }
@@ -646,7 +659,9 @@ mod tests {
         );
         assert!(matches!(
             pooled.session_pg_config("LISTEN"),
-            Err(StoreError::DirectConnectionRequired { what: "LISTEN" })
+            Err(StoreError::Connection(
+                ConnectionError::DirectConnectionRequired { what: "LISTEN" }
+            ))
         ));
         let direct = pooled
             .direct_url("postgres://u@direct-host:5433/db")

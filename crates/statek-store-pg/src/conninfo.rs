@@ -6,6 +6,7 @@
 //! Nothing here ever echoes a value of the string (it may hold a password):
 //! errors name the parameter, and a key only when it looks like one.
 
+use crate::ConnectionError;
 use std::borrow::Cow;
 use std::fmt;
 
@@ -134,7 +135,7 @@ const UNSUPPORTED_KEYS: &[&str] = &[
 ];
 
 fn invalid(message: String) -> StoreError {
-    StoreError::InvalidConnectionString(message)
+    StoreError::Connection(ConnectionError::InvalidConnectionString(message))
 }
 
 /// A key for an error message: itself when it looks like a parameter name

@@ -16,6 +16,7 @@
 //! statek sets the level itself ([`crate::StoreConfig::synchronous_commit`],
 //! default `on`): a server default of `off` does not make statek unsafe.
 
+use crate::DurabilityError;
 use std::str::FromStr;
 
 use tokio_postgres::Row;
@@ -141,10 +142,10 @@ impl PgStore {
     /// [`durability_report`](Self::durability_report), logs it (a warning
     /// when it finds a risk), sets the gauge `statek_durability_risk{risk}`
     /// to 1 for each risk found and 0 for the others, and applies the
-    /// store's [`DurabilityPolicy`].
+    /// store's [`DurabilityPolicy`](crate::DurabilityPolicy).
     ///
     /// # Errors
-    /// [`StoreError::DurabilityRefused`] naming every refused risk and its
+    /// [`DurabilityError::Refused`](crate::DurabilityError::Refused) naming every refused risk and its
     /// setting (not retryable: a configuration must change); connection
     /// and server errors.
     pub async fn ensure_durable(&self) -> Result<DurabilityReport, StoreError> {
@@ -173,10 +174,10 @@ impl PgStore {
         if refused.is_empty() {
             Ok(report)
         } else {
-            Err(StoreError::DurabilityRefused {
+            Err(StoreError::Durability(DurabilityError::Refused {
                 risks: refused,
                 report: Box::new(report),
-            })
+            }))
         }
     }
 }

@@ -11,7 +11,7 @@
 //! a new timeline, the store re-reads those ids on the new primary before
 //! it reserves there: an id that is missing, or found at another sequence,
 //! or whose sequence now belongs to another id, was acknowledged and then
-//! lost. That is [`StoreError::ReservationsLostInFailover`], counted in
+//! lost. That is [`DurabilityError::ReservationsLostInFailover`](crate::DurabilityError::ReservationsLostInFailover), counted in
 //! [`RESERVATIONS_LOST_TOTAL`] and recorded in the database
 //! (`halt.rs`, migration V10), which halts the shard for every store until
 //! an owner resumes it (unless this store is configured to continue). A
@@ -29,6 +29,7 @@
 //! A row missing because retention pruned it is told apart from a lost one:
 //! a pruned row's sequence lies below the cursor and no other row holds it.
 
+use crate::{ConnectionError, DurabilityError};
 use std::sync::Arc;
 
 use statek_policy::SchedulerShardId;
@@ -134,24 +135,28 @@ impl PgStore {
                         }
                         return Ok(value);
                     }
-                    Guarded::TimelineChanged(None) => return Err(StoreError::InRecovery),
+                    Guarded::TimelineChanged(None) => {
+                        return Err(StoreError::Connection(ConnectionError::InRecovery))
+                    }
                     Guarded::TimelineChanged(Some(_)) => self.verify_acknowledged(shard).await?,
                 },
             }
         }
-        Err(StoreError::InRecovery)
+        Err(StoreError::Connection(ConnectionError::InRecovery))
     }
 
     /// Sets the [`SHARD_HALTED`] gauge to 1 the first time this store
-    /// sees the shard halted ([`StoreError::ShardHalted`]); an accepted
+    /// sees the shard halted ([`DurabilityError::ShardHalted`](crate::DurabilityError::ShardHalted)); an accepted
     /// reservation sets it back to 0 (`acknowledge`).
     fn note_halt<T>(
         &self,
         shard: &SchedulerShardId,
         answer: Result<Guarded<T>, StoreError>,
     ) -> Result<Guarded<T>, StoreError> {
-        if matches!(answer, Err(StoreError::ShardHalted(_)))
-            && self.failover_log().note_halted(shard)
+        if matches!(
+            answer,
+            Err(StoreError::Durability(DurabilityError::ShardHalted(_)))
+        ) && self.failover_log().note_halted(shard)
         {
             metrics::gauge!(SHARD_HALTED, "shard" => shard.to_string()).set(1.0);
         }
@@ -248,7 +253,7 @@ impl PgStore {
             .try_get::<_, Option<i32>>("timeline")?
             .and_then(|t| u32::try_from(t).ok())
         else {
-            return Err(StoreError::InRecovery);
+            return Err(StoreError::Connection(ConnectionError::InRecovery));
         };
         let cursor = server
             .try_get::<_, Option<i64>>("cursor")?
@@ -334,8 +339,8 @@ impl PgStore {
                 "could not record the reservation loss yet; this store reserves nothing on the shard until it does"
             );
         }
-        Err(StoreError::ReservationsLostInFailover(Box::new(
-            (*report).clone(),
-        )))
+        Err(StoreError::Durability(
+            DurabilityError::ReservationsLostInFailover(Box::new((*report).clone())),
+        ))
     }
 }

@@ -9,7 +9,7 @@
 //!   timeline makes the reservation function halt it as
 //!   [`HaltCause::Unverified`].
 //! - Every reservation on a halted shard fails with
-//!   [`StoreError::ShardHalted`] naming the open halts (a replay of an id
+//!   [`DurabilityError::ShardHalted`](crate::DurabilityError::ShardHalted) naming the open halts (a replay of an id
 //!   reserved before the halt still returns its sequence).
 //! - [`PgStore::resume_shard`] (owner role only; `statek shard resume
 //!   SHARD --acknowledge-loss`) records one [`ShardResume`] per open halt
@@ -18,6 +18,7 @@
 //! Halts and resumes are never changed or deleted, by any role. Their
 //! values are in `shard_halt.rs`.
 
+use crate::{DurabilityError, RolloutError};
 use statek_policy::SchedulerShardId;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -176,7 +177,7 @@ async fn halts_on(
     rows.iter().map(halt_from_row).collect()
 }
 
-/// For a reservation that inserted nothing: [`StoreError::ShardHalted`]
+/// For a reservation that inserted nothing: [`DurabilityError::ShardHalted`](crate::DurabilityError::ShardHalted)
 /// when the shard is halted, else `None`.
 pub(crate) async fn refusal(
     db: &Db<'_>,
@@ -198,10 +199,12 @@ pub(crate) async fn refusal(
             format!("shard {shard} is halted by no open halt"),
         ));
     }
-    Ok(Some(StoreError::ShardHalted(Box::new(ShardHalted {
-        shard: shard.clone(),
-        halts,
-    }))))
+    Ok(Some(StoreError::Durability(DurabilityError::ShardHalted(
+        Box::new(ShardHalted {
+            shard: shard.clone(),
+            halts,
+        }),
+    ))))
 }
 
 /// What the database answered to a recorded loss.
@@ -255,7 +258,7 @@ impl PgStore {
     ///
     /// # Errors
     /// - [`StoreError::InvalidArgument`]: `note` is over 1,024 bytes.
-    /// - [`StoreError::UnknownShard`]: the shard is not registered.
+    /// - [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard): the shard is not registered.
     /// - connection and server errors.
     pub async fn resume_shard(
         &self,
@@ -287,9 +290,9 @@ impl PgStore {
                         .await?
                         .is_none()
                     {
-                        return Err(StoreError::UnknownShard {
+                        return Err(StoreError::Rollout(RolloutError::UnknownShard {
                             shard: shard.clone(),
-                        });
+                        }));
                     }
                     return Ok(Vec::new());
                 }
@@ -377,8 +380,10 @@ impl PgStore {
                     .await?)
             })
             .await?
-            .ok_or_else(|| StoreError::UnknownShard {
-                shard: shard.clone(),
+            .ok_or_else(|| {
+                StoreError::Rollout(RolloutError::UnknownShard {
+                    shard: shard.clone(),
+                })
             })?;
         Ok(Recorded {
             halt_id: row.try_get("recorded_id")?,

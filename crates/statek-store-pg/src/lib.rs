@@ -9,7 +9,7 @@
 //! - **policy registration**: [`PgStore::register`] binds a policy's
 //!   canonical bytes to its shard forever ([`statek_core::Registration::Registered`] or
 //!   [`statek_core::Registration::Idempotent`]; any difference is
-//!   [`StoreError::PolicyConflict`], nothing is overwritten);
+//!   [`RolloutError::PolicyConflict`], nothing is overwritten);
 //! - **reservations**: [`PgStore::reserve`] claims the next gapless sequence
 //!   of a shard in one short transaction, idempotently by a client-made
 //!   UUIDv7, so a retry after a lost commit acknowledgement gets the same
@@ -54,7 +54,7 @@
 //! **Connections.** Every call runs on the pool under a response timeout
 //! ([`StoreConfig::response_timeout`]; migrations, pruning and the role
 //! profile under [`StoreConfig::maintenance_timeout`]): a silent connection
-//! fails the call with the retryable [`StoreError::ResponseTimeout`] and is
+//! fails the call with the retryable [`ConnectionError::ResponseTimeout`] and is
 //! discarded. Behind PgBouncer in transaction mode set
 //! [`StoreConfig::transaction_pooling`]: statements are then sent unnamed,
 //! no startup options are sent (the role carries `lock_timeout` and
@@ -64,9 +64,9 @@
 //!   `key=value` strings, TLS included (rustls): `sslmode` disable, prefer,
 //!   require, verify-ca, verify-full ([`SslMode`]), `sslrootcert` (a file
 //!   or `system`), `sslcert`/`sslkey`. Wrong settings, an untrusted or
-//!   mismatched certificate ([`StoreError::Tls`] with a [`TlsFailure`]) and
+//!   mismatched certificate ([`ConnectionError::Tls`] with a [`TlsFailure`]) and
 //!   a server's refusal of the role, password or database
-//!   ([`StoreError::ConnectionRejected`]) are
+//!   ([`ConnectionError::Rejected`]) are
 //!   [`StoreError::is_configuration`] and never retryable.
 //!
 //! Every read decodes fail-closed: stored policy bytes must decode strictly
@@ -136,6 +136,7 @@ mod conninfo;
 mod durability;
 mod durability_report;
 mod error;
+mod error_family;
 mod failover;
 mod halt;
 mod limits;
@@ -174,7 +175,10 @@ pub use durability_report::{
     DurabilityPolicy, DurabilityReport, DurabilityRisk, FailoverCondition, Standby,
     SynchronousCommit,
 };
-pub use error::{is_retryable_sqlstate, StoreError, TlsFailure};
+pub use error::{
+    is_retryable_sqlstate, ConnectionError, DurabilityError, MigrationError, ReservationError,
+    RolloutError, RunQueueError, StoreError, TlsFailure,
+};
 pub use failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
 pub use halt::SHARD_HALTED;
 pub use limits::{

@@ -17,6 +17,7 @@
 //! no two of them can both see `cap - 1` running. Tenants without limits
 //! take no lock.
 
+use crate::RunQueueError;
 use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
@@ -85,21 +86,21 @@ impl RateLimit {
     /// milliseconds in [`MIN_RATE_WINDOW`]..=[`MAX_RATE_WINDOW`].
     ///
     /// # Errors
-    /// [`StoreError::InvalidLimit`] naming the value out of range.
+    /// [`RunQueueError::InvalidLimit`](crate::RunQueueError::InvalidLimit) naming the value out of range.
     pub fn new(claims: u32, window: Duration) -> Result<Self, StoreError> {
         if !(1..=MAX_RATE_CLAIMS).contains(&claims) {
-            return Err(StoreError::InvalidLimit {
+            return Err(StoreError::RunQueue(RunQueueError::InvalidLimit {
                 detail: format!("a rate must allow 1..={MAX_RATE_CLAIMS} claims, got {claims}"),
-            });
+            }));
         }
         if !(MIN_RATE_WINDOW..=MAX_RATE_WINDOW).contains(&window)
             || window.subsec_nanos() % 1_000_000 != 0
         {
-            return Err(StoreError::InvalidLimit {
+            return Err(StoreError::RunQueue(RunQueueError::InvalidLimit {
                 detail: format!(
                     "a rate window must be whole milliseconds, 1 ms..=1 h, got {window:?}"
                 ),
-            });
+            }));
         }
         Ok(Self { claims, window })
     }
@@ -144,11 +145,13 @@ impl FromStr for RateLimit {
     type Err = StoreError;
 
     fn from_str(text: &str) -> Result<Self, StoreError> {
-        let bad = || StoreError::InvalidLimit {
-            detail: format!(
+        let bad = || {
+            StoreError::RunQueue(RunQueueError::InvalidLimit {
+                detail: format!(
                 "rate {:?}: expected CLAIMS/WINDOW such as 10/s, 100/m, 5000/h, 5/10s or 1/250ms",
                 text.chars().take(40).collect::<String>()
             ),
+            })
         };
         let (claims, window) = text.trim().split_once('/').ok_or_else(bad)?;
         let claims: u32 = claims.trim().parse().map_err(|_| bad())?;
@@ -185,20 +188,20 @@ impl TenantLimits {
     /// ones do not), and/or at most `rate` claims per window.
     ///
     /// # Errors
-    /// [`StoreError::InvalidLimit`] for a cap out of range, or neither a
+    /// [`RunQueueError::InvalidLimit`](crate::RunQueueError::InvalidLimit) for a cap out of range, or neither a
     /// cap nor a rate (clear the limits instead).
     pub fn new(max_running: Option<u32>, rate: Option<RateLimit>) -> Result<Self, StoreError> {
         if let Some(cap) = max_running {
             if !(1..=MAX_RUNNING_LIMIT).contains(&cap) {
-                return Err(StoreError::InvalidLimit {
+                return Err(StoreError::RunQueue(RunQueueError::InvalidLimit {
                     detail: format!("max running must be 1..={MAX_RUNNING_LIMIT}, got {cap}"),
-                });
+                }));
             }
         }
         if max_running.is_none() && rate.is_none() {
-            return Err(StoreError::InvalidLimit {
+            return Err(StoreError::RunQueue(RunQueueError::InvalidLimit {
                 detail: "give a max running, a rate or both (to remove limits, clear them)".into(),
-            });
+            }));
         }
         Ok(Self { max_running, rate })
     }
@@ -275,7 +278,7 @@ impl PgStore {
     /// Needs the owner role, like [`set_tenant_limits`](Self::set_tenant_limits).
     ///
     /// # Errors
-    /// [`StoreError::InvalidLimit`] when neither is given;
+    /// [`RunQueueError::InvalidLimit`](crate::RunQueueError::InvalidLimit) when neither is given;
     /// [`StoreError::PermissionDenied`]; connection and server errors.
     pub async fn merge_tenant_limits(
         &self,

@@ -1,6 +1,6 @@
 //! Acknowledged reservations a failover lost, as values: each
 //! [`LostReservation`], the [`LostReservations`] of a shard that
-//! [`StoreError::ReservationsLostInFailover`](crate::StoreError::ReservationsLostInFailover) reports, and the
+//! [`DurabilityError::ReservationsLostInFailover`](crate::DurabilityError::ReservationsLostInFailover) reports, and the
 //! [`LostReservationAction`] a store takes. Below `error.rs`, which
 //! carries them, and `failover.rs`, which finds them.
 
@@ -15,7 +15,7 @@ use uuid::Uuid;
 pub enum LostReservationAction {
     /// Stop reserving on the shard (the default): this and every later
     /// reservation of the shard in this store fails with
-    /// [`StoreError::ReservationsLostInFailover`](crate::StoreError::ReservationsLostInFailover), so replicas stop
+    /// [`DurabilityError::ReservationsLostInFailover`](crate::DurabilityError::ReservationsLostInFailover), so replicas stop
     /// ticking it until an operator looks.
     #[default]
     Halt,
@@ -56,7 +56,7 @@ pub struct LostReservation {
     pub evidence: LossEvidence,
 }
 
-/// What [`StoreError::ReservationsLostInFailover`](crate::StoreError::ReservationsLostInFailover) reports.
+/// What [`DurabilityError::ReservationsLostInFailover`](crate::DurabilityError::ReservationsLostInFailover) reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LostReservations {
     /// The shard.

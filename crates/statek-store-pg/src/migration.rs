@@ -4,6 +4,7 @@
 //! migration file is never edited (its SHA-256 is pinned in
 //! `migrations/MANIFEST.sha256`).
 
+use crate::ConnectionError;
 use crate::{PgStore, StoreError};
 
 mod embedded {
@@ -54,13 +55,13 @@ impl PgStore {
     /// ([`crate::StoreConfig::maintenance_timeout`]).
     ///
     /// # Errors
-    /// [`StoreError::MigrationDivergent`] when an applied migration differs
+    /// [`MigrationError::Divergent`](crate::MigrationError::Divergent) when an applied migration differs
     /// from this crate's of the same version (name or checksum);
-    /// [`StoreError::MigrationMissing`] when the database has a migration
+    /// [`MigrationError::Missing`](crate::MigrationError::Missing) when the database has a migration
     /// this crate does not know (a newer statek migrated it);
-    /// [`StoreError::Migration`] when a migration fails otherwise;
-    /// [`StoreError::ResponseTimeout`] after the maintenance timeout;
-    /// [`StoreError::DirectConnectionRequired`] under transaction pooling
+    /// [`MigrationError::Failed`](crate::MigrationError::Failed) when a migration fails otherwise;
+    /// [`ConnectionError::ResponseTimeout`](crate::ConnectionError::ResponseTimeout) after the maintenance timeout;
+    /// [`ConnectionError::DirectConnectionRequired`](crate::ConnectionError::DirectConnectionRequired) under transaction pooling
     /// without a direct connection; connection and server errors as usual.
     pub async fn migrate(&self) -> Result<MigrationReport, StoreError> {
         self.migrate_to(refinery::Target::Latest).await
@@ -83,7 +84,7 @@ impl PgStore {
         let connector = self.config().tls_connector()?;
         tokio::time::timeout(after, migrate_on(pg, connector, target))
             .await
-            .map_err(|_| StoreError::ResponseTimeout { after })?
+            .map_err(|_| StoreError::Connection(ConnectionError::ResponseTimeout { after }))?
     }
 }
 

@@ -1,6 +1,7 @@
 //! Wake-ups: `LISTEN statek_runs`, fed by the trigger that notifies when a
 //! run becomes claimable.
 
+use crate::ConnectionError;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -22,11 +23,11 @@ impl PgStore {
     /// (idle 30 s, every 10 s, 3 probes) and sends an empty query every
     /// [`crate::StoreConfig::listen_probe_interval`]; a probe without an
     /// answer within the response timeout ends it with
-    /// [`StoreError::ResponseTimeout`] on the stream, so a silent link is
+    /// [`ConnectionError::ResponseTimeout`](crate::ConnectionError::ResponseTimeout) on the stream, so a silent link is
     /// reported instead of waiting forever.
     ///
     /// # Errors
-    /// [`StoreError::DirectConnectionRequired`] under transaction pooling
+    /// [`ConnectionError::DirectConnectionRequired`](crate::ConnectionError::DirectConnectionRequired) under transaction pooling
     /// without a direct connection; connection and server errors.
     pub async fn listen_for_runs(&self) -> Result<RunNotifications, StoreError> {
         let mut pg = self.config().session_pg_config("LISTEN")?;
@@ -39,8 +40,10 @@ impl PgStore {
         let (client, mut connection) =
             tokio::time::timeout(answer_within, pg.connect(self.config().tls_connector()?))
                 .await
-                .map_err(|_| StoreError::ResponseTimeout {
-                    after: answer_within,
+                .map_err(|_| {
+                    StoreError::Connection(ConnectionError::ResponseTimeout {
+                        after: answer_within,
+                    })
                 })?
                 .map_err(StoreError::from_connect)?;
         let (wakeups, notifications) = run_notifications();
@@ -77,9 +80,9 @@ impl PgStore {
             }
             Err(_) => {
                 driver.abort();
-                return Err(StoreError::ResponseTimeout {
+                return Err(StoreError::Connection(ConnectionError::ResponseTimeout {
                     after: answer_within,
-                });
+                }));
             }
         }
         tokio::spawn(async move {
@@ -92,9 +95,9 @@ impl PgStore {
                     Ok(Ok(_)) => {}
                     Ok(Err(e)) => break Some(StoreError::from(e)),
                     Err(_) => {
-                        break Some(StoreError::ResponseTimeout {
+                        break Some(StoreError::Connection(ConnectionError::ResponseTimeout {
                             after: answer_within,
-                        })
+                        }))
                     }
                 }
             };

@@ -9,6 +9,7 @@
 //! must carry them (`ALTER ROLE ... SET`), and registration checks that it
 //! does.
 
+use crate::ConnectionError;
 use tokio_postgres::types::Type;
 
 use crate::statement::Db;
@@ -27,7 +28,7 @@ const SELECT_SETTINGS: &str = "
 /// them) with the expected ones, in the list's order.
 ///
 /// # Errors
-/// [`StoreError::SessionSettingMismatch`] for the first that differs.
+/// [`ConnectionError::SessionSettingMismatch`](crate::ConnectionError::SessionSettingMismatch) for the first that differs.
 pub(crate) async fn check_session_settings(
     db: &Db<'_>,
     settings: &[(&'static str, String)],
@@ -46,12 +47,14 @@ pub(crate) async fn check_session_settings(
             }
         }
         if found != *expected {
-            return Err(StoreError::SessionSettingMismatch {
-                setting,
-                expected: expected.clone(),
-                found,
-                role,
-            });
+            return Err(StoreError::Connection(
+                ConnectionError::SessionSettingMismatch {
+                    setting,
+                    expected: expected.clone(),
+                    found,
+                    role,
+                },
+            ));
         }
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! The reservation protocol: one short transaction claims the next global
 //! sequence of a shard, idempotently by a client-made UUIDv7.
 
+use crate::{ConnectionError, DurabilityError, ReservationError, RolloutError};
 use statek_core::Reservation;
 use statek_policy::{PolicyDigest, SchedulerShardId};
 use tokio_postgres::types::Type;
@@ -214,7 +215,9 @@ fn existing(
     // A row of a batch is not a single reservation, whatever its id.
     let batch: Option<Uuid> = row.try_get("batch_id")?;
     if found.shard() != shard || found.policy_digest() != digest || batch.is_some() {
-        return Err(StoreError::ReservationConflict { reservation_id: id });
+        return Err(StoreError::Reservation(
+            ReservationError::ReservationConflict { reservation_id: id },
+        ));
     }
     Ok(found)
 }
@@ -237,11 +240,11 @@ pub(crate) fn check_locked_shard(
         ));
     }
     if stored_digest != *digest {
-        return Err(StoreError::PolicyDigestMismatch {
+        return Err(StoreError::Rollout(RolloutError::PolicyDigestMismatch {
             shard: shard.clone(),
             stored: stored_digest,
             offered: *digest,
-        });
+        }));
     }
     let cycle_length = check_cycle_length(locked.try_get("cycle_length")?)?;
     let next: i64 = locked.try_get("next_sequence")?;
@@ -280,9 +283,9 @@ pub(crate) fn nothing_inserted(
         Err(e) => return e,
     };
     if next.checked_add(count).is_none() {
-        return StoreError::SequenceExhausted {
+        return StoreError::Reservation(ReservationError::SequenceExhausted {
             shard: shard.clone(),
-        };
+        });
     }
     StoreError::corrupt(
         "shard cursor",
@@ -291,7 +294,7 @@ pub(crate) fn nothing_inserted(
 }
 
 /// [`nothing_inserted`] after the digest checks, the halt (migration V10:
-/// [`StoreError::ShardHalted`] naming the open halts) and the seal
+/// [`DurabilityError::ShardHalted`](crate::DurabilityError::ShardHalted) naming the open halts) and the seal
 /// (migration V8): a sealed shard, or a successor whose predecessor is not
 /// sealed, is its own typed error naming the shard that goes on.
 pub(crate) async fn why_nothing_inserted(
@@ -345,16 +348,16 @@ impl PgStore {
     ///
     /// # Errors
     /// - [`StoreError::InvalidArgument`]: the id is not a UUIDv7.
-    /// - [`StoreError::UnknownShard`]: the shard is not registered.
-    /// - [`StoreError::PolicyDigestMismatch`]: the shard runs another policy.
-    /// - [`StoreError::ReservationConflict`]: the id names a reservation on
+    /// - [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard): the shard is not registered.
+    /// - [`RolloutError::PolicyDigestMismatch`](crate::RolloutError::PolicyDigestMismatch): the shard runs another policy.
+    /// - [`ReservationError::ReservationConflict`](crate::ReservationError::ReservationConflict): the id names a reservation on
     ///   another shard or digest; nothing is written.
-    /// - [`StoreError::SequenceExhausted`]: the cursor is at `i64::MAX`.
-    /// - [`StoreError::ShardHalted`]: the shard is halted in the database
+    /// - [`ReservationError::SequenceExhausted`](crate::ReservationError::SequenceExhausted): the cursor is at `i64::MAX`.
+    /// - [`DurabilityError::ShardHalted`](crate::DurabilityError::ShardHalted): the shard is halted in the database
     ///   after a reservation loss (or this store is the first to reserve
     ///   after a change of the server's timeline: the shard is then halted
     ///   as unverified); nothing is written.
-    /// - [`StoreError::ReservationsLostInFailover`]: this store found
+    /// - [`DurabilityError::ReservationsLostInFailover`](crate::DurabilityError::ReservationsLostInFailover): this store found
     ///   reservations it had acknowledged lost on a new timeline (recorded,
     ///   and the shard halted, in the database).
     /// - [`StoreError::CorruptData`]: stored rows fail their checks.
@@ -431,13 +434,15 @@ pub(crate) fn guard_columns(
     }
     let in_force: String = row.try_get("synchronous_commit")?;
     if in_force.parse::<SynchronousCommit>().ok() != Some(level) {
-        return Err(StoreError::DurabilityNotInForce {
+        return Err(StoreError::Durability(DurabilityError::NotInForce {
             expected: level,
             found: crate::error::truncated(&in_force),
-        });
+        }));
     }
     // A primary always reports its timeline; in recovery nothing inserts.
-    timeline.map(Ok).ok_or(StoreError::InRecovery)
+    timeline
+        .map(Ok)
+        .ok_or(StoreError::Connection(ConnectionError::InRecovery))
 }
 
 /// The reservation statement on `db` (see [`PgStore::reserve`]).
@@ -463,8 +468,10 @@ async fn reserve_on(
         )
         .await
         .map_err(|e| reservation_write_error(e, shard))?
-        .ok_or_else(|| StoreError::UnknownShard {
-            shard: shard.clone(),
+        .ok_or_else(|| {
+            StoreError::Rollout(RolloutError::UnknownShard {
+                shard: shard.clone(),
+            })
         })?;
     let timeline = match guard_columns(&row, level)? {
         Ok(timeline) => timeline,

@@ -2,6 +2,7 @@
 //! transactions, shard rows and seals, and what each [`StoreError`] means
 //! to the scheduler ([`SourceErrorKind`]).
 
+use crate::{DurabilityError, ReservationError, RolloutError};
 use std::time::SystemTime;
 
 use statek_core::{
@@ -19,18 +20,26 @@ impl From<StoreError> for SourceError {
     fn from(error: StoreError) -> Self {
         let kind = match &error {
             e if e.is_retryable() => SourceErrorKind::Transient,
-            StoreError::UnknownShard { .. } => SourceErrorKind::UnknownShard,
-            StoreError::ShardSealed { .. } => SourceErrorKind::ShardSealed,
-            StoreError::ShardHalted(_) => SourceErrorKind::ShardHalted,
-            StoreError::ReservationsLostInFailover(_) => SourceErrorKind::ReservationsLost,
-            StoreError::PolicyConflict { .. } | StoreError::PolicyDigestMismatch { .. } => {
+            StoreError::Rollout(RolloutError::UnknownShard { .. }) => SourceErrorKind::UnknownShard,
+            StoreError::Rollout(RolloutError::ShardSealed { .. }) => SourceErrorKind::ShardSealed,
+            StoreError::Durability(DurabilityError::ShardHalted(_)) => SourceErrorKind::ShardHalted,
+            StoreError::Durability(DurabilityError::ReservationsLostInFailover(_)) => {
+                SourceErrorKind::ReservationsLost
+            }
+            StoreError::Rollout(RolloutError::PolicyConflict { .. })
+            | StoreError::Rollout(RolloutError::PolicyDigestMismatch { .. }) => {
                 SourceErrorKind::PolicyConflict
             }
-            StoreError::ReservationConflict { .. } | StoreError::BatchConflict { .. } => {
+            StoreError::Reservation(ReservationError::ReservationConflict { .. })
+            | StoreError::Reservation(ReservationError::BatchConflict { .. }) => {
                 SourceErrorKind::IdConflict
             }
-            StoreError::SequenceExhausted { .. } => SourceErrorKind::SequenceExhausted,
-            StoreError::DurabilityRefused { .. } => SourceErrorKind::DurabilityRefused,
+            StoreError::Reservation(ReservationError::SequenceExhausted { .. }) => {
+                SourceErrorKind::SequenceExhausted
+            }
+            StoreError::Durability(DurabilityError::Refused { .. }) => {
+                SourceErrorKind::DurabilityRefused
+            }
             StoreError::InvalidArgument(_) => SourceErrorKind::InvalidArgument,
             StoreError::CorruptData { .. } => SourceErrorKind::Corrupt,
             _ => SourceErrorKind::Other,
@@ -120,7 +129,7 @@ impl ReservationSource for PgStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LostReservations;
+    use crate::{ConnectionError, LostReservations, RunQueueError};
 
     fn kind_of(error: StoreError) -> SourceErrorKind {
         SourceError::from(error).kind()
@@ -130,25 +139,25 @@ mod tests {
     fn each_store_error_says_what_it_means_to_the_scheduler() {
         let shard = SchedulerShardId::try_from("primary-v1").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            kind_of(StoreError::PoolTimeout("wait")),
+            kind_of(StoreError::Connection(ConnectionError::PoolTimeout("wait"))),
             SourceErrorKind::Transient
         );
         assert_eq!(
-            kind_of(StoreError::UnknownShard {
+            kind_of(StoreError::Rollout(RolloutError::UnknownShard {
                 shard: shard.clone()
-            }),
+            })),
             SourceErrorKind::UnknownShard
         );
         assert_eq!(
-            kind_of(StoreError::ReservationsLostInFailover(Box::new(
-                LostReservations {
+            kind_of(StoreError::Durability(
+                DurabilityError::ReservationsLostInFailover(Box::new(LostReservations {
                     shard: shard.clone(),
                     from_timeline: 1,
                     to_timeline: 2,
                     checked: 1,
                     lost: Vec::new(),
-                }
-            ))),
+                }))
+            )),
             SourceErrorKind::ReservationsLost
         );
         assert_eq!(
@@ -160,16 +169,16 @@ mod tests {
             SourceErrorKind::Corrupt
         );
         assert_eq!(
-            kind_of(StoreError::RunNotFound {
+            kind_of(StoreError::RunQueue(RunQueueError::RunNotFound {
                 run_id: Uuid::nil()
-            }),
+            })),
             SourceErrorKind::Other
         );
         // The store's error stays inside, as the cause.
-        let error = SourceError::from(StoreError::UnknownShard { shard });
+        let error = SourceError::from(StoreError::Rollout(RolloutError::UnknownShard { shard }));
         assert!(matches!(
             error.downcast_ref::<StoreError>(),
-            Some(StoreError::UnknownShard { .. })
+            Some(StoreError::Rollout(RolloutError::UnknownShard { .. }))
         ));
     }
 }

@@ -3,6 +3,7 @@
 //! its cursor now, with the gaps carried into that shard from the seam
 //! before it (`statek rollout --dry-run --at-cursor`).
 
+use crate::RolloutError;
 use statek_policy::{PolicySeam, ScheduleId, SchedulerShardId, SeamBound, WeightedFairnessPolicy};
 use tokio_postgres::types::Type;
 
@@ -57,10 +58,10 @@ impl PgStore {
     ///
     /// # Errors
     /// As [`PgStore::rollout`] would fail before it writes:
-    /// [`StoreError::UnknownShard`] (no `from`), [`StoreError::PolicyConflict`]
-    /// (`from`'s stored policy is another), [`StoreError::ScheduleConflict`],
-    /// [`StoreError::NotLiveShard`] (`from` is sealed),
-    /// [`StoreError::SuccessorExists`] (`to` is registered);
+    /// [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard) (no `from`), [`RolloutError::PolicyConflict`](crate::RolloutError::PolicyConflict)
+    /// (`from`'s stored policy is another), [`RolloutError::ScheduleConflict`](crate::RolloutError::ScheduleConflict),
+    /// [`RolloutError::NotLiveShard`](crate::RolloutError::NotLiveShard) (`from` is sealed),
+    /// [`RolloutError::SuccessorExists`](crate::RolloutError::SuccessorExists) (`to` is registered);
     /// [`StoreError::CorruptData`]; connection and server errors.
     pub async fn preview_rollout(
         &self,
@@ -70,19 +71,19 @@ impl PgStore {
     ) -> Result<RolloutPreview, StoreError> {
         let stored = self.load_shard(from.shard_id()).await?;
         if stored.policy().canonical_bytes() != from.canonical_bytes() {
-            return Err(StoreError::PolicyConflict {
+            return Err(StoreError::Rollout(RolloutError::PolicyConflict {
                 shard: from.shard_id().clone(),
                 stored: stored.policy().digest(),
                 offered: from.digest(),
-            });
+            }));
         }
         if let Some(offered) = schedule {
             if offered != stored.schedule() {
-                return Err(StoreError::ScheduleConflict {
+                return Err(StoreError::Rollout(RolloutError::ScheduleConflict {
                     shard: from.shard_id().clone(),
                     stored: stored.schedule().clone(),
                     offered: offered.clone(),
-                });
+                }));
             }
         }
         let (live, exists, open) = self
@@ -99,17 +100,17 @@ impl PgStore {
             })
             .await?;
         if let (Some(seal), Some(live)) = (stored.seal(), live) {
-            return Err(StoreError::NotLiveShard {
+            return Err(StoreError::Rollout(RolloutError::NotLiveShard {
                 shard: from.shard_id().clone(),
                 schedule: stored.schedule().clone(),
                 sealed_at_sequence: seal.sealed_at_sequence(),
                 live,
-            });
+            }));
         }
         if exists {
-            return Err(StoreError::SuccessorExists {
+            return Err(StoreError::Rollout(RolloutError::SuccessorExists {
                 shard: to.shard_id().clone(),
-            });
+            }));
         }
         let cursor = stored.next_sequence();
         let seam = PolicySeam::new(from, to).at_carrying(cursor, |t| open.get(t.as_str()).copied());

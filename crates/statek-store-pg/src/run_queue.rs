@@ -11,7 +11,7 @@
 //! in one statement (`run_queue/enqueue.rs`); operators list, cancel and
 //! retry them (`run_queue/operator.rs`).
 //! Heartbeat, complete and fail succeed only while that token still matches
-//! (fencing); otherwise they report [`StoreError::LeaseLost`]. An expired
+//! (fencing); otherwise they report [`RunQueueError::LeaseLost`](crate::RunQueueError::LeaseLost). An expired
 //! lease makes the run claimable again, so execution is at-least-once.
 //!
 //! [`PgStore::claim_runs_for_slots`] claims for every slot of a reserved
@@ -28,6 +28,7 @@
 //! its token, and answers a replayed batch with
 //! [`crate::FinishOutcome::AlreadyRecorded`].
 
+use crate::RunQueueError;
 use std::time::{Duration, SystemTime};
 
 use statek_core::EnqueuedRun;
@@ -266,8 +267,8 @@ impl PgStore {
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] for a payload over
-    /// [`MAX_PAYLOAD_BYTES`], `max_attempts` outside 1..=1000 or a delay over
-    /// one year; [`StoreError::InvalidPriority`]; connection and server
+    /// [`MAX_PAYLOAD_BYTES`](statek_core::MAX_PAYLOAD_BYTES), `max_attempts` outside 1..=1000 or a delay over
+    /// one year; [`RunQueueError::InvalidPriority`](crate::RunQueueError::InvalidPriority); connection and server
     /// errors.
     pub async fn enqueue(&self, run: &NewRun) -> Result<EnqueuedRun, StoreError> {
         run.check()?;
@@ -311,7 +312,9 @@ impl PgStore {
             let payload: Vec<u8> = row.try_get("payload")?;
             let existing: Uuid = row.try_get("run_id")?;
             if payload != run.payload {
-                return Err(StoreError::IdempotencyConflict { run_id: existing });
+                return Err(StoreError::RunQueue(RunQueueError::IdempotencyConflict {
+                    run_id: existing,
+                }));
             }
             Ok(EnqueuedRun {
                 run_id: existing,
@@ -459,7 +462,7 @@ impl PgStore {
     /// new expiry.
     ///
     /// # Errors
-    /// [`StoreError::LeaseLost`] when the token no longer matches or the run
+    /// [`RunQueueError::LeaseLost`](crate::RunQueueError::LeaseLost) when the token no longer matches or the run
     /// left `running`; connection and server errors.
     pub async fn heartbeat_run(
         &self,
@@ -478,9 +481,9 @@ impl PgStore {
                     ],
                 )
                 .await?
-                .ok_or(StoreError::LeaseLost {
+                .ok_or(StoreError::RunQueue(RunQueueError::LeaseLost {
                     run_id: held.run_id,
-                })?;
+                }))?;
             Ok(row.try_get("lease_expires_at")?)
         })
         .await
@@ -489,7 +492,7 @@ impl PgStore {
     /// Marks a held run `completed`.
     ///
     /// # Errors
-    /// [`StoreError::LeaseLost`] when the token no longer matches (another
+    /// [`RunQueueError::LeaseLost`](crate::RunQueueError::LeaseLost) when the token no longer matches (another
     /// worker owns the run now, or it already finished); connection and
     /// server errors.
     pub async fn complete_run(&self, held: &RunLease) -> Result<(), StoreError> {
@@ -502,9 +505,9 @@ impl PgStore {
                 .await?
                 .try_get("done")?;
             if changed == 0 {
-                return Err(StoreError::LeaseLost {
+                return Err(StoreError::RunQueue(RunQueueError::LeaseLost {
                     run_id: held.run_id,
-                });
+                }));
             }
             Ok(())
         })
@@ -518,7 +521,7 @@ impl PgStore {
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] for a `retry_after` over 366 days;
-    /// [`StoreError::LeaseLost`] when the token no longer matches; connection
+    /// [`RunQueueError::LeaseLost`](crate::RunQueueError::LeaseLost) when the token no longer matches; connection
     /// and server errors.
     pub async fn fail_run(
         &self,
@@ -540,9 +543,9 @@ impl PgStore {
                     ],
                 )
                 .await?
-                .ok_or(StoreError::LeaseLost {
+                .ok_or(StoreError::RunQueue(RunQueueError::LeaseLost {
                     run_id: held.run_id,
-                })?;
+                }))?;
             let state: String = row.try_get("state")?;
             Ok(if state == "failed" {
                 FailOutcome::Failed

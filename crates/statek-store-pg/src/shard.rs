@@ -4,6 +4,7 @@
 //! (migration V11); a load checks every stored value against the others
 //! and answers `CorruptData` on a mismatch, never a guess.
 
+use crate::RolloutError;
 use std::time::SystemTime;
 
 use statek_core::Registration;
@@ -309,7 +310,7 @@ impl PgStore {
     /// byte-identical canonical policy bytes.
     ///
     /// Nothing is ever overwritten: any difference (tenants, weights,
-    /// algorithm) is [`StoreError::PolicyConflict`] and the stored row stays
+    /// algorithm) is [`RolloutError::PolicyConflict`](crate::RolloutError::PolicyConflict) and the stored row stays
     /// as it was. Roll a changed policy out under a new shard id.
     ///
     /// Under [`crate::StoreConfig::transaction_pooling`] the same
@@ -325,14 +326,14 @@ impl PgStore {
     /// [`register_in`](Self::register_in) to name the schedule.
     ///
     /// # Errors
-    /// [`StoreError::DurabilityRefused`] when the server can lose
+    /// [`DurabilityError::Refused`](crate::DurabilityError::Refused) when the server can lose
     /// acknowledged reservations and the store's policy refuses it (nothing
-    /// is written); [`StoreError::PolicyConflict`];
-    /// [`StoreError::ScheduleHasLiveShard`] when the schedule named like
+    /// is written); [`RolloutError::PolicyConflict`](crate::RolloutError::PolicyConflict);
+    /// [`RolloutError::ScheduleHasLiveShard`](crate::RolloutError::ScheduleHasLiveShard) when the schedule named like
     /// the shard already has a chain (a shard of it was registered under
     /// that name: roll out instead);
     /// [`StoreError::CorruptData`] if the stored row fails its checks;
-    /// [`StoreError::SessionSettingMismatch`] under transaction pooling;
+    /// [`ConnectionError::SessionSettingMismatch`](crate::ConnectionError::SessionSettingMismatch) under transaction pooling;
     /// connection and server errors.
     pub async fn register(
         &self,
@@ -353,10 +354,10 @@ impl PgStore {
     ///
     /// # Errors
     /// As [`register`](Self::register), and
-    /// [`StoreError::ScheduleConflict`] when the shard exists in another
+    /// [`RolloutError::ScheduleConflict`](crate::RolloutError::ScheduleConflict) when the shard exists in another
     /// schedule than `schedule` (nothing is written: registering the same
     /// bytes into another schedule is a conflict, not idempotent);
-    /// [`StoreError::ScheduleHasLiveShard`] when `schedule` already has a
+    /// [`RolloutError::ScheduleHasLiveShard`](crate::RolloutError::ScheduleHasLiveShard) when `schedule` already has a
     /// chain (its live shard is named: change the policy with a rollout).
     pub async fn register_in(
         &self,
@@ -415,7 +416,10 @@ impl PgStore {
                                 .cloned()
                                 .unwrap_or_else(|| ScheduleId::of_shard(shard));
                             let live = live_shard_of_schedule(db, &schedule).await?;
-                            Err(StoreError::ScheduleHasLiveShard { schedule, live })
+                            Err(StoreError::Rollout(RolloutError::ScheduleHasLiveShard {
+                                schedule,
+                                live,
+                            }))
                         }
                     }
                 },
@@ -431,20 +435,20 @@ impl PgStore {
         let bytes: Vec<u8> = row.try_get("policy_bytes")?;
         if bytes != policy.canonical_bytes() {
             let stored_digest: Vec<u8> = row.try_get("policy_digest")?;
-            return Err(StoreError::PolicyConflict {
+            return Err(StoreError::Rollout(RolloutError::PolicyConflict {
                 shard: shard.clone(),
                 stored: decode_digest(&stored_digest, "shard policy")?,
                 offered: digest,
-            });
+            }));
         }
         let stored = StoredShard::from_row(shard, &row)?;
         if let Some(offered) = schedule {
             if offered != stored.schedule() {
-                return Err(StoreError::ScheduleConflict {
+                return Err(StoreError::Rollout(RolloutError::ScheduleConflict {
                     shard: shard.clone(),
                     stored: stored.schedule().clone(),
                     offered: offered.clone(),
-                });
+                }));
             }
         }
         // A shard registered before migration V11 gets its slot map now
@@ -466,7 +470,7 @@ impl PgStore {
     /// length.
     ///
     /// # Errors
-    /// [`StoreError::UnknownShard`]; [`StoreError::CorruptData`];
+    /// [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard); [`StoreError::CorruptData`];
     /// connection and server errors.
     pub async fn load_shard(&self, shard: &SchedulerShardId) -> Result<StoredShard, StoreError> {
         let row = self
@@ -476,8 +480,10 @@ impl PgStore {
                     .await?)
             })
             .await?
-            .ok_or_else(|| StoreError::UnknownShard {
-                shard: shard.clone(),
+            .ok_or_else(|| {
+                StoreError::Rollout(RolloutError::UnknownShard {
+                    shard: shard.clone(),
+                })
             })?;
         StoredShard::from_row(shard, &row)
     }
@@ -487,7 +493,7 @@ impl PgStore {
     /// and for measuring service lag in reservations.
     ///
     /// # Errors
-    /// [`StoreError::UnknownShard`]; [`StoreError::CorruptData`] for a
+    /// [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard); [`StoreError::CorruptData`] for a
     /// negative cursor; connection and server errors.
     pub async fn next_sequence(&self, shard: &SchedulerShardId) -> Result<u64, StoreError> {
         let row = self
@@ -497,8 +503,10 @@ impl PgStore {
                     .await?)
             })
             .await?
-            .ok_or_else(|| StoreError::UnknownShard {
-                shard: shard.clone(),
+            .ok_or_else(|| {
+                StoreError::Rollout(RolloutError::UnknownShard {
+                    shard: shard.clone(),
+                })
             })?;
         let next: i64 = row.try_get("next_sequence")?;
         u64::try_from(next).map_err(|_| {

@@ -1,7 +1,7 @@
 //! A shard's recorded halts as values (migration V10): [`ShardHalt`] with
 //! its [`HaltCause`] and [`ShardResume`], the [`ReissuedRange`] a resume
 //! states, and [`ShardHalted`], what
-//! [`StoreError::ShardHalted`](crate::StoreError::ShardHalted) reports.
+//! [`DurabilityError::ShardHalted`](crate::DurabilityError::ShardHalted) reports.
 //! Below `error.rs`, which carries them, and `halt.rs`, which reads and
 //! writes them.
 
@@ -142,7 +142,7 @@ impl ShardHalt {
     }
 }
 
-/// What [`StoreError::ShardHalted`] reports: the shard's open halts.
+/// What [`DurabilityError::ShardHalted`](crate::DurabilityError::ShardHalted) reports: the shard's open halts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardHalted {
     /// The shard.

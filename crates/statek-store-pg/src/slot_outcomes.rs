@@ -9,6 +9,7 @@
 //! range without a record (a Worker that stopped before recording it, a
 //! range reserved before V14) reads as unrecorded.
 
+use crate::RunQueueError;
 use std::time::SystemTime;
 
 use statek_core::{
@@ -111,7 +112,7 @@ impl PgStore {
     /// # Errors
     /// [`StoreError::InvalidArgument`] for an empty record, more than
     /// [`MAX_OUTCOME_RUNS`] runs or a sequence past `i64::MAX`;
-    /// [`StoreError::ClaimRefused`] when the database refuses it (no
+    /// [`RunQueueError::ClaimRefused`](crate::RunQueueError::ClaimRefused) when the database refuses it (no
     /// retained range starts there, the lengths differ, a claimed slot
     /// named otherwise, another record for the range); connection and
     /// server errors.
@@ -126,7 +127,11 @@ impl PgStore {
             .await?;
         match answers.into_iter().next() {
             Some(SlotOutcomeAnswer::Accepted(recorded)) => Ok(recorded),
-            Some(SlotOutcomeAnswer::Refused(message)) => Err(StoreError::ClaimRefused { message }),
+            Some(SlotOutcomeAnswer::Refused(message)) => {
+                Err(StoreError::RunQueue(RunQueueError::ClaimRefused {
+                    message,
+                }))
+            }
             None => Err(StoreError::corrupt(
                 "slot outcome record",
                 "the database answered no record",

@@ -7,6 +7,7 @@
 //! connection without a deadline; `tests/it/tidy.rs` fails on a call that
 //! takes a connection another way.
 
+use crate::ConnectionError;
 use std::time::Duration;
 
 use crate::acknowledged_log::AcknowledgedLog;
@@ -49,8 +50,8 @@ impl PgStore {
     /// Builds the pool. No connection is opened until first use.
     ///
     /// # Errors
-    /// [`StoreError::Pool`] if the pool cannot be built;
-    /// [`StoreError::TlsConfiguration`] if rustls refuses the TLS settings.
+    /// [`ConnectionError::Pool`](crate::ConnectionError::Pool) if the pool cannot be built;
+    /// [`ConnectionError::TlsConfiguration`](crate::ConnectionError::TlsConfiguration) if rustls refuses the TLS settings.
     pub fn new(config: StoreConfig) -> Result<Self, StoreError> {
         let manager = Manager::from_config(
             config.pooled_pg_config(),
@@ -76,7 +77,7 @@ impl PgStore {
             .recycle_timeout(Some(recycle))
             .runtime(Runtime::Tokio1)
             .build()
-            .map_err(|e| StoreError::Pool(e.to_string()))?;
+            .map_err(|e| StoreError::Connection(ConnectionError::Pool(e.to_string())))?;
         let failover = std::sync::Arc::new(AcknowledgedLog::new(config.failover_ring_capacity()));
         Ok(Self {
             pool,
@@ -118,7 +119,7 @@ impl PgStore {
     /// timeout: if the server does not answer in time, the connection is
     /// taken out of the pool and closed (a dead link must not serve the
     /// next caller), and the call fails with the retryable
-    /// [`StoreError::ResponseTimeout`]. Every store call goes through this
+    /// [`ConnectionError::ResponseTimeout`](crate::ConnectionError::ResponseTimeout). Every store call goes through this
     /// or [`in_transaction`](Self::in_transaction), which also pick the
     /// statement mode ([`StoreConfig::transaction_pooling`]).
     pub(crate) async fn with_response_timeout<T>(
@@ -137,7 +138,9 @@ impl PgStore {
             Ok(result) => result,
             Err(_) => {
                 drop(deadpool_postgres::Object::take(client));
-                Err(StoreError::ResponseTimeout { after })
+                Err(StoreError::Connection(ConnectionError::ResponseTimeout {
+                    after,
+                }))
             }
         }
     }
@@ -178,7 +181,12 @@ impl PgStore {
         };
         let answered = tokio::time::timeout(after, async {
             let Some(client) = open.client.as_ref() else {
-                return (Err(StoreError::Pool("no pooled connection".into())), false);
+                return (
+                    Err(StoreError::Connection(ConnectionError::Pool(
+                        "no pooled connection".into(),
+                    ))),
+                    false,
+                );
             };
             let db = Db::client(client, true);
             let (began, out) =
@@ -206,7 +214,9 @@ impl PgStore {
                 open.ended = ended_cleanly;
                 result
             }
-            Err(_) => Err(StoreError::ResponseTimeout { after }),
+            Err(_) => Err(StoreError::Connection(ConnectionError::ResponseTimeout {
+                after,
+            })),
         }
     }
 
@@ -239,7 +249,9 @@ impl PgStore {
             Ok(result) => result,
             Err(_) => {
                 drop(deadpool_postgres::Object::take(client));
-                Err(StoreError::ResponseTimeout { after })
+                Err(StoreError::Connection(ConnectionError::ResponseTimeout {
+                    after,
+                }))
             }
         }
     }
@@ -270,7 +282,9 @@ impl PgStore {
             Ok(result) => result,
             Err(_) => {
                 drop(deadpool_postgres::Object::take(client));
-                Err(StoreError::ResponseTimeout { after })
+                Err(StoreError::Connection(ConnectionError::ResponseTimeout {
+                    after,
+                }))
             }
         }
     }

@@ -2,6 +2,7 @@
 //! schedule at its cursor and registers its successor in one transaction;
 //! readers follow the chain and check the stored seam bounds.
 
+use crate::RolloutError;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
@@ -175,30 +176,33 @@ pub(crate) async fn refusal(
         .query_opt(ACCEPTING, &[(&shard.as_str(), Type::TEXT)])
         .await?
     else {
-        return Ok(Some(StoreError::UnknownShard {
+        return Ok(Some(StoreError::Rollout(RolloutError::UnknownShard {
             shard: shard.clone(),
-        }));
+        })));
     };
     let sealed_at: Option<i64> = row.try_get("sealed_at_sequence")?;
     let successor: Option<String> = row.try_get("successor_id")?;
     if let (Some(at), Some(successor)) = (sealed_at, successor) {
-        return Ok(Some(StoreError::ShardSealed {
+        return Ok(Some(StoreError::Rollout(RolloutError::ShardSealed {
             shard: shard.clone(),
             sealed_at_sequence: u64::try_from(at).unwrap_or(0),
             successor: SchedulerShardId::try_from(successor.as_str())
                 .map_err(|e| StoreError::corrupt("shard chain", format!("successor: {e}")))?,
-        }));
+        })));
     }
     let predecessor: Option<String> = row.try_get("predecessor_id")?;
     if let Some(predecessor) = predecessor {
         let predecessor_sealed: Option<i64> = row.try_get("predecessor_sealed_at")?;
         let names: Option<String> = row.try_get("predecessor_successor")?;
         if predecessor_sealed.is_none() || names.as_deref() != Some(shard.as_str()) {
-            return Ok(Some(StoreError::PredecessorNotSealed {
-                shard: shard.clone(),
-                predecessor: SchedulerShardId::try_from(predecessor.as_str())
-                    .map_err(|e| StoreError::corrupt("shard chain", format!("predecessor: {e}")))?,
-            }));
+            return Ok(Some(StoreError::Rollout(
+                RolloutError::PredecessorNotSealed {
+                    shard: shard.clone(),
+                    predecessor: SchedulerShardId::try_from(predecessor.as_str()).map_err(|e| {
+                        StoreError::corrupt("shard chain", format!("predecessor: {e}"))
+                    })?,
+                },
+            )));
         }
     }
     Ok(None)
@@ -284,7 +288,7 @@ impl PgStore {
     /// ([`PolicySeam::at_carrying`]: a tenant `from` never picked is counted
     /// from its last pick before `from`), and register `to` as its successor, from
     /// sequence 0, in `from`'s schedule. Replicas that meet the seal follow
-    /// the chain (`StoreError::ShardSealed` names the successor).
+    /// the chain (`RolloutError::ShardSealed` names the successor).
     ///
     /// `schedule`: the schedule the caller expects (a policy file's
     /// `schedule` key), or `None` for whichever `from` belongs to.
@@ -295,16 +299,16 @@ impl PgStore {
     /// with these policies answers [`Rollout::replayed`].
     ///
     /// # Errors
-    /// - [`StoreError::UnknownShard`]: `from` is not registered.
-    /// - [`StoreError::PolicyConflict`]: `from` (or an existing `to` of a
+    /// - [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard): `from` is not registered.
+    /// - [`RolloutError::PolicyConflict`](crate::RolloutError::PolicyConflict): `from` (or an existing `to` of a
     ///   replayed rollout) is bound to other bytes.
-    /// - [`StoreError::ScheduleConflict`]: `from` is in another schedule
+    /// - [`RolloutError::ScheduleConflict`](crate::RolloutError::ScheduleConflict): `from` is in another schedule
     ///   than `schedule` (a different chain).
-    /// - [`StoreError::NotLiveShard`]: `from` is already sealed (to another
+    /// - [`RolloutError::NotLiveShard`](crate::RolloutError::NotLiveShard): `from` is already sealed (to another
     ///   successor); the error names the live shard to roll out from.
-    /// - [`StoreError::SuccessorExists`]: `to` is already registered.
+    /// - [`RolloutError::SuccessorExists`](crate::RolloutError::SuccessorExists): `to` is already registered.
     /// - [`StoreError::InvalidArgument`]: `to` has `from`'s shard id.
-    /// - [`StoreError::DurabilityRefused`], [`StoreError::PermissionDenied`],
+    /// - [`DurabilityError::Refused`](crate::DurabilityError::Refused), [`StoreError::PermissionDenied`],
     ///   [`StoreError::CorruptData`], connection and server errors.
     pub async fn rollout(
         &self,
@@ -331,18 +335,20 @@ impl PgStore {
                     let locked = db
                         .query_opt(LOCK_SHARD, &[(&from.shard_id().as_str(), Type::TEXT)])
                         .await?
-                        .ok_or_else(|| StoreError::UnknownShard {
-                            shard: from.shard_id().clone(),
+                        .ok_or_else(|| {
+                            StoreError::Rollout(RolloutError::UnknownShard {
+                                shard: from.shard_id().clone(),
+                            })
                         })?;
                     check_bytes(&locked, from)?;
                     let stored = StoredShard::from_row(from.shard_id(), &locked)?;
                     if let Some(offered) = schedule {
                         if offered != stored.schedule() {
-                            return Err(StoreError::ScheduleConflict {
+                            return Err(StoreError::Rollout(RolloutError::ScheduleConflict {
                                 shard: from.shard_id().clone(),
                                 stored: stored.schedule().clone(),
                                 offered: offered.clone(),
-                            });
+                            }));
                         }
                     }
                     if let Some(seal) = stored.seal() {
@@ -350,21 +356,21 @@ impl PgStore {
                             return Ok(Sealed::Already(Box::new(stored)));
                         }
                         let live = live_shard_of_chain(db, from.shard_id()).await?;
-                        return Err(StoreError::NotLiveShard {
+                        return Err(StoreError::Rollout(RolloutError::NotLiveShard {
                             shard: from.shard_id().clone(),
                             schedule: stored.schedule().clone(),
                             sealed_at_sequence: seal.sealed_at_sequence(),
                             live,
-                        });
+                        }));
                     }
                     if db
                         .query_opt(SHARD_EXISTS, &[(&to.shard_id().as_str(), Type::TEXT)])
                         .await?
                         .is_some()
                     {
-                        return Err(StoreError::SuccessorExists {
+                        return Err(StoreError::Rollout(RolloutError::SuccessorExists {
                             shard: to.shard_id().clone(),
-                        });
+                        }));
                     }
                     let n = stored.next_sequence();
                     let open = open_gaps_into(db, &stored).await?;
@@ -447,11 +453,11 @@ impl PgStore {
             Sealed::Already(stored) => {
                 let seam = self.load_seam(from.shard_id()).await?;
                 if seam.successor().policy().canonical_bytes() != to.canonical_bytes() {
-                    return Err(StoreError::PolicyConflict {
+                    return Err(StoreError::Rollout(RolloutError::PolicyConflict {
                         shard: to.shard_id().clone(),
                         stored: seam.successor().policy().digest(),
                         offered: to.digest(),
-                    });
+                    }));
                 }
                 let sealed_at = stored
                     .seal()
@@ -474,7 +480,7 @@ impl PgStore {
     /// is not sealed, else the last successor.
     ///
     /// # Errors
-    /// [`StoreError::UnknownShard`]; [`StoreError::CorruptData`] for a
+    /// [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard); [`StoreError::CorruptData`] for a
     /// successor that is not registered; connection and server errors.
     pub async fn live_shard(
         &self,
@@ -490,7 +496,7 @@ impl PgStore {
     /// sealed shard ([`PolicySeam::at_carrying`]).
     ///
     /// # Errors
-    /// [`StoreError::UnknownShard`]; [`StoreError::InvalidArgument`] when
+    /// [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard); [`StoreError::InvalidArgument`] when
     /// `sealed` is not sealed; [`StoreError::CorruptData`] when the stored
     /// seam bounds, the chain or a shard fail their checks; connection and
     /// server errors.
@@ -564,11 +570,11 @@ fn check_bytes(
     let bytes: Vec<u8> = row.try_get("policy_bytes")?;
     if bytes != policy.canonical_bytes() {
         let stored: Vec<u8> = row.try_get("policy_digest")?;
-        return Err(StoreError::PolicyConflict {
+        return Err(StoreError::Rollout(RolloutError::PolicyConflict {
             shard: policy.shard_id().clone(),
             stored: decode_digest(&stored, "shard policy")?,
             offered: policy.digest(),
-        });
+        }));
     }
     Ok(())
 }

@@ -17,6 +17,7 @@
 //! `~/.postgresql/postgresql.crt`/`postgresql.key` when the certificate
 //! exists. The `PGSSL*` environment variables are not read.
 
+use crate::ConnectionError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -66,20 +67,20 @@ enum Verification {
 }
 
 fn config_error(detail: String) -> StoreError {
-    StoreError::TlsConfiguration {
+    StoreError::Connection(ConnectionError::TlsConfiguration {
         detail,
         source: None,
-    }
+    })
 }
 
 fn config_error_with(
     detail: String,
     source: impl std::error::Error + Send + Sync + 'static,
 ) -> StoreError {
-    StoreError::TlsConfiguration {
+    StoreError::Connection(ConnectionError::TlsConfiguration {
         detail,
         source: Some(Box::new(source)),
-    }
+    })
 }
 
 fn shown(path: &Path) -> EchoedValue<'_> {
@@ -180,7 +181,7 @@ impl TlsSettings {
     /// The connector for `tokio_postgres::Config::connect` and the pool.
     ///
     /// # Errors
-    /// [`StoreError::TlsConfiguration`] when rustls refuses the
+    /// [`ConnectionError::TlsConfiguration`](crate::ConnectionError::TlsConfiguration) when rustls refuses the
     /// combination (a client key that does not fit its certificate).
     pub(crate) fn connector(&self) -> Result<MakeRustlsConnect, StoreError> {
         let provider = provider();

@@ -1,7 +1,7 @@
 //! statek's conformance suite for
 //! [`TenantExecutor`](statek_core::TenantExecutor) implementations: one
 //! set of behaviours every executor statek ships passes
-//! ([`PgRunQueueExecutor`](statek_scheduler::PgRunQueueExecutor),
+//! (`PgRunQueueExecutor` (statek-scheduler, feature `postgres`),
 //! [`crate::InMemoryExecutor`]), exported so that your own executor can
 //! run it too (as River's
 //! `riverdrivertest.Exercise` for a driver).

@@ -148,7 +148,7 @@ pub struct Status {
 /// lock as another session would.
 ///
 /// Implement it for your own [`TenantExecutor`] (statek's implementations
-/// for [`PgRunQueueExecutor`](statek_scheduler::PgRunQueueExecutor) and [`crate::InMemoryExecutor`] are
+/// for `PgRunQueueExecutor` (statek-scheduler, feature `postgres`) and [`crate::InMemoryExecutor`] are
 /// in the crate's `tests/it/conformance.rs`), then call [`exercise`](crate::executor_conformance::exercise) or
 /// each case.
 pub trait Harness: Sized + Send + Sync + 'static {
@@ -161,7 +161,7 @@ pub trait Harness: Sized + Send + Sync + 'static {
     /// [`crate::InMemoryReservations`] for an executor that needs no
     /// database; the executor's own store when it claims only reserved
     /// slots (PostgreSQL's claim function refuses any other slot since
-    /// migration V11, so [`PgRunQueueExecutor`](statek_scheduler::PgRunQueueExecutor) reserves from its
+    /// migration V11, so `PgRunQueueExecutor` (statek-scheduler, feature `postgres`) reserves from its
     /// `PgStore`).
     type Source: ReservationSource + Clone + 'static;
 

@@ -48,7 +48,7 @@ impl<H> Shared<H> {
 /// (available time, insertion order),
 /// leases with fencing tokens and heartbeats, attempts, retry backoff and
 /// `failed` after the last attempt. Statek's conformance suite runs the same
-/// cases against it and [`PgRunQueueExecutor`](statek_scheduler::PgRunQueueExecutor).
+/// cases against it and `PgRunQueueExecutor` (statek-scheduler, feature `postgres`).
 ///
 /// Use it to test code built on statek without a run table (the
 /// [`DurableFairScheduler`](statek_scheduler::DurableFairScheduler) reserves them from a

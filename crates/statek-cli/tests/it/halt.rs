@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::DurabilityError;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -96,7 +97,7 @@ async fn a_halted_shard_is_shown_listed_and_resumed_by_the_cli() {
         .unwrap();
     assert!(matches!(
         store.reserve(&shard, &digest, Uuid::now_v7()).await,
-        Err(StoreError::ShardHalted(_))
+        Err(StoreError::Durability(DurabilityError::ShardHalted(_)))
     ));
 
     let status = statek(&["status", "--shard", "primary-v1"], &url);

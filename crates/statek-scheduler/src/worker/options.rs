@@ -144,7 +144,7 @@ impl WorkerOptions {
     }
 
     /// How often a Worker whose shard is halted in the database (after a
-    /// reservation loss; `StoreError::ShardHalted`) tries to reserve again
+    /// reservation loss; `DurabilityError::ShardHalted`) tries to reserve again
     /// (100 ms..=10 minutes, default 5 s). Meanwhile it stays up, reserves
     /// nothing and exports `statek_shard_halted{shard} 1`; once an owner
     /// resumes the shard (`statek shard resume`) it goes on by itself.

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::RolloutError;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -196,7 +197,7 @@ async fn a_conflicting_policy_is_refused_before_any_claim() {
                 if source.kind() == SourceErrorKind::PolicyConflict
                     && matches!(
                         source.downcast_ref::<StoreError>(),
-                        Some(StoreError::PolicyConflict { .. })
+                        Some(StoreError::Rollout(RolloutError::PolicyConflict { .. }))
                     )
         ),
         "{err:?}"

@@ -4,6 +4,7 @@
 //! lost hands its runs to the caller instead of leaving them to wait out
 //! their leases.
 
+use crate::RunQueueError;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
@@ -44,7 +45,7 @@ impl PgStore {
     /// [`PgStore::claim_slots`]).
     ///
     /// # Errors
-    /// [`StoreError::SlotAlreadyClaimed`] when a slot's claim carries a
+    /// [`RunQueueError::SlotAlreadyClaimed`](crate::RunQueueError::SlotAlreadyClaimed) when a slot's claim carries a
     /// token the request did not send; [`StoreError::CorruptData`] for an
     /// answer that does not match the request; connection and server
     /// errors.
@@ -89,9 +90,9 @@ impl PgStore {
                 let sent: Uuid = row.try_get("sent_token")?;
                 let token: Option<Uuid> = row.try_get("claim_token")?;
                 if token != Some(sent) {
-                    return Err(StoreError::SlotAlreadyClaimed {
+                    return Err(StoreError::RunQueue(RunQueueError::SlotAlreadyClaimed {
                         shard: shard.clone(),
-                    });
+                    }));
                 }
             }
             claimed.push(run_id);

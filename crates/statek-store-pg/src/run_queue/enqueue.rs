@@ -7,6 +7,7 @@
 //! it FIFO, follows the caller's order). The insert trigger of migration
 //! V9 notifies once per tenant per statement, at commit.
 
+use crate::RunQueueError;
 use std::collections::HashMap;
 use std::time::SystemTime;
 
@@ -54,12 +55,12 @@ type Existing = (Uuid, Vec<u8>, SystemTime, SystemTime);
 fn check_batch(runs: &[NewRun]) -> Result<(), StoreError> {
     let bytes: usize = runs.iter().map(|r| r.payload.len()).sum();
     if runs.len() > MAX_ENQUEUE_BATCH || bytes > MAX_ENQUEUE_BATCH_BYTES {
-        return Err(StoreError::EnqueueBatchTooLarge {
+        return Err(StoreError::RunQueue(RunQueueError::EnqueueBatchTooLarge {
             runs: runs.len(),
             bytes,
             max_runs: MAX_ENQUEUE_BATCH,
             max_bytes: MAX_ENQUEUE_BATCH_BYTES,
-        });
+        }));
     }
     runs.iter().try_for_each(NewRun::check)
 }
@@ -153,7 +154,9 @@ async fn insert_runs<C: GenericClient + Sync>(
                 .get(&(run.tenant.as_str().to_owned(), key))
                 .ok_or_else(|| StoreError::corrupt("run", "idempotency key vanished"))?;
             if *payload != run.payload {
-                return Err(StoreError::IdempotencyConflict { run_id: *run_id });
+                return Err(StoreError::RunQueue(RunQueueError::IdempotencyConflict {
+                    run_id: *run_id,
+                }));
             }
             Ok(EnqueuedRun {
                 run_id: *run_id,
@@ -184,7 +187,7 @@ impl PgStore {
     /// PgBouncer in transaction mode too.
     ///
     /// # Errors
-    /// As [`PgStore::enqueue`], and [`StoreError::IdempotencyConflict`].
+    /// As [`PgStore::enqueue`], and [`RunQueueError::IdempotencyConflict`](crate::RunQueueError::IdempotencyConflict).
     pub async fn enqueue_in<C: GenericClient + Sync>(
         client: &C,
         run: &NewRun,
@@ -208,9 +211,9 @@ impl PgStore {
     /// Returns one [`EnqueuedRun`] per run, in the order given.
     ///
     /// # Errors
-    /// [`StoreError::EnqueueBatchTooLarge`]; any run's
+    /// [`RunQueueError::EnqueueBatchTooLarge`](crate::RunQueueError::EnqueueBatchTooLarge); any run's
     /// [`PgStore::enqueue`] error (nothing is sent then);
-    /// [`StoreError::IdempotencyConflict`] for a key already used with
+    /// [`RunQueueError::IdempotencyConflict`](crate::RunQueueError::IdempotencyConflict) for a key already used with
     /// another payload; connection and server errors.
     pub async fn enqueue_many_in<C: GenericClient + Sync>(
         client: &C,
@@ -224,7 +227,7 @@ impl PgStore {
     /// response timeout.
     ///
     /// # Errors
-    /// As [`PgStore::enqueue_many_in`], and [`StoreError::ResponseTimeout`].
+    /// As [`PgStore::enqueue_many_in`], and [`ConnectionError::ResponseTimeout`](crate::ConnectionError::ResponseTimeout).
     pub async fn enqueue_many(&self, runs: &[NewRun]) -> Result<Vec<EnqueuedRun>, StoreError> {
         check_batch(runs)?;
         self.in_generic_transaction(

@@ -2,6 +2,7 @@
 //! per tenant and state (`statek runs list|cancel|retry`, the `statek_runs`
 //! gauge).
 
+use crate::RunQueueError;
 use std::fmt;
 use std::str::FromStr;
 use std::time::SystemTime;
@@ -301,10 +302,10 @@ impl PgStore {
     /// Makes a `failed` or `cancelled` run `available` again now (which
     /// wakes listening workers). Its attempt count is kept; a run that had
     /// used all its attempts is allowed as many again (at most
-    /// [`crate::MAX_ATTEMPTS_LIMIT`] in total).
+    /// [`statek_core::MAX_ATTEMPTS_LIMIT`] in total).
     ///
     /// # Errors
-    /// [`StoreError::RunNotFound`]; [`StoreError::RunStateConflict`] for a
+    /// [`RunQueueError::RunNotFound`](crate::RunQueueError::RunNotFound); [`RunQueueError::RunStateConflict`](crate::RunQueueError::RunStateConflict) for a
     /// run that is live or completed, or has used 1000 attempts;
     /// connection and server errors.
     pub async fn retry_run(&self, run_id: Uuid) -> Result<RunListing, StoreError> {
@@ -320,13 +321,13 @@ impl PgStore {
             return listing(&row);
         }
         match self.run(run_id).await? {
-            None => Err(StoreError::RunNotFound { run_id }),
-            Some(run) => Err(StoreError::RunStateConflict {
+            None => Err(StoreError::RunQueue(RunQueueError::RunNotFound { run_id })),
+            Some(run) => Err(StoreError::RunQueue(RunQueueError::RunStateConflict {
                 run_id,
                 state: run.state.to_string(),
                 action: "retry",
                 needs: "failed or cancelled, with fewer than 1000 attempts used",
-            }),
+            })),
         }
     }
 

@@ -2,6 +2,7 @@
 //! enqueue, claim, fail and the expiry pass answer (`run_queue.rs` runs
 //! the statements).
 
+use crate::RunQueueError;
 use std::time::{Duration, SystemTime};
 
 use statek_core::{MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MIN_PRIORITY};
@@ -102,11 +103,11 @@ impl NewRun {
             }
         }
         if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&self.priority) {
-            return Err(StoreError::InvalidPriority {
+            return Err(StoreError::RunQueue(RunQueueError::InvalidPriority {
                 priority: self.priority,
                 min: MIN_PRIORITY,
                 max: MAX_PRIORITY,
-            });
+            }));
         }
         Ok(())
     }
@@ -191,7 +192,7 @@ impl From<ClaimedRun> for statek_core::Run {
     }
 }
 
-/// The result of [`PgStore::claim_run`].
+/// The result of [`PgStore::claim_run`](crate::PgStore::claim_run).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClaimOutcome {
@@ -206,7 +207,7 @@ pub enum ClaimOutcome {
     Limited,
 }
 
-/// The result of [`PgStore::fail_run`].
+/// The result of [`PgStore::fail_run`](crate::PgStore::fail_run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailOutcome {
     /// The run will be claimable again at this database time.

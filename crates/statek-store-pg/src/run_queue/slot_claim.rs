@@ -5,6 +5,7 @@
 //! them once, so that a retry after a lost acknowledgement is answered
 //! from the claim history by those tokens (`claim_recovery.rs`).
 
+use crate::RunQueueError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -159,7 +160,7 @@ pub const MAX_CLAIM_SLOTS: usize = statek_core::MAX_RESERVATION_BATCH as usize;
 /// tenants, `$3` fresh lease tokens, one per slot in sequence order
 /// (`ord`); `$4` the lease in seconds; `$5` the shard; `$6` the most runs
 /// to claim. The function refuses (SQLSTATE SK002,
-/// [`StoreError::ClaimRefused`]) a slot that is in no reservation range of
+/// [`RunQueueError::ClaimRefused`](crate::RunQueueError::ClaimRefused)) a slot that is in no reservation range of
 /// the shard or whose tenant is not the cycle's tenant at `sequence mod
 /// L`. Per tenant, one `SKIP LOCKED` pick of as many of its claimable runs
 /// as it has slots and its limits allow (`statek.claim_allowance`),
@@ -212,7 +213,7 @@ impl PgStore {
     /// acknowledgement after the commit leaves no such send behind.
     ///
     /// # Errors
-    /// - [`StoreError::SlotAlreadyClaimed`]: a slot of the request's shard
+    /// - [`RunQueueError::SlotAlreadyClaimed`](crate::RunQueueError::SlotAlreadyClaimed): a slot of the request's shard
     ///   claimed a run under a token this request did not send (another
     ///   claim for the same slot); nothing of this send is kept.
     /// - [`StoreError::CorruptData`]: an answer that does not match the
@@ -231,10 +232,12 @@ impl PgStore {
             }
         }
         match self.send_slot_claim(request).await {
-            Err(StoreError::SlotAlreadyClaimed { shard }) => {
+            Err(StoreError::RunQueue(RunQueueError::SlotAlreadyClaimed { shard })) => {
                 match self.recover_slot_claims(request).await? {
                     Some(recovered) => Ok(recovered),
-                    None => Err(StoreError::SlotAlreadyClaimed { shard }),
+                    None => Err(StoreError::RunQueue(RunQueueError::SlotAlreadyClaimed {
+                        shard,
+                    })),
                 }
             }
             answered => answered,
@@ -270,7 +273,7 @@ impl PgStore {
     /// - [`StoreError::InvalidArgument`]: a lease out of range, more than
     ///   [`MAX_CLAIM_SLOTS`] slots, slots not in increasing sequence order,
     ///   or a sequence above `i64::MAX`.
-    /// - [`StoreError::SlotAlreadyClaimed`]: a slot of `shard` already
+    /// - [`RunQueueError::SlotAlreadyClaimed`](crate::RunQueueError::SlotAlreadyClaimed): a slot of `shard` already
     ///   claimed a run (nothing of this call is kept).
     /// - connection and server errors. The shard is recorded as given, not
     ///   looked up (a foreign key would wait for the shard's cursor lock):
@@ -342,9 +345,9 @@ impl PgStore {
                         constraint,
                         Some("run_claims_shard_sequence_key" | "runs_claim_slot_key")
                     ) {
-                        StoreError::SlotAlreadyClaimed {
+                        StoreError::RunQueue(RunQueueError::SlotAlreadyClaimed {
                             shard: shard.clone(),
-                        }
+                        })
                     } else {
                         StoreError::from(e)
                     }

@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::{ReservationError, RolloutError};
 use std::collections::BTreeMap;
 
 use statek_core::MAX_RESERVATION_BATCH;
@@ -184,7 +185,7 @@ async fn bad_batch_requests_are_typed_errors_and_write_nothing() {
         .reserve_batch(other.shard_id(), &p.digest(), Uuid::now_v7(), 2)
         .await
     {
-        Err(StoreError::PolicyDigestMismatch { .. }) => {}
+        Err(StoreError::Rollout(RolloutError::PolicyDigestMismatch { .. })) => {}
         other => panic!("expected PolicyDigestMismatch, got {other:?}"),
     }
     let unknown = SchedulerShardId::try_from("nobody-v1").unwrap();
@@ -192,7 +193,9 @@ async fn bad_batch_requests_are_typed_errors_and_write_nothing() {
         .reserve_batch(&unknown, &p.digest(), Uuid::now_v7(), 2)
         .await
     {
-        Err(StoreError::UnknownShard { shard }) => assert_eq!(shard, unknown),
+        Err(StoreError::Rollout(RolloutError::UnknownShard { shard })) => {
+            assert_eq!(shard, unknown)
+        }
         other => panic!("expected UnknownShard, got {other:?}"),
     }
     assert_eq!(row_count(&client).await, 0);
@@ -207,10 +210,10 @@ async fn bad_batch_requests_are_typed_errors_and_write_nothing() {
         .reserve_batch(p.shard_id(), &p.digest(), batch_id, 4)
         .await
     {
-        Err(StoreError::BatchConflict {
+        Err(StoreError::Reservation(ReservationError::BatchConflict {
             batch_id: id,
             detail,
-        }) => {
+        })) => {
             assert_eq!(id, batch_id);
             assert_eq!(
                 detail,
@@ -223,7 +226,7 @@ async fn bad_batch_requests_are_typed_errors_and_write_nothing() {
         .reserve_batch(other.shard_id(), &other.digest(), batch_id, 3)
         .await
     {
-        Err(StoreError::BatchConflict { detail, .. }) => {
+        Err(StoreError::Reservation(ReservationError::BatchConflict { detail, .. })) => {
             assert_eq!(detail, "it was made on shard primary-v1");
         }
         other => panic!("expected BatchConflict, got {other:?}"),
@@ -237,10 +240,10 @@ async fn bad_batch_requests_are_typed_errors_and_write_nothing() {
         .reserve_batch(p.shard_id(), &p.digest(), single.id(), 2)
         .await
     {
-        Err(StoreError::BatchConflict {
+        Err(StoreError::Reservation(ReservationError::BatchConflict {
             batch_id: id,
             detail,
-        }) => {
+        })) => {
             assert_eq!(id, single.id());
             assert_eq!(detail, "the id names a single reservation, not a batch");
         }
@@ -270,7 +273,9 @@ async fn a_batch_that_does_not_fit_before_i64_max_is_refused_whole() {
         .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 4)
         .await
     {
-        Err(e @ StoreError::SequenceExhausted { .. }) => assert!(!e.is_retryable()),
+        Err(e @ StoreError::Reservation(ReservationError::SequenceExhausted { .. })) => {
+            assert!(!e.is_retryable())
+        }
         other => panic!("expected SequenceExhausted, got {other:?}"),
     }
     assert_eq!(row_count(&client).await, 0);
@@ -286,7 +291,7 @@ async fn a_batch_that_does_not_fit_before_i64_max_is_refused_whole() {
         .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 1)
         .await
     {
-        Err(StoreError::SequenceExhausted { .. }) => {}
+        Err(StoreError::Reservation(ReservationError::SequenceExhausted { .. })) => {}
         other => panic!("expected SequenceExhausted, got {other:?}"),
     }
     assert_eq!(row_count(&client).await, 1);
@@ -475,7 +480,7 @@ async fn a_batch_id_is_not_a_single_reservation_id() {
         .await
         .unwrap();
     match store.reserve(p.shard_id(), &p.digest(), batch_id).await {
-        Err(StoreError::ReservationConflict { reservation_id }) => {
+        Err(StoreError::Reservation(ReservationError::ReservationConflict { reservation_id })) => {
             assert_eq!(reservation_id, batch_id);
         }
         other => panic!("expected ReservationConflict, got {other:?}"),
@@ -531,7 +536,7 @@ async fn a_batch_of_pre_v7_rows_retried_after_its_head_was_pruned_is_not_reserve
         .reserve_batch(p.shard_id(), &p.digest(), batch_id, 4)
         .await
     {
-        Err(StoreError::BatchConflict { detail, .. }) => assert_eq!(
+        Err(StoreError::Reservation(ReservationError::BatchConflict { detail, .. })) => assert_eq!(
             detail,
             "it holds 3 retained reservations, not 4 (another size, or partly pruned)"
         ),

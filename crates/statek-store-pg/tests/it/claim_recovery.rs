@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::RunQueueError;
 use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
@@ -178,7 +179,9 @@ async fn a_batch_claim_whose_acknowledgement_is_lost_is_recovered_with_its_runs_
     enqueue(&store, "tenant-a").await;
     let other = SlotClaimRequest::new(&shard(), &slots[..1], LEASE, 1).unwrap();
     match store.claim_slots(&other).await {
-        Err(StoreError::SlotAlreadyClaimed { shard: refused }) => assert_eq!(refused, shard()),
+        Err(StoreError::RunQueue(RunQueueError::SlotAlreadyClaimed { shard: refused })) => {
+            assert_eq!(refused, shard())
+        }
         answer => panic!("expected SlotAlreadyClaimed, got {answer:?}"),
     }
 }

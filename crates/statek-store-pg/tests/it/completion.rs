@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::RunQueueError;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -325,7 +326,7 @@ async fn the_single_run_calls_and_the_expiry_pass_agree_with_the_batch() {
     );
     assert!(matches!(
         store.complete_run(&batched.lease).await,
-        Err(StoreError::LeaseLost { run_id }) if run_id == batched.lease.run_id()
+        Err(StoreError::RunQueue(RunQueueError::LeaseLost { run_id })) if run_id == batched.lease.run_id()
     ));
 }
 

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::ConnectionError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,7 +83,7 @@ async fn a_silent_connection_times_out_and_is_discarded() {
     .expect("reserve must not hang on a silent connection")
     .expect_err("the connection is silent");
     assert!(
-        matches!(err, StoreError::ResponseTimeout { after } if after == RESPONSE_TIMEOUT),
+        matches!(err, StoreError::Connection(ConnectionError::ResponseTimeout { after }) if after == RESPONSE_TIMEOUT),
         "{err:?}"
     );
     assert!(err.is_retryable());
@@ -121,7 +122,13 @@ async fn a_claim_on_a_silent_connection_times_out() {
     .await
     .expect("claim must not hang on a silent connection")
     .expect_err("the connection is silent");
-    assert!(matches!(err, StoreError::ResponseTimeout { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StoreError::Connection(ConnectionError::ResponseTimeout { .. })
+        ),
+        "{err:?}"
+    );
     assert!(err.is_retryable());
     // The frozen claim never reached the server: the run is still there.
     match store
@@ -174,7 +181,7 @@ async fn the_idle_probe_on_a_silent_connection_times_out() {
     freeze.store(true, Ordering::SeqCst);
     let err = silent_error(store.any_claimable_runs(&tenants)).await;
     assert!(
-        matches!(err, StoreError::ResponseTimeout { after } if after == RESPONSE_TIMEOUT),
+        matches!(err, StoreError::Connection(ConnectionError::ResponseTimeout { after }) if after == RESPONSE_TIMEOUT),
         "{err:?}"
     );
     assert!(err.is_retryable());
@@ -220,7 +227,7 @@ async fn the_expiry_pass_on_a_silent_connection_times_out() {
     freeze.store(true, Ordering::SeqCst);
     let err = silent_error(store.rescue_expired_run(&expired[0])).await;
     assert!(
-        matches!(err, StoreError::ResponseTimeout { after } if after == RESPONSE_TIMEOUT),
+        matches!(err, StoreError::Connection(ConnectionError::ResponseTimeout { after }) if after == RESPONSE_TIMEOUT),
         "{err:?}"
     );
     assert_eq!(
@@ -234,7 +241,7 @@ async fn the_expiry_pass_on_a_silent_connection_times_out() {
     freeze.store(true, Ordering::SeqCst);
     let err = silent_error(store.find_expired_runs(10)).await;
     assert!(
-        matches!(err, StoreError::ResponseTimeout { after } if after == RESPONSE_TIMEOUT),
+        matches!(err, StoreError::Connection(ConnectionError::ResponseTimeout { after }) if after == RESPONSE_TIMEOUT),
         "{err:?}"
     );
     assert_eq!(store.find_expired_runs(10).await.unwrap(), vec![]);
@@ -265,7 +272,7 @@ async fn a_status_read_on_a_silent_connection_times_out() {
     freeze.store(true, Ordering::SeqCst);
     let err = silent_error(store.shard_status(p.shard_id(), Duration::from_secs(3600))).await;
     assert!(
-        matches!(err, StoreError::ResponseTimeout { after } if after == RESPONSE_TIMEOUT),
+        matches!(err, StoreError::Connection(ConnectionError::ResponseTimeout { after }) if after == RESPONSE_TIMEOUT),
         "{err:?}"
     );
     let status = store
@@ -287,7 +294,7 @@ async fn a_status_read_on_a_silent_connection_times_out() {
     freeze.store(true, Ordering::SeqCst);
     let err = silent_error(store.next_sequence(p.shard_id())).await;
     assert!(
-        matches!(err, StoreError::ResponseTimeout { after } if after == RESPONSE_TIMEOUT),
+        matches!(err, StoreError::Connection(ConnectionError::ResponseTimeout { after }) if after == RESPONSE_TIMEOUT),
         "{err:?}"
     );
 }
@@ -314,7 +321,7 @@ async fn a_prune_on_a_silent_connection_times_out_after_the_maintenance_timeout(
     let started = Instant::now();
     let err = silent_error(store.prune_scheduler_fairness_reservations(&retention)).await;
     assert!(
-        matches!(err, StoreError::ResponseTimeout { after } if after == MAINTENANCE),
+        matches!(err, StoreError::Connection(ConnectionError::ResponseTimeout { after }) if after == MAINTENANCE),
         "{err:?}"
     );
     assert!(started.elapsed() >= MAINTENANCE);
@@ -353,7 +360,7 @@ async fn a_silent_listen_connection_is_reported() {
         .expect("the silent link must be reported, not waited on forever");
     match reported {
         Some(Err(error)) => match error.downcast_ref::<StoreError>() {
-            Some(StoreError::ResponseTimeout { after }) => {
+            Some(StoreError::Connection(ConnectionError::ResponseTimeout { after })) => {
                 assert_eq!(error.kind(), statek_core::SourceErrorKind::Transient);
                 assert_eq!(*after, RESPONSE_TIMEOUT);
             }

@@ -13,6 +13,7 @@
 
 use statek_policy::WeightedFairnessPolicy;
 use statek_store_pg::testing::TestDatabase;
+use statek_store_pg::DurabilityError;
 use statek_store_pg::{
     DurabilityPolicy, DurabilityRisk, HaltCause, LossEvidence, LostReservationAction,
     LostReservations, PgStore, StoreConfig, StoreError, SynchronousCommit,
@@ -65,7 +66,7 @@ async fn the_check_sees_the_test_servers_fast_settings_and_the_default_refuses_t
 
     // The default policy refuses registration, and writes nothing.
     match strict.register(&policy()).await {
-        Err(e @ StoreError::DurabilityRefused { .. }) => {
+        Err(e @ StoreError::Durability(DurabilityError::Refused { .. })) => {
             assert!(!e.is_retryable());
             assert_eq!(
                 e.to_string(),
@@ -83,7 +84,7 @@ async fn the_check_sees_the_test_servers_fast_settings_and_the_default_refuses_t
     });
     assert!(matches!(
         standbys_ok.register(&policy()).await,
-        Err(StoreError::DurabilityRefused { ref risks, .. }) if risks.len() == 2
+        Err(StoreError::Durability(DurabilityError::Refused { ref risks, .. })) if risks.len() == 2
     ));
     assert_eq!(shard_rows(&db).await, 0);
 
@@ -113,7 +114,7 @@ async fn a_session_without_flush_is_a_risk_and_reservations_set_their_own_level(
     );
     assert!(matches!(
         off.register(&policy()).await,
-        Err(StoreError::DurabilityRefused { ref risks, .. }) if risks.len() == 3
+        Err(StoreError::Durability(DurabilityError::Refused { ref risks, .. })) if risks.len() == 3
     ));
 
     // The reservation function sets the level for its own transaction,
@@ -269,7 +270,7 @@ async fn acknowledged_reservations_lost_in_a_failover_are_reported_and_halt_the_
         .await
         .unwrap_err();
     assert!(!err.is_retryable());
-    let StoreError::ReservationsLostInFailover(lost) = &err else {
+    let StoreError::Durability(DurabilityError::ReservationsLostInFailover(lost)) = &err else {
         panic!("expected ReservationsLostInFailover, got {err:?}");
     };
     assert_eq!((lost.from_timeline, lost.to_timeline), (1, 2));
@@ -321,13 +322,13 @@ async fn acknowledged_reservations_lost_in_a_failover_are_reported_and_halt_the_
             store
                 .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
                 .await,
-            Err(StoreError::ShardHalted(_))
+            Err(StoreError::Durability(DurabilityError::ShardHalted(_)))
         ));
         assert!(matches!(
             store
                 .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 2)
                 .await,
-            Err(StoreError::ShardHalted(_))
+            Err(StoreError::Durability(DurabilityError::ShardHalted(_)))
         ));
     }
     assert_eq!(replica.next_sequence(p.shard_id()).await.unwrap(), 4);
@@ -370,7 +371,7 @@ async fn an_acknowledged_id_found_at_another_sequence_is_reported_as_moved() {
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
         .await
         .unwrap_err();
-    let StoreError::ReservationsLostInFailover(lost) = &err else {
+    let StoreError::Durability(DurabilityError::ReservationsLostInFailover(lost)) = &err else {
         panic!("expected ReservationsLostInFailover, got {err:?}");
     };
     assert_eq!(
@@ -460,7 +461,7 @@ async fn continue_reports_the_loss_once_and_reserves_on_the_new_timeline() {
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
         .await
     {
-        Err(StoreError::ReservationsLostInFailover(lost)) => {
+        Err(StoreError::Durability(DurabilityError::ReservationsLostInFailover(lost))) => {
             let lost_ids: Vec<Uuid> = lost.lost.iter().map(|l| l.reservation_id).collect();
             assert_eq!(lost_ids, ids[1..].to_vec());
         }
@@ -513,7 +514,7 @@ async fn a_lost_reservation_reissued_inside_a_range_is_reported_with_its_holder(
         .reserve(p.shard_id(), &p.digest(), Uuid::now_v7())
         .await
         .unwrap_err();
-    let StoreError::ReservationsLostInFailover(lost) = &err else {
+    let StoreError::Durability(DurabilityError::ReservationsLostInFailover(lost)) = &err else {
         panic!("expected ReservationsLostInFailover, got {err:?}");
     };
     let held_by = LossEvidence::Reissued {

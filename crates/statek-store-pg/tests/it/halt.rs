@@ -12,6 +12,7 @@
 
 use statek_policy::{SchedulerShardId, WeightedFairnessPolicy};
 use statek_store_pg::testing::{test_store_config, TestDatabase};
+use statek_store_pg::{DurabilityError, RolloutError};
 use statek_store_pg::{
     HaltCause, LossEvidence, PgStore, ReissuedRange, RoleProfile, ShardHalt, StoreError,
 };
@@ -101,7 +102,7 @@ const RECORD: &str = "
 
 fn halted(result: Result<impl std::fmt::Debug, StoreError>) -> Vec<ShardHalt> {
     match result {
-        Err(StoreError::ShardHalted(h)) => h.halts,
+        Err(StoreError::Durability(DurabilityError::ShardHalted(h))) => h.halts,
         other => panic!("expected ShardHalted, got {other:?}"),
     }
 }
@@ -267,7 +268,7 @@ async fn a_recorded_loss_halts_every_store_until_the_owner_resumes() {
         owner
             .resume_shard(&SchedulerShardId::try_from("ghost").unwrap(), None)
             .await,
-        Err(StoreError::UnknownShard { .. })
+        Err(StoreError::Rollout(RolloutError::UnknownShard { .. }))
     ));
 }
 

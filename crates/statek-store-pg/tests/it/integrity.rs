@@ -6,6 +6,7 @@
 use statek_policy::WeightedFairnessPolicy;
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::StoreError;
+use statek_store_pg::{ReservationError, RolloutError};
 use uuid::Uuid;
 
 fn policy() -> WeightedFairnessPolicy {
@@ -114,7 +115,7 @@ async fn tampered_policy_bytes_or_digest_are_corrupt_data() {
         assert!(
             matches!(
                 store.register(&p).await,
-                Err(StoreError::CorruptData { .. } | StoreError::PolicyConflict { .. })
+                Err(StoreError::CorruptData { .. } | StoreError::Rollout(RolloutError::PolicyConflict { .. }))
             ),
             "{statement}"
         );
@@ -162,7 +163,9 @@ async fn the_last_sequence_is_reserved_then_exhausted() {
     assert_eq!(u64::from(last.slot()), ((i64::MAX - 1) as u64) % 4);
     let id = Uuid::now_v7();
     match store.reserve(p.shard_id(), &p.digest(), id).await {
-        Err(e @ StoreError::SequenceExhausted { .. }) => assert!(!e.is_retryable()),
+        Err(e @ StoreError::Reservation(ReservationError::SequenceExhausted { .. })) => {
+            assert!(!e.is_retryable())
+        }
         other => panic!("expected SequenceExhausted, got {other:?}"),
     }
     // Nothing written: the cursor stays at i64::MAX, the id is unknown.

@@ -14,6 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(clippy::print_stderr)]
 
+use statek_store_pg::ConnectionError;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -81,7 +82,7 @@ async fn reserve_with_fault(
     assert!(!proxy.is_armed());
     assert!(err.is_retryable(), "{fault:?}: {err:?} must be retryable");
     assert!(
-        matches!(err, StoreError::Connection(_)),
+        matches!(err, StoreError::Connection(ConnectionError::Lost(_))),
         "{fault:?}: {err:?}"
     );
     err

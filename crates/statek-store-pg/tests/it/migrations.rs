@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::{MigrationError, RunQueueError};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -249,7 +250,9 @@ async fn divergent_and_unknown_applied_migrations_are_typed_errors() {
         .await
         .unwrap();
     match db.store().migrate().await {
-        Err(StoreError::MigrationDivergent { version, .. }) => assert_eq!(version, 1),
+        Err(StoreError::Migration(MigrationError::Divergent { version, .. })) => {
+            assert_eq!(version, 1)
+        }
         other => panic!("expected MigrationDivergent, got {other:?}"),
     }
 
@@ -264,7 +267,7 @@ async fn divergent_and_unknown_applied_migrations_are_typed_errors() {
         .await
         .unwrap();
     match db.store().migrate().await {
-        Err(StoreError::MigrationMissing { version, name }) => {
+        Err(StoreError::Migration(MigrationError::Missing { version, name })) => {
             assert_eq!((version, name.as_str()), (999, "from_the_future"))
         }
         other => panic!("expected MigrationMissing, got {other:?}"),
@@ -558,7 +561,9 @@ async fn claims_made_before_v13_read_the_same_after_it() {
         store
             .claim_runs_for_slots(&slots, p.shard_id(), lease)
             .await,
-        Err(StoreError::SlotAlreadyClaimed { .. })
+        Err(StoreError::RunQueue(
+            RunQueueError::SlotAlreadyClaimed { .. }
+        ))
     ));
 }
 

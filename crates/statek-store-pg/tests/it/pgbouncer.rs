@@ -10,6 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::{ConnectionError, RolloutError, RunQueueError};
 use std::time::Duration;
 
 use statek_core::Registration;
@@ -58,7 +59,7 @@ async fn registration_through_pgbouncer() {
     );
     let err = store.register(&policy(2)).await.unwrap_err();
     assert!(
-        matches!(&err, StoreError::PolicyConflict { stored, offered, .. }
+        matches!(&err, StoreError::Rollout(RolloutError::PolicyConflict { stored, offered, .. })
             if *stored == p.digest() && *offered == policy(2).digest()),
         "{err:?}"
     );
@@ -215,7 +216,7 @@ async fn the_run_queue_through_pgbouncer() {
     store.complete_run(&claimed.lease).await.unwrap();
     let err = store.complete_run(&claimed.lease).await.unwrap_err();
     assert!(
-        matches!(err, StoreError::LeaseLost { run_id } if run_id == first.run_id),
+        matches!(err, StoreError::RunQueue(RunQueueError::LeaseLost { run_id }) if run_id == first.run_id),
         "{err:?}"
     );
 
@@ -300,7 +301,10 @@ async fn listen_and_migrations_need_a_direct_connection() {
     let store = PgStore::new(StoreConfig::from_pg_config(pg).transaction_pooling(true)).unwrap();
     let err = store.listen_for_runs().await.unwrap_err();
     assert!(
-        matches!(err, StoreError::DirectConnectionRequired { what: "LISTEN" }),
+        matches!(
+            err,
+            StoreError::Connection(ConnectionError::DirectConnectionRequired { what: "LISTEN" })
+        ),
         "{err:?}"
     );
     assert!(!err.is_retryable());
@@ -308,7 +312,9 @@ async fn listen_and_migrations_need_a_direct_connection() {
     assert!(
         matches!(
             err,
-            StoreError::DirectConnectionRequired { what: "migrations" }
+            StoreError::Connection(ConnectionError::DirectConnectionRequired {
+                what: "migrations"
+            })
         ),
         "{err:?}"
     );
@@ -329,12 +335,12 @@ async fn registration_refuses_missing_session_settings() {
     let store = PgStore::new(db.pgbouncer_store_config()).unwrap();
     let err = store.register(&policy(1)).await.unwrap_err();
     match &err {
-        StoreError::SessionSettingMismatch {
+        StoreError::Connection(ConnectionError::SessionSettingMismatch {
             setting,
             expected,
             found,
             role,
-        } => assert_eq!(
+        }) => assert_eq!(
             (*setting, expected.as_str(), found.as_str(), role.as_str()),
             ("lock_timeout", "5000ms", "0ms", "postgres")
         ),
@@ -348,7 +354,10 @@ async fn registration_refuses_missing_session_settings() {
     );
     // Nothing was registered.
     let err = store.load_shard(policy(1).shard_id()).await.unwrap_err();
-    assert!(matches!(err, StoreError::UnknownShard { .. }), "{err:?}");
+    assert!(
+        matches!(err, StoreError::Rollout(RolloutError::UnknownShard { .. })),
+        "{err:?}"
+    );
 }
 
 /// Why the mode exists: PgBouncer 1.18 refuses the `options` startup

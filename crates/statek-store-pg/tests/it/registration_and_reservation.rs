@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::{ReservationError, RolloutError};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -54,11 +55,11 @@ async fn register_is_idempotent_and_never_overwrites() {
     let before = stored_row(&db, "primary-v1").await;
     let changed = policy("primary-v1", &[("tenant-a", 2), ("tenant-b", 1)]);
     match store.register(&changed).await {
-        Err(StoreError::PolicyConflict {
+        Err(StoreError::Rollout(RolloutError::PolicyConflict {
             shard,
             stored,
             offered,
-        }) => {
+        })) => {
             assert_eq!(shard.as_str(), "primary-v1");
             assert_eq!(stored, p.digest());
             assert_eq!(offered, changed.digest());
@@ -102,7 +103,9 @@ async fn reserve_replays_the_original_reservation() {
 
     // The same id on another shard is a conflict, and writes nothing.
     match store.reserve(other.shard_id(), &other.digest(), x).await {
-        Err(StoreError::ReservationConflict { reservation_id }) => assert_eq!(reservation_id, x),
+        Err(StoreError::Reservation(ReservationError::ReservationConflict { reservation_id })) => {
+            assert_eq!(reservation_id, x)
+        }
         r => panic!("expected ReservationConflict, got {r:?}"),
     }
     assert_eq!(stored_row(&db, "other-v1").await.3, 0);
@@ -113,13 +116,15 @@ async fn reserve_replays_the_original_reservation() {
         store
             .reserve(p.shard_id(), &other.digest(), Uuid::now_v7())
             .await,
-        Err(StoreError::PolicyDigestMismatch { .. })
+        Err(StoreError::Rollout(
+            RolloutError::PolicyDigestMismatch { .. }
+        ))
     ));
     // Unknown shard, and a non-v7 id.
     let missing = SchedulerShardId::try_from("missing-v1").unwrap();
     assert!(matches!(
         store.reserve(&missing, &p.digest(), Uuid::now_v7()).await,
-        Err(StoreError::UnknownShard { .. })
+        Err(StoreError::Rollout(RolloutError::UnknownShard { .. }))
     ));
     assert!(matches!(
         store
@@ -211,13 +216,15 @@ async fn a_shard_registered_under_one_algorithm_refuses_the_other() {
     store.register(&swrr).await.unwrap();
     assert!(matches!(
         store.register(&min_gap).await,
-        Err(StoreError::PolicyConflict { .. })
+        Err(StoreError::Rollout(RolloutError::PolicyConflict { .. }))
     ));
     assert!(matches!(
         store
             .reserve(min_gap.shard_id(), &min_gap.digest(), Uuid::now_v7())
             .await,
-        Err(StoreError::PolicyDigestMismatch { .. })
+        Err(StoreError::Rollout(
+            RolloutError::PolicyDigestMismatch { .. }
+        ))
     ));
     // A new shard takes the other algorithm, and reads back exactly.
     let next = WeightedFairnessPolicy::with_algorithm(

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::RunQueueError;
 use std::time::Duration;
 
 use statek_policy::TenantId;
@@ -84,7 +85,12 @@ async fn a_stale_lease_token_changes_nothing() {
     assert_eq!(second.attempt, 2);
     assert_ne!(second.lease.token(), first.lease.token());
 
-    let lost = |r: Result<_, StoreError>| matches!(r, Err(StoreError::LeaseLost { .. }));
+    let lost = |r: Result<_, StoreError>| {
+        matches!(
+            r,
+            Err(StoreError::RunQueue(RunQueueError::LeaseLost { .. }))
+        )
+    };
     assert!(lost(
         store.heartbeat_run(&first.lease, LEASE).await.map(|_| ())
     ));
@@ -221,7 +227,7 @@ async fn idempotency_keys_deduplicate_per_tenant() {
         store
             .enqueue(&NewRun::new(a.clone(), b"y".to_vec()).idempotency_key("order-1"))
             .await,
-        Err(StoreError::IdempotencyConflict { run_id }) if run_id == first.run_id
+        Err(StoreError::RunQueue(RunQueueError::IdempotencyConflict { run_id })) if run_id == first.run_id
     ));
     // The same key for another tenant is another run.
     let other = store
@@ -264,11 +270,11 @@ async fn cancel_stops_a_queued_or_running_run() {
     // The worker finds out at its next heartbeat or completion.
     assert!(matches!(
         store.heartbeat_run(&running.lease, LEASE).await,
-        Err(StoreError::LeaseLost { .. })
+        Err(StoreError::RunQueue(RunQueueError::LeaseLost { .. }))
     ));
     assert!(matches!(
         store.complete_run(&running.lease).await,
-        Err(StoreError::LeaseLost { .. })
+        Err(StoreError::RunQueue(RunQueueError::LeaseLost { .. }))
     ));
     assert_eq!(store.count_live_runs().await.unwrap(), 0);
 }

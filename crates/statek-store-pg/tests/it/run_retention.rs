@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::RunQueueError;
 use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
@@ -349,13 +350,15 @@ async fn runs_are_listed_newest_first_in_pages_retried_and_counted() {
     let retried = store.retry_run(ids[1]).await.unwrap();
     assert_eq!(retried.state, RunState::Available);
     match store.retry_run(ids[2]).await {
-        Err(StoreError::RunStateConflict { state, .. }) => assert_eq!(state, "available"),
+        Err(StoreError::RunQueue(RunQueueError::RunStateConflict { state, .. })) => {
+            assert_eq!(state, "available")
+        }
         other => panic!("{other:?}"),
     }
     let unknown = Uuid::now_v7();
     assert!(matches!(
         store.retry_run(unknown).await,
-        Err(StoreError::RunNotFound { run_id }) if run_id == unknown
+        Err(StoreError::RunQueue(RunQueueError::RunNotFound { run_id })) if run_id == unknown
     ));
     assert!(!store.cancel_run(unknown).await.unwrap());
     assert!(matches!(

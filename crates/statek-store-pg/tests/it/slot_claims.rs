@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::RunQueueError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
@@ -191,7 +192,9 @@ async fn a_mixed_batch_gets_exact_outcomes_per_slot_and_each_claim_is_recorded()
         .claim_runs_for_slots(&[slots[2].clone()], p.shard_id(), LEASE)
         .await
     {
-        Err(StoreError::SlotAlreadyClaimed { shard }) => assert_eq!(&shard, p.shard_id()),
+        Err(StoreError::RunQueue(RunQueueError::SlotAlreadyClaimed { shard })) => {
+            assert_eq!(&shard, p.shard_id())
+        }
         other => panic!("expected SlotAlreadyClaimed, got {other:?}"),
     }
     // The next slots: a's third run, then its failed run (available again
@@ -249,7 +252,9 @@ async fn a_mixed_batch_gets_exact_outcomes_per_slot_and_each_claim_is_recorded()
             .claim_runs_for_slots(std::slice::from_ref(slot), p.shard_id(), LEASE)
             .await
         {
-            Err(StoreError::SlotAlreadyClaimed { shard }) => assert_eq!(&shard, p.shard_id()),
+            Err(StoreError::RunQueue(RunQueueError::SlotAlreadyClaimed { shard })) => {
+                assert_eq!(&shard, p.shard_id())
+            }
             other => panic!(
                 "slot {}: expected SlotAlreadyClaimed, got {other:?}",
                 slot.0
@@ -633,11 +638,11 @@ async fn the_limits_function_runs_only_for_a_batch_with_a_limited_tenant() {
 
 fn refused(result: Result<Vec<SlotClaim>, StoreError>) -> String {
     match result {
-        Err(error @ StoreError::ClaimRefused { .. }) => {
+        Err(error @ StoreError::RunQueue(RunQueueError::ClaimRefused { .. })) => {
             assert_eq!(error.sqlstate(), Some("SK002"));
             assert!(!error.is_retryable());
             match error {
-                StoreError::ClaimRefused { message } => message,
+                StoreError::RunQueue(RunQueueError::ClaimRefused { message }) => message,
                 _ => unreachable!(),
             }
         }

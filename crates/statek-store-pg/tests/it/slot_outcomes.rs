@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::RunQueueError;
 use std::time::Duration;
 
 use statek_core::{SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded};
@@ -30,7 +31,7 @@ fn outcomes(runs: &[(SlotClass, u32)]) -> SlotOutcomes {
 
 fn refusal(result: Result<SlotOutcomesRecorded, StoreError>) -> String {
     match result {
-        Err(StoreError::ClaimRefused { message }) => message,
+        Err(StoreError::RunQueue(RunQueueError::ClaimRefused { message })) => message,
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

@@ -9,6 +9,7 @@ use statek_core::Registration;
 use statek_policy::{PolicySeam, ScheduleId, TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::{policy, TestDatabase};
+use statek_store_pg::RolloutError;
 use statek_store_pg::{PgStore, RoleProfile, StoreError};
 use uuid::Uuid;
 
@@ -95,11 +96,11 @@ async fn a_rollout_seals_at_the_cursor_and_the_successor_starts_at_zero() {
         .reserve(v1.shard_id(), &v1.digest(), Uuid::now_v7())
         .await
     {
-        Err(StoreError::ShardSealed {
+        Err(StoreError::Rollout(RolloutError::ShardSealed {
             shard,
             sealed_at_sequence,
             successor,
-        }) => {
+        })) => {
             assert_eq!(
                 (&shard, sealed_at_sequence, &successor),
                 (v1.shard_id(), 5, v2.shard_id())
@@ -111,7 +112,9 @@ async fn a_rollout_seals_at_the_cursor_and_the_successor_starts_at_zero() {
         .reserve_batch(v1.shard_id(), &v1.digest(), Uuid::now_v7(), 4)
         .await
     {
-        Err(StoreError::ShardSealed { successor, .. }) => assert_eq!(&successor, v2.shard_id()),
+        Err(StoreError::Rollout(RolloutError::ShardSealed { successor, .. })) => {
+            assert_eq!(&successor, v2.shard_id())
+        }
         other => panic!("expected ShardSealed, got {other:?}"),
     }
     assert_eq!(store.next_sequence(v1.shard_id()).await.unwrap(), 5);
@@ -204,12 +207,12 @@ async fn a_chain_of_any_length_and_the_typed_refusals_of_rollout_and_register() 
     // Rolling out from a sealed shard names the live one.
     let v4 = policy("primary-v4", &[("tenant-b", 1)]);
     match store.rollout(&v1, &v4, None).await {
-        Err(StoreError::NotLiveShard {
+        Err(StoreError::Rollout(RolloutError::NotLiveShard {
             shard,
             schedule,
             sealed_at_sequence,
             live,
-        }) => {
+        })) => {
             assert_eq!(
                 (&shard, schedule.as_str(), sealed_at_sequence, &live),
                 (v1.shard_id(), "primary-v1", 3, v3.shard_id())
@@ -219,16 +222,18 @@ async fn a_chain_of_any_length_and_the_typed_refusals_of_rollout_and_register() 
     }
     // The successor must be new.
     match store.rollout(&v3, &v1, None).await {
-        Err(StoreError::SuccessorExists { shard }) => assert_eq!(&shard, v1.shard_id()),
+        Err(StoreError::Rollout(RolloutError::SuccessorExists { shard })) => {
+            assert_eq!(&shard, v1.shard_id())
+        }
         other => panic!("expected SuccessorExists, got {other:?}"),
     }
     // A different chain.
     match store.rollout(&v3, &v4, Some(&schedule("other"))).await {
-        Err(StoreError::ScheduleConflict {
+        Err(StoreError::Rollout(RolloutError::ScheduleConflict {
             shard,
             stored,
             offered,
-        }) => assert_eq!(
+        })) => assert_eq!(
             (&shard, stored.as_str(), offered.as_str()),
             (v3.shard_id(), "primary-v1", "other")
         ),
@@ -238,12 +243,12 @@ async fn a_chain_of_any_length_and_the_typed_refusals_of_rollout_and_register() 
     let not_v3 = policy("primary-v3", &[("tenant-b", 9)]);
     assert!(matches!(
         store.rollout(&not_v3, &v4, None).await,
-        Err(StoreError::PolicyConflict { .. })
+        Err(StoreError::Rollout(RolloutError::PolicyConflict { .. }))
     ));
     let unknown = policy("nowhere", &[("tenant-b", 1)]);
     assert!(matches!(
         store.rollout(&unknown, &v4, None).await,
-        Err(StoreError::UnknownShard { .. })
+        Err(StoreError::Rollout(RolloutError::UnknownShard { .. }))
     ));
     assert!(matches!(
         store.rollout(&v3, &v3, None).await,
@@ -258,13 +263,14 @@ async fn a_chain_of_any_length_and_the_typed_refusals_of_rollout_and_register() 
         .is_none());
     assert!(matches!(
         store.load_shard(v4.shard_id()).await,
-        Err(StoreError::UnknownShard { .. })
+        Err(StoreError::Rollout(RolloutError::UnknownShard { .. }))
     ));
 
     // A second first shard of a schedule: refused, pointing at rollout.
     match store.register_in(&v4, Some(&schedule("primary-v1"))).await {
-        Err(e @ StoreError::ScheduleHasLiveShard { .. }) => {
-            let StoreError::ScheduleHasLiveShard { schedule, live } = &e else {
+        Err(e @ StoreError::Rollout(RolloutError::ScheduleHasLiveShard { .. })) => {
+            let StoreError::Rollout(RolloutError::ScheduleHasLiveShard { schedule, live }) = &e
+            else {
                 unreachable!()
             };
             assert_eq!((schedule.as_str(), live), ("primary-v1", v3.shard_id()));
@@ -275,9 +281,9 @@ async fn a_chain_of_any_length_and_the_typed_refusals_of_rollout_and_register() 
     }
     // The same bytes into another schedule: a conflict, not idempotent.
     match store.register_in(&v2, Some(&schedule("elsewhere"))).await {
-        Err(StoreError::ScheduleConflict {
+        Err(StoreError::Rollout(RolloutError::ScheduleConflict {
             stored, offered, ..
-        }) => {
+        })) => {
             assert_eq!(
                 (stored.as_str(), offered.as_str()),
                 ("primary-v1", "elsewhere")
@@ -287,7 +293,7 @@ async fn a_chain_of_any_length_and_the_typed_refusals_of_rollout_and_register() 
     }
     assert!(matches!(
         store.load_shard(v4.shard_id()).await,
-        Err(StoreError::UnknownShard { .. })
+        Err(StoreError::Rollout(RolloutError::UnknownShard { .. }))
     ));
 }
 
@@ -312,9 +318,9 @@ async fn two_concurrent_rollouts_of_one_shard_one_wins() {
             other => panic!("round {round}: exactly one must win, got {other:?}"),
         };
         match lost {
-            StoreError::NotLiveShard {
+            StoreError::Rollout(RolloutError::NotLiveShard {
                 shard, live: now, ..
-            } => {
+            }) => {
                 assert_eq!((&shard, &now), (live.shard_id(), won.shard_id()));
             }
             other => panic!("round {round}: expected NotLiveShard, got {other:?}"),
@@ -323,7 +329,7 @@ async fn two_concurrent_rollouts_of_one_shard_one_wins() {
         // The loser changed nothing: its shard does not exist.
         assert!(matches!(
             store.load_shard(loser.shard_id()).await,
-            Err(StoreError::UnknownShard { .. })
+            Err(StoreError::Rollout(RolloutError::UnknownShard { .. }))
         ));
         let sealed = store.load_shard(live.shard_id()).await.unwrap();
         assert_eq!(sealed.seal().unwrap().successor(), won.shard_id());
@@ -381,11 +387,11 @@ async fn a_lost_acknowledgement_before_the_seal_replays_to_its_original_sequence
         .reserve(v1.shard_id(), &v1.digest(), uncommitted)
         .await
     {
-        Err(StoreError::ShardSealed {
+        Err(StoreError::Rollout(RolloutError::ShardSealed {
             successor,
             sealed_at_sequence: 8,
             ..
-        }) => {
+        })) => {
             assert_eq!(&successor, v2.shard_id());
         }
         other => panic!("expected ShardSealed, got {other:?}"),
@@ -413,10 +419,10 @@ async fn a_lost_acknowledgement_before_the_seal_replays_to_its_original_sequence
         store
             .reserve(v1.shard_id(), &v1.digest(), Uuid::now_v7())
             .await,
-        Err(StoreError::ShardSealed {
+        Err(StoreError::Rollout(RolloutError::ShardSealed {
             sealed_at_sequence: 8,
             ..
-        })
+        }))
     ));
 }
 
@@ -634,10 +640,10 @@ async fn the_database_refuses_every_other_change_to_a_chain_as_every_role() {
         rt_store
             .reserve(v1.shard_id(), &v1.digest(), Uuid::now_v7())
             .await,
-        Err(StoreError::ShardSealed {
+        Err(StoreError::Rollout(RolloutError::ShardSealed {
             sealed_at_sequence: 4,
             ..
-        })
+        }))
     ));
     let loaded = rt_store.load_seam(v1.shard_id()).await.unwrap();
     assert_eq!(loaded.seam(), rollout.seam());

@@ -9,6 +9,7 @@
     clippy::print_stderr
 )]
 
+use statek_store_pg::RunQueueError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -376,7 +377,13 @@ async fn limits_are_read_back_exactly_and_bad_values_are_typed_errors() {
     assert_eq!(store.all_tenant_limits().await.unwrap().len(), 1);
 
     let invalid = |r: Result<TenantLimits, StoreError>| {
-        assert!(matches!(r, Err(StoreError::InvalidLimit { .. })), "{r:?}")
+        assert!(
+            matches!(
+                r,
+                Err(StoreError::RunQueue(RunQueueError::InvalidLimit { .. }))
+            ),
+            "{r:?}"
+        )
     };
     invalid(TenantLimits::new(Some(0), None));
     invalid(TenantLimits::new(Some(MAX_RUNNING_LIMIT + 1), None));
@@ -385,7 +392,10 @@ async fn limits_are_read_back_exactly_and_bad_values_are_typed_errors() {
     for bad in ["0/s", "-1/s", "10/0s", "1000001/s", "10/2h", "ten/s", "10"] {
         let parsed = bad.parse::<RateLimit>();
         assert!(
-            matches!(parsed, Err(StoreError::InvalidLimit { .. })),
+            matches!(
+                parsed,
+                Err(StoreError::RunQueue(RunQueueError::InvalidLimit { .. }))
+            ),
             "{bad}: {parsed:?}"
         );
         assert_eq!(
@@ -496,7 +506,7 @@ async fn five_priorities_are_claimed_highest_first_fifo_within_and_never_across_
             .enqueue(&NewRun::new(a.clone(), "x").priority(bad))
             .await;
         assert!(
-            matches!(r, Err(StoreError::InvalidPriority { priority, .. }) if priority == bad),
+            matches!(r, Err(StoreError::RunQueue(RunQueueError::InvalidPriority { priority, .. })) if priority == bad),
             "{r:?}"
         );
     }
@@ -578,7 +588,12 @@ async fn an_enqueue_in_the_callers_transaction_rolls_back_with_it_and_notifies_o
         .enqueue_many(&[NewRun::new(a.clone(), "other").idempotency_key("key-1")])
         .await;
     assert!(
-        matches!(conflict, Err(StoreError::IdempotencyConflict { .. })),
+        matches!(
+            conflict,
+            Err(StoreError::RunQueue(
+                RunQueueError::IdempotencyConflict { .. }
+            ))
+        ),
         "{conflict:?}"
     );
 }
@@ -667,7 +682,10 @@ async fn a_bulk_enqueue_of_100000_runs_is_one_notification_and_is_claimed_in_fif
         .collect();
     assert!(matches!(
         store.enqueue_many(&too_many).await,
-        Err(StoreError::EnqueueBatchTooLarge { runs: 100_001, .. })
+        Err(StoreError::RunQueue(RunQueueError::EnqueueBatchTooLarge {
+            runs: 100_001,
+            ..
+        }))
     ));
 }
 
@@ -707,6 +725,6 @@ async fn concurrent_merges_of_different_limits_both_hold() {
     );
     assert!(matches!(
         store.merge_tenant_limits(&t, None, None).await,
-        Err(StoreError::InvalidLimit { .. })
+        Err(StoreError::RunQueue(RunQueueError::InvalidLimit { .. }))
     ));
 }

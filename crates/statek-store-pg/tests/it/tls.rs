@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use statek_store_pg::ConnectionError;
 use std::path::PathBuf;
 
 use statek_policy::WeightedFairnessPolicy;
@@ -79,8 +80,8 @@ fn tls_failure(err: &StoreError) -> TlsFailure {
     assert!(!err.is_retryable(), "{err}");
     assert!(err.is_configuration(), "{err}");
     match err {
-        StoreError::Tls { failure, .. } => *failure,
-        other => panic!("expected StoreError::Tls, got {other:?}"),
+        StoreError::Connection(ConnectionError::Tls { failure, .. }) => *failure,
+        other => panic!("expected StoreError::Connection(ConnectionError::Tls), got {other:?}"),
     }
 }
 
@@ -320,7 +321,10 @@ async fn a_refused_port_is_retryable_and_says_why() {
     .unwrap();
     let err = config.connect_client().await.unwrap_err();
     assert!(err.is_retryable() && !err.is_configuration(), "{err}");
-    assert!(matches!(err, StoreError::Connection(_)), "{err:?}");
+    assert!(
+        matches!(err, StoreError::Connection(ConnectionError::Lost(_))),
+        "{err:?}"
+    );
     assert_eq!(
         chain(&err),
         "connection to PostgreSQL failed: error connecting to server: Connection refused (os \
@@ -386,7 +390,10 @@ async fn a_client_certificate_logs_in_where_the_server_demands_one() {
     .unwrap_err();
     let _ = std::fs::remove_file(&other_key);
     assert!(
-        matches!(mismatched, StoreError::TlsConfiguration { .. }),
+        matches!(
+            mismatched,
+            StoreError::Connection(ConnectionError::TlsConfiguration { .. })
+        ),
         "{mismatched:?}"
     );
     assert_eq!(
@@ -427,7 +434,10 @@ async fn a_wrong_password_is_an_authentication_failure_not_a_retry() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, StoreError::ConnectionSettings { .. }),
+        matches!(
+            err,
+            StoreError::Connection(ConnectionError::Settings { .. })
+        ),
         "{err:?}"
     );
     assert!(err.is_configuration() && !err.is_retryable(), "{err}");
@@ -459,7 +469,10 @@ async fn require_against_a_server_without_tls_is_a_settings_error() {
     let err = config.connect_client().await.unwrap_err();
     drop(server.await.unwrap());
     assert!(
-        matches!(err, StoreError::ConnectionSettings { .. }),
+        matches!(
+            err,
+            StoreError::Connection(ConnectionError::Settings { .. })
+        ),
         "{err:?}"
     );
     assert!(err.is_configuration() && !err.is_retryable(), "{err}");
