@@ -4,7 +4,7 @@
 //! The statek-scheduler's `Worker` reserves slots in batches (one range row per
 //! batch) and hands each batch to [`crate::TenantExecutor::execute_batch`] as a
 //! [`SlotBatch`] (the slots in sequence order, each mapped to its tenant,
-//! and the Worker's [`RunPool`]) with its [`SlotTickets`]. An executor
+//! and the Worker's [`RunPool`]) with its [`SlotTickets`](crate::SlotTickets). An executor
 //! claims for the slots in sequence order, at most as many runs as it
 //! holds permits, so a claimed run never waits for a permit; a slot whose
 //! claim must wait for a permit waits *before* its claim.
@@ -24,9 +24,8 @@ use statek_policy::{SchedulerShardId, TenantId};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::outcome::TenantTickOutcome;
+use crate::outcome::{TenantTickOutcome, Unclaimed};
 use crate::slot::{SlotClass, SlotOutcomes};
-use crate::tickets::{SlotTickets, Unclaimed};
 
 /// One reserved slot of a batch: its global sequence and the tenant the
 /// policy's cycle maps it to (`slot = sequence mod L`).
@@ -149,7 +148,7 @@ pub struct BatchState {
     decided: AtomicUsize,
     reported: AtomicUsize,
     /// Each slot's recorded class, once known (`None`: not yet).
-    classes: Mutex<Vec<Option<SlotClass>>>,
+    pub(crate) classes: Mutex<Vec<Option<SlotClass>>>,
     /// Whether some slot's class cannot be known for sure (a claim whose
     /// answer was lost, a slot abandoned or reported with an error or as
     /// cancelled without a class): the range is then left unrecorded.
@@ -191,7 +190,7 @@ impl BatchState {
 }
 
 /// A reserved batch given to [`crate::TenantExecutor::execute_batch`],
-/// with its [`SlotTickets`]. A cheap copyable view: share it with every
+/// with its [`SlotTickets`](crate::SlotTickets). A cheap copyable view: share it with every
 /// run of the batch.
 ///
 /// Protocol for an implementation:
@@ -207,13 +206,13 @@ impl BatchState {
 /// 4. report through each ticket (an idle or contended slot at once,
 ///    consecutive ones as one [`crate::SlotRange`]; a run when it
 ///    finished); when [`permits`](Self::permits) returns `None`,
-///    [`SlotTickets::cancel_rest`] consumes the rest unused.
+///    [`SlotTickets::cancel_rest`](crate::SlotTickets::cancel_rest) consumes the rest unused.
 ///
 /// Handlers see [`cancel`](Self::cancel), which fires only when the
 /// replica's shutdown grace has run out.
 pub struct SlotBatch<'a, E> {
-    parts: BatchParts<'a, E>,
-    state: &'a BatchState,
+    pub(crate) parts: BatchParts<'a, E>,
+    pub(crate) state: &'a BatchState,
 }
 
 impl<E> Clone for BatchParts<'_, E> {
@@ -233,20 +232,6 @@ impl<E> Clone for SlotBatch<'_, E> {
 impl<E> Copy for SlotBatch<'_, E> {}
 
 impl<'a, E> SlotBatch<'a, E> {
-    /// The batch of `parts`, and one ticket per slot: what a scheduler
-    /// hands [`crate::TenantExecutor::execute_batch`]. `state` (reset
-    /// here) keeps its bookkeeping; read it once the executor returned.
-    ///
-    /// For a scheduler that drives executors (statek-scheduler's runner);
-    /// an executor only receives batches.
-    pub fn new(parts: BatchParts<'a, E>, state: &'a mut BatchState) -> (Self, SlotTickets<'a, E>) {
-        *state = BatchState::new();
-        *lock(&state.classes) = vec![None; parts.slots.len()];
-        let state: &'a BatchState = state;
-        let batch = Self { parts, state };
-        (batch, SlotTickets::new(batch))
-    }
-
     /// The shard the slots were reserved on.
     pub fn shard(&self) -> &'a SchedulerShardId {
         self.parts.shard
@@ -366,6 +351,6 @@ impl<'a, E> SlotBatch<'a, E> {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -5,9 +5,9 @@
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::batch::{BatchSlot, RunPermit, SlotBatch};
-use crate::outcome::TenantTickOutcome;
+use crate::outcome::{TenantTickOutcome, Unclaimed};
 use crate::slot::SlotClass;
-use crate::tickets::{SlotTickets, Unclaimed};
+use crate::tickets::SlotTickets;
 
 /// What a batch claim found for the next slots: a run to start (with a
 /// permit), or slots consumed without one.

@@ -37,6 +37,8 @@
 #![forbid(unsafe_code)]
 
 mod batch;
+#[cfg(test)]
+mod batch_tests;
 mod claim_run;
 mod cycle_check;
 mod executor;
@@ -60,7 +62,7 @@ pub use executor::{execute_each, TenantExecutor};
 pub use handler::{Run, RunError, RunHandler};
 pub use metric::{Metric, MetricKind};
 pub use notifications::{run_notifications, RunNotifications, RunWakeups, BUFFERED_WAKEUPS};
-pub use outcome::{ExecutedRun, TenantTickOutcome};
+pub use outcome::{ExecutedRun, TenantTickOutcome, Unclaimed};
 pub use queue::{
     EnqueuedRun, MAX_ATTEMPTS_LIMIT, MAX_FINISH_BATCH, MAX_OUTCOME_RECORDS_PER_CALL,
     MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RESERVATION_BATCH, MIN_PRIORITY,
@@ -70,4 +72,4 @@ pub use reservation::Reservation;
 pub use reservation_source::{ReservationSource, SourceShard, Succession};
 pub use slot::{SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded};
 pub use source_error::{SourceError, SourceErrorKind};
-pub use tickets::{SlotRange, SlotTicket, SlotTickets, Unclaimed};
+pub use tickets::{SlotRange, SlotTicket, SlotTickets};

@@ -92,6 +92,47 @@ impl TenantTickOutcome {
     }
 }
 
+/// What consecutive slots consumed without a claim found (each slot is
+/// recorded with [`class`](Self::class); the scheduler sees
+/// [`outcome`](Self::outcome)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unclaimed {
+    /// The claim asked; the tenant had no claimable run.
+    Idle,
+    /// The executor knew the tenant had no claimable run and did not ask.
+    IdleKnown,
+    /// The tenant's claimable runs were all held by other claimers.
+    Contended,
+    /// The tenant's concurrency cap or rate limit let it start none.
+    Limited,
+    /// The replica stopped before the slots were decided.
+    Unused,
+}
+
+impl Unclaimed {
+    /// The class the slots are recorded with.
+    pub const fn class(self) -> SlotClass {
+        match self {
+            Unclaimed::Idle => SlotClass::Idle,
+            Unclaimed::IdleKnown => SlotClass::IdleKnown,
+            Unclaimed::Contended => SlotClass::Contended,
+            Unclaimed::Limited => SlotClass::Limited,
+            Unclaimed::Unused => SlotClass::Unused,
+        }
+    }
+
+    /// Each slot's outcome: [`TenantTickOutcome::Idle`] for both idle
+    /// kinds, [`TenantTickOutcome::Cancelled`] for unused slots.
+    pub fn outcome(self) -> TenantTickOutcome {
+        match self {
+            Unclaimed::Idle | Unclaimed::IdleKnown => TenantTickOutcome::Idle,
+            Unclaimed::Contended => TenantTickOutcome::Contended,
+            Unclaimed::Limited => TenantTickOutcome::Limited,
+            Unclaimed::Unused => TenantTickOutcome::Cancelled,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
