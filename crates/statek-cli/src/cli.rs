@@ -8,7 +8,8 @@ use anyhow::{Context, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 use statek_policy::PolicyAlgorithm;
-use statek_store_pg::{RunState, MAX_LIST_LIMIT, MAX_PRUNE_BATCH};
+use statek_store_pg::input_limits::{MAX_LIST_LIMIT, MAX_PRUNE_BATCH};
+use statek_store_pg::RunState;
 use uuid::Uuid;
 
 use crate::count_arg::{duration, ranged, Ranged};

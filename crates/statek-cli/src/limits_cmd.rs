@@ -6,7 +6,8 @@ use std::fmt;
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 use statek_policy::{EchoedValue, TenantId};
-use statek_store_pg::{RateLimit, StoredTenantLimits, TenantLimits, MAX_RUNNING_LIMIT};
+use statek_store_pg::input_limits::MAX_RUNNING_LIMIT;
+use statek_store_pg::{RateLimit, StoredTenantLimits, TenantLimits};
 
 use crate::db::DbArgs;
 use crate::exit::InvalidInput;

@@ -22,10 +22,12 @@ use statek_core::MetricKind::{Counter, Gauge, Histogram};
 pub use statek_core::{Metric, MetricKind};
 use statek_policy::WeightedFairnessPolicy;
 #[cfg(feature = "postgres")]
-use statek_store_pg::{
-    DurabilityRisk, DURABILITY_RISK, PRUNE_CUTOFF_TIMESTAMP_SECONDS, RESERVATIONS_LOST_TOTAL,
-    SHARD_HALTED, TIMELINE_CHANGES_TOTAL,
+use statek_store_pg::metric_names::{
+    DURABILITY_RISK, PRUNE_CUTOFF_TIMESTAMP_SECONDS, RESERVATIONS_LOST_TOTAL, SHARD_HALTED,
+    TIMELINE_CHANGES_TOTAL,
 };
+#[cfg(feature = "postgres")]
+use statek_store_pg::DurabilityRisk;
 
 /// Counter `{shard}`: reservations made by this process (a batch counts k).
 pub const RESERVATIONS_TOTAL: &str = "statek_reservations_total";
@@ -415,7 +417,7 @@ pub const SCHEDULER_METRICS: &[Metric] = &[
 /// `postgres`), then this crate's ([`SCHEDULER_METRICS`]).
 pub fn catalogue() -> impl Iterator<Item = &'static Metric> {
     #[cfg(feature = "postgres")]
-    let store: &[Metric] = statek_store_pg::STORE_METRICS;
+    let store: &[Metric] = statek_store_pg::metric_names::STORE_METRICS;
     #[cfg(not(feature = "postgres"))]
     let store: &[Metric] = &[];
     store.iter().chain(SCHEDULER_METRICS.iter())

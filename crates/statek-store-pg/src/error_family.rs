@@ -8,7 +8,6 @@ use statek_policy::{PolicyDigest, ScheduleId, SchedulerShardId};
 use uuid::Uuid;
 
 use crate::durability_report::{DurabilityReport, DurabilityRisk, SynchronousCommit};
-use crate::error::{join_risks, TlsFailure};
 use crate::lost_reservations::LostReservations;
 use crate::shard_halt::ShardHalted;
 
@@ -418,4 +417,70 @@ pub enum MigrationError {
     /// A migration failed to apply.
     #[error("migration failed")]
     Failed(#[source] Box<refinery::Error>),
+}
+
+/// Why a TLS connection failed ([`ConnectionError::Tls`](crate::ConnectionError::Tls)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The server's certificate chain leads to no root certificate given
+    /// with `sslrootcert` (or the default root file).
+    UntrustedCertificate,
+    /// The certificate is trusted but does not name the host connected to
+    /// (`sslmode=verify-full` checks it; `verify-ca` does not).
+    HostNameMismatch,
+    /// The certificate is expired or not yet valid.
+    CertificateNotValidNow,
+    /// The certificate is malformed, revoked or unusable otherwise.
+    InvalidCertificate,
+    /// The handshake failed otherwise: no common protocol version or
+    /// cipher suite, or the server sent an alert (e.g. it rejected the
+    /// client certificate).
+    Handshake,
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsFailure::UntrustedCertificate => {
+                "the server's certificate is not signed by a trusted root certificate (sslrootcert)"
+            }
+            TlsFailure::HostNameMismatch => {
+                "the server's certificate does not name the host connected to (sslmode=verify-full)"
+            }
+            TlsFailure::CertificateNotValidNow => {
+                "the server's certificate is expired or not yet valid"
+            }
+            TlsFailure::InvalidCertificate => "the server's certificate is invalid",
+            TlsFailure::Handshake => "the tls handshake failed",
+        })
+    }
+}
+
+impl TlsFailure {
+    pub(crate) fn of(error: &rustls::Error) -> Self {
+        use rustls::CertificateError as C;
+        match error {
+            rustls::Error::InvalidCertificate(C::UnknownIssuer) => TlsFailure::UntrustedCertificate,
+            rustls::Error::InvalidCertificate(
+                C::NotValidForName | C::NotValidForNameContext { .. },
+            ) => TlsFailure::HostNameMismatch,
+            rustls::Error::InvalidCertificate(
+                C::Expired
+                | C::ExpiredContext { .. }
+                | C::NotValidYet
+                | C::NotValidYetContext { .. },
+            ) => TlsFailure::CertificateNotValidNow,
+            rustls::Error::InvalidCertificate(_) => TlsFailure::InvalidCertificate,
+            _ => TlsFailure::Handshake,
+        }
+    }
+}
+
+fn join_risks(risks: &[DurabilityRisk]) -> String {
+    risks
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -30,7 +30,7 @@
 //!   ([`NewRun::priority`]); [`PgStore::enqueue_in`] and
 //!   [`PgStore::enqueue_many_in`] enqueue in the caller's transaction
 //!   (any `tokio_postgres::GenericClient`), [`PgStore::enqueue_many`] up
-//!   to [`MAX_ENQUEUE_BATCH`] runs in one statement;
+//!   to [`MAX_ENQUEUE_BATCH`](input_limits::MAX_ENQUEUE_BATCH) runs in one statement;
 //! - **tenant limits**: [`PgStore::set_tenant_limits`] gives a tenant a
 //!   concurrency cap and/or a rate limit ([`TenantLimits`],
 //!   [`RateLimit`]), runtime settings checked inside every claim
@@ -135,7 +135,7 @@ mod config;
 mod conninfo;
 mod durability;
 mod durability_report;
-mod error;
+pub mod error;
 mod error_family;
 mod failover;
 mod halt;
@@ -170,43 +170,62 @@ pub use batch::ReservationBatch;
 pub use completion::{FinishAs, FinishOutcome, FinishRun};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
 pub use conninfo::SslMode;
-pub use durability::DURABILITY_RISK;
 pub use durability_report::{
     DurabilityPolicy, DurabilityReport, DurabilityRisk, FailoverCondition, Standby,
     SynchronousCommit,
 };
 pub use error::{
-    is_retryable_sqlstate, ConnectionError, DurabilityError, MigrationError, ReservationError,
-    RolloutError, RunQueueError, StoreError, TlsFailure,
+    ConnectionError, DurabilityError, MigrationError, ReservationError, RolloutError,
+    RunQueueError, StoreError, TlsFailure,
 };
-pub use failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
-pub use halt::SHARD_HALTED;
-pub use limits::{
-    RateLimit, StoredTenantLimits, TenantLimits, MAX_RATE_CLAIMS, MAX_RATE_WINDOW,
-    MAX_RUNNING_LIMIT, MIN_RATE_WINDOW,
-};
+pub use limits::{RateLimit, StoredTenantLimits, TenantLimits};
 pub use lost_reservations::{
     LossEvidence, LostReservation, LostReservationAction, LostReservations,
 };
-pub use metric::STORE_METRICS;
 pub use migration::{embedded_migrations, MigrationReport};
 pub use notifications::RUNS_CHANNEL;
-pub use retention::{
-    PruneReport, SchedulerFairnessRetentionPolicy, MAX_PRUNE_BATCH, MAX_RETENTION, MIN_RETENTION,
-    PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
-};
+pub use retention::{PruneReport, SchedulerFairnessRetentionPolicy};
 pub use roles::RoleProfile;
 pub use rollout_preview::RolloutPreview;
-pub use run_history::{RunClaimRecord, RunRecord, MAX_RUN_HISTORY_BATCH};
+pub use run_history::{RunClaimRecord, RunRecord};
 pub use run_queue::{
     ClaimOutcome, ClaimedRun, ExpiredRun, FailOutcome, NewRun, RescueOutcome, RunCounts, RunLease,
-    RunListing, RunPage, RunState, SlotClaim, SlotClaimRequest, MAX_CLAIM_SLOTS, MAX_ENQUEUE_BATCH,
-    MAX_ENQUEUE_BATCH_BYTES, MAX_IDEMPOTENCY_KEY_LENGTH, MAX_LIST_LIMIT,
+    RunListing, RunPage, RunState, SlotClaim, SlotClaimRequest,
 };
-pub use run_retention::{RunPruneReport, RunRetentionPolicy, RUNS_PRUNED_TOTAL};
+pub use run_retention::{RunPruneReport, RunRetentionPolicy};
 pub use shard::{ShardSeal, ShardStatus, StoredShard};
 pub use shard_halt::{HaltCause, ReissuedRange, ShardHalt, ShardHalted, ShardResume};
-pub use slot_outcomes::{SlotOutcomeRecord, MAX_OUTCOME_RUNS, MAX_SLOT_OUTCOME_RECORDS};
+pub use slot_outcomes::SlotOutcomeRecord;
 pub use store::PgStore;
 pub use succession::{Rollout, ShardSeam};
 pub use synchronous_standbys::SynchronousStandbys;
+
+/// The names of the metrics the store publishes (through the `metrics`
+/// facade; statek-scheduler's catalogue lists them with their labels),
+/// and [`STORE_METRICS`](metric_names::STORE_METRICS), their catalogue.
+pub mod metric_names {
+    pub use crate::durability::DURABILITY_RISK;
+    pub use crate::failover::{RESERVATIONS_LOST_TOTAL, TIMELINE_CHANGES_TOTAL};
+    pub use crate::halt::SHARD_HALTED;
+    pub use crate::metric::STORE_METRICS;
+    pub use crate::retention::{
+        PRUNE_BATCH_DURATION_SECONDS, PRUNE_CUTOFF_TIMESTAMP_SECONDS, PRUNE_DELETED_TOTAL,
+    };
+    pub use crate::run_retention::RUNS_PRUNED_TOTAL;
+}
+
+/// The largest (and smallest) values the store accepts, each checked
+/// before anything is written (a value outside is a typed error, nothing
+/// changed); where the database checks the same bound, a tidy test keeps
+/// the two equal. The limits every run queue shares (payload size,
+/// attempts, priorities, reservation batches) are statek-core's.
+pub mod input_limits {
+    pub use crate::limits::{MAX_RATE_CLAIMS, MAX_RATE_WINDOW, MAX_RUNNING_LIMIT, MIN_RATE_WINDOW};
+    pub use crate::retention::{MAX_PRUNE_BATCH, MAX_RETENTION, MIN_RETENTION};
+    pub use crate::run_history::MAX_RUN_HISTORY_BATCH;
+    pub use crate::run_queue::{
+        MAX_CLAIM_SLOTS, MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES, MAX_IDEMPOTENCY_KEY_LENGTH,
+        MAX_LIST_LIMIT,
+    };
+    pub use crate::slot_outcomes::{MAX_OUTCOME_RUNS, MAX_SLOT_OUTCOME_RECORDS};
+}

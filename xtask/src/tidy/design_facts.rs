@@ -215,7 +215,7 @@ mod tests {
         ];
         let mut retryable = 0;
         for code in codes {
-            let code_says = statek_store_pg::is_retryable_sqlstate(code);
+            let code_says = statek_store_pg::error::is_retryable_sqlstate(code);
             assert_eq!(
                 design_says_retryable(&design, code).unwrap(),
                 code_says,

@@ -23,7 +23,7 @@ use statek_policy::{
     TenantId, CYCLE_DIGEST_DOMAIN, MAX_CYCLE_LENGTH, MAX_ID_LENGTH, MAX_TENANTS, MAX_WEIGHT,
     MIN_WEIGHT, POLICY_DIGEST_DOMAIN,
 };
-use statek_store_pg::{MAX_IDEMPOTENCY_KEY_LENGTH, MAX_OUTCOME_RUNS};
+use statek_store_pg::input_limits::{MAX_IDEMPOTENCY_KEY_LENGTH, MAX_OUTCOME_RUNS};
 
 /// SQL without `--` comments (no migration quotes `--` in a string).
 fn code(sql: &str) -> String {

@@ -11,13 +11,13 @@ fn the_catalogue_names_each_metric_once_and_holds_the_stores_own() {
     let unique: BTreeSet<&str> = names.iter().copied().collect();
     assert_eq!(unique.len(), names.len(), "{names:?}");
     for store_metric in [
-        statek_store_pg::PRUNE_DELETED_TOTAL,
-        statek_store_pg::PRUNE_CUTOFF_TIMESTAMP_SECONDS,
-        statek_store_pg::PRUNE_BATCH_DURATION_SECONDS,
-        statek_store_pg::DURABILITY_RISK,
-        statek_store_pg::RESERVATIONS_LOST_TOTAL,
-        statek_store_pg::TIMELINE_CHANGES_TOTAL,
-        statek_store_pg::RUNS_PRUNED_TOTAL,
+        statek_store_pg::metric_names::PRUNE_DELETED_TOTAL,
+        statek_store_pg::metric_names::PRUNE_CUTOFF_TIMESTAMP_SECONDS,
+        statek_store_pg::metric_names::PRUNE_BATCH_DURATION_SECONDS,
+        statek_store_pg::metric_names::DURABILITY_RISK,
+        statek_store_pg::metric_names::RESERVATIONS_LOST_TOTAL,
+        statek_store_pg::metric_names::TIMELINE_CHANGES_TOTAL,
+        statek_store_pg::metric_names::RUNS_PRUNED_TOTAL,
     ] {
         assert!(unique.contains(store_metric), "{store_metric}");
     }

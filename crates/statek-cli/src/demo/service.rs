@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 use statek_policy::TenantId;
-use statek_store_pg::{PgStore, RunRecord, MAX_RUN_HISTORY_BATCH};
+use statek_store_pg::input_limits::MAX_RUN_HISTORY_BATCH;
+use statek_store_pg::{PgStore, RunRecord};
 
 use super::workload::Arrival;
 

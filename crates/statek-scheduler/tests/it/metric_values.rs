@@ -163,7 +163,13 @@ async fn eight_ticks_export_exact_counters() {
     }
     // Registration ran the store's durability check on the fast test
     // server: fsync and full_page_writes off, statek's session flushes.
-    let risk = |label| get(&v, statek_store_pg::DURABILITY_RISK, &[("risk", label)]);
+    let risk = |label| {
+        get(
+            &v,
+            statek_store_pg::metric_names::DURABILITY_RISK,
+            &[("risk", label)],
+        )
+    };
     assert_eq!(
         [
             "fsync",

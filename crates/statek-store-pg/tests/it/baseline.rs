@@ -104,7 +104,7 @@ async fn run_history_shows_each_claim_with_its_slot() {
     assert_eq!(claim.claimed_at, claimed.claimed_at);
     assert!(claim.finished_at.is_some());
 
-    let too_many = vec![Uuid::now_v7(); statek_store_pg::MAX_RUN_HISTORY_BATCH + 1];
+    let too_many = vec![Uuid::now_v7(); statek_store_pg::input_limits::MAX_RUN_HISTORY_BATCH + 1];
     assert!(matches!(
         store.run_history(&too_many).await,
         Err(StoreError::InvalidArgument(_))

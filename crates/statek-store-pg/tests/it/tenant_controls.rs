@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
+use statek_store_pg::input_limits::{MAX_CLAIM_SLOTS, MAX_RUNNING_LIMIT};
 use statek_store_pg::testing::{reserve_next_slots, reserved_slots, TestDatabase};
 use statek_store_pg::{
-    ClaimOutcome, NewRun, PgStore, RateLimit, SlotClaim, SlotClaimRequest, StoreError,
-    TenantLimits, MAX_CLAIM_SLOTS, MAX_RUNNING_LIMIT,
+    ClaimOutcome, NewRun, PgStore, RateLimit, SlotClaim, SlotClaimRequest, StoreError, TenantLimits,
 };
 
 fn tenant(id: &str) -> TenantId {
