@@ -86,6 +86,7 @@ mod pg_executor;
 mod reservation_retries;
 mod reserved_batch;
 mod scheduler;
+mod selection_metrics;
 mod tick_outcome;
 mod worker;
 

@@ -2,7 +2,7 @@
 //! reservations and pool it runs with ([`ReservedBatch`]) and where its
 //! results go ([`BatchHooks`]).
 
-use statek_core::{Reservation, RunPool};
+use statek_core::{Reservation, RunPool, TenantTickOutcome};
 use statek_policy::WeightedFairnessPolicy;
 use tokio_util::sync::CancellationToken;
 
@@ -21,11 +21,20 @@ pub(crate) struct ReservedBatch<'a> {
 
 /// Where a running batch's results go, and what stops it: `stop` ends
 /// claiming (the slots left are decided without a run), `cancel` cancels
-/// the handlers; `sink` hears one result per slot, by index in the batch,
+/// the handlers; `sink` hears one result per slot, by index in the batch
+/// (or `unclaimed` a count for a range decided alike without a claim),
 /// and `on_decided` the number of slots decided each time it grows.
 pub(crate) struct BatchHooks<'a> {
     pub(crate) stop: &'a CancellationToken,
     pub(crate) cancel: &'a CancellationToken,
     pub(crate) sink: &'a (dyn Fn(usize, Result<TickOutcome, SchedulerError>) + Send + Sync),
+    /// Hears slots decided alike without a claim as one count and
+    /// outcome (they still count per tenant in the metrics); `None`:
+    /// `sink` hears each of them.
+    pub(crate) unclaimed: Option<&'a UnclaimedSink<'a>>,
     pub(crate) on_decided: &'a (dyn Fn(usize) + Send + Sync),
 }
+
+/// Hears a count of slots decided alike without a claim, and their
+/// outcome.
+pub(crate) type UnclaimedSink<'a> = dyn Fn(usize, &TenantTickOutcome) + Send + Sync + 'a;

@@ -19,6 +19,7 @@ use crate::options::SchedulerOptions;
 use crate::outcome_recording::SchedulerOutcomeRecords;
 use crate::reservation_retries::with_retries;
 use crate::reserved_batch::{BatchHooks, ReservedBatch};
+use crate::selection_metrics::SelectionMetrics;
 use crate::tick_outcome::{tenant_of, TickOutcome};
 
 mod batch_runner;
@@ -69,6 +70,8 @@ pub struct DurableFairScheduler<E, R> {
     registration: Registration,
     /// Slot outcome records of ticks and of a Worker's batches.
     outcome_records: SchedulerOutcomeRecords,
+    /// The per-tenant selection metrics' handles.
+    selection_metrics: SelectionMetrics,
 }
 
 /// Sealed shards followed in one go before giving up: far more than any
@@ -135,6 +138,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             options,
             registration,
             outcome_records: SchedulerOutcomeRecords::new(),
+            selection_metrics: SelectionMetrics::default(),
         };
         if stored.sealed {
             scheduler.follow(stored.policy.shard_id()).await?;
@@ -395,6 +399,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                     stop,
                     cancel,
                     sink: &sink,
+                    unclaimed: None,
                     on_decided: &|_| {},
                 },
             )
@@ -429,42 +434,14 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             .await;
     }
 
-    /// Counts a slot mapped to `tenant` and its outcome (and the service
-    /// lag of a claimed run).
+    /// Counts one slot in the per-tenant selection metrics.
     fn count_selection(
         &self,
         policy: &WeightedFairnessPolicy,
         tenant: &TenantId,
         tenant_outcome: &TenantTickOutcome,
     ) {
-        let shard_label = policy.shard_id().to_string();
-        metrics::counter!(
-            crate::metrics::SELECTIONS_TOTAL,
-            "shard" => shard_label.clone(),
-            "tenant" => tenant.to_string()
-        )
-        .increment(1);
-        metrics::counter!(
-            crate::metrics::TICK_OUTCOMES_TOTAL,
-            "shard" => shard_label.clone(),
-            "tenant" => tenant.to_string(),
-            "outcome" => tenant_outcome.label()
-        )
-        .increment(1);
-        if let TenantTickOutcome::Executed(run) | TenantTickOutcome::ExecutionFailed { run, .. } =
-            &tenant_outcome
-        {
-            let lag = run
-                .claimed_at
-                .duration_since(run.available_at)
-                .unwrap_or_default();
-            metrics::histogram!(
-                crate::metrics::SERVICE_LAG_SECONDS,
-                "shard" => shard_label,
-                "tenant" => tenant.to_string()
-            )
-            .record(lag.as_secs_f64());
-        }
+        self.selection_metrics.count(policy, tenant, tenant_outcome);
     }
 
     /// Maps a reserved slot to its tenant and runs one executor tick for it.

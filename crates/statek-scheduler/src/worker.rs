@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::SchedulerError;
-use crate::reserved_batch::{BatchHooks, ReservedBatch};
+use crate::reserved_batch::{BatchHooks, ReservedBatch, UnclaimedSink};
 use crate::scheduler::DurableFairScheduler;
 use crate::tick_outcome::TickOutcome;
 
@@ -430,6 +430,18 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                 let sink = |_index: usize, result: Result<TickOutcome, SchedulerError>| {
                     deliver(&shared, &stop, &without_run, result);
                 };
+                // Slots decided alike without a claim, counted at once
+                // (each is still counted per tenant in the metrics); one
+                // by one only for an outcome sink, which hears every slot.
+                let unclaimed = |slots: usize, outcome: &TenantTickOutcome| {
+                    without_run.fetch_add(slots, Ordering::Relaxed);
+                    record(&shared, outcome, slots as u64);
+                };
+                let unclaimed: Option<&UnclaimedSink<'_>> = if shared.sink.is_none() {
+                    Some(&unclaimed)
+                } else {
+                    None
+                };
                 let on_decided = |count: usize| {
                     started.cancel();
                     if count >= len {
@@ -449,6 +461,7 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                             stop: &stop,
                             cancel: &hard,
                             sink: &sink,
+                            unclaimed,
                             on_decided: &on_decided,
                         },
                     )
@@ -522,7 +535,7 @@ fn deliver<E, R>(
             ) {
                 without_run.fetch_add(1, Ordering::Relaxed);
             }
-            record(shared, &outcome);
+            record(shared, outcome.tenant_outcome(), 1);
             if let Some(sink) = &shared.sink {
                 let _ = sink.send(outcome);
             }
@@ -714,10 +727,10 @@ async fn publish_oldest<E: TenantExecutor, R: ReservationSource>(
     }
 }
 
-fn record<E, R>(shared: &Shared<E, R>, outcome: &TickOutcome) {
+fn record<E, R>(shared: &Shared<E, R>, outcome: &TenantTickOutcome, slots: u64) {
     let c = &shared.counters;
-    c.ticks.fetch_add(1, Ordering::Relaxed);
-    let counter = match outcome.tenant_outcome() {
+    c.ticks.fetch_add(slots, Ordering::Relaxed);
+    let counter = match outcome {
         TenantTickOutcome::Executed(_) => &c.executed,
         TenantTickOutcome::ExecutionFailed { .. } => &c.execution_failed,
         TenantTickOutcome::Idle => &c.idle,
@@ -725,14 +738,14 @@ fn record<E, R>(shared: &Shared<E, R>, outcome: &TickOutcome) {
         TenantTickOutcome::Limited => &c.limited,
         _ => &c.cancelled,
     };
-    counter.fetch_add(1, Ordering::Relaxed);
+    counter.fetch_add(slots, Ordering::Relaxed);
     // A limited slot is an idle one for the backoff: the tenant's limits,
     // not the queue, decide when it can run again.
     if matches!(
-        outcome.tenant_outcome(),
+        outcome,
         TenantTickOutcome::Idle | TenantTickOutcome::Limited
     ) {
-        shared.idle_streak.fetch_add(1, Ordering::Relaxed);
+        shared.idle_streak.fetch_add(slots, Ordering::Relaxed);
     } else {
         shared.idle_streak.store(0, Ordering::Relaxed);
         shared.backoff_micros.store(0, Ordering::Relaxed);

@@ -40,6 +40,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             stop,
             cancel,
             sink,
+            unclaimed,
             on_decided,
         } = hooks;
         let mut mapped = Vec::with_capacity(reservations.len());
@@ -116,13 +117,26 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                     hand_on(index, result);
                 }
             }
-            SlotReport::Unclaimed { indexes, outcome } => {
-                for index in indexes {
-                    if let Some(result) = result_of(index, Ok(outcome.outcome())) {
-                        hand_on(index, result);
+            SlotReport::Unclaimed { indexes, outcome } => match unclaimed {
+                Some(unclaimed) => {
+                    let outcome = outcome.outcome();
+                    let mapped = mapped.get(indexes.clone()).unwrap_or_default();
+                    for (tenant, _) in mapped {
+                        self.count_selection(policy, tenant, &outcome);
+                    }
+                    tracing::debug!(shard = %policy.shard_id(),
+                        first_sequence = reservations.get(indexes.start).map(|r| r.sequence()),
+                        slots = mapped.len(), outcome = outcome.label(), "ticks without a claim");
+                    unclaimed(mapped.len(), &outcome);
+                }
+                None => {
+                    for index in indexes {
+                        if let Some(result) = result_of(index, Ok(outcome.outcome())) {
+                            hand_on(index, result);
+                        }
                     }
                 }
-            }
+            },
             SlotReport::Abandoned { indexes, reason } => {
                 for index in indexes {
                     if let (Some(reservation), Some((tenant, _))) =

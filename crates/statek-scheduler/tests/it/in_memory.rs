@@ -230,6 +230,54 @@ async fn a_worker_runs_every_run_then_reserves_nothing_while_idle() {
     assert!(report.backoffs > 0);
 }
 
+/// Without an outcome sink the Worker counts each range of slots decided
+/// alike without a claim at once: the report still adds up to one tick
+/// per reserved slot, every slot without a run counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_a_sink_counts_unclaimed_ranges_once_per_slot() {
+    let source = InMemoryReservations::new();
+    let executor = InMemoryExecutor::new(ok, InMemoryExecutorOptions::new());
+    let p = policy(
+        "primary-v1",
+        &[("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 4)],
+    );
+    for _ in 0..25 {
+        executor.enqueue(&tenant("tenant-a"), b"x".to_vec()).unwrap();
+    }
+    let scheduler = Arc::new(
+        DurableFairScheduler::register(
+            source.clone(),
+            p.clone(),
+            executor.clone(),
+            SchedulerOptions::new(),
+        )
+        .await
+        .unwrap(),
+    );
+    let options = WorkerOptions::new().concurrency(4).unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(Worker::new(scheduler, options).run(shutdown.clone()));
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while executor.count_live_runs() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the worker runs every run");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let settled = source.next_sequence(p.shard_id()).unwrap();
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.executed, 25);
+    assert_eq!(report.ticks, settled);
+    assert_eq!(
+        report.executed + report.idle + report.contended + report.limited + report.cancelled,
+        settled
+    );
+    // Only tenant-a has runs, so b's and c's slots are idle (5 of 8).
+    assert!(report.idle >= 25 * 5 / 3, "{report:?}");
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("the claim's answer was lost")]
 struct LostAnswer;
