@@ -18,11 +18,15 @@
 //! the plain claimer's statements (one run per statement),
 //! [`PlainFifoQueue::claim_up_to`] and [`PlainFifoQueue::complete`] the
 //! batched queue's (River's producer and batch completer: many runs per
-//! statement).
+//! statement), which [`BatchedFifoWorker`] runs: the one FIFO worker of
+//! both the demo and the bench.
 
-use std::time::SystemTime;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use statek_policy::TenantId;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
@@ -212,6 +216,144 @@ impl PlainFifoQueue {
                     .await?)
             })
             .await
+    }
+}
+
+/// What a [`BatchedFifoWorker`] did, counted as it goes.
+#[derive(Debug, Default)]
+pub struct BatchedFifoCounts {
+    /// Claim statements.
+    pub fetches: AtomicU64,
+    /// Completion statements.
+    pub completions: AtomicU64,
+    /// Runs completed.
+    pub runs: AtomicU64,
+}
+
+/// Pause after a claim that found nothing (the baseline does not listen
+/// for notifications; River's poll interval is 1 s, woken by them).
+const EMPTY_PAUSE: Duration = Duration::from_millis(5);
+
+/// The batched plain queue's worker, run as the best PostgreSQL queues
+/// run theirs (River's producer and batch completer): with free capacity
+/// it claims that many of the oldest available runs of any tenant in one
+/// statement, runs each run's work in its own task, and completes
+/// finished runs in batches of up to its capacity per statement. A run
+/// holds its capacity from its claim until its completion is committed,
+/// as a statek Worker's run does, so "executing runs" means the same on
+/// both sides of a comparison. The demo's FIFO side and the bench's
+/// batched queue are this worker; **not for production** (see the
+/// [module docs](self)).
+#[derive(Debug)]
+pub struct BatchedFifoWorker {
+    producer: PlainFifoQueue,
+    completer: PlainFifoQueue,
+    capacity: usize,
+    counts: Arc<BatchedFifoCounts>,
+}
+
+impl BatchedFifoWorker {
+    /// A worker that claims through `producer` and completes through
+    /// `completer` (the same queue, or one with a connection of its own),
+    /// with `capacity` runs executing at once (at least 1).
+    pub fn new(producer: PlainFifoQueue, completer: PlainFifoQueue, capacity: usize) -> Self {
+        Self {
+            producer,
+            completer,
+            capacity: capacity.max(1),
+            counts: Arc::default(),
+        }
+    }
+
+    /// Its counts, updated while it runs.
+    pub fn counts(&self) -> Arc<BatchedFifoCounts> {
+        Arc::clone(&self.counts)
+    }
+
+    /// Claims and runs `work` for each claimed run until `stop` resolves,
+    /// then waits for the runs in flight and completes them.
+    ///
+    /// # Errors
+    /// The first claim or completion that failed (connection and server
+    /// errors); the runs in flight are still completed when the claim
+    /// failed.
+    pub async fn run<W, Fut>(
+        self,
+        work: W,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Result<(), StoreError>
+    where
+        W: Fn(&PlainFifoRun) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let Self {
+            producer,
+            completer,
+            capacity,
+            counts,
+        } = self;
+        let free = Arc::new(Semaphore::new(capacity));
+        let (done_tx, mut done_rx) =
+            mpsc::unbounded_channel::<(PlainFifoRun, OwnedSemaphorePermit)>();
+        let produce = async {
+            let done_tx = done_tx;
+            let mut stop = std::pin::pin!(stop);
+            loop {
+                let first = tokio::select! {
+                    () = &mut stop => break,
+                    permit = Arc::clone(&free).acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                };
+                let mut permits = vec![first];
+                while let Ok(permit) = Arc::clone(&free).try_acquire_owned() {
+                    permits.push(permit);
+                }
+                let limit = u32::try_from(permits.len()).unwrap_or(u32::MAX);
+                let runs = producer.claim_up_to(limit).await?;
+                counts.fetches.fetch_add(1, Ordering::Relaxed);
+                if runs.is_empty() {
+                    drop(permits);
+                    tokio::select! {
+                        () = &mut stop => break,
+                        () = tokio::time::sleep(EMPTY_PAUSE) => continue,
+                    }
+                }
+                // Capacity not filled goes back at once.
+                permits.truncate(runs.len());
+                for (run, permit) in runs.into_iter().zip(permits) {
+                    let (done, working) = (done_tx.clone(), work(&run));
+                    tokio::spawn(async move {
+                        working.await;
+                        done.send((run, permit)).ok();
+                    });
+                }
+            }
+            Ok::<(), StoreError>(())
+        };
+        let complete = async {
+            // Ends when the producer and every run in flight have dropped
+            // their senders.
+            while let Some(first) = done_rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < capacity {
+                    match done_rx.try_recv() {
+                        Ok(done) => batch.push(done),
+                        Err(_) => break,
+                    }
+                }
+                let runs: Vec<PlainFifoRun> = batch.iter().map(|(run, _)| run.clone()).collect();
+                let completed = completer.complete(&runs).await?;
+                counts.completions.fetch_add(1, Ordering::Relaxed);
+                counts.runs.fetch_add(completed, Ordering::Relaxed);
+                // The capacity goes back once the completions are committed.
+                drop(batch);
+            }
+            Ok::<(), StoreError>(())
+        };
+        let (produced, completed) = tokio::join!(produce, complete);
+        produced.and(completed)
     }
 }
 

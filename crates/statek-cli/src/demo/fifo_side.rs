@@ -4,28 +4,24 @@
 //! default concurrency ([`DEFAULT_CONCURRENCY`] runs executing at once),
 //! each claiming as many of the oldest available runs of any tenant as it
 //! has free capacity in one statement and completing finished runs in
-//! batches (the shape of River's producer and completer), with the same
+//! batches (the shape of River's producer and completer: the baseline's
+//! [`BatchedFifoWorker`], the bench's batched queue too), with the same
 //! handler as the statek side.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use anyhow::{Context, Result};
 use statek_policy::TenantId;
 use statek_scheduler::DEFAULT_CONCURRENCY;
-use statek_store_pg::baseline::{PlainFifoQueue, PlainFifoRun};
-use statek_store_pg::{PgStore, StoreError};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use statek_store_pg::baseline::{BatchedFifoWorker, PlainFifoQueue};
+use statek_store_pg::PgStore;
 use tokio_util::sync::CancellationToken;
 
 use super::args::DemoArgs;
 use super::side::{demo_store_config, wait_until_done, DemoHandler};
 use super::workload::{self, Arrivals, Workload};
 use crate::out::outln;
-
-/// Pause after a claim that found nothing (the baseline does not listen
-/// for notifications).
-const EMPTY_PAUSE: Duration = Duration::from_millis(5);
 
 /// What the FIFO side observed.
 pub struct FifoSide {
@@ -111,63 +107,22 @@ pub async fn run(
     Ok(FifoSide { arrivals, origin })
 }
 
-/// One plain FIFO worker: claims up to its free capacity, runs each run's
-/// handler in its own task, completes finished runs in batches; on `stop`
-/// it finishes the runs in flight.
+/// One plain FIFO worker (the baseline's batched worker, with the
+/// statek Worker's default concurrency and the same handler as the
+/// statek side); on `stop` it finishes the runs in flight.
 async fn worker(
     queue: PlainFifoQueue,
     handler: DemoHandler,
     stop: CancellationToken,
 ) -> Result<()> {
-    let capacity = Arc::new(Semaphore::new(DEFAULT_CONCURRENCY));
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(PlainFifoRun, OwnedSemaphorePermit)>();
-    let completer = {
-        let queue = queue.clone();
-        tokio::spawn(async move {
-            while let Some(first) = done_rx.recv().await {
-                let mut batch = vec![first];
-                while let Ok(done) = done_rx.try_recv() {
-                    batch.push(done);
-                }
-                let runs: Vec<PlainFifoRun> = batch.iter().map(|(run, _)| run.clone()).collect();
-                queue.complete(&runs).await?;
-                // The capacity goes back once the completions are committed.
-                drop(batch);
-            }
-            Ok::<(), StoreError>(())
-        })
-    };
-    loop {
-        let first = tokio::select! {
-            _ = stop.cancelled() => break,
-            permit = Arc::clone(&capacity).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
+    BatchedFifoWorker::new(queue.clone(), queue, DEFAULT_CONCURRENCY)
+        .run(
+            move |_run| {
+                let handler = handler.clone();
+                async move { handler.work().await }
             },
-        };
-        let mut permits = vec![first];
-        while let Ok(permit) = Arc::clone(&capacity).try_acquire_owned() {
-            permits.push(permit);
-        }
-        let limit = u32::try_from(permits.len()).unwrap_or(u32::MAX);
-        let runs = queue.claim_up_to(limit).await?;
-        if runs.is_empty() {
-            drop(permits);
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(EMPTY_PAUSE) => continue,
-            }
-        }
-        permits.truncate(runs.len());
-        for (run, permit) in runs.into_iter().zip(permits) {
-            let (done, handler) = (done_tx.clone(), handler.clone());
-            tokio::spawn(async move {
-                handler.work().await;
-                done.send((run, permit)).ok();
-            });
-        }
-    }
-    drop(done_tx);
-    completer.await.context("FIFO completer task")??;
+            stop.cancelled_owned(),
+        )
+        .await?;
     Ok(())
 }

@@ -242,7 +242,9 @@ async fn a_worker_without_a_sink_counts_unclaimed_ranges_once_per_slot() {
         &[("tenant-a", 3), ("tenant-b", 1), ("tenant-c", 4)],
     );
     for _ in 0..25 {
-        executor.enqueue(&tenant("tenant-a"), b"x".to_vec()).unwrap();
+        executor
+            .enqueue(&tenant("tenant-a"), b"x".to_vec())
+            .unwrap();
     }
     let scheduler = Arc::new(
         DurableFairScheduler::register(
