@@ -70,6 +70,19 @@ pub fn built_binary() -> PathBuf {
 
 /// Runs `task` from the test matrix's build of statek-bench.
 pub fn run_built(task: &str, args: &[&str]) -> Result<()> {
+    command::run_inherited(&mut built_command(task, args)?)
+}
+
+/// Runs `task` from the test matrix's build of statek-bench on a server
+/// it provisions itself: `DATABASE_URL` is not passed on, so a database
+/// the caller's environment names is never used.
+pub fn run_built_on_own_server(task: &str, args: &[&str]) -> Result<()> {
+    let mut command = built_command(task, args)?;
+    command.env_remove("DATABASE_URL");
+    command::run_inherited(&mut command)
+}
+
+fn built_command(task: &str, args: &[&str]) -> Result<Command> {
     let binary = built_binary();
     if !binary.is_file() {
         bail!(
@@ -78,7 +91,9 @@ pub fn run_built(task: &str, args: &[&str]) -> Result<()> {
             binary.display()
         );
     }
-    command::run_inherited(Command::new(binary).arg(task).args(args))
+    let mut command = Command::new(binary);
+    command.arg(task).args(args);
+    Ok(command)
 }
 
 #[cfg(test)]

@@ -448,6 +448,13 @@ pub fn run(args: &TestArgs) -> Result<()> {
                     ),
                     || linked::run_built("chaos", &["--quick", "--workers", "3", "--pg", &pg]),
                 );
+                report.step(
+                    &format!(
+                        "PostgreSQL {major}: the README's demo (fair vs FIFO on one workload, \
+                         its 8 checks)"
+                    ),
+                    || linked::run_built_on_own_server("demo", &["--pg", &pg]),
+                );
             }
         }
     }
