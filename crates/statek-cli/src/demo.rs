@@ -55,18 +55,9 @@ use crate::out::{outln, Format, Report};
 ///
 /// # Errors
 /// The file cannot be read or is not a valid policy file;
-/// [`crate::exit::InvalidInput`] when `--backlog` and `--trickle` are both
-/// 0 (no run would be queued, so every check would fail by construction)
-/// or when the charts directory cannot be created or written.
+/// [`crate::exit::InvalidInput`] when the charts directory cannot be
+/// created or written.
 pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
-    if args.backlog == 0 && args.trickle == 0 {
-        return Err(crate::exit::InvalidInput(
-            "--backlog 0 with --trickle 0 queues no run: there is nothing to compare; \
-             give one of them a positive value"
-                .to_owned(),
-        )
-        .into());
-    }
     check_charts_dir(&charts_dir(args))?;
     let Some(path) = &args.policy else {
         return Ok(PolicyFile::parse(

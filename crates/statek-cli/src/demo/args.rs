@@ -17,8 +17,9 @@ pub struct DemoArgs {
     /// Stop the statek side after this many reservations (the shard's cursor, read every 50 ms) even if runs remain (1..=10,000,000).
     #[arg(long, allow_negative_numbers = true, default_value_t = 60_000, value_parser = count::<1, 10_000_000>)]
     pub max_reservations: u32,
-    /// Runs queued for the heaviest tenant before the replicas start (0..=1,000,000).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 5_000, value_parser = count::<0, 1_000_000>)]
+    /// Runs queued for the heaviest tenant before the replicas start (1..=1,000,000: the
+    /// comparison is about what a backlog does to the other tenants).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5_000, value_parser = count::<1, 1_000_000>)]
     pub backlog: u32,
     /// Directory for the PNG charts (statek against FIFO, selection gaps).
     /// Default: `statek-demo-charts` in the current directory
@@ -29,8 +30,9 @@ pub struct DemoArgs {
     /// (`--metrics-addr` alone: 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
     pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Runs arriving for each other tenant while the demo runs (0..=10,000).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = count::<0, 10_000>)]
+    /// Runs arriving for each other tenant while the demo runs (1..=10,000: the comparison
+    /// judges their service lag).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = count::<1, 10_000>)]
     pub trickle: u32,
     /// Milliseconds each run's handler works (sleeps), on both sides (0..=10,000).
     #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = count::<0, 10_000>)]

@@ -52,21 +52,27 @@ async fn a_short_demo_passes_its_checks_and_prints_both_sides_database_work() {
     let _ = std::fs::remove_dir_all(&charts);
 }
 
-/// Nothing queued on either side: refused before any connection (the URL
-/// points nowhere), with exit code 3, instead of eight checks failing.
+/// No backlog, or no small tenants' runs: nothing for the comparison to
+/// judge (the eighth check would fail by construction), so refused by
+/// the parser before any connection (the URL points nowhere), exit 2.
 #[test]
-fn a_demo_with_nothing_to_run_is_refused_before_it_connects() {
-    let out = statek(
-        &["demo", "--backlog", "0", "--trickle", "0"],
-        Some("postgres://statek@127.0.0.1:1/nowhere"),
-    );
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "");
-    assert_eq!(
-        stderr(&out),
-        "statek: error: --backlog 0 with --trickle 0 queues no run: there is nothing to \
-         compare; give one of them a positive value\n"
-    );
+fn a_demo_without_a_backlog_or_small_runs_is_refused_before_it_connects() {
+    for (flag, range) in [("--backlog", "1..=1000000"), ("--trickle", "1..=10000")] {
+        let out = statek(
+            &["demo", flag, "0"],
+            Some("postgres://statek@127.0.0.1:1/nowhere"),
+        );
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {text}");
+        assert_eq!(stdout(&out), "");
+        assert!(
+            text.starts_with(&format!(
+                "error: invalid value '0' for '{flag} <{}>': 0 is not in {range}\n",
+                flag[2..].to_uppercase()
+            )),
+            "{flag}: {text}"
+        );
+    }
 }
 
 /// A charts directory that cannot be created (its parent is a file) is
@@ -102,7 +108,8 @@ fn a_negative_count_is_out_of_range_not_an_unknown_argument() {
     for (flag, range) in [
         ("--max-reservations", "1..=10000000"),
         ("--replicas", "1..=32"),
-        ("--backlog", "0..=1000000"),
+        ("--backlog", "1..=1000000"),
+        ("--trickle", "1..=10000"),
         ("--work-ms", "0..=10000"),
     ] {
         let out = statek(

@@ -1,12 +1,12 @@
 //! The fair side of a workload: ONE `statek_scheduler::Worker` (default
 //! options except `concurrency`, set to the baselines' executing runs), on
 //! the PostgreSQL run queue executor, with its own store (pool of
-//! `concurrency + 2`), woken by `LISTEN/NOTIFY`, every outcome sent to a
-//! sink that counts them. One Worker per process is how statek is meant to
+//! `concurrency + 2`), woken by `LISTEN/NOTIFY`, without an outcome sink
+//! (as a Worker runs without a fairness monitor; its report counts at the
+//! end, the windows read the database). One Worker per process is how statek is meant to
 //! be deployed, as one River client per process is; the queue section
 //! measures a fleet of replicas.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,9 +14,8 @@ use anyhow::{Context, Result};
 use statek_policy::WeightedFairnessPolicy;
 use statek_scheduler::{
     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions, WorkerReport,
+    SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::bench::reserve::store;
@@ -33,22 +32,10 @@ impl RunHandler for Sleep {
     }
 }
 
-/// Outcomes the Worker sent to its sink.
-#[derive(Debug, Default)]
-pub struct Counts {
-    /// Every outcome (slots consumed).
-    pub outcomes: AtomicU64,
-    /// `Executed` outcomes.
-    pub executed: AtomicU64,
-}
-
 /// A running fair side.
 pub struct FairSide {
     /// The Worker's task.
     pub worker: tokio::task::JoinHandle<Result<WorkerReport, statek_scheduler::SchedulerError>>,
-    /// The sink's counts.
-    pub counts: Arc<Counts>,
-    drain: tokio::task::JoinHandle<()>,
 }
 
 /// Registers `policy`, starts one Worker of `concurrency` whose handler
@@ -72,34 +59,16 @@ pub async fn start(
         .await?,
     );
     let notifications = store.listen_for_runs().await?;
-    let (sink, mut outcomes) = mpsc::unbounded_channel::<TickOutcome>();
-    let counts = Arc::new(Counts::default());
-    let drain = {
-        let counts = Arc::clone(&counts);
-        tokio::spawn(async move {
-            while let Some(outcome) = outcomes.recv().await {
-                counts.outcomes.fetch_add(1, Ordering::Relaxed);
-                if matches!(outcome.tenant_outcome(), TenantTickOutcome::Executed(_)) {
-                    counts.executed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        })
-    };
     let worker = Worker::new(scheduler, WorkerOptions::new().concurrency(concurrency)?)
-        .with_notifications(notifications)
-        .with_outcome_sink(sink);
+        .with_notifications(notifications);
     Ok(FairSide {
         worker: tokio::spawn(worker.run(stop)),
-        counts,
-        drain,
     })
 }
 
 impl FairSide {
     /// Waits for the Worker to stop; its report.
     pub async fn join(self) -> Result<WorkerReport> {
-        let report = self.worker.await.context("the Worker panicked")??;
-        self.drain.await.context("the outcome sink panicked")?;
-        Ok(report)
+        Ok(self.worker.await.context("the Worker panicked")??)
     }
 }
