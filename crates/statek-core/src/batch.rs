@@ -320,33 +320,38 @@ impl<'a, E> SlotBatch<'a, E> {
 
     /// Reports the slots `indexes` as consumed without a claim, alike.
     pub(crate) fn report_unclaimed(&self, indexes: Range<usize>, outcome: Unclaimed) {
-        if indexes.is_empty() {
-            return;
-        }
         if let Some(places) = lock(&self.state.classes).get_mut(indexes.clone()) {
             for place in places {
                 place.get_or_insert(outcome.class());
             }
         }
-        self.state
-            .reported
-            .fetch_add(indexes.len(), Ordering::AcqRel);
-        let end = indexes.end;
-        (self.parts.sink)(SlotReport::Unclaimed { indexes, outcome });
-        self.decided(end);
+        self.report_range(SlotReport::Unclaimed { indexes, outcome });
     }
 
     /// Reports the slots `indexes` abandoned (`reason`).
     pub(crate) fn abandon(&self, indexes: Range<usize>, reason: String) {
+        if !indexes.is_empty() {
+            self.mark_uncertain();
+        }
+        self.report_range(SlotReport::Abandoned { indexes, reason });
+    }
+
+    /// Counts a range report's slots, hands it on, and records them
+    /// decided (nothing for an empty range).
+    fn report_range(&self, report: SlotReport<E>) {
+        let (SlotReport::Unclaimed { indexes, .. } | SlotReport::Abandoned { indexes, .. }) =
+            &report
+        else {
+            return;
+        };
         if indexes.is_empty() {
             return;
         }
-        self.mark_uncertain();
+        let end = indexes.end;
         self.state
             .reported
             .fetch_add(indexes.len(), Ordering::AcqRel);
-        let end = indexes.end;
-        (self.parts.sink)(SlotReport::Abandoned { indexes, reason });
+        (self.parts.sink)(report);
         self.decided(end);
     }
 }

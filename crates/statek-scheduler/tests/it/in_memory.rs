@@ -180,6 +180,24 @@ async fn a_tick_that_meets_a_seal_follows_it_to_the_successor() {
     );
 }
 
+/// A scheduler of `p` on `source` with `executor`, shared with a Worker.
+async fn registered<X: statek_scheduler::TenantExecutor + Clone>(
+    source: &InMemoryReservations,
+    p: &statek_policy::WeightedFairnessPolicy,
+    executor: &X,
+) -> Arc<DurableFairScheduler<X, InMemoryReservations>> {
+    Arc::new(
+        DurableFairScheduler::register(
+            source.clone(),
+            p.clone(),
+            executor.clone(),
+            SchedulerOptions::new(),
+        )
+        .await
+        .unwrap(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_every_run_then_reserves_nothing_while_idle() {
     let source = InMemoryReservations::new();
@@ -191,16 +209,7 @@ async fn a_worker_runs_every_run_then_reserves_nothing_while_idle() {
             ids.push(executor.enqueue(&tenant(t), b"x".to_vec()).unwrap().run_id);
         }
     }
-    let scheduler = Arc::new(
-        DurableFairScheduler::register(
-            source.clone(),
-            p.clone(),
-            executor.clone(),
-            SchedulerOptions::new(),
-        )
-        .await
-        .unwrap(),
-    );
+    let scheduler = registered(&source, &p, &executor).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let options = WorkerOptions::new().concurrency(4).unwrap();
     let worker = Worker::new(Arc::clone(&scheduler), options).with_outcome_sink(tx);
@@ -246,16 +255,7 @@ async fn a_worker_without_a_sink_counts_unclaimed_ranges_once_per_slot() {
             .enqueue(&tenant("tenant-a"), b"x".to_vec())
             .unwrap();
     }
-    let scheduler = Arc::new(
-        DurableFairScheduler::register(
-            source.clone(),
-            p.clone(),
-            executor.clone(),
-            SchedulerOptions::new(),
-        )
-        .await
-        .unwrap(),
-    );
+    let scheduler = registered(&source, &p, &executor).await;
     let options = WorkerOptions::new().concurrency(4).unwrap();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(Worker::new(scheduler, options).run(shutdown.clone()));
