@@ -71,7 +71,8 @@ const CLAIM_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The batch protocol of [`SlotBatch`] for an executor that can claim for
 /// many slots at once: take the free permits, `claim` for the undecided
-/// slots (at most one run per permit; it answers a decided prefix of at
+/// slots (borrowed for the batch's life, so its future may keep them; at
+/// most one run per permit; it answers a decided prefix of at
 /// least one slot, as [`SlotStart`]s), start every claimed run at once
 /// through `run` with its permit (`run` drops it when the run's handler
 /// has finished, before its outcome is recorded), give unused permits
@@ -84,15 +85,15 @@ const CLAIM_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 /// its tokens); one that fails for good, or answers no slot or more slots
 /// than asked, abandons the rest of the batch
 /// ([`SlotTickets::abandon_rest`]).
-pub async fn claim_and_run<E, C, CF, CFut, RF, RFut>(
-    batch: SlotBatch<'_, E>,
-    mut tickets: SlotTickets<'_, E>,
+pub async fn claim_and_run<'a, E, C, CF, CFut, RF, RFut>(
+    batch: SlotBatch<'a, E>,
+    mut tickets: SlotTickets<'a, E>,
     is_retryable: fn(&E) -> bool,
     claim: CF,
     run: RF,
 ) where
     E: std::fmt::Display,
-    CF: Fn(&[BatchSlot], usize) -> CFut,
+    CF: Fn(&'a [BatchSlot], usize) -> CFut,
     CFut: std::future::Future<Output = Result<Vec<SlotStart<C>>, E>>,
     RF: Fn(C, Option<RunPermit>) -> RFut,
     RFut: std::future::Future<Output = Result<TenantTickOutcome, E>>,

@@ -19,8 +19,10 @@
 //! (polling mode, PgBouncer without a direct connection, a lost `LISTEN`
 //! connection until it listens again): every slot is then asked about.
 //! Each change of the listening state starts a new epoch, and a claim's
-//! answer marks a tenant empty only when neither the epoch nor the
-//! tenant's notification count moved since the claim was sent.
+//! answer marks a tenant empty only when neither the epoch moved nor a
+//! notification of the tenant arrived since the claim was sent (every
+//! notification takes the next number of one counter; a claim notes the
+//! counter as it is sent, so it snapshots no tenant).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,19 +30,20 @@ use std::time::{Duration, Instant};
 
 use statek_policy::TenantId;
 
-/// What a claim saw of the set when it was sent: the epoch and, per
-/// tenant asked about, its notification count.
+/// What a claim saw of the set when it was sent: the epoch and the
+/// notification counter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Observed {
     epoch: u64,
     sent_at: Instant,
-    notified: HashMap<TenantId, u64>,
+    notifications: u64,
 }
 
 #[derive(Debug, Default)]
 struct Entry {
-    /// Notifications received for the tenant so far.
-    notified: u64,
+    /// The counter's number of the tenant's latest notification (0:
+    /// none yet).
+    last_notified: u64,
     /// When the claim that found it empty was sent; `None`: it may have
     /// work.
     empty_since: Option<Instant>,
@@ -52,6 +55,8 @@ struct State {
     listening: u32,
     /// Bumped on every change of `listening`.
     epoch: u64,
+    /// Notifications received so far, of any tenant.
+    notifications: u64,
     tenants: HashMap<TenantId, Entry>,
 }
 
@@ -79,24 +84,20 @@ impl IdleSet {
 
     /// Which of `tenants` (one per slot) may have work at `now` (`false`
     /// only for a tenant known empty), and what a claim about them sent at
-    /// `now` sees: one pass under one lock, each distinct tenant cloned
-    /// once.
+    /// `now` sees: one pass under one lock, nothing cloned.
     pub(crate) fn plan<'t>(
         &self,
         tenants: impl IntoIterator<Item = &'t TenantId>,
         now: Instant,
     ) -> (Vec<bool>, Observed) {
         let state = self.state();
-        let mut notified: HashMap<TenantId, u64> = HashMap::new();
         let may_have_work = tenants
             .into_iter()
             .map(|tenant| {
-                let entry = state.tenants.get(tenant);
-                if !notified.contains_key(tenant) {
-                    notified.insert(tenant.clone(), entry.map_or(0, |entry| entry.notified));
-                }
                 state.listening == 0
-                    || entry
+                    || state
+                        .tenants
+                        .get(tenant)
                         .and_then(|entry| entry.empty_since)
                         .is_none_or(|since| now.saturating_duration_since(since) >= self.recheck)
             })
@@ -104,7 +105,7 @@ impl IdleSet {
         let observed = Observed {
             epoch: state.epoch,
             sent_at: now,
-            notified,
+            notifications: state.notifications,
         };
         (may_have_work, observed)
     }
@@ -139,15 +140,21 @@ impl IdleSet {
         if state.listening == 0 || state.epoch != observed.epoch {
             return false;
         }
-        let Some(&seen) = observed.notified.get(tenant) else {
-            return false;
-        };
-        let entry = state.tenants.entry(tenant.clone()).or_default();
-        if entry.notified != seen {
-            return false;
+        match state.tenants.get_mut(tenant) {
+            Some(entry) if entry.last_notified > observed.notifications => false,
+            Some(entry) => {
+                entry.empty_since = Some(observed.sent_at);
+                true
+            }
+            None => {
+                let entry = Entry {
+                    last_notified: 0,
+                    empty_since: Some(observed.sent_at),
+                };
+                state.tenants.insert(tenant.clone(), entry);
+                true
+            }
         }
-        entry.empty_since = Some(observed.sent_at);
-        true
     }
 
     /// Whether `tenant` may have got work since a claim was sent as
@@ -157,8 +164,10 @@ impl IdleSet {
         let state = self.state();
         state.listening == 0
             || state.epoch != observed.epoch
-            || state.tenants.get(tenant).map_or(0, |entry| entry.notified)
-                != observed.notified.get(tenant).copied().unwrap_or(0)
+            || state
+                .tenants
+                .get(tenant)
+                .is_some_and(|entry| entry.last_notified > observed.notifications)
     }
 
     /// Every tenant may have work (the idle probe found claimable work of
@@ -183,8 +192,10 @@ impl IdleSet {
     /// A run notification of `tenant` arrived.
     pub(crate) fn notified(&self, tenant: &TenantId) {
         let mut state = self.state();
+        state.notifications = state.notifications.saturating_add(1);
+        let number = state.notifications;
         let entry = state.tenants.entry(tenant.clone()).or_default();
-        entry.notified = entry.notified.wrapping_add(1);
+        entry.last_notified = number;
         entry.empty_since = None;
     }
 
@@ -256,8 +267,12 @@ mod tests {
         // A notification after the mark ends it at once.
         set.notified(&b);
         assert_eq!(set.may_have_work([&a, &b], now), [true, true]);
-        // A tenant the claim did not ask about is not marked by it.
+        // The claim snapshots no tenant, only the counter: it could mark
+        // any tenant not notified since it was sent, so only the claim's
+        // own answers call `found_empty` (`merge_claims`, per asked slot).
         let c = tenant("c");
+        assert!(set.found_empty(&c, &seen));
+        set.notified(&c);
         assert!(!set.found_empty(&c, &seen));
     }
 
@@ -317,8 +332,10 @@ mod tests {
         assert_eq!(set.may_have_work([&a], now), [true]);
     }
 
+    /// A plan answers per slot and notes the notification counter, not
+    /// each tenant: a later notification of any tenant it saw is seen.
     #[test]
-    fn a_plan_sees_each_tenant_once_and_its_counts() {
+    fn a_plan_answers_per_slot_and_notes_the_counter() {
         let set = IdleSet::new(RECHECK);
         set.listening_started();
         let (a, b, now) = (tenant("a"), tenant("b"), Instant::now());
@@ -327,10 +344,18 @@ mod tests {
         assert!(set.found_empty(&b, &set.observe([&b], now)));
         let (may, seen) = set.plan([&a, &b, &a, &b, &a], now);
         assert_eq!(may, [true, false, true, false, true]);
-        assert_eq!(seen.notified.len(), 2);
+        assert_eq!(seen.notifications, 2);
+        assert!(!set.notified_since(&a, &seen) && !set.notified_since(&b, &seen));
+        set.notified(&b);
         assert_eq!(
-            (seen.notified.get(&a), seen.notified.get(&b)),
-            (Some(&2), Some(&0))
+            (set.notified_since(&a, &seen), set.notified_since(&b, &seen)),
+            (false, true)
+        );
+        // The claim's answer cannot mark b empty: its notification came
+        // after the claim was sent; a can be.
+        assert_eq!(
+            (set.found_empty(&b, &seen), set.found_empty(&a, &seen)),
+            (false, true)
         );
     }
 }

@@ -401,26 +401,18 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
             batch,
             tickets,
             StoreError::is_retryable,
-            |slots: &[BatchSlot], max_runs: usize| {
-                let pairs: Vec<(u64, TenantId)> = slots
-                    .iter()
-                    .map(|s| (s.sequence, s.tenant.clone()))
-                    .collect();
+            |slots: &'a [BatchSlot], max_runs: usize| {
                 async move {
                     loop {
                         let claim = {
                             let mut kept = pending.lock().unwrap_or_else(|p| p.into_inner());
                             match kept.as_ref() {
-                                Some(claim)
-                                    if claim.slots == pairs && claim.max_runs == max_runs =>
-                                {
-                                    Arc::clone(claim)
-                                }
+                                Some(claim) if claim.is_for(slots, max_runs) => Arc::clone(claim),
                                 _ => {
                                     let claim = Arc::new(plan_claim(
                                         self.idle.as_deref(),
                                         &batch,
-                                        pairs.clone(),
+                                        slots,
                                         lease,
                                         max_runs,
                                     )?);
@@ -433,10 +425,10 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                             // Every tenant known empty: no statement.
                             *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
                             metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
-                                .increment(claim.slots.len() as u64);
+                                .increment(claim.len as u64);
                             return Ok(vec![SlotStart::Unclaimed {
                                 outcome: Unclaimed::IdleKnown,
-                                slots: claim.slots.len(),
+                                slots: claim.len,
                             }]);
                         };
                         let claim_sent = Instant::now();
@@ -444,7 +436,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                             .increment(1);
                         let claims = self.store.claim_slots(request).await?;
                         *pending.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                        let (starts, known_idle) = merge_claims(self.idle.as_deref(), &claim, claims, claim_sent);
+                        let (starts, known_idle) = merge_claims(self.idle.as_deref(), &claim, slots, claims, claim_sent);
                         metrics::counter!(crate::metrics::SLOTS_KNOWN_IDLE_TOTAL, "shard" => shard.clone())
                             .increment(known_idle);
                         if !starts.is_empty() {

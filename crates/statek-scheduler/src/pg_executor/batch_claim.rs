@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use statek_core::{SlotBatch, SlotStart, Unclaimed};
+use statek_core::{BatchSlot, SlotBatch, SlotStart, Unclaimed};
 use statek_policy::TenantId;
 use statek_store_pg::{ClaimedRun, SlotClaim, SlotClaimRequest, StoreError};
 use tokio::time::Instant;
@@ -15,16 +15,29 @@ use crate::idle_set::{IdleSet, Observed};
 /// A claimed run and when its claim was sent, as a batch starts it.
 pub(super) type ClaimStart = (Box<ClaimedRun>, Instant);
 
-/// One batch claim as planned: the undecided slots it was made for, which
-/// of them it asks the database about (the others' tenants are known
-/// empty), and the request for those (`None` when none is asked about).
+/// One batch claim as planned: the undecided slots it was made for (the
+/// first one's sequence and their number: a batch's slots are its
+/// consecutive sequences), which of them it asks the database about (the
+/// others' tenants are known empty), and the request for those (`None`
+/// when none is asked about).
 #[derive(Debug)]
 pub(super) struct PendingClaim {
-    pub(super) slots: Vec<(u64, TenantId)>,
+    first: u64,
+    pub(super) len: usize,
     pub(super) max_runs: usize,
     asked: Vec<bool>,
     pub(super) request: Option<SlotClaimRequest>,
     observed: Option<Observed>,
+}
+
+impl PendingClaim {
+    /// Whether this claim was planned for `slots` with `max_runs` (a
+    /// retry of it sends the same claim).
+    pub(super) fn is_for(&self, slots: &[BatchSlot], max_runs: usize) -> bool {
+        self.len == slots.len()
+            && self.max_runs == max_runs
+            && slots.first().is_none_or(|slot| slot.sequence == self.first)
+    }
 }
 
 /// Plans a batch claim of `slots` (the batch's undecided ones, in
@@ -32,14 +45,14 @@ pub(super) struct PendingClaim {
 pub(super) fn plan_claim(
     idle: Option<&IdleSet>,
     batch: &SlotBatch<'_, StoreError>,
-    slots: Vec<(u64, TenantId)>,
+    slots: &[BatchSlot],
     lease: Duration,
     max_runs: usize,
 ) -> Result<PendingClaim, StoreError> {
     let now = std::time::Instant::now();
     let (asked, observed) = match idle {
         Some(idle) => {
-            let (asked, observed) = idle.plan(slots.iter().map(|(_, tenant)| tenant), now);
+            let (asked, observed) = idle.plan(slots.iter().map(|slot| &slot.tenant), now);
             (asked, Some(observed))
         }
         None => (vec![true; slots.len()], None),
@@ -48,7 +61,7 @@ pub(super) fn plan_claim(
         .iter()
         .zip(&asked)
         .filter(|(_, asked)| **asked)
-        .map(|(slot, _)| slot.clone())
+        .map(|(slot, _)| (slot.sequence, slot.tenant.clone()))
         .collect();
     let request = if asked_pairs.is_empty() {
         None
@@ -61,7 +74,8 @@ pub(super) fn plan_claim(
         )?)
     };
     Ok(PendingClaim {
-        slots,
+        first: slots.first().map_or(0, |slot| slot.sequence),
+        len: slots.len(),
         max_runs,
         asked,
         request,
@@ -82,6 +96,7 @@ pub(super) fn plan_claim(
 pub(super) fn merge_claims(
     idle: Option<&IdleSet>,
     claim: &PendingClaim,
+    slots: &[BatchSlot],
     claims: Vec<SlotClaim>,
     claim_sent: Instant,
 ) -> (Vec<SlotStart<ClaimStart>>, u64) {
@@ -107,9 +122,10 @@ pub(super) fn merge_claims(
         _ => false,
     };
     let mut answers = claims.into_iter();
-    let mut starts = Vec::with_capacity(claim.slots.len());
+    let mut starts = Vec::with_capacity(claim.len);
     let mut known_idle = 0;
-    for (index, ((_, tenant), asked)) in claim.slots.iter().zip(&claim.asked).enumerate() {
+    for (index, (slot, asked)) in slots.iter().zip(&claim.asked).enumerate() {
+        let tenant = &slot.tenant;
         if !*asked {
             if (answers.as_slice().is_empty() && !all_answered) || notified_meanwhile(index, tenant)
             {
