@@ -201,8 +201,9 @@ impl BatchState {
 ///    in order, and call [`decided`](Self::decided) with the number of
 ///    slots decided so far;
 /// 3. start each claimed run at once with its own permit and its slot's
-///    [`crate::SlotTicket`], return unused permits (drop them), and go on
-///    with the undecided slots;
+///    [`crate::SlotTicket`] (inside the `execute_batch` future: tickets
+///    borrow the batch, so they cannot move into `tokio::spawn`), return
+///    unused permits (drop them), and go on with the undecided slots;
 /// 4. report through each ticket (an idle or contended slot at once,
 ///    consecutive ones as one [`crate::SlotRange`]; a run when it
 ///    finished); when [`permits`](Self::permits) returns `None`,
@@ -276,8 +277,11 @@ impl<'a, E> SlotBatch<'a, E> {
         Some(held)
     }
 
-    /// Records that the first `count` slots are decided (claimed, idle or
-    /// contended; a decided slot is never claimed for again).
+    /// Records that the first `count` slots are decided: their claims
+    /// were made (or they were decided without one), so no claim is made
+    /// for them again, whether or not their outcomes are reported yet
+    /// (a claimed run is decided long before it finishes). The runner
+    /// lets the next batch claim once every slot of this one is decided.
     pub fn decided(&self, count: usize) {
         let count = count.min(self.parts.slots.len());
         if self.state.decided.fetch_max(count, Ordering::AcqRel) < count {

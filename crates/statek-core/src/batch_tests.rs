@@ -275,3 +275,68 @@ async fn claim_and_run_abandons_on_a_wrong_answer() {
         assert_eq!((reported, classes), (3, None));
     }
 }
+
+/// A claim that answers more runs than it was given permits (an
+/// executor's bug) still runs at most one run per permit: the extra run
+/// waits for a permit of the pool (2 here), and every run is reported.
+#[tokio::test]
+async fn claim_and_run_never_runs_more_than_its_permits() {
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (seen, counting) = (std::sync::Arc::clone(&most), running);
+    let (heard, reported, classes, _) = drive(3, move |batch, tickets| {
+        let (most, running) = (seen, counting);
+        Box::pin(async move {
+            let (most, running) = (&*most, &*running);
+            claim_and_run(
+                batch,
+                tickets,
+                |_: &String| false,
+                |slots: &[BatchSlot], _max_runs| {
+                    let n = slots.len();
+                    async move { Ok((0..n).map(|_| SlotStart::Claimed(())).collect()) }
+                },
+                |(), permit| async move {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    let now = running.fetch_add(1, SeqCst) + 1;
+                    most.fetch_max(now, SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    running.fetch_sub(1, SeqCst);
+                    drop(permit);
+                    Ok(executed())
+                },
+            )
+            .await;
+        })
+    })
+    .await;
+    assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let mut heard = heard;
+    heard.sort();
+    assert_eq!(
+        heard,
+        ["one 0 executed", "one 1 executed", "one 2 executed"]
+    );
+    assert_eq!((reported, classes.as_deref()), (3, Some("c3")));
+}
+
+/// A single ticket reported unclaimed is recorded as a one-slot range:
+/// known idle stays `IdleKnown` (a reported `Idle` outcome is `Idle`).
+#[tokio::test]
+async fn a_ticket_reported_unclaimed_keeps_its_class() {
+    let (heard, _, classes, _) = drive(2, |_batch, mut tickets| {
+        Box::pin(async move {
+            tickets
+                .ticket()
+                .unwrap()
+                .report_unclaimed(Unclaimed::IdleKnown);
+            tickets
+                .ticket()
+                .unwrap()
+                .report(Ok(TenantTickOutcome::Idle));
+        })
+    })
+    .await;
+    assert_eq!(heard, ["unclaimed 0..1 IdleKnown", "one 1 idle"]);
+    assert_eq!(classes.as_deref(), Some("k1 i1"));
+}

@@ -185,7 +185,32 @@ pub async fn claim_and_run<'a, E, C, CF, CFut, RF, RFut>(
                         break;
                     };
                     ticket.classify(SlotClass::Claimed);
-                    let started = run(claimed, permits.pop());
+                    // At most one run per permit: a claim that answered
+                    // more runs than it was given permits (an executor's
+                    // bug) has its extra runs wait for a permit of the
+                    // pool; they start without one only on a stopping
+                    // replica, so a claimed run is never left unrun.
+                    let permit = match permits.pop() {
+                        Some(permit) => Some(permit),
+                        None => {
+                            tracing::warn!(
+                                sequence = ticket.slot().sequence,
+                                "the batch claim answered more runs than permits; waiting for one"
+                            );
+                            // The runs started meanwhile keep running
+                            // (they hold the permits it waits for).
+                            let waiting = batch.permits(1);
+                            tokio::pin!(waiting);
+                            loop {
+                                tokio::select! {
+                                    biased;
+                                    held = &mut waiting => break held.and_then(|mut held| held.pop()),
+                                    Some(()) = running.next(), if !running.is_empty() => {}
+                                }
+                            }
+                        }
+                    };
+                    let started = run(claimed, permit);
                     running.push(async move {
                         ticket.report(started.await);
                     });

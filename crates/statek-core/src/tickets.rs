@@ -118,8 +118,19 @@ impl<E> Drop for SlotTickets<'_, E> {
 }
 
 /// The ticket of one slot: report its outcome with
-/// [`report`](Self::report) (consumes it). Dropped unreported, it
-/// reports the slot abandoned.
+/// [`report`](Self::report), or [`report_unclaimed`](Self::report_unclaimed)
+/// for a slot decided without a claim (each consumes it). Dropped
+/// unreported, it reports the slot abandoned.
+///
+/// A ticket borrows its batch, so it cannot move into `tokio::spawn`:
+/// run a slot's work inside the `execute_batch` future (for example in a
+/// `FuturesUnordered`, as [`crate::claim_and_run`] does) and report from
+/// there.
+///
+/// Reporting slot *i* also records the batch decided up to *i* (the
+/// runner lets the next batch claim once a batch is decided): report a
+/// slot only after every earlier slot's claim was made, which holds when
+/// tickets are taken in order and each is reported after its own claim.
 #[must_use = "a slot's ticket reports its outcome; dropped, it reports the slot abandoned"]
 pub struct SlotTicket<'a, E> {
     batch: SlotBatch<'a, E>,
@@ -152,6 +163,16 @@ impl<'a, E> SlotTicket<'a, E> {
     pub fn report(mut self, outcome: Result<TenantTickOutcome, E>) {
         self.open = false;
         self.batch.report_one(self.index, outcome);
+    }
+
+    /// Reports the slot consumed without a claim: as a one-slot
+    /// [`SlotRange`] would, so a slot known idle without asking is
+    /// recorded [`SlotClass::IdleKnown`] (a `report(Ok(Idle))` records
+    /// [`SlotClass::Idle`]: the claim asked).
+    pub fn report_unclaimed(mut self, outcome: Unclaimed) {
+        self.open = false;
+        self.batch
+            .report_unclaimed(self.index..self.index + 1, outcome);
     }
 
     /// Reports the slot abandoned: claiming for it failed for good.

@@ -81,10 +81,7 @@ impl PolicyFile {
     /// offending value; a duplicate tenant points at its second occurrence.
     pub fn parse(file_name: &str, text: &str) -> Result<PolicyFile, PolicyFileError> {
         let source = Source { file_name, text };
-        let root = toml::from_str::<Raw>(text).map_err(|error| PolicyFileError::Syntax {
-            location: source.locate(error.span().map_or(0, |span| span.start), "document"),
-            message: one_line(error.message()),
-        })?;
+        let root = toml::from_str::<Raw>(text).map_err(|error| source.unreadable(&error))?;
         let (schedule, policy) = source.policy(root)?;
         Ok(PolicyFile {
             file_name: file_name.to_string(),
@@ -305,6 +302,52 @@ struct FileTenant {
 
 impl Source<'_> {
     /// The location of byte `offset`, for `field`.
+    /// Why `toml` could not read the text. Valid TOML that this reader
+    /// cannot take (it keeps every value's position, which `toml` cannot
+    /// give for dotted keys) is named for what it is: a top-level key the
+    /// format does not have (a file that is not a policy file), or a
+    /// dotted key.
+    fn unreadable(&self, error: &toml::de::Error) -> PolicyFileError {
+        let at = error.span().map_or(0, |span| span.start);
+        let Ok(table) = toml::from_str::<toml::Table>(self.text) else {
+            return PolicyFileError::Syntax {
+                location: self.locate(at, "document"),
+                message: one_line(error.message()),
+            };
+        };
+        let top_level = ["shard", "schedule", "algorithm", "tenants"];
+        if let Some(key) = table.keys().find(|key| !top_level.contains(&key.as_str())) {
+            return PolicyFileError::UnknownKey {
+                location: self.locate(self.key_offset(key).unwrap_or(at), key),
+                expected: TOP_LEVEL_KEYS,
+            };
+        }
+        PolicyFileError::Syntax {
+            location: self.locate(at, "document"),
+            message: "dotted keys (`a.b = 1`, `[a.b]`) are not supported in a policy file: \
+                      give each table its own header"
+                .to_owned(),
+        }
+    }
+
+    /// Where top-level `key` is first written: at the start of a line
+    /// (after `[` for a table header), followed by `.`, `=`, `]` or a
+    /// space.
+    fn key_offset(&self, key: &str) -> Option<usize> {
+        let mut line_start = 0;
+        for line in self.text.split_inclusive('\n') {
+            let name = line.trim_start().trim_start_matches('[').trim_start();
+            let offset = line_start + (line.len() - name.len());
+            line_start += line.len();
+            if let Some(rest) = name.strip_prefix(key) {
+                if rest.starts_with(['.', '=', ']', ' ', '\t']) {
+                    return Some(offset);
+                }
+            }
+        }
+        None
+    }
+
     fn locate(&self, offset: usize, field: &str) -> PolicyFileLocation {
         let bytes = self.text.as_bytes();
         let before = bytes.get(..offset.min(bytes.len())).unwrap_or_default();

@@ -246,6 +246,21 @@ fn key_errors() {
         .concat(),
         "example.toml:5:1: tenants[1].x: unknown key, expected one of id, weight",
     );
+    // Valid TOML that is not a policy file, with dotted keys (which the
+    // reader cannot take with positions): named for what it is.
+    check(
+        &[SHARD, "[workspace.lints.rust]\nunsafe_code = \"forbid\"\n"].concat(),
+        "example.toml:2:2: workspace: unknown key, expected one of shard, schedule, algorithm, tenants",
+    );
+    check(
+        &[SHARD, "a.b = 1\n"].concat(),
+        "example.toml:2:1: a: unknown key, expected one of shard, schedule, algorithm, tenants",
+    );
+    check(
+        &[SHARD, "tenants.a = 1\n"].concat(),
+        "example.toml:2:9: document: invalid toml: dotted keys (`a.b = 1`, `[a.b]`) are not \
+         supported in a policy file: give each table its own header",
+    );
     check(
         &[SHARD, "[[tenants]]\nid = \"a\"\n"].concat(),
         "example.toml:2:1: tenants[1].weight: missing required key",
