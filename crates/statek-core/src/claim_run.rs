@@ -120,17 +120,7 @@ pub async fn claim_and_run<'a, E, C, CF, CFut, RF, RFut>(
         };
         // The runs already started keep executing while the claim is under
         // way (a slow statement, a lock wait): none waits for a claim.
-        let claimed = {
-            let claiming = claim(tickets.remaining(), permits.len());
-            tokio::pin!(claiming);
-            loop {
-                tokio::select! {
-                    biased;
-                    claimed = &mut claiming => break claimed,
-                    Some(()) = running.next(), if !running.is_empty() => {}
-                }
-            }
-        };
+        let claimed = beside_running(&mut running, claim(tickets.remaining(), permits.len())).await;
         let decided = match claimed {
             Ok(decided) => decided,
             Err(e) if is_retryable(&e) && failures + 1 < CLAIM_ATTEMPTS => {
@@ -141,16 +131,14 @@ pub async fn claim_and_run<'a, E, C, CF, CFut, RF, RFut>(
                 kept = Some(permits);
                 let pause = CLAIM_PAUSE * 2u32.pow(failures);
                 failures += 1;
-                let pausing = tokio::time::sleep(pause);
-                tokio::pin!(pausing);
-                loop {
+                let pausing = async {
                     tokio::select! {
                         biased;
-                        () = batch.stopping() => break,
-                        () = &mut pausing => break,
-                        Some(()) = running.next(), if !running.is_empty() => {}
+                        () = batch.stopping() => {}
+                        () = tokio::time::sleep(pause) => {}
                     }
-                }
+                };
+                beside_running(&mut running, pausing).await;
                 continue;
             }
             Err(e) => {
@@ -199,15 +187,9 @@ pub async fn claim_and_run<'a, E, C, CF, CFut, RF, RFut>(
                             );
                             // The runs started meanwhile keep running
                             // (they hold the permits it waits for).
-                            let waiting = batch.permits(1);
-                            tokio::pin!(waiting);
-                            loop {
-                                tokio::select! {
-                                    biased;
-                                    held = &mut waiting => break held.and_then(|mut held| held.pop()),
-                                    Some(()) = running.next(), if !running.is_empty() => {}
-                                }
-                            }
+                            beside_running(&mut running, batch.permits(1))
+                                .await
+                                .and_then(|mut held| held.pop())
                         }
                     };
                     let started = run(claimed, permit);
@@ -222,4 +204,22 @@ pub async fn claim_and_run<'a, E, C, CF, CFut, RF, RFut>(
     }
     tickets.cancel_rest();
     while running.next().await.is_some() {}
+}
+
+/// Runs `future` to its end while the runs already started keep
+/// executing beside it: no run waits for a claim, a retry pause or a
+/// permit. `future` is polled first.
+async fn beside_running<F, R>(running: &mut FuturesUnordered<R>, future: F) -> F::Output
+where
+    F: std::future::Future,
+    R: std::future::Future<Output = ()>,
+{
+    tokio::pin!(future);
+    loop {
+        tokio::select! {
+            biased;
+            output = &mut future => return output,
+            Some(()) = running.next(), if !running.is_empty() => {}
+        }
+    }
 }
