@@ -566,8 +566,12 @@ pub async fn prune(
                 rfc3339(report.cutoff)
             );
         }
-        if !until_empty || report.deleted < u64::from(batch) {
+        if !until_empty || report.drained() {
             break;
+        }
+        if report.blocked() {
+            // A concurrent pruner holds the oldest due rows: let it commit.
+            tokio::time::sleep(statek_store_pg::PruneReport::RETRY_PAUSE).await;
         }
     }
     totals.seconds = started.elapsed().as_secs_f64();

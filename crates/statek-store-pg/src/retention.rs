@@ -106,7 +106,8 @@ pub(crate) const PRUNE_BATCH: &str = "
     )
     SELECT (SELECT observed_at FROM clock) AS observed_at,
            (SELECT cutoff FROM clock) AS cutoff,
-           (SELECT count(*) FROM deleted) AS deleted";
+           (SELECT count(*) FROM deleted) AS deleted,
+           (SELECT count(*) FROM due) - (SELECT count(*) FROM locked) AS held_elsewhere";
 
 /// How long reservation rows are kept as evidence, and how many one prune
 /// transaction may delete.
@@ -161,8 +162,37 @@ pub struct PruneReport {
     pub observed_at: SystemTime,
     /// Exclusive cutoff: rows reserved before it were candidates.
     pub cutoff: SystemTime,
-    /// Rows deleted (at most the batch size; 0 when nothing is left).
+    /// Rows deleted (at most the batch size).
     pub deleted: u64,
+    /// Due rows this batch could not lock: a concurrent pruner held them
+    /// (or deleted them after this batch's snapshot). This batch deletes
+    /// nothing of a shard at or behind such a row, so it can report
+    /// `deleted == 0` while rows are still due: pause briefly and call
+    /// again (see [`PruneReport::drained`]).
+    pub held_elsewhere: u64,
+    /// The policy's batch size this batch ran with.
+    pub batch_size: u32,
+}
+
+impl PruneReport {
+    /// Pause before the next batch when [`PruneReport::blocked`]: 50 ms,
+    /// about one concurrent batch of 1,000 rows.
+    pub const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+    /// True when this batch left nothing due behind: it deleted fewer rows
+    /// than its batch size and no concurrent pruner held a due row. A loop
+    /// that prunes "until empty" stops on it; on `false` it calls again,
+    /// after a short pause ([`PruneReport::RETRY_PAUSE`]) when the batch deleted
+    /// nothing because another pruner held the oldest due rows.
+    pub fn drained(&self) -> bool {
+        self.held_elsewhere == 0 && self.deleted < u64::from(self.batch_size)
+    }
+
+    /// True when the batch deleted nothing only because a concurrent pruner
+    /// held the oldest due rows: pause before the next call.
+    pub fn blocked(&self) -> bool {
+        self.deleted == 0 && self.held_elsewhere > 0
+    }
 }
 
 impl PgStore {
@@ -173,9 +203,10 @@ impl PgStore {
     /// than a higher sequence's: see the statement's comment), so the
     /// retained rows of a shard never have a hole. Never touches shard rows
     /// or cursors: the next reservation continues the sequence. Call it in
-    /// a loop until `deleted == 0` to prune everything due (a batch of a
-    /// concurrent pruner holding the oldest due rows also gives 0: that
-    /// pruner deletes them).
+    /// a loop until [`PruneReport::drained`] to prune everything due; a
+    /// batch can delete nothing while rows are due, when a concurrent
+    /// pruner holds the oldest of them ([`PruneReport::blocked`]: pause
+    /// [`PruneReport::RETRY_PAUSE`] and call again).
     ///
     /// Takes the retention policy by value or by reference (it is `Copy`):
     /// both `prune_scheduler_fairness_reservations(policy)` and
@@ -203,10 +234,13 @@ impl PgStore {
                         )
                         .await?;
                     let deleted: i64 = row.try_get("deleted")?;
+                    let held_elsewhere: i64 = row.try_get("held_elsewhere")?;
                     Ok(PruneReport {
                         observed_at: row.try_get("observed_at")?,
                         cutoff: row.try_get("cutoff")?,
                         deleted: u64::try_from(deleted).unwrap_or(0),
+                        held_elsewhere: u64::try_from(held_elsewhere).unwrap_or(0),
+                        batch_size: policy.batch_size,
                     })
                 },
             )
@@ -216,7 +250,11 @@ impl PgStore {
             metrics::gauge!(PRUNE_CUTOFF_TIMESTAMP_SECONDS).set(cutoff.as_secs_f64());
         }
         metrics::histogram!(PRUNE_BATCH_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
-        tracing::info!(deleted = report.deleted, "pruned reservations");
+        tracing::info!(
+            deleted = report.deleted,
+            held_elsewhere = report.held_elsewhere,
+            "pruned reservations"
+        );
         Ok(report)
     }
 }

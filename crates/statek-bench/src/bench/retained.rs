@@ -96,8 +96,11 @@ pub async fn prune_all(store: &PgStore, old_rows: u64, batch: u32) -> Result<Pru
             .await?;
         batches += 1;
         deleted += report.deleted;
-        if report.deleted == 0 {
+        if report.drained() {
             break;
+        }
+        if report.blocked() {
+            tokio::time::sleep(statek_store_pg::PruneReport::RETRY_PAUSE).await;
         }
     }
     let seconds = started.elapsed().as_secs_f64();
