@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use super::workloads::WorkloadPick;
+
 /// Options of `cargo xtask bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
@@ -32,6 +34,14 @@ pub struct BenchArgs {
     /// interleaved; each side judged by its median; `--quick` takes 1).
     #[arg(long, default_value_t = super::workloads::samples::SAMPLES, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub samples: u32,
+    /// Workloads of section `workloads` to run, comma-separated (default:
+    /// every one, and one Worker's slot rate); the targets of the others
+    /// are not judged.
+    #[arg(long = "workload", value_enum, value_delimiter = ',', default_values_t = WorkloadPick::ALL)]
+    pub workloads: Vec<WorkloadPick>,
+    /// Settings of section `workloads`, comma-separated (default: both).
+    #[arg(long = "setting", value_enum, value_delimiter = ',', default_values_t = Setting::ALL)]
+    pub settings: Vec<Setting>,
     /// Minutes at full load of section `soak`.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=240))]
     pub soak_minutes: u64,
@@ -125,4 +135,18 @@ impl std::fmt::Display for Section {
             None => Ok(()),
         }
     }
+}
+
+/// A server setting of section `workloads` (`--setting`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Setting {
+    /// The bench's server on the development settings (`fsync` off).
+    Fast,
+    /// A durable server the bench starts (`fsync` and `synchronous_commit`
+    /// on).
+    Durable,
+}
+
+impl Setting {
+    const ALL: [Self; 2] = [Self::Fast, Self::Durable];
 }

@@ -180,7 +180,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             if wants(Section::Durable) {
                 report.durable = durable_section(&args, &runtime, &durable)?;
             }
-            if wants(Section::Workloads) {
+            if wants(Section::Workloads) && args.settings.contains(&args::Setting::Durable) {
                 durable_workloads(&args, &runtime, &durable, &mut report.workloads)?;
             }
         }
@@ -376,7 +376,7 @@ async fn measure_in(
     if args.only.contains(&Section::Retention) {
         retention(args, url, &client, &mut report, &retained_policy).await?;
     }
-    if args.only.contains(&Section::Workloads) {
+    if args.only.contains(&Section::Workloads) && args.settings.contains(&args::Setting::Fast) {
         report.workloads.window_seconds = args.workload_seconds;
         let window = Duration::from_secs(args.workload_seconds);
         workloads::run(
@@ -384,6 +384,7 @@ async fn measure_in(
             "fast",
             window,
             args.workload_samples(),
+            &args.workloads,
             &mut report.workloads,
         )
         .await?;
@@ -540,6 +541,7 @@ fn durable_workloads(
             "durable",
             Duration::from_secs(args.workload_seconds),
             args.workload_samples(),
+            &args.workloads,
             into,
         )
         .await

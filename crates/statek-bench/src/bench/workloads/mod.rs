@@ -34,6 +34,7 @@ use crate::bench::plain_claimer;
 pub use results::Workloads;
 use results::{Side, SlotRate, WorkloadRun, BATCHED, FAIR, PLAIN};
 use shape::Workload;
+pub use shape::WorkloadPick;
 
 pub use fair::FairSide;
 pub use shape::uniform_policy;
@@ -49,17 +50,22 @@ const WARM_UP: Duration = Duration::from_millis(500);
 /// migrated database), `window` seconds each, labelled `setting`: each
 /// side `samples` times, sides interleaved (fair, plain, batched, then
 /// the next sample), a drained sample run again with twice the backlog
-/// (at most [`samples::DRAINED_RETRIES`] times).
+/// (at most [`samples::DRAINED_RETRIES`] times). Only the workloads in
+/// `picked` run (the slot rate with [`WorkloadPick::SlotRate`]).
 pub async fn run(
     url: &str,
     setting: &str,
     window: Duration,
     samples: u32,
+    picked: &[WorkloadPick],
     into: &mut Workloads,
 ) -> Result<()> {
     let client = crate::bench::connection::connect(url).await?;
     crate::pg::enable_statement_statistics(&client).await;
-    for workload in Workload::ALL {
+    for workload in Workload::ALL
+        .into_iter()
+        .filter(|w| picked.contains(&w.pick()))
+    {
         let policy = workload.policy()?;
         let mut all = Vec::new();
         for sample in 0..samples {
@@ -98,6 +104,9 @@ pub async fn run(
             sides: samples::summarize(&all, &[FAIR, PLAIN, BATCHED]),
             samples: all,
         });
+    }
+    if !picked.contains(&WorkloadPick::SlotRate) {
+        return Ok(());
     }
     eprintln!(
         "==> workloads ({setting}): slot-rate, one Worker, sparse policy, one backlogged tenant"

@@ -53,6 +53,16 @@ impl Workload {
         Self::LongRuns,
     ];
 
+    /// Its `--workload` value.
+    pub fn pick(self) -> WorkloadPick {
+        match self {
+            Self::AllBacklogged => WorkloadPick::AllBacklogged,
+            Self::NoisyNeighbour => WorkloadPick::NoisyNeighbour,
+            Self::Sparse => WorkloadPick::Sparse,
+            Self::LongRuns => WorkloadPick::LongRuns,
+        }
+    }
+
     /// The name used in tables and targets.
     pub fn name(self) -> &'static str {
         match self {
@@ -174,6 +184,32 @@ pub fn sparse_policy() -> Result<WeightedFairnessPolicy> {
         SchedulerShardId::try_from("bench-workload-sparse-v1")?,
         tenants,
     )?)
+}
+
+/// One workload of section `workloads` (`--workload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkloadPick {
+    /// 8 tenants of weight 1, every one backlogged.
+    AllBacklogged,
+    /// The demo's policy: one noisy tenant backlogged, the others fed.
+    NoisyNeighbour,
+    /// 1,024 tenants, 8 of them backlogged.
+    Sparse,
+    /// As all-backlogged, every handler sleeps 20 ms.
+    LongRuns,
+    /// One Worker's slot rate on the sparse policy.
+    SlotRate,
+}
+
+impl WorkloadPick {
+    /// Every workload and the slot rate (the default).
+    pub const ALL: [Self; 5] = [
+        Self::AllBacklogged,
+        Self::NoisyNeighbour,
+        Self::Sparse,
+        Self::LongRuns,
+        Self::SlotRate,
+    ];
 }
 
 #[cfg(test)]
