@@ -151,6 +151,15 @@ fn print_sample(measured: &Side) {
             w.client_cpu_ms
         ))
     );
+    for statement in measured.statements.iter().take(3) {
+        eprintln!(
+            "      {:.3} ms, {:.0} WAL bytes, {:.2} calls per run: {}",
+            statement.exec_ms + statement.plan_ms,
+            statement.wal_bytes,
+            statement.calls,
+            statement.query
+        );
+    }
 }
 
 /// `CHECKPOINT`, so no sample pays for the dirty pages of the one before
@@ -190,6 +199,7 @@ async fn measure_side(
     let shard = policy.shard_id().to_string();
     let keep = window::sessions(client).await?;
     let work_before = db_work::read(client).await?;
+    let statements_before = db_work::read_statements(client).await;
     let born = window::edge(client, &shard).await?;
     let stop = CancellationToken::new();
     let (executing, handler) = (workload.executing_runs(), workload.handler());
@@ -224,6 +234,7 @@ async fn measure_side(
     let stopped = window::edge(client, &shard).await?.at;
     window::sessions_gone(client, &keep).await?;
     let work_after = db_work::read(client).await?;
+    let statements_after = db_work::read_statements(client).await;
     let died = window::edge(client, &shard).await?;
     if baseline {
         plain_claimer::drop_index(url).await?;
@@ -244,6 +255,7 @@ async fn measure_side(
         backlog_scale: at.backlog_scale,
         work: db_work::per_run(&work_before, &work_after, lifetime_runs),
         range: None,
+        statements: db_work::top_statements(&statements_before, &statements_after, lifetime_runs),
     })
 }
 

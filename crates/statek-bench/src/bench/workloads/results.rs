@@ -52,6 +52,30 @@ pub struct Side {
     /// samples, and how many there were.
     #[serde(default)]
     pub range: Option<Range>,
+    /// The side's top-level statements by server time per run, most first
+    /// (at most [`TOP_STATEMENTS`]; empty without `pg_stat_statements`):
+    /// where the side's database work goes.
+    #[serde(default)]
+    pub statements: Vec<StatementWork>,
+}
+
+/// Statements kept per side in [`Side::statements`].
+pub const TOP_STATEMENTS: usize = 6;
+
+/// One top-level statement's work per completed run while one side ran
+/// (`pg_stat_statements`, the differences of two readings).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct StatementWork {
+    /// The statement's text, whitespace collapsed, at most 100 characters.
+    pub query: String,
+    /// Calls per run.
+    pub calls: f64,
+    /// Execution milliseconds per run.
+    pub exec_ms: f64,
+    /// Planning milliseconds per run.
+    pub plan_ms: f64,
+    /// WAL bytes per run (`pg_stat_statements.wal_bytes`).
+    pub wal_bytes: f64,
 }
 
 fn one() -> u64 {

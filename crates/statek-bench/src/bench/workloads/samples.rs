@@ -85,6 +85,7 @@ mod tests {
             backlog_scale: 1,
             work: None,
             range: None,
+            statements: Vec::new(),
         }
     }
 

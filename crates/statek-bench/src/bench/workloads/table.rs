@@ -200,6 +200,7 @@ mod tests {
                 high: rate + 50.0,
                 samples: 3,
             }),
+            statements: Vec::new(),
         };
         let lag = |unclaimed| Lag {
             runs: 3,
