@@ -224,7 +224,9 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
         match cause.downcast_ref::<SchedulerError>() {
             Some(SchedulerError::Store { source, .. }) => return classify(source),
             Some(e) if e.is_retryable() => return UNAVAILABLE,
-            Some(SchedulerError::InvalidOption(_)) => return INVALID_INPUT,
+            Some(SchedulerError::InvalidOption(_) | SchedulerError::UnsupportedFairness { .. }) => {
+                return INVALID_INPUT
+            }
             Some(SchedulerError::PolicyMismatch { .. } | SchedulerError::CycleMismatch(_)) => {
                 return POLICY_CONFLICT
             }

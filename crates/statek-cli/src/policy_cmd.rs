@@ -10,8 +10,8 @@ use serde::Serialize;
 use statek_policy::analysis::SetMeasure;
 use statek_policy::policy_file::PolicyFile;
 use statek_policy::{
-    CycleOptimality, PolicyAlgorithm, PolicySeam, ScheduleId, SeamBound, TenantId,
-    WeightedFairnessPolicy,
+    CostFairness, CycleOptimality, FairnessUnit, PolicyAlgorithm, PolicySeam, ScheduleId,
+    SeamBound, TenantId, WeightedFairnessPolicy,
 };
 
 use crate::out::Report;
@@ -188,7 +188,8 @@ pub fn with_algorithm(
         policy.shard_id().clone(),
         algorithm,
         policy.tenants().to_vec(),
-    )?)
+    )?
+    .with_fairness(policy.fairness()))
 }
 
 /// A policy's largest ratio of bound to ceil(L / w) and largest excess in
@@ -237,6 +238,11 @@ pub struct TenantRow {
     pub bound: u32,
     /// ceil(L / weight), the best any schedule could promise alone.
     pub ideal: u32,
+    /// Window discrepancy Δ in slots: in any run of consecutive slots the
+    /// tenant is picked within Δ of weight / L of them, either way.
+    pub discrepancy: f64,
+    /// Δ · L, exact (an integer).
+    pub discrepancy_scaled: u64,
 }
 
 /// A compiled policy, as reported by `policy compile`.
@@ -248,6 +254,8 @@ pub struct Compiled {
     pub shard: String,
     /// Algorithm name.
     pub algorithm: String,
+    /// What the weights share: `slots`, or `cost` with its parameters.
+    pub fairness: Fairness,
     /// L, in slots.
     pub cycle_length: u32,
     /// Policy digest, hex.
@@ -266,13 +274,59 @@ pub struct Compiled {
     pub cycle: Option<Vec<String>>,
 }
 
+/// What a policy's weights share, as `policy compile` reports it.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct Fairness {
+    /// `slots` or `cost`.
+    pub unit: &'static str,
+    /// In cost mode: q, C_max, the default cost and b_cap, in cost units.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantum: Option<u64>,
+    /// C_max: the most one attempt is charged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cost: Option<u64>,
+    /// Charged for an attempt that reports no cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_cost: Option<u64>,
+    /// b_cap: the largest positive balance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balance_cap: Option<u64>,
+}
+
+impl Fairness {
+    fn of(unit: FairnessUnit) -> Self {
+        let cost = unit.cost();
+        Self {
+            unit: unit.name(),
+            quantum: cost.map(CostFairness::quantum),
+            max_cost: cost.map(CostFairness::max_cost),
+            default_cost: cost.map(CostFairness::default_cost),
+            balance_cap: cost.map(CostFairness::balance_cap),
+        }
+    }
+}
+
+impl fmt::Display for Fairness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.quantum, self.max_cost, self.default_cost, self.balance_cap) {
+            (Some(q), Some(c), Some(d), Some(b)) => write!(
+                f,
+                "{} (quantum {q}, max_cost {c}, default_cost {d}, balance_cap {b}; not enforced by this version)",
+                self.unit
+            ),
+            _ => f.write_str(self.unit),
+        }
+    }
+}
+
 /// Compiles a policy into its report.
 pub fn compile(file: &str, policy: &WeightedFairnessPolicy, show_cycle: bool) -> Compiled {
     let l = policy.cycle_length();
     let tenants = policy
         .tenants()
         .iter()
-        .map(|t| TenantRow {
+        .zip(policy.window_discrepancies())
+        .map(|(t, d)| TenantRow {
             id: t.tenant().to_string(),
             weight: t.weight(),
             share_percent: 100.0 * f64::from(t.weight()) / f64::from(l),
@@ -281,12 +335,15 @@ pub fn compile(file: &str, policy: &WeightedFairnessPolicy, show_cycle: bool) ->
                 .map(|b| b.maximum_reservations_until_selection())
                 .unwrap_or(0),
             ideal: l.div_ceil(t.weight()),
+            discrepancy: d.slots(),
+            discrepancy_scaled: d.scaled(),
         })
         .collect();
     Compiled {
         file: file.to_owned(),
         shard: policy.shard_id().to_string(),
         algorithm: policy.algorithm().to_string(),
+        fairness: Fairness::of(policy.fairness()),
         cycle_length: l,
         digest: policy.digest().to_string(),
         optimality: policy.cycle_optimality().label(),
@@ -313,6 +370,7 @@ impl Report for Compiled {
         writeln!(w, "policy       {}", c.file)?;
         writeln!(w, "shard        {}", c.shard)?;
         writeln!(w, "algorithm    {}", c.algorithm)?;
+        writeln!(w, "fairness     {}", c.fairness)?;
         writeln!(
             w,
             "cycle length {}",
@@ -327,14 +385,14 @@ impl Report for Compiled {
         writeln!(w)?;
         writeln!(
             w,
-            "{:<width$}  {:>6}  {:>7}  {:>5}  {:>5}",
-            "tenant", "weight", "share", "bound", "ideal"
+            "{:<width$}  {:>6}  {:>7}  {:>5}  {:>5}  {:>11}",
+            "tenant", "weight", "share", "bound", "ideal", "discrepancy"
         )?;
         for t in &c.tenants {
             writeln!(
                 w,
-                "{:<width$}  {:>6}  {:>6.2}%  {:>5}  {:>5}",
-                t.id, t.weight, t.share_percent, t.bound, t.ideal
+                "{:<width$}  {:>6}  {:>6.2}%  {:>5}  {:>5}  {:>11.3}",
+                t.id, t.weight, t.share_percent, t.bound, t.ideal, t.discrepancy
             )?;
         }
         writeln!(w)?;
@@ -346,6 +404,10 @@ impl Report for Compiled {
         w,
         "bound = most consecutive reservations until the tenant is selected, measured on the cycle; ideal = ceil(L / weight)"
     )?;
+        writeln!(
+            w,
+            "discrepancy = in any run of consecutive slots, the tenant is picked within this many slots of weight / L of them, either way (exact on the cycle)"
+        )?;
         writeln!(
             w,
             "optimality = ideal: every bound is its ideal; proven-optimal: no cycle of these weights has a smaller largest bound / ideal (min-gap-v2's exhaustive search, L <= 16); unproven: not searched, or the search could not decide"
@@ -385,6 +447,8 @@ pub struct Diff {
     pub shard: (String, String),
     /// Old and new algorithm.
     pub algorithm: (String, String),
+    /// Old and new fairness unit, with its cost parameters.
+    pub fairness: (String, String),
     /// Old and new cycle length.
     pub cycle_length: (u32, u32),
     /// Old and new digest.
@@ -434,6 +498,10 @@ pub fn diff(old: &WeightedFairnessPolicy, new: &WeightedFairnessPolicy) -> Diff 
     let mut diff = Diff {
         shard: (old.shard_id().to_string(), new.shard_id().to_string()),
         algorithm: (old.algorithm().to_string(), new.algorithm().to_string()),
+        fairness: (
+            Fairness::of(old.fairness()).to_string(),
+            Fairness::of(new.fairness()).to_string(),
+        ),
         cycle_length: (old.cycle_length(), new.cycle_length()),
         digest: (old.digest().to_string(), new.digest().to_string()),
         cycle_digest: (
@@ -498,6 +566,7 @@ impl Report for Diff {
             }
         }
         writeln!(w, "algorithm    {}", pair(&d.algorithm))?;
+        writeln!(w, "fairness     {}", pair(&d.fairness))?;
         writeln!(
             w,
             "cycle length {}",
@@ -631,14 +700,18 @@ mod tests {
                     weight: 3,
                     share_percent: 75.0,
                     bound: 2,
-                    ideal: 2
+                    ideal: 2,
+                    discrepancy: 0.75,
+                    discrepancy_scaled: 3,
                 },
                 TenantRow {
                     id: "tenant-b".into(),
                     weight: 1,
                     share_percent: 25.0,
                     bound: 4,
-                    ideal: 4
+                    ideal: 4,
+                    discrepancy: 0.75,
+                    discrepancy_scaled: 3,
                 },
             ]
         );

@@ -11,12 +11,21 @@
 //! Ids and algorithm names never need JSON escapes (their grammar has no `"`,
 //! `\` or control bytes), and weights are plain decimal integers without
 //! leading zeros. The shard id is not part of the bytes.
+//!
+//! A policy in cost mode ([`FairnessUnit::Cost`]) has one more key after
+//! the tenants, its four parameters in this order (a slot-mode policy has
+//! none, so its bytes are those of every policy before cost mode):
+//!
+//! ```text
+//! {"algorithm":"swrr-v1","tenants":[...],"cost":{"quantum":1,"max_cost":40,"default_cost":40,"balance_cap":80}}
+//! ```
 
 use alloc::string::ToString;
 use alloc::vec::Vec;
 
 use crate::algorithm::PolicyAlgorithm;
 use crate::error::PolicyError;
+use crate::fairness_unit::{CostFairness, FairnessUnit};
 use crate::id::TenantId;
 use crate::weight::TenantFairnessWeight;
 
@@ -26,13 +35,23 @@ const OPEN_TENANT: &str = "{\"id\":\"";
 const OPEN_WEIGHT: &str = "\",\"weight\":";
 const CLOSE_TENANT: &str = "}";
 const CLOSE_TENANTS: &str = "]}";
+const CLOSE_TENANTS_OPEN_COST: &str = "],\"cost\":{\"quantum\":";
+const OPEN_MAX_COST: &str = ",\"max_cost\":";
+const OPEN_DEFAULT_COST: &str = ",\"default_cost\":";
+const OPEN_BALANCE_CAP: &str = ",\"balance_cap\":";
+const CLOSE_COST: &str = "}}";
 
 /// Algorithm names longer than this are reported as non-canonical rather
 /// than echoed back in [`PolicyError::UnknownAlgorithm`].
 const MAX_ALGORITHM_NAME_LENGTH: usize = 64;
 
-/// Encodes `tenants` (sorted by id, unique) and `algorithm` canonically.
-pub(crate) fn encode(algorithm: PolicyAlgorithm, tenants: &[TenantFairnessWeight]) -> Vec<u8> {
+/// Encodes `tenants` (sorted by id, unique), `algorithm` and the fairness
+/// `unit` canonically.
+pub(crate) fn encode(
+    algorithm: PolicyAlgorithm,
+    tenants: &[TenantFairnessWeight],
+    unit: FairnessUnit,
+) -> Vec<u8> {
     // Framing plus, per tenant, a comma, its id and at most four digits.
     let capacity = OPEN_ALGORITHM.len()
         + algorithm.name().len()
@@ -53,16 +72,29 @@ pub(crate) fn encode(algorithm: PolicyAlgorithm, tenants: &[TenantFairnessWeight
         out.extend_from_slice(OPEN_TENANT.as_bytes());
         out.extend_from_slice(tenant.tenant().as_str().as_bytes());
         out.extend_from_slice(OPEN_WEIGHT.as_bytes());
-        push_decimal(&mut out, tenant.weight());
+        push_decimal(&mut out, u64::from(tenant.weight()));
         out.extend_from_slice(CLOSE_TENANT.as_bytes());
     }
-    out.extend_from_slice(CLOSE_TENANTS.as_bytes());
+    match unit {
+        FairnessUnit::Slots => out.extend_from_slice(CLOSE_TENANTS.as_bytes()),
+        FairnessUnit::Cost(cost) => {
+            out.extend_from_slice(CLOSE_TENANTS_OPEN_COST.as_bytes());
+            push_decimal(&mut out, cost.quantum());
+            out.extend_from_slice(OPEN_MAX_COST.as_bytes());
+            push_decimal(&mut out, cost.max_cost());
+            out.extend_from_slice(OPEN_DEFAULT_COST.as_bytes());
+            push_decimal(&mut out, cost.default_cost());
+            out.extend_from_slice(OPEN_BALANCE_CAP.as_bytes());
+            push_decimal(&mut out, cost.balance_cap());
+            out.extend_from_slice(CLOSE_COST.as_bytes());
+        }
+    }
     out
 }
 
 /// Appends `value` in decimal without leading zeros.
-fn push_decimal(out: &mut Vec<u8>, value: u32) {
-    let mut digits = [0_u8; 10];
+fn push_decimal(out: &mut Vec<u8>, value: u64) {
+    let mut digits = [0_u8; 20];
     let mut start = digits.len();
     let mut rest = value;
     loop {
@@ -83,6 +115,7 @@ fn push_decimal(out: &mut Vec<u8>, value: u32) {
 pub(crate) struct Decoded {
     pub(crate) algorithm: PolicyAlgorithm,
     pub(crate) tenants: Vec<TenantFairnessWeight>,
+    pub(crate) unit: FairnessUnit,
 }
 
 /// Decodes canonical bytes, rejecting any deviation from the canonical form.
@@ -128,14 +161,39 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded, PolicyError> {
             }
         }
     }
-    reader.literal(CLOSE_TENANTS)?;
+    // `]` is next: `]}` ends a slot-mode policy, `],"cost":{` opens the
+    // cost parameters.
+    let unit = if reader.bytes.get(reader.position + 1) == Some(&b',') {
+        reader.literal(CLOSE_TENANTS_OPEN_COST)?;
+        let quantum = reader.cost_parameter()?;
+        reader.literal(OPEN_MAX_COST)?;
+        let max_cost = reader.cost_parameter()?;
+        reader.literal(OPEN_DEFAULT_COST)?;
+        let default_cost = reader.cost_parameter()?;
+        reader.literal(OPEN_BALANCE_CAP)?;
+        let balance_cap = reader.cost_parameter()?;
+        reader.literal(CLOSE_COST)?;
+        FairnessUnit::Cost(CostFairness::new(
+            quantum,
+            max_cost,
+            default_cost,
+            balance_cap,
+        )?)
+    } else {
+        reader.literal(CLOSE_TENANTS)?;
+        FairnessUnit::Slots
+    };
     if reader.position != bytes.len() {
         return Err(PolicyError::NonCanonicalPolicyBytes {
             offset: reader.position,
             expected: "end of input",
         });
     }
-    Ok(Decoded { algorithm, tenants })
+    Ok(Decoded {
+        algorithm,
+        tenants,
+        unit,
+    })
 }
 
 /// The first offset at which `actual` differs from `canonical`, if any.
@@ -220,37 +278,70 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A decimal integer without sign, fraction, exponent or leading zeros
-    /// that fits in `u32`; its range is checked by the caller.
+    /// A cost parameter: a decimal integer that fits in `u64`; its range is
+    /// checked by [`CostFairness::new`].
+    fn cost_parameter(&mut self) -> Result<u64, PolicyError> {
+        self.decimal(Decimal {
+            leading_zero: "a cost parameter without leading zeros",
+            missing: "a decimal cost parameter",
+            too_large: "a cost parameter in 0..=2^40",
+        })
+    }
+
+    /// A weight: a decimal integer that fits in `u32`; its range is checked
+    /// by the caller.
     fn weight(&mut self) -> Result<u32, PolicyError> {
         let start = self.position;
-        let mut value: u32 = match self.peek() {
+        const TOO_LARGE: &str = "a weight in 1..=1024";
+        let value = self.decimal(Decimal {
+            leading_zero: "a weight without leading zeros",
+            missing: "a decimal weight",
+            too_large: TOO_LARGE,
+        })?;
+        u32::try_from(value).map_err(|_| PolicyError::NonCanonicalPolicyBytes {
+            offset: start,
+            expected: TOO_LARGE,
+        })
+    }
+
+    /// A decimal integer without sign, fraction, exponent or leading zeros
+    /// that fits in `u64`; `what` names what a deviation expected.
+    fn decimal(&mut self, what: Decimal) -> Result<u64, PolicyError> {
+        let start = self.position;
+        let mut value: u64 = match self.peek() {
             Some(b'0') => {
                 self.position += 1;
                 if matches!(self.peek(), Some(b'0'..=b'9')) {
                     return Err(PolicyError::NonCanonicalPolicyBytes {
                         offset: start,
-                        expected: "a weight without leading zeros",
+                        expected: what.leading_zero,
                     });
                 }
                 return Ok(0);
             }
-            Some(digit @ b'1'..=b'9') => u32::from(digit - b'0'),
-            _ => return Err(self.non_canonical("a decimal weight")),
+            Some(digit @ b'1'..=b'9') => u64::from(digit - b'0'),
+            _ => return Err(self.non_canonical(what.missing)),
         };
         self.position += 1;
         while let Some(digit @ b'0'..=b'9') = self.peek() {
             value = value
                 .checked_mul(10)
-                .and_then(|v| v.checked_add(u32::from(digit - b'0')))
+                .and_then(|v| v.checked_add(u64::from(digit - b'0')))
                 .ok_or(PolicyError::NonCanonicalPolicyBytes {
                     offset: start,
-                    expected: "a weight in 1..=1024",
+                    expected: what.too_large,
                 })?;
             self.position += 1;
         }
         Ok(value)
     }
+}
+
+/// What a decimal's deviations expected, in [`PolicyError::NonCanonicalPolicyBytes`].
+struct Decimal {
+    leading_zero: &'static str,
+    missing: &'static str,
+    too_large: &'static str,
 }
 
 #[cfg(test)]
@@ -267,12 +358,80 @@ mod tests {
             (9, "9"),
             (10, "10"),
             (1024, "1024"),
-            (u32::MAX, "4294967295"),
+            (u64::from(u32::MAX), "4294967295"),
+            (1 << 40, "1099511627776"),
+            (u64::MAX, "18446744073709551615"),
         ] {
             let mut out = vec![];
             push_decimal(&mut out, value);
             assert_eq!(out, text.as_bytes());
         }
+    }
+
+    fn cost(q: u64, c: u64, d: u64, b: u64) -> FairnessUnit {
+        FairnessUnit::Cost(CostFairness::new(q, c, d, b).unwrap())
+    }
+
+    #[test]
+    fn cost_parameters_round_trip_and_nothing_else_decodes() {
+        let tenants = vec![TenantFairnessWeight::new(TenantId::try_from("a").unwrap(), 2).unwrap()];
+        let unit = cost(3, 1 << 40, 0, 17);
+        let bytes = encode(PolicyAlgorithm::SwrrV1, &tenants, unit);
+        assert_eq!(
+            bytes,
+            br#"{"algorithm":"swrr-v1","tenants":[{"id":"a","weight":2}],"cost":{"quantum":3,"max_cost":1099511627776,"default_cost":0,"balance_cap":17}}"#
+        );
+        let decoded = decode(&bytes).unwrap();
+        assert_eq!((decoded.unit, decoded.tenants), (unit, tenants.clone()));
+        let slots = encode(PolicyAlgorithm::SwrrV1, &tenants, FairnessUnit::Slots);
+        assert_eq!(
+            slots,
+            br#"{"algorithm":"swrr-v1","tenants":[{"id":"a","weight":2}]}"#
+        );
+        assert_eq!(decode(&slots).unwrap().unit, FairnessUnit::Slots);
+        let offset = |text: &str| match decode(text.as_bytes()) {
+            Err(PolicyError::NonCanonicalPolicyBytes { offset, .. }) => Some(offset),
+            _ => None,
+        };
+        let head = r#"{"algorithm":"swrr-v1","tenants":[{"id":"a","weight":2}]"#;
+        // Another key order, a leading zero, a space, an unknown key,
+        // trailing bytes: each refused where it deviates.
+        let order = format!(
+            r#"{head},"cost":{{"max_cost":1,"quantum":1,"default_cost":0,"balance_cap":0}}}}"#
+        );
+        assert_eq!(offset(&order), Some(head.len() + 10));
+        let zero = format!(
+            r#"{head},"cost":{{"quantum":01,"max_cost":1,"default_cost":0,"balance_cap":0}}}}"#
+        );
+        assert_eq!(offset(&zero), Some(head.len() + 19));
+        let space = format!(
+            r#"{head}, "cost":{{"quantum":1,"max_cost":1,"default_cost":0,"balance_cap":0}}}}"#
+        );
+        assert_eq!(offset(&space), Some(head.len() + 1));
+        let extra = format!(
+            r#"{head},"cost":{{"quantum":1,"max_cost":1,"default_cost":0,"balance_cap":0,"x":1}}}}"#
+        );
+        assert_eq!(offset(&extra), Some(head.len() + 66));
+        let trailing = format!(
+            r#"{head},"cost":{{"quantum":1,"max_cost":1,"default_cost":0,"balance_cap":0}}}} "#
+        );
+        assert_eq!(offset(&trailing), Some(head.len() + 68));
+        let huge = format!(
+            r#"{head},"cost":{{"quantum":99999999999999999999,"max_cost":1,"default_cost":0,"balance_cap":0}}}}"#
+        );
+        assert_eq!(offset(&huge), Some(head.len() + 19));
+        // Well-formed but out of range: the parameter's own error.
+        let range = format!(
+            r#"{head},"cost":{{"quantum":0,"max_cost":1,"default_cost":0,"balance_cap":0}}}}"#
+        );
+        assert!(matches!(
+            decode(range.as_bytes()),
+            Err(PolicyError::CostParameterOutOfRange {
+                parameter: "quantum",
+                value: 0,
+                ..
+            })
+        ));
     }
 
     #[test]

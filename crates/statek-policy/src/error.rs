@@ -85,6 +85,29 @@ pub enum PolicyError {
         /// What the canonical form has at that offset.
         expected: &'static str,
     },
+    /// A fairness unit name is not `slots` or `cost`. The message quotes at
+    /// most 64 characters of it.
+    #[error(
+        "unknown fairness unit {} (expected slots or cost)",
+        crate::EchoedValue(name)
+    )]
+    UnknownFairnessUnit {
+        /// The rejected name.
+        name: String,
+    },
+    /// A cost-mode parameter is outside its range
+    /// ([`CostFairness::new`](crate::CostFairness::new)).
+    #[error("cost parameter {parameter} = {value} is out of range {min}..={max}")]
+    CostParameterOutOfRange {
+        /// `quantum`, `max_cost`, `default_cost` or `balance_cap`.
+        parameter: &'static str,
+        /// The rejected value.
+        value: u64,
+        /// The smallest allowed value.
+        min: u64,
+        /// The largest allowed value.
+        max: u64,
+    },
     /// A compiled cycle does not pick a tenant exactly `weight` times.
     ///
     /// This is an internal error: it means the compiler is broken, never

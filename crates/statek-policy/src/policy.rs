@@ -11,7 +11,9 @@ use crate::cycle::{self, CycleView};
 use crate::cycle_digest::CycleDigest;
 use crate::cycle_length::MAX_CYCLE_LENGTH;
 use crate::digest::PolicyDigest;
+use crate::discrepancy::WindowDiscrepancy;
 use crate::error::PolicyError;
+use crate::fairness_unit::FairnessUnit;
 use crate::id::{SchedulerShardId, TenantId};
 use crate::optimality::CycleOptimality;
 use crate::weight::TenantFairnessWeight;
@@ -125,6 +127,8 @@ pub struct WeightedFairnessPolicy {
     digest: PolicyDigest,
     cycle_digest: CycleDigest,
     optimality: CycleOptimality,
+    /// Slots (the default) or cost.
+    fairness: FairnessUnit,
 }
 
 impl WeightedFairnessPolicy {
@@ -195,7 +199,7 @@ impl WeightedFairnessPolicy {
             });
         }
         let compiled = cycle::compile(algorithm, &tenants, cycle_length)?;
-        let canonical = canonical::encode(algorithm, &tenants);
+        let canonical = canonical::encode(algorithm, &tenants, FairnessUnit::Slots);
         let digest = PolicyDigest::of_canonical_bytes(&canonical);
         let cycle_digest = CycleDigest::of_cycle(algorithm, &compiled.slots);
         Ok(Self {
@@ -209,7 +213,42 @@ impl WeightedFairnessPolicy {
             canonical,
             digest,
             cycle_digest,
+            fairness: FairnessUnit::Slots,
         })
+    }
+
+    /// This policy with its weights sharing `unit` (slots, the default, or
+    /// cost: [`FairnessUnit`]). The unit is part of the canonical bytes and
+    /// the digest (a slot-mode policy's are those of every policy before
+    /// cost mode); the cycle, its digest and the bounds stay the same.
+    ///
+    /// ```
+    /// use statek_policy::{CostFairness, FairnessUnit, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
+    /// let slots = WeightedFairnessPolicy::new(
+    ///     SchedulerShardId::try_from("primary-v1")?,
+    ///     [TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 1)?],
+    /// )?;
+    /// let cost = slots.clone().with_fairness(FairnessUnit::Cost(CostFairness::new(1, 40, 40, 80)?));
+    /// assert_eq!(
+    ///     cost.canonical_bytes(),
+    ///     br#"{"algorithm":"swrr-v1","tenants":[{"id":"tenant-a","weight":1}],"cost":{"quantum":1,"max_cost":40,"default_cost":40,"balance_cap":80}}"#,
+    /// );
+    /// assert_ne!(cost.digest(), slots.digest());
+    /// assert_eq!(cost.cycle_digest(), slots.cycle_digest());
+    /// # Ok::<(), statek_policy::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn with_fairness(mut self, unit: FairnessUnit) -> Self {
+        self.canonical = canonical::encode(self.algorithm, &self.tenants, unit);
+        self.digest = PolicyDigest::of_canonical_bytes(&self.canonical);
+        self.fairness = unit;
+        self
+    }
+
+    /// What the weights share: slots or cost.
+    #[must_use]
+    pub fn fairness(&self) -> FairnessUnit {
+        self.fairness
     }
 
     /// Decodes canonical bytes (as returned by
@@ -233,7 +272,8 @@ impl WeightedFairnessPolicy {
     ///   the bytes are well-formed but the policy they describe is invalid.
     pub fn decode(shard: SchedulerShardId, bytes: &[u8]) -> Result<Self, PolicyError> {
         let decoded = canonical::decode(bytes)?;
-        let policy = Self::with_algorithm(shard, decoded.algorithm, decoded.tenants)?;
+        let policy = Self::with_algorithm(shard, decoded.algorithm, decoded.tenants)?
+            .with_fairness(decoded.unit);
         // The decoder accepts only canonical input; comparing the re-encoding
         // keeps that true even if the two ever drift apart.
         if let Some(offset) = canonical::first_difference(&policy.canonical, bytes) {
@@ -394,6 +434,34 @@ impl WeightedFairnessPolicy {
         ))
     }
 
+    /// How far `tenant`'s picks in any run of consecutive slots can stray
+    /// from its share of them, measured on the cycle; `None` if it is not
+    /// in the policy. One pass over the cycle.
+    #[must_use]
+    pub fn window_discrepancy(&self, tenant: &TenantId) -> Option<WindowDiscrepancy> {
+        let index = self.tenant_index(tenant)?;
+        self.window_discrepancies().nth(index)
+    }
+
+    /// The window discrepancies of all tenants, in tenant order (one pass
+    /// over the cycle for all of them).
+    pub fn window_discrepancies(&self) -> impl ExactSizeIterator<Item = WindowDiscrepancy> + '_ {
+        let weights: Vec<u32> = self
+            .tenants
+            .iter()
+            .map(TenantFairnessWeight::weight)
+            .collect();
+        let scaled = crate::discrepancy::measure(&self.cycle, &weights);
+        self.tenants.iter().zip(scaled).map(|(tenant, scaled)| {
+            WindowDiscrepancy::new(
+                tenant.tenant().clone(),
+                tenant.weight(),
+                self.cycle_length,
+                scaled,
+            )
+        })
+    }
+
     /// The share of slots `tenant` is entitled to, as `(weight, L)`: it is
     /// picked in exactly `weight` of every `L` consecutive slots. `None` if it
     /// is not in the policy.
@@ -440,6 +508,7 @@ impl fmt::Debug for WeightedFairnessPolicy {
             .field("algorithm", &self.algorithm)
             .field("tenants", &self.tenants)
             .field("cycle_length", &self.cycle_length)
+            .field("fairness", &self.fairness)
             .field("digest", &self.digest)
             .field("cycle_digest", &self.cycle_digest)
             .finish_non_exhaustive()

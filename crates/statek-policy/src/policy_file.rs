@@ -13,13 +13,26 @@
 //! weight = 1
 //! ```
 //!
+//! A policy that shares cost instead of slots (opt-in; see
+//! [`crate::FairnessUnit`]) adds a table:
+//!
+//! ```toml
+//! [fairness]
+//! unit = "cost"        # or "slots", the default (then no other key)
+//! quantum = 1          # credit one slot grants, 1..=2^40
+//! max_cost = 40        # most one attempt is charged, 1..=2^40
+//! default_cost = 40    # charged when an attempt reports none; 0..=max_cost, default max_cost
+//! balance_cap = 80     # largest positive balance, 0..=2^40
+//! ```
+//!
 //! The top level has exactly the keys `shard` (required string),
 //! `schedule` (optional string, a [`ScheduleId`]: the schedule whose
 //! succession of shards this one joins; without it the shard is alone in
 //! the schedule named like its shard id, see
 //! [`PolicyFile::schedule_or_default`]), `algorithm` (optional string:
 //! `swrr-v1`, the default, `min-gap-v1` or `min-gap-v2`;
-//! see [`PolicyAlgorithm`]) and `tenants` (required
+//! see [`PolicyAlgorithm`]), `fairness` (optional table, above) and
+//! `tenants` (required
 //! array of tables); each tenant has exactly `id` (string) and `weight`
 //! (integer). Unknown keys are errors. Every error is a [`PolicyFileError`]
 //! that names the file, the 1-based line and column, and the field, as
@@ -56,6 +69,7 @@ use toml::Spanned;
 use crate::algorithm::PolicyAlgorithm;
 use crate::cycle_length::MAX_CYCLE_LENGTH;
 use crate::error::PolicyError;
+use crate::fairness_unit::{CostFairness, FairnessUnit, MAX_COST_PARAMETER};
 use crate::id::{ScheduleId, SchedulerShardId, TenantId};
 use crate::policy::{WeightedFairnessPolicy, MAX_TENANTS};
 use crate::weight::{TenantFairnessWeight, MAX_WEIGHT, MIN_WEIGHT};
@@ -227,7 +241,8 @@ pub enum PolicyFileError {
         /// The type found.
         found: &'static str,
     },
-    /// A weight does not even fit the weight type.
+    /// An integer does not fit its key's range (a weight that does not
+    /// fit the weight type, a negative or too large cost parameter).
     #[error("{location}: {value} is out of range {min}..={max}")]
     IntegerOutOfRange {
         /// The value.
@@ -235,9 +250,9 @@ pub enum PolicyFileError {
         /// The rejected integer.
         value: i64,
         /// The smallest allowed value.
-        min: u32,
+        min: i64,
         /// The largest allowed value.
-        max: u32,
+        max: i64,
     },
     /// The values are well-typed but do not make a valid policy.
     #[error("{location}: {error}")]
@@ -273,8 +288,11 @@ impl PolicyFileError {
     }
 }
 
-const TOP_LEVEL_KEYS: &str = "shard, schedule, algorithm, tenants";
+const TOP_LEVEL_KEYS: &str = "shard, schedule, algorithm, fairness, tenants";
 const TENANT_KEYS: &str = "id, weight";
+const FAIRNESS_KEYS: &str = "unit, quantum, max_cost, default_cost, balance_cap";
+/// What a slot-mode `[fairness]` table may hold.
+const SLOT_FAIRNESS_KEYS: &str = "unit (cost parameters need unit = \"cost\")";
 
 /// Joins the lines of a multi-line TOML parser message with `; `, so every
 /// error is one line.
@@ -315,7 +333,7 @@ impl Source<'_> {
                 message: one_line(error.message()),
             };
         };
-        let top_level = ["shard", "schedule", "algorithm", "tenants"];
+        let top_level = ["shard", "schedule", "algorithm", "fairness", "tenants"];
         if let Some(key) = table.keys().find(|key| !top_level.contains(&key.as_str())) {
             return PolicyFileError::UnknownKey {
                 location: self.locate(self.key_offset(key).unwrap_or(at), key),
@@ -406,11 +424,13 @@ impl Source<'_> {
             });
         };
         let (mut shard, mut schedule, mut algorithm, mut tenants) = (None, None, None, None);
+        let mut fairness = None;
         for (key, node) in entries {
             match key.as_str() {
                 "shard" => shard = Some(node),
                 "schedule" => schedule = Some(node),
                 "algorithm" => algorithm = Some(node),
+                "fairness" => fairness = Some(node),
                 "tenants" => tenants = Some(node),
                 _ => {
                     return Err(PolicyFileError::UnknownKey {
@@ -439,6 +459,10 @@ impl Source<'_> {
                 .parse()
                 .map_err(|error| self.policy_error(node.span.start, "algorithm", error))?,
         };
+        let unit = match fairness {
+            None => FairnessUnit::Slots,
+            Some(node) => self.fairness(node)?,
+        };
         let tenants = tenants.ok_or_else(|| PolicyFileError::MissingKey {
             location: self.locate(0, "tenants"),
         })?;
@@ -446,8 +470,107 @@ impl Source<'_> {
         let file_tenants = self.tenants(tenants)?;
         let weights = file_tenants.into_iter().map(|tenant| tenant.weight);
         let policy = WeightedFairnessPolicy::with_algorithm(shard, algorithm, weights)
-            .map_err(|error| self.policy_error(tenants_at, "tenants", error))?;
+            .map_err(|error| self.policy_error(tenants_at, "tenants", error))?
+            .with_fairness(unit);
         Ok((schedule, policy))
+    }
+
+    /// Validates the `[fairness]` table: `unit = "slots"` (the default)
+    /// alone, or `unit = "cost"` with `quantum`, `max_cost` and
+    /// `balance_cap`, and optionally `default_cost` (default: `max_cost`,
+    /// so an attempt that reports nothing is charged the most).
+    fn fairness(&self, node: Node) -> Result<FairnessUnit, PolicyFileError> {
+        let table_at = node.span.start;
+        let Raw::Table(entries) = node.value else {
+            return Err(self.wrong_type(&node, "fairness", "a table"));
+        };
+        let mut unit = None;
+        let mut parameters: Vec<(&'static str, Node)> = Vec::new();
+        for (key, value) in entries {
+            let name = match key.as_str() {
+                "unit" => {
+                    unit = Some(value);
+                    continue;
+                }
+                "quantum" => "quantum",
+                "max_cost" => "max_cost",
+                "default_cost" => "default_cost",
+                "balance_cap" => "balance_cap",
+                _ => {
+                    return Err(PolicyFileError::UnknownKey {
+                        location: self.locate(value.span.start, &format!("fairness.{key}")),
+                        expected: FAIRNESS_KEYS,
+                    })
+                }
+            };
+            parameters.push((name, value));
+        }
+        let name = match &unit {
+            None => "slots",
+            Some(node) => self.string(node, "fairness.unit")?,
+        };
+        match name {
+            "slots" => match parameters.first() {
+                None => Ok(FairnessUnit::Slots),
+                Some((key, value)) => Err(PolicyFileError::UnknownKey {
+                    location: self.locate(value.span.start, &format!("fairness.{key}")),
+                    expected: SLOT_FAIRNESS_KEYS,
+                }),
+            },
+            "cost" => self.cost(table_at, &parameters),
+            other => {
+                let at = unit.as_ref().map_or(table_at, |node| node.span.start);
+                Err(self.policy_error(
+                    at,
+                    "fairness.unit",
+                    PolicyError::UnknownFairnessUnit {
+                        name: other.to_string(),
+                    },
+                ))
+            }
+        }
+    }
+
+    /// The cost parameters of a `unit = "cost"` table at `table_at`.
+    fn cost(
+        &self,
+        table_at: usize,
+        parameters: &[(&'static str, Node)],
+    ) -> Result<FairnessUnit, PolicyFileError> {
+        let top = i64::try_from(MAX_COST_PARAMETER).unwrap_or(i64::MAX);
+        let value = |name: &str, min: i64| -> Result<Option<(u64, usize)>, PolicyFileError> {
+            let Some((_, node)) = parameters.iter().find(|(key, _)| *key == name) else {
+                return Ok(None);
+            };
+            let field = format!("fairness.{name}");
+            let Raw::Integer(value) = node.value else {
+                return Err(self.wrong_type(node, &field, "an integer"));
+            };
+            match u64::try_from(value) {
+                Ok(fits) if (min..=top).contains(&value) => Ok(Some((fits, node.span.start))),
+                _ => Err(PolicyFileError::IntegerOutOfRange {
+                    location: self.locate(node.span.start, &field),
+                    value,
+                    min,
+                    max: top,
+                }),
+            }
+        };
+        let required = |name: &'static str, min: i64| -> Result<(u64, usize), PolicyFileError> {
+            value(name, min)?.ok_or_else(|| PolicyFileError::MissingKey {
+                location: self.locate(table_at, &format!("fairness.{name}")),
+            })
+        };
+        let quantum = required("quantum", 1)?;
+        let max_cost = required("max_cost", 1)?;
+        let balance_cap = required("balance_cap", 0)?;
+        let default_cost = value("default_cost", 0)?.unwrap_or(max_cost);
+        let cost = CostFairness::new(quantum.0, max_cost.0, default_cost.0, balance_cap.0)
+            .map_err(|error| {
+                // Only the pair default_cost <= max_cost is left to check.
+                self.policy_error(default_cost.1, "fairness.default_cost", error)
+            })?;
+        Ok(FairnessUnit::Cost(cost))
     }
 
     /// Validates the `tenants` array in file order: each tenant's shape, id
@@ -541,8 +664,8 @@ impl Source<'_> {
         let value = u32::try_from(value).map_err(|_| PolicyFileError::IntegerOutOfRange {
             location: self.locate(weight.span.start, &weight_field),
             value,
-            min: MIN_WEIGHT,
-            max: MAX_WEIGHT,
+            min: i64::from(MIN_WEIGHT),
+            max: i64::from(MAX_WEIGHT),
         })?;
         let tenant_weight = TenantFairnessWeight::new(tenant, value)
             .map_err(|error| self.policy_error(weight.span.start, &weight_field, error))?;

@@ -56,6 +56,18 @@ pub enum SchedulerError {
     /// report too.
     #[error("{0}: refusing to tick")]
     CycleMismatch(#[from] CycleMismatch),
+    /// The policy shares cost (`[fairness] unit = "cost"`), which this
+    /// version compiles and measures but does not enforce yet: the cost
+    /// ledger does not exist, so ticking it would share slots while the
+    /// policy promises cost. Nothing was registered or reserved.
+    #[error(
+        "shard {shard}: cost fairness is not supported by this version of the scheduler \
+         (policies with [fairness] unit = \"cost\" compile, but cannot run yet)"
+    )]
+    UnsupportedFairness {
+        /// The shard.
+        shard: String,
+    },
     /// Shutdown was requested before a slot was reserved; nothing was
     /// reserved.
     #[error("shutting down: no slot reserved")]

@@ -7,7 +7,8 @@ use statek_core::{
     SourceErrorKind, SourceShard, TenantExecutor, TenantTickOutcome,
 };
 use statek_policy::{
-    ScheduleId, SchedulerShardId, TenantId, TenantStarvationBound, WeightedFairnessPolicy,
+    FairnessUnit, ScheduleId, SchedulerShardId, TenantId, TenantStarvationBound,
+    WeightedFairnessPolicy,
 };
 #[cfg(feature = "postgres")]
 use statek_store_pg::{PgStore, StoreError};
@@ -123,6 +124,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         executor: E,
         options: SchedulerOptions,
     ) -> Result<Self, SchedulerError> {
+        supported(&policy)?;
         let (registration, stored) = source.register(&policy, schedule.as_ref()).await?;
         if stored.policy != policy {
             return Err(SchedulerError::PolicyMismatch {
@@ -623,8 +625,19 @@ impl<E> DurableFairScheduler<E, PgStore> {
 
 /// A source's shard's policy, after checking that this replica compiles
 /// the cycle the shard was registered with ([`check_cycle_digest`]).
+/// Refuses a policy this scheduler cannot enforce: one that shares cost.
+fn supported(policy: &WeightedFairnessPolicy) -> Result<(), SchedulerError> {
+    match policy.fairness() {
+        FairnessUnit::Slots => Ok(()),
+        FairnessUnit::Cost(_) => Err(SchedulerError::UnsupportedFairness {
+            shard: policy.shard_id().to_string(),
+        }),
+    }
+}
+
 fn checked_policy(shard: &SourceShard) -> Result<WeightedFairnessPolicy, SchedulerError> {
     let policy = &shard.policy;
+    supported(policy)?;
     if check_cycle_digest(policy, shard.cycle_digest)? == CycleCheck::NotStored {
         tracing::warn!(
             shard = %policy.shard_id(),

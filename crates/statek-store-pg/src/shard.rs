@@ -364,6 +364,7 @@ impl PgStore {
         policy: &WeightedFairnessPolicy,
         schedule: Option<&ScheduleId>,
     ) -> Result<Registration, StoreError> {
+        refuse_cost_fairness(policy)?;
         let shard = policy.shard_id();
         let schedule_name = schedule.map(ScheduleId::as_str);
         let cycle_length = i32::try_from(policy.cycle_length())
@@ -591,4 +592,22 @@ pub struct ShardStatus {
     pub oldest: Option<SystemTime>,
     /// Rows older than the given retention (due for pruning).
     pub past_retention: u64,
+}
+
+/// A policy whose weights share cost (`[fairness] unit = "cost"`) cannot be
+/// registered by this version: the cost ledger does not exist yet, and the
+/// database refuses its policy bytes as well (its check of new shard rows
+/// knows slot-mode policies only).
+///
+/// # Errors
+/// [`StoreError::InvalidArgument`] naming the shard; nothing is written.
+pub(crate) fn refuse_cost_fairness(policy: &WeightedFairnessPolicy) -> Result<(), StoreError> {
+    match policy.fairness().cost() {
+        None => Ok(()),
+        Some(_) => Err(StoreError::InvalidArgument(format!(
+            "shard {}: cost fairness ([fairness] unit = \"cost\") is not supported by this version: \
+             its policies compile, but cannot be registered yet",
+            policy.shard_id()
+        ))),
+    }
 }

@@ -316,6 +316,7 @@ impl PgStore {
         to: &WeightedFairnessPolicy,
         schedule: Option<&ScheduleId>,
     ) -> Result<Rollout, StoreError> {
+        crate::shard::refuse_cost_fairness(to)?;
         if from.shard_id() == to.shard_id() {
             return Err(StoreError::InvalidArgument(format!(
                 "a rollout needs a new shard id: {} is both the sealed shard and its successor",

@@ -50,17 +50,19 @@ fn policy_compile_golden() {
         "policy       deploy/policies/two-tenants.toml
 shard        primary-v1
 algorithm    swrr-v1
+fairness     slots
 cycle length 4 slots
 digest       6acf11c1d16fcb2ec8754466b5d93ff654598189fbddce650b94514f19aa7965
 optimality   ideal
 tenants      2
 
-tenant    weight    share  bound  ideal
-tenant-a       3   75.00%      2      2
-tenant-b       1   25.00%      4      4
+tenant    weight    share  bound  ideal  discrepancy
+tenant-a       3   75.00%      2      2        0.750
+tenant-b       1   25.00%      4      4        0.750
 
 share = weight / L of all slots (scheduling opportunities, not CPU time or runs)
 bound = most consecutive reservations until the tenant is selected, measured on the cycle; ideal = ceil(L / weight)
+discrepancy = in any run of consecutive slots, the tenant is picked within this many slots of weight / L of them, either way (exact on the cycle)
 optimality = ideal: every bound is its ideal; proven-optimal: no cycle of these weights has a smaller largest bound / ideal (min-gap-v2's exhaustive search, L <= 16); unproven: not searched, or the search could not decide
 
 cycle (slot: tenant)
@@ -84,8 +86,55 @@ cycle (slot: tenant)
     assert_eq!(value["cycle_length"], 4);
     assert_eq!(value["tenants"][1]["bound"], 4);
     assert_eq!(value["tenants"][0]["bound"], 2);
+    assert_eq!(value["tenants"][0]["discrepancy_scaled"], 3);
+    assert_eq!(value["tenants"][1]["discrepancy"], 0.75);
     assert_eq!(value["optimality"], "ideal");
+    assert_eq!(value["fairness"], serde_json::json!({"unit": "slots"}));
     assert!(value.get("optimality_reason").is_none(), "{value}");
+}
+
+/// A cost-mode policy compiles and says what it shares, with its
+/// parameters and that this version does not enforce them; its digest is
+/// not the slot-mode policy's.
+#[test]
+fn policy_compile_shows_cost_mode() {
+    let dir = std::env::temp_dir().join(format!("statek-cli-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cost.toml");
+    std::fs::write(
+        &file,
+        "shard = \"primary-v1\"\n[fairness]\nunit = \"cost\"\nquantum = 1\nmax_cost = 40\nbalance_cap = 80\n\
+         [[tenants]]\nid = \"tenant-a\"\nweight = 3\n[[tenants]]\nid = \"tenant-b\"\nweight = 1\n",
+    )
+    .unwrap();
+    let out = statek(&["policy", "compile", file.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.lines().any(|line| line
+            == "fairness     cost (quantum 1, max_cost 40, default_cost 40, balance_cap 80; not enforced by this version)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("6acf11c1d16fcb2ec8754466b5d93ff654598189fbddce650b94514f19aa7965"),
+        "{text}"
+    );
+    let json = statek(
+        &[
+            "policy",
+            "compile",
+            file.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        value["fairness"],
+        serde_json::json!({"unit": "cost", "quantum": 1, "max_cost": 40, "default_cost": 40, "balance_cap": 80})
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A one-slot cycle is "1 slot".
@@ -185,6 +234,7 @@ fn policy_diff_golden() {
         stdout(&out),
         "shard        primary-v1 -> primary-v2
 algorithm    swrr-v1 (unchanged)
+fairness     slots (unchanged)
 cycle length 4 -> 5
 digest       6acf11c1d16fcb2ec8754466b5d93ff654598189fbddce650b94514f19aa7965 -> 0ead388daa777f2eb8aaec1f691abed7a8cdc2fceb104da1e1e2e0f0fcea5a59
 cycle digest a5a5191ce4f82986fe7436c460c864b50e409714c9ad442ee03a7a80d900b440 -> 712da18b73dc50b3a04d7b8e26520bfafac43b7269e933e8059b0690cf69350d
@@ -234,6 +284,7 @@ fn policy_diff_compares_two_algorithms_on_one_file() {
         stdout(&out),
         "shard        primary-v1 (unchanged)
 algorithm    min-gap-v1 -> min-gap-v2
+fairness     slots (unchanged)
 cycle length 8 (unchanged)
 digest       7216207c83f168069a9167d580f027d653498d97aab08daa0be3a0e8d5778f4d -> 3b1b98ffaeab088617a26f5ef0e4a05b8b60768495567b80c626cbd190aee2d6
 cycle digest 4afb00a49c1897d2eaa1d2e486c093b25f035511d2707880a26fb0ce30ec110a -> b77f1756cc60ddad5732be2b7b9c419878a3daa8899b1446a585f10eab6c7aa2

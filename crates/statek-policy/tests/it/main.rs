@@ -6,6 +6,7 @@
 
 mod analysis;
 mod canonical;
+mod discrepancy;
 mod golden_cycles;
 mod min_gap;
 mod min_gap_v2_oracle;

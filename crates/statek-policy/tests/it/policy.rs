@@ -323,7 +323,7 @@ fn known_vector_accessors() {
             "WeightedFairnessPolicy {{ shard: SchedulerShardId(\"primary-v1\"), algorithm: SwrrV1, tenants: [\
              TenantFairnessWeight {{ tenant: TenantId(\"tenant-a\"), weight: 3 }}, \
              TenantFairnessWeight {{ tenant: TenantId(\"tenant-b\"), weight: 1 }}], \
-             cycle_length: 4, digest: PolicyDigest({KNOWN_DIGEST}), \
+             cycle_length: 4, fairness: Slots, digest: PolicyDigest({KNOWN_DIGEST}), \
              cycle_digest: CycleDigest({KNOWN_CYCLE_DIGEST}), .. }}"
         )
     );

@@ -228,11 +228,11 @@ fn key_errors() {
     check(SHARD, "example.toml:1:1: tenants: missing required key");
     check(
         &[SHARD, "shrad = 1\n"].concat(),
-        "example.toml:2:9: shrad: unknown key, expected one of shard, schedule, algorithm, tenants",
+        "example.toml:2:9: shrad: unknown key, expected one of shard, schedule, algorithm, fairness, tenants",
     );
     check(
         &[SHARD, "[extra]\nx = 1\n"].concat(),
-        "example.toml:2:1: extra: unknown key, expected one of shard, schedule, algorithm, tenants",
+        "example.toml:2:1: extra: unknown key, expected one of shard, schedule, algorithm, fairness, tenants",
     );
     check(
         &[SHARD, "[[tenants]]\nid = \"a\"\nweight = 3\nextra = true\n"].concat(),
@@ -250,11 +250,11 @@ fn key_errors() {
     // reader cannot take with positions): named for what it is.
     check(
         &[SHARD, "[workspace.lints.rust]\nunsafe_code = \"forbid\"\n"].concat(),
-        "example.toml:2:2: workspace: unknown key, expected one of shard, schedule, algorithm, tenants",
+        "example.toml:2:2: workspace: unknown key, expected one of shard, schedule, algorithm, fairness, tenants",
     );
     check(
         &[SHARD, "a.b = 1\n"].concat(),
-        "example.toml:2:1: a: unknown key, expected one of shard, schedule, algorithm, tenants",
+        "example.toml:2:1: a: unknown key, expected one of shard, schedule, algorithm, fairness, tenants",
     );
     check(
         &[SHARD, "tenants.a = 1\n"].concat(),
@@ -426,4 +426,115 @@ fn errors_are_structured() {
         Err(PolicyFileError::Syntax { .. })
     ));
     assert_eq!(parse("shard = \"s\n").unwrap_err().policy_error(), None);
+}
+
+const TENANT: &str = "[[tenants]]\nid = \"a\"\nweight = 1\n";
+
+/// A `[fairness]` table of `body` (its header on line 2) and one tenant.
+fn with_fairness(body: &str) -> String {
+    format!("{SHARD}[fairness]\n{body}{TENANT}")
+}
+
+#[test]
+fn cost_mode_is_read_with_default_cost_max_cost_and_is_in_the_digest() {
+    use statek_policy::{CostFairness, FairnessUnit};
+    let file = parse(&with_fairness(
+        "unit = \"cost\"\nquantum = 2\nmax_cost = 40\nbalance_cap = 80\n",
+    ))
+    .unwrap();
+    let expected = CostFairness::new(2, 40, 40, 80).unwrap();
+    assert_eq!(file.policy().fairness(), FairnessUnit::Cost(expected));
+    assert_eq!(
+        file.policy().canonical_bytes(),
+        br#"{"algorithm":"swrr-v1","tenants":[{"id":"a","weight":1}],"cost":{"quantum":2,"max_cost":40,"default_cost":40,"balance_cap":80}}"#
+    );
+    let explicit = parse(&with_fairness(
+        "unit = \"cost\"\nquantum = 2\nmax_cost = 40\ndefault_cost = 0\nbalance_cap = 0\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        explicit.policy().fairness(),
+        FairnessUnit::Cost(CostFairness::new(2, 40, 0, 0).unwrap())
+    );
+    // Decoding the bytes gives the same policy back.
+    let decoded = WeightedFairnessPolicy::decode(
+        file.policy().shard_id().clone(),
+        file.policy().canonical_bytes(),
+    )
+    .unwrap();
+    assert_eq!(&decoded, file.policy());
+    // Slots, said or not, is the policy without the table, byte for byte.
+    let slots = parse(&with_fairness("unit = \"slots\"\n")).unwrap();
+    let plain = parse(&format!("{SHARD}{TENANT}")).unwrap();
+    assert_eq!(slots.policy(), plain.policy());
+    assert_eq!(slots.policy().fairness(), FairnessUnit::Slots);
+    assert_eq!(
+        plain.policy().canonical_bytes(),
+        br#"{"algorithm":"swrr-v1","tenants":[{"id":"a","weight":1}]}"#
+    );
+    assert_ne!(file.policy().digest(), plain.policy().digest());
+    assert_eq!(file.policy().cycle_digest(), plain.policy().cycle_digest());
+}
+
+#[test]
+fn fairness_table_errors() {
+    let cost = "unit = \"cost\"\n";
+    check(
+        &with_fairness("unit = \"tokens\"\n"),
+        "example.toml:3:8: fairness.unit: unknown fairness unit \"tokens\" (expected slots or cost)",
+    );
+    check(
+        &with_fairness("unit = 1\n"),
+        "example.toml:3:8: fairness.unit: expected a string, found an integer",
+    );
+    check(
+        &with_fairness("unit = \"slots\"\nquantum = 1\n"),
+        "example.toml:4:11: fairness.quantum: unknown key, expected one of unit (cost parameters need unit = \"cost\")",
+    );
+    check(
+        &with_fairness("quantum = 1\n"),
+        "example.toml:3:11: fairness.quantum: unknown key, expected one of unit (cost parameters need unit = \"cost\")",
+    );
+    check(
+        &with_fairness(&format!("{cost}quanta = 1\n")),
+        "example.toml:4:10: fairness.quanta: unknown key, expected one of unit, quantum, max_cost, default_cost, balance_cap",
+    );
+    check(
+        &with_fairness(&format!("{cost}max_cost = 40\nbalance_cap = 80\n")),
+        "example.toml:2:1: fairness.quantum: missing required key",
+    );
+    check(
+        &with_fairness(&format!(
+            "{cost}quantum = 0\nmax_cost = 40\nbalance_cap = 80\n"
+        )),
+        "example.toml:4:11: fairness.quantum: 0 is out of range 1..=1099511627776",
+    );
+    check(
+        &with_fairness(&format!(
+            "{cost}quantum = 1\nmax_cost = 1099511627777\nbalance_cap = 80\n"
+        )),
+        "example.toml:5:12: fairness.max_cost: 1099511627777 is out of range 1..=1099511627776",
+    );
+    check(
+        &with_fairness(&format!(
+            "{cost}quantum = 1\nmax_cost = 40\nbalance_cap = -1\n"
+        )),
+        "example.toml:6:15: fairness.balance_cap: -1 is out of range 0..=1099511627776",
+    );
+    check(
+        &with_fairness(&format!(
+            "{cost}quantum = 1.5\nmax_cost = 40\nbalance_cap = 80\n"
+        )),
+        "example.toml:4:11: fairness.quantum: expected an integer, found a float",
+    );
+    check(
+        &with_fairness(&format!(
+            "{cost}quantum = 1\nmax_cost = 40\ndefault_cost = 41\nbalance_cap = 80\n"
+        )),
+        "example.toml:6:16: fairness.default_cost: cost parameter default_cost = 41 is out of range 0..=40",
+    );
+    check(
+        &format!("{SHARD}fairness = \"cost\"\n{TENANT}"),
+        "example.toml:2:12: fairness: expected a table, found a string",
+    );
 }

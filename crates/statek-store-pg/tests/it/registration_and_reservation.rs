@@ -239,3 +239,62 @@ async fn a_shard_registered_under_one_algorithm_refuses_the_other() {
         &next
     );
 }
+
+/// A cost-mode policy cannot be registered yet: the store refuses it
+/// before writing (a typed error naming the shard), rollouts refuse it as a
+/// successor, and the database refuses its bytes to the owner too, so no
+/// shard ever promises cost fairness that nothing enforces.
+#[tokio::test]
+async fn a_cost_mode_policy_is_refused_by_the_store_and_the_database() {
+    use statek_policy::{CostFairness, FairnessUnit};
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let slots = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let cost = FairnessUnit::Cost(CostFairness::new(1, 40, 40, 80).unwrap());
+    let p = slots.clone().with_fairness(cost);
+    let refused = store.register(&p).await.unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::InvalidArgument(text) if text.starts_with("shard primary-v1: cost fairness")),
+        "{refused:?}"
+    );
+    let client = db.client().await;
+    let shards: i64 = client
+        .query_one("SELECT count(*) FROM statek.scheduler_shards", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(shards, 0);
+    store.register(&slots).await.unwrap();
+    let successor = policy("primary-v2", &[("tenant-a", 3), ("tenant-b", 1)]).with_fairness(cost);
+    let refused = store.rollout(&slots, &successor, None).await.unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::InvalidArgument(text) if text.starts_with("shard primary-v2: cost fairness")),
+        "{refused:?}"
+    );
+    // The database's own check, past the store (the test role owns the schema).
+    let inserted = client
+        .execute(
+            "INSERT INTO statek.scheduler_shards (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest) \
+             VALUES ('primary-x', $1, $2, 4, $3)",
+            &[
+                &p.canonical_bytes(),
+                &&p.digest().as_bytes()[..],
+                &&p.cycle_digest().as_bytes()[..],
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        inserted.code().map(|c| c.code()),
+        Some("SK001"),
+        "{inserted}"
+    );
+    assert!(
+        inserted
+            .as_db_error()
+            .unwrap()
+            .message()
+            .contains("not a canonical policy"),
+        "{inserted}"
+    );
+}
