@@ -154,6 +154,12 @@ enum PolicyCommand {
         /// Also print the cycle, slot by slot.
         #[arg(long)]
         show_cycle: bool,
+        /// For a cost-mode policy: D, the most attempts of a tenant claimed
+        /// and not yet charged (its concurrency cap, or the executors'
+        /// concurrency), to print each tenant's cost bound as a number
+        /// (default: `… + D×C_max`).
+        #[arg(long, allow_negative_numbers = true, value_parser = ranged::<1, 1_000_000>)]
+        concurrency: Option<Ranged>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -418,10 +424,14 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Policy(PolicyCommand::Compile {
             file,
             show_cycle,
+            concurrency,
             format,
         }) => {
             let policy = policy_cmd::load(&file)?;
-            let compiled = policy_cmd::compile(&file.display().to_string(), &policy, show_cycle);
+            let mut compiled =
+                policy_cmd::compile(&file.display().to_string(), &policy, show_cycle);
+            compiled.concurrency = concurrency.map(|d| d.get("--concurrency")).transpose()?;
+            policy_cmd::add_cost_bounds(&mut compiled, &policy);
             emit(&compiled, format)
         }
         Command::Policy(PolicyCommand::Diff {

@@ -243,6 +243,22 @@ pub struct TenantRow {
     pub discrepancy: f64,
     /// Δ · L, exact (an integer).
     pub discrepancy_scaled: u64,
+    /// In cost mode: the tenant's cost bound B (docs/guarantees.md, "Cost
+    /// mode: the bound").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_bound: Option<CostBoundRow>,
+}
+
+/// One tenant's cost bound `B = q·Δ + D·C_max + b_cap`, in cost units.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct CostBoundRow {
+    /// `q·Δ + b_cap`: the part that does not grow with `D`.
+    pub fixed: f64,
+    /// `C_max`: what each unit of `D` adds.
+    pub per_concurrency: u64,
+    /// `B` at the given `--concurrency`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_concurrency: Option<f64>,
 }
 
 /// A compiled policy, as reported by `policy compile`.
@@ -272,6 +288,24 @@ pub struct Compiled {
     /// The cycle (tenant per slot), with `--show-cycle`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cycle: Option<Vec<String>>,
+    /// `--concurrency`: D of the cost bounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+}
+
+/// Fills each tenant's cost bound of a cost-mode `policy`, at
+/// `compiled.concurrency` when it is given.
+pub fn add_cost_bounds(compiled: &mut Compiled, policy: &WeightedFairnessPolicy) {
+    let Some(bounds) = policy.cost_bounds() else {
+        return;
+    };
+    for (row, bound) in compiled.tenants.iter_mut().zip(bounds) {
+        row.cost_bound = Some(CostBoundRow {
+            fixed: bound.fixed(),
+            per_concurrency: bound.cost().max_cost(),
+            at_concurrency: compiled.concurrency.map(|d| bound.slack(d)),
+        });
+    }
 }
 
 /// What a policy's weights share, as `policy compile` reports it.
@@ -337,6 +371,7 @@ pub fn compile(file: &str, policy: &WeightedFairnessPolicy, show_cycle: bool) ->
             ideal: l.div_ceil(t.weight()),
             discrepancy: d.slots(),
             discrepancy_scaled: d.scaled(),
+            cost_bound: None,
         })
         .collect();
     Compiled {
@@ -353,6 +388,7 @@ pub fn compile(file: &str, policy: &WeightedFairnessPolicy, show_cycle: bool) ->
         },
         tenants,
         cycle: show_cycle.then(|| policy.cycle().iter().map(ToString::to_string).collect()),
+        concurrency: None,
     }
 }
 
@@ -389,11 +425,19 @@ impl Report for Compiled {
             "tenant", "weight", "share", "bound", "ideal", "discrepancy"
         )?;
         for t in &c.tenants {
-            writeln!(
+            write!(
                 w,
                 "{:<width$}  {:>6}  {:>6.2}%  {:>5}  {:>5}  {:>11.3}",
                 t.id, t.weight, t.share_percent, t.bound, t.ideal, t.discrepancy
             )?;
+            match &t.cost_bound {
+                Some(CostBoundRow {
+                    at_concurrency: Some(b),
+                    ..
+                }) => writeln!(w, "  cost bound {b:.3}")?,
+                Some(b) => writeln!(w, "  cost bound {:.3} + D×{}", b.fixed, b.per_concurrency)?,
+                None => writeln!(w)?,
+            }
         }
         writeln!(w)?;
         writeln!(
@@ -408,6 +452,16 @@ impl Report for Compiled {
             w,
             "discrepancy = in any run of consecutive slots, the tenant is picked within this many slots of weight / L of them, either way (exact on the cycle)"
         )?;
+        if c.tenants.iter().any(|t| t.cost_bound.is_some()) {
+            writeln!(
+                w,
+                "cost bound = B = q·Δ + D·C_max + b_cap, in cost units: over a window W the cost served to the tenant stays within B of q·|W|·weight/L (above: always; below: while none of its credit is cut by b_cap); D = {} (docs/guarantees.md, \"Cost mode: the bound\")",
+                c.concurrency.map_or_else(
+                    || "the most attempts of the tenant claimed and not yet charged (give --concurrency)".to_owned(),
+                    |d| d.to_string()
+                )
+            )?;
+        }
         writeln!(
             w,
             "optimality = ideal: every bound is its ideal; proven-optimal: no cycle of these weights has a smaller largest bound / ideal (min-gap-v2's exhaustive search, L <= 16); unproven: not searched, or the search could not decide"
@@ -703,6 +757,7 @@ mod tests {
                     ideal: 2,
                     discrepancy: 0.75,
                     discrepancy_scaled: 3,
+                    cost_bound: None,
                 },
                 TenantRow {
                     id: "tenant-b".into(),
@@ -712,6 +767,7 @@ mod tests {
                     ideal: 4,
                     discrepancy: 0.75,
                     discrepancy_scaled: 3,
+                    cost_bound: None,
                 },
             ]
         );

@@ -133,6 +133,7 @@ pub mod analysis;
 mod bound;
 mod canonical;
 mod class;
+mod cost_bound;
 mod cycle;
 mod cycle_digest;
 mod cycle_length;
@@ -164,6 +165,7 @@ mod window;
 
 pub use algorithm::PolicyAlgorithm;
 pub use bound::TenantStarvationBound;
+pub use cost_bound::CostBound;
 pub use cycle::{CycleTenants, CycleView};
 pub use cycle_digest::{CycleDigest, CYCLE_DIGEST_DOMAIN};
 pub use cycle_length::MAX_CYCLE_LENGTH;

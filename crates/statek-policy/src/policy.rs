@@ -7,6 +7,7 @@ use core::fmt;
 use crate::algorithm::PolicyAlgorithm;
 use crate::bound::TenantStarvationBound;
 use crate::canonical;
+use crate::cost_bound::CostBound;
 use crate::cycle::{self, CycleView};
 use crate::cycle_digest::CycleDigest;
 use crate::cycle_length::MAX_CYCLE_LENGTH;
@@ -460,6 +461,17 @@ impl WeightedFairnessPolicy {
                 scaled,
             )
         })
+    }
+
+    /// In cost mode, every tenant's [`CostBound`] (`B = q·Δ + D·C_max +
+    /// b_cap`), in tenant order; `None` in slot mode.
+    #[must_use]
+    pub fn cost_bounds(&self) -> Option<impl ExactSizeIterator<Item = CostBound> + '_> {
+        let cost = *self.fairness.cost()?;
+        Some(
+            self.window_discrepancies()
+                .map(move |discrepancy| CostBound::new(discrepancy, cost)),
+        )
     }
 
     /// The share of slots `tenant` is entitled to, as `(weight, L)`: it is

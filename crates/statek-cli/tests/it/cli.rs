@@ -119,17 +119,62 @@ fn policy_compile_shows_cost_mode() {
         !text.contains("6acf11c1d16fcb2ec8754466b5d93ff654598189fbddce650b94514f19aa7965"),
         "{text}"
     );
+    // Δ = 3/4 for both; q·Δ + b_cap = 80.75, plus D×40.
+    assert!(
+        text.contains(
+            "tenant-a       3   75.00%      2      2        0.750  cost bound 80.750 + D×40\n"
+        ),
+        "{text}"
+    );
+    let at = statek(
+        &[
+            "policy",
+            "compile",
+            file.to_str().unwrap(),
+            "--concurrency",
+            "16",
+        ],
+        None,
+    );
+    assert!(
+        stdout(&at)
+            .contains("tenant-b       1   25.00%      4      4        0.750  cost bound 720.750\n"),
+        "{}",
+        stdout(&at)
+    );
     let json = statek(
         &[
             "policy",
             "compile",
             file.to_str().unwrap(),
+            "--concurrency",
+            "2",
             "--format",
             "json",
         ],
         None,
     );
     let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        value["tenants"][0]["cost_bound"],
+        serde_json::json!({"fixed": 80.75, "per_concurrency": 40, "at_concurrency": 160.75})
+    );
+    assert_eq!(value["concurrency"], 2);
+    let zero = statek(
+        &[
+            "policy",
+            "compile",
+            file.to_str().unwrap(),
+            "--concurrency",
+            "-1",
+        ],
+        None,
+    );
+    assert_eq!(zero.status.code(), Some(3));
+    assert_eq!(
+        stderr(&zero),
+        "statek: error: --concurrency -1 is not in 1..=1000000\n"
+    );
     assert_eq!(
         value["fairness"],
         serde_json::json!({"unit": "cost", "quantum": 1, "max_cost": 40, "default_cost": 40, "balance_cap": 80})

@@ -6,6 +6,7 @@
 
 mod analysis;
 mod canonical;
+mod cost_bound;
 mod discrepancy;
 mod golden_cycles;
 mod min_gap;

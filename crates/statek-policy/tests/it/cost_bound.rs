@@ -1,0 +1,272 @@
+//! Cost mode's bound (docs/guarantees.md, "Cost mode: the bound") against
+//! a model of the ledger it is proven for, under adversarial costs and
+//! finish delays: never exceeded, and reached within one quantum by a
+//! constructed schedule.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use proptest::prelude::*;
+use statek_policy::{
+    CostFairness, FairnessUnit, SchedulerShardId, TenantFairnessWeight, TenantId,
+    WeightedFairnessPolicy,
+};
+
+/// The ledger of the proof, slot by slot. At slot `s` (the cycle's tenant
+/// `i`): first every attempt finishing at `s` is charged to its tenant;
+/// then `i` is credited `q`, its balance capped at `b_cap` (a credit cut
+/// by the cap is *clipped*); then the slot is a debt slot if the balance
+/// is negative, limited if `D` attempts of `i` are claimed and not yet
+/// charged, else it claims an attempt, charged `min(reported, C_max)` at
+/// its finish, at least one slot later.
+struct Ledger {
+    q: i128,
+    c_max: u64,
+    b_cap: i128,
+    d: usize,
+}
+
+#[derive(Debug, Default)]
+struct Trace {
+    /// Per slot: the charged cost of the attempt it claimed.
+    claimed: Vec<Option<u64>>,
+    /// Per slot: its tenant's credit was clipped by the cap.
+    clipped: Vec<bool>,
+    /// Per slot: a debt slot.
+    debt: Vec<bool>,
+}
+
+impl Ledger {
+    fn new(cost: CostFairness, d: usize) -> Self {
+        Self {
+            q: i128::from(cost.quantum()),
+            c_max: cost.max_cost(),
+            b_cap: i128::from(cost.balance_cap()),
+            d,
+        }
+    }
+
+    /// Runs `slots` slots of `cycle` from balances `start`;
+    /// `attempt(s, balance)` is the (reported cost, finish delay) of the
+    /// attempt slot `s` claims, chosen by the adversary, who sees the
+    /// balance it claims on.
+    fn run(
+        &self,
+        cycle: &[u16],
+        start: &[i128],
+        slots: usize,
+        mut attempt: impl FnMut(usize, i128) -> (u64, usize),
+    ) -> Trace {
+        let mut balance = start.to_vec();
+        let mut in_flight = vec![0_usize; start.len()];
+        // (finish slot, tenant, charged cost)
+        let mut pending: Vec<(usize, usize, u64)> = Vec::new();
+        let mut trace = Trace::default();
+        for s in 0..slots {
+            pending.retain(|&(finish, tenant, cost)| {
+                if finish == s {
+                    balance[tenant] -= i128::from(cost);
+                    in_flight[tenant] -= 1;
+                    false
+                } else {
+                    true
+                }
+            });
+            let i = usize::from(cycle[s % cycle.len()]);
+            let credited = balance[i] + self.q;
+            trace.clipped.push(credited > self.b_cap);
+            balance[i] = credited.min(self.b_cap);
+            let debt = balance[i] < 0;
+            trace.debt.push(debt);
+            if debt || in_flight[i] >= self.d {
+                trace.claimed.push(None);
+                continue;
+            }
+            let (reported, delay) = attempt(s, balance[i]);
+            let charged = reported.min(self.c_max);
+            pending.push((s + 1 + delay, i, charged));
+            in_flight[i] += 1;
+            trace.claimed.push(Some(charged));
+        }
+        trace
+    }
+}
+
+fn policy(weights: &[u32], cost: CostFairness) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        weights.iter().enumerate().map(|(i, &w)| {
+            TenantFairnessWeight::new(TenantId::try_from(format!("t{i}")).unwrap(), w).unwrap()
+        }),
+    )
+    .unwrap()
+    .with_fairness(FairnessUnit::Cost(cost))
+}
+
+/// Checks both sides of the bound for every tenant over every window of
+/// `trace`, in the exact scaled form the library computes
+/// (`L·S` against `q·|W|·w ± B·L`), and in the per-window form of the
+/// proof (`S` against `q·n(W) ± (D·C_max + b_cap)`).
+fn check_every_window(p: &WeightedFairnessPolicy, trace: &Trace, d: u32) {
+    let cycle = p.cycle_tenant_indexes();
+    let l = i128::from(p.cycle_length());
+    let slots = trace.claimed.len();
+    for (i, bound) in p.cost_bounds().unwrap().enumerate() {
+        let w = i128::from(bound.discrepancy().weight());
+        let q = i128::from(bound.cost().quantum());
+        let fixed = i128::from(d) * i128::from(bound.cost().max_cost())
+            + i128::from(bound.cost().balance_cap());
+        let slack = i128::try_from(bound.slack_scaled(d)).unwrap();
+        // Prefix sums over the tenant's slots: picks, served cost, clips.
+        let mut picks = vec![0_i128; slots + 1];
+        let mut served = vec![0_i128; slots + 1];
+        let mut clips = vec![0_usize; slots + 1];
+        for s in 0..slots {
+            let mine = usize::from(cycle[s % cycle.len()]) == i;
+            picks[s + 1] = picks[s] + i128::from(mine);
+            served[s + 1] = served[s] + i128::from(trace.claimed[s].filter(|_| mine).unwrap_or(0));
+            clips[s + 1] = clips[s] + usize::from(mine && trace.clipped[s]);
+        }
+        for a in 0..slots {
+            for b in a + 1..=slots {
+                let n = picks[b] - picks[a];
+                let s = served[b] - served[a];
+                let len = (b - a) as i128;
+                assert!(
+                    s <= q * n + fixed,
+                    "tenant {i} [{a}, {b}): {s} > {q}·{n} + {fixed}"
+                );
+                assert!(l * s <= q * len * w + slack, "tenant {i} [{a}, {b})");
+                if clips[b] == clips[a] {
+                    assert!(
+                        s >= q * n - fixed,
+                        "tenant {i} [{a}, {b}): {s} < {q}·{n} − {fixed}"
+                    );
+                    assert!(l * s >= q * len * w - slack, "tenant {i} [{a}, {b})");
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Adversarial costs and finish delays, every tenant always
+    /// claimable: each attempt spends exactly the balance it claims on,
+    /// overspends it by `q`, costs `C_max`, or reports an arbitrary cost
+    /// up to 3·C_max (charged at most C_max). No window breaks either side.
+    #[test]
+    fn the_bound_holds_in_every_window(
+        weights in proptest::collection::vec(1_u32..=5, 1..=4),
+        q in 1_u64..=8,
+        c_max in 1_u64..=40,
+        b_cap in 0_u64..=60,
+        d in 1_usize..=3,
+        start in proptest::collection::vec(0_u64..=60, 4),
+        script in proptest::collection::vec((0_u8..4, 0_u64..=120, 0_usize..=12), 240),
+    ) {
+        let cost = CostFairness::new(q, c_max, c_max, b_cap).unwrap();
+        let p = policy(&weights, cost);
+        let ledger = Ledger::new(cost, d);
+        let start: Vec<i128> = start[..weights.len()]
+            .iter()
+            .map(|&b| i128::from(b.min(b_cap)))
+            .collect();
+        let trace = ledger.run(p.cycle_tenant_indexes(), &start, script.len(), |s, balance| {
+            let (kind, arbitrary, delay) = script[s];
+            let balance = u64::try_from(balance).unwrap();
+            let cost = match kind {
+                0 => balance,
+                1 => balance + q,
+                2 => c_max,
+                _ => arbitrary,
+            };
+            (cost, delay)
+        });
+        check_every_window(&p, &trace, u32::try_from(d).unwrap());
+    }
+
+    /// A tenant whose every attempt is charged at most `q` is never in debt
+    /// when `b_cap ≥ D·q`: each of its slots claims while it has a free
+    /// permit, so it gets at least its slot share.
+    #[test]
+    fn cheap_attempts_never_make_a_debt_slot(
+        weights in proptest::collection::vec(1_u32..=5, 1..=4),
+        q in 1_u64..=8,
+        extra_cap in 0_u64..=20,
+        d in 1_usize..=3,
+        script in proptest::collection::vec((0_u64..=8, 0_usize..=12), 240),
+    ) {
+        let b_cap = d as u64 * q + extra_cap;
+        let cost = CostFairness::new(q, 64, 64, b_cap).unwrap();
+        let p = policy(&weights, cost);
+        let ledger = Ledger::new(cost, d);
+        let start = vec![0_i128; weights.len()];
+        let trace = ledger.run(p.cycle_tenant_indexes(), &start, script.len(), |s, _| {
+            let (cost, delay) = script[s];
+            (cost.min(q), delay)
+        });
+        prop_assert_eq!(trace.debt.iter().filter(|&&debt| debt).count(), 0);
+    }
+}
+
+/// The cap matters for cheap attempts: with `b_cap = 0` and `D = 2`, two
+/// attempts of cost `q` in flight make the third slot a debt slot.
+#[test]
+fn cheap_attempts_below_a_small_cap_can_owe() {
+    let cost = CostFairness::new(10, 10, 10, 0).unwrap();
+    let trace = Ledger::new(cost, 2).run(&[0], &[0], 4, |s, _| (10, usize::from(s == 0)));
+    // Slots 0 and 1 claim (balance 0); both finish at slot 2: −20 + 10;
+    // slot 3 is back at 0.
+    assert_eq!(
+        trace.claimed,
+        vec![Some(10), Some(10), None, Some(10)],
+        "{trace:?}"
+    );
+    assert_eq!(trace.debt, vec![false, false, true, false]);
+}
+
+/// The upper side is reached within one quantum: one tenant (every slot
+/// is its), starting at `b_cap − q` so that no credit of the window is
+/// clipped; each attempt but the last `D` is charged exactly what keeps the
+/// balance at 0 after the next credit, and the last `D` cost `C_max` each
+/// and finish after the window. Served: `b_cap + q·(n − 1) + D·C_max`,
+/// against the bound `b_cap + q·n + D·C_max`.
+#[test]
+fn a_constructed_schedule_reaches_the_bound_within_one_quantum() {
+    let (q, c_max, b_cap, n) = (5_u64, 40_u64, 30_u64, 12_usize);
+    let cost = CostFairness::new(q, c_max, c_max, b_cap).unwrap();
+    let start = [i128::from(b_cap - q)];
+    let far = 100;
+    // D = 1: slot 0 spends b_cap, then q per slot, slot n−2 spends 2q
+    // (leaving −q, which slot n−1's credit brings to 0), slot n−1 C_max.
+    let one = Ledger::new(cost, 1).run(&[0], &start, n, |s, _| match s {
+        0 => (b_cap, 0),
+        s if s == n - 2 => (2 * q, 0),
+        s if s == n - 1 => (c_max, far),
+        _ => (q, 0),
+    });
+    // D = 2: slot n−3 spends 3q, finishing at n−1 (so slot n−2 claims
+    // C_max on a balance of 2q, and slot n−1 on −q + q = 0).
+    let two = Ledger::new(cost, 2).run(&[0], &start, n, |s, _| match s {
+        0 => (b_cap, 0),
+        s if s == n - 3 => (3 * q, 1),
+        s if s >= n - 2 => (c_max, far),
+        _ => (q, 0),
+    });
+    for (d, trace) in [(1_u64, one), (2, two)] {
+        assert!(
+            trace.claimed.iter().all(Option::is_some),
+            "D = {d}: {trace:?}"
+        );
+        assert!(!trace.clipped.iter().any(|&c| c), "D = {d}: {trace:?}");
+        let served: u64 = trace.claimed.iter().flatten().sum();
+        let bound = b_cap + q * n as u64 + d * c_max;
+        assert_eq!(
+            served,
+            b_cap + q * (n as u64 - 1) + d * c_max,
+            "D = {d}: {trace:?}"
+        );
+        assert_eq!(bound - served, q);
+    }
+}
