@@ -62,13 +62,15 @@ impl PgStore {
     /// (`from`'s stored policy is another), [`RolloutError::ScheduleConflict`](crate::RolloutError::ScheduleConflict),
     /// [`RolloutError::NotLiveShard`](crate::RolloutError::NotLiveShard) (`from` is sealed),
     /// [`RolloutError::SuccessorExists`](crate::RolloutError::SuccessorExists) (`to` is registered);
-    /// [`StoreError::CorruptData`]; connection and server errors.
+    /// [`StoreError::CorruptData`]; [`StoreError::InvalidArgument`] for a
+    /// cost-mode `to`; connection and server errors.
     pub async fn preview_rollout(
         &self,
         from: &WeightedFairnessPolicy,
         to: &WeightedFairnessPolicy,
         schedule: Option<&ScheduleId>,
     ) -> Result<RolloutPreview, StoreError> {
+        crate::shard::refuse_cost_fairness(to)?;
         let stored = self.load_shard(from.shard_id()).await?;
         if stored.policy().canonical_bytes() != from.canonical_bytes() {
             return Err(StoreError::Rollout(RolloutError::PolicyConflict {

@@ -266,6 +266,14 @@ async fn a_cost_mode_policy_is_refused_by_the_store_and_the_database() {
     assert_eq!(shards, 0);
     store.register(&slots).await.unwrap();
     let successor = policy("primary-v2", &[("tenant-a", 3), ("tenant-b", 1)]).with_fairness(cost);
+    let previewed = store
+        .preview_rollout(&slots, &successor, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&previewed, StoreError::InvalidArgument(text) if text.starts_with("shard primary-v2: cost fairness")),
+        "{previewed:?}"
+    );
     let refused = store.rollout(&slots, &successor, None).await.unwrap_err();
     assert!(
         matches!(&refused, StoreError::InvalidArgument(text) if text.starts_with("shard primary-v2: cost fairness")),
