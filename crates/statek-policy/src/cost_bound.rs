@@ -7,16 +7,16 @@ use crate::fairness_unit::CostFairness;
 use crate::id::TenantId;
 
 /// The slack of one tenant's served cost in cost mode, in cost units:
-/// over a window `W` of consecutive slots in which the tenant is
-/// claimable at each of its slots and its balance stays below `b_cap`,
-/// the charged cost `S` of its attempts claimed in `W` satisfies
-/// `E − B ≤ S ≤ E + B` with `E = q·|W|·w/L` and
+/// over a window `W` of consecutive slots, the charged cost `S` of its
+/// attempts claimed in `W` is at most `E + B`, and at least `E − B` when
+/// none of its credits in `W` is clipped by `b_cap` (its balance is at
+/// most `b_cap − q` before each of them), with `E = q·|W|·w/L` and
 /// `B = q·Δ + D·C_max + b_cap`, where `Δ` is the tenant's
 /// [`WindowDiscrepancy`] and `D` the most attempts of the tenant claimed
-/// and not yet charged at once (its concurrency cap, or the executors'
-/// concurrency). The upper side holds in every window. Proven in
-/// docs/guarantees.md; this version compiles cost-mode policies but does
-/// not run them yet.
+/// and not yet charged at once (its concurrency cap; see the proof for
+/// `D` without one). Proven in docs/guarantees.md ("Cost mode: the
+/// bound"); this version compiles cost-mode policies but does not run
+/// them yet.
 ///
 /// ```
 /// use statek_policy::{CostFairness, FairnessUnit, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};

@@ -16,8 +16,9 @@ use statek_policy::{
 /// then `i` is credited `q`, its balance capped at `b_cap` (a credit cut
 /// by the cap is *clipped*); then the slot is a debt slot if the balance
 /// is negative, limited if `D` attempts of `i` are claimed and not yet
-/// charged, else it claims an attempt, charged `min(reported, C_max)` at
-/// its finish, at least one slot later.
+/// charged, idle if the adversary has no run for it, else it claims an
+/// attempt, charged `min(reported, C_max)` at its finish, at least one
+/// slot later.
 struct Ledger {
     q: i128,
     c_max: u64,
@@ -45,16 +46,17 @@ impl Ledger {
         }
     }
 
-    /// Runs `slots` slots of `cycle` from balances `start`;
-    /// `attempt(s, balance)` is the (reported cost, finish delay) of the
-    /// attempt slot `s` claims, chosen by the adversary, who sees the
-    /// balance it claims on.
+    /// Runs `slots` slots of `cycle` from balances `start` (each in
+    /// `[0, b_cap]`, nothing in flight); `attempt(s, balance)` is the
+    /// (reported cost, finish delay) of the attempt slot `s` claims, or
+    /// `None` for no run (an idle slot), chosen by the adversary, who sees
+    /// the balance it claims on.
     fn run(
         &self,
         cycle: &[u16],
         start: &[i128],
         slots: usize,
-        mut attempt: impl FnMut(usize, i128) -> (u64, usize),
+        mut attempt: impl FnMut(usize, i128) -> Option<(u64, usize)>,
     ) -> Trace {
         let mut balance = start.to_vec();
         let mut in_flight = vec![0_usize; start.len()];
@@ -81,7 +83,10 @@ impl Ledger {
                 trace.claimed.push(None);
                 continue;
             }
-            let (reported, delay) = attempt(s, balance[i]);
+            let Some((reported, delay)) = attempt(s, balance[i]) else {
+                trace.claimed.push(None);
+                continue;
+            };
             let charged = reported.min(self.c_max);
             pending.push((s + 1 + delay, i, charged));
             in_flight[i] += 1;
@@ -105,7 +110,8 @@ fn policy(weights: &[u32], cost: CostFairness) -> WeightedFairnessPolicy {
 /// Checks both sides of the bound for every tenant over every window of
 /// `trace`, in the exact scaled form the library computes
 /// (`L·S` against `q·|W|·w ± B·L`), and in the per-window form of the
-/// proof (`S` against `q·n(W) ± (D·C_max + b_cap)`).
+/// proof (`S` against `q·(n(W) − 1) + D·C_max + b_cap` above and
+/// `q·n(W) − D·C_max − b_cap` below).
 fn check_every_window(p: &WeightedFairnessPolicy, trace: &Trace, d: u32) {
     let cycle = p.cycle_tenant_indexes();
     let l = i128::from(p.cycle_length());
@@ -131,10 +137,14 @@ fn check_every_window(p: &WeightedFairnessPolicy, trace: &Trace, d: u32) {
                 let n = picks[b] - picks[a];
                 let s = served[b] - served[a];
                 let len = (b - a) as i128;
-                assert!(
-                    s <= q * n + fixed,
-                    "tenant {i} [{a}, {b}): {s} > {q}·{n} + {fixed}"
-                );
+                if n == 0 {
+                    assert_eq!(s, 0, "tenant {i} [{a}, {b})");
+                } else {
+                    assert!(
+                        s <= q * (n - 1) + fixed,
+                        "tenant {i} [{a}, {b}): {s} > {q}·({n} − 1) + {fixed}"
+                    );
+                }
                 assert!(l * s <= q * len * w + slack, "tenant {i} [{a}, {b})");
                 if clips[b] == clips[a] {
                     assert!(
@@ -151,10 +161,10 @@ fn check_every_window(p: &WeightedFairnessPolicy, trace: &Trace, d: u32) {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// Adversarial costs and finish delays, every tenant always
-    /// claimable: each attempt spends exactly the balance it claims on,
-    /// overspends it by `q`, costs `C_max`, or reports an arbitrary cost
-    /// up to 3·C_max (charged at most C_max). No window breaks either side.
+    /// Adversarial costs and finish delays: each attempt spends exactly
+    /// the balance it claims on, overspends it by `q`, costs `C_max`, or
+    /// reports an arbitrary cost up to 3·C_max (charged at most C_max), or
+    /// the slot has no run. No window breaks either side.
     #[test]
     fn the_bound_holds_in_every_window(
         weights in proptest::collection::vec(1_u32..=5, 1..=4),
@@ -163,7 +173,7 @@ proptest! {
         b_cap in 0_u64..=60,
         d in 1_usize..=3,
         start in proptest::collection::vec(0_u64..=60, 4),
-        script in proptest::collection::vec((0_u8..4, 0_u64..=120, 0_usize..=12), 240),
+        script in proptest::collection::vec((0_u8..5, 0_u64..=120, 0_usize..=12), 240),
     ) {
         let cost = CostFairness::new(q, c_max, c_max, b_cap).unwrap();
         let p = policy(&weights, cost);
@@ -179,16 +189,17 @@ proptest! {
                 0 => balance,
                 1 => balance + q,
                 2 => c_max,
-                _ => arbitrary,
+                3 => arbitrary,
+                _ => return None,
             };
-            (cost, delay)
+            Some((cost, delay))
         });
         check_every_window(&p, &trace, u32::try_from(d).unwrap());
     }
 
     /// A tenant whose every attempt is charged at most `q` is never in debt
-    /// when `b_cap ≥ D·q`: each of its slots claims while it has a free
-    /// permit, so it gets at least its slot share.
+    /// when `b_cap ≥ (D − 1)·q`: each of its slots claims while it has a
+    /// free permit, so it gets at least its slot share.
     #[test]
     fn cheap_attempts_never_make_a_debt_slot(
         weights in proptest::collection::vec(1_u32..=5, 1..=4),
@@ -197,14 +208,14 @@ proptest! {
         d in 1_usize..=3,
         script in proptest::collection::vec((0_u64..=8, 0_usize..=12), 240),
     ) {
-        let b_cap = d as u64 * q + extra_cap;
+        let b_cap = (d as u64 - 1) * q + extra_cap;
         let cost = CostFairness::new(q, 64, 64, b_cap).unwrap();
         let p = policy(&weights, cost);
         let ledger = Ledger::new(cost, d);
         let start = vec![0_i128; weights.len()];
         let trace = ledger.run(p.cycle_tenant_indexes(), &start, script.len(), |s, _| {
             let (cost, delay) = script[s];
-            (cost.min(q), delay)
+            Some((cost.min(q), delay))
         });
         prop_assert_eq!(trace.debt.iter().filter(|&&debt| debt).count(), 0);
     }
@@ -215,7 +226,7 @@ proptest! {
 #[test]
 fn cheap_attempts_below_a_small_cap_can_owe() {
     let cost = CostFairness::new(10, 10, 10, 0).unwrap();
-    let trace = Ledger::new(cost, 2).run(&[0], &[0], 4, |s, _| (10, usize::from(s == 0)));
+    let trace = Ledger::new(cost, 2).run(&[0], &[0], 4, |s, _| Some((10, usize::from(s == 0))));
     // Slots 0 and 1 claim (balance 0); both finish at slot 2: −20 + 10;
     // slot 3 is back at 0.
     assert_eq!(
@@ -226,33 +237,37 @@ fn cheap_attempts_below_a_small_cap_can_owe() {
     assert_eq!(trace.debt, vec![false, false, true, false]);
 }
 
-/// The upper side is reached within one quantum: one tenant (every slot
-/// is its), starting at `b_cap − q` so that no credit of the window is
-/// clipped; each attempt but the last `D` is charged exactly what keeps the
-/// balance at 0 after the next credit, and the last `D` cost `C_max` each
-/// and finish after the window. Served: `b_cap + q·(n − 1) + D·C_max`,
-/// against the bound `b_cap + q·n + D·C_max`.
+/// The upper side is reached exactly: one tenant (every slot is its),
+/// starting at `b_cap − q` so that no credit of the window is clipped;
+/// each attempt spends what its balance holds, except the one before the
+/// last `D`, which overspends by `D·q`, and the last `D`, which cost
+/// `C_max` each and finish after the window. Served:
+/// `b_cap + q·(n − 1) + D·C_max`, the bound, over the whole window.
 #[test]
-fn a_constructed_schedule_reaches_the_bound_within_one_quantum() {
+fn a_constructed_schedule_reaches_the_upper_side_exactly() {
     let (q, c_max, b_cap, n) = (5_u64, 40_u64, 30_u64, 12_usize);
     let cost = CostFairness::new(q, c_max, c_max, b_cap).unwrap();
     let start = [i128::from(b_cap - q)];
     let far = 100;
     // D = 1: slot 0 spends b_cap, then q per slot, slot n−2 spends 2q
     // (leaving −q, which slot n−1's credit brings to 0), slot n−1 C_max.
-    let one = Ledger::new(cost, 1).run(&[0], &start, n, |s, _| match s {
-        0 => (b_cap, 0),
-        s if s == n - 2 => (2 * q, 0),
-        s if s == n - 1 => (c_max, far),
-        _ => (q, 0),
+    let one = Ledger::new(cost, 1).run(&[0], &start, n, |s, _| {
+        Some(match s {
+            0 => (b_cap, 0),
+            s if s == n - 2 => (2 * q, 0),
+            s if s == n - 1 => (c_max, far),
+            _ => (q, 0),
+        })
     });
     // D = 2: slot n−3 spends 3q, finishing at n−1 (so slot n−2 claims
     // C_max on a balance of 2q, and slot n−1 on −q + q = 0).
-    let two = Ledger::new(cost, 2).run(&[0], &start, n, |s, _| match s {
-        0 => (b_cap, 0),
-        s if s == n - 3 => (3 * q, 1),
-        s if s >= n - 2 => (c_max, far),
-        _ => (q, 0),
+    let two = Ledger::new(cost, 2).run(&[0], &start, n, |s, _| {
+        Some(match s {
+            0 => (b_cap, 0),
+            s if s == n - 3 => (3 * q, 1),
+            s if s >= n - 2 => (c_max, far),
+            _ => (q, 0),
+        })
     });
     for (d, trace) in [(1_u64, one), (2, two)] {
         assert!(
@@ -261,12 +276,41 @@ fn a_constructed_schedule_reaches_the_bound_within_one_quantum() {
         );
         assert!(!trace.clipped.iter().any(|&c| c), "D = {d}: {trace:?}");
         let served: u64 = trace.claimed.iter().flatten().sum();
-        let bound = b_cap + q * n as u64 + d * c_max;
         assert_eq!(
             served,
             b_cap + q * (n as u64 - 1) + d * c_max,
             "D = {d}: {trace:?}"
         );
-        assert_eq!(bound - served, q);
+        // Every window of the trace keeps both sides.
+        check_every_window(&policy(&[1], cost), &trace, u32::try_from(d).unwrap());
     }
+}
+
+/// The lower side is reached exactly: a claim of cost `C_max` on a balance
+/// of 0 just before the window; in the window, 7 debt slots, then three
+/// claims of cost 0, nothing clipped: served 0 = q·10 − C_max − b_cap.
+#[test]
+fn a_constructed_schedule_reaches_the_lower_side_exactly() {
+    let (q, c_max, b_cap) = (5_u64, 40_u64, 10_u64);
+    let cost = CostFairness::new(q, c_max, c_max, b_cap).unwrap();
+    // Slot 0 claims 10 on a balance of 5, so slot 1 claims C_max on
+    // −5 + 5 = 0; the window is slots 2..12: −40 + 5 = −35, debt until
+    // slot 9's credit brings it to 0, then claims of cost 0 on 0, 5, 10.
+    let trace = Ledger::new(cost, 1).run(&[0], &[0], 12, |s, _| {
+        Some(match s {
+            0 => (10, 0),
+            1 => (c_max, 0),
+            _ => (0, 0),
+        })
+    });
+    let mut debt = vec![false, false];
+    debt.extend([true; 7]);
+    debt.extend([false; 3]);
+    assert_eq!(trace.debt, debt);
+    let served: u64 = trace.claimed[2..12].iter().flatten().sum();
+    assert_eq!(served, 0);
+    assert!(!trace.clipped[2..12].iter().any(|&c| c), "{trace:?}");
+    // n(W) = 10: q·10 − D·C_max − b_cap = 50 − 40 − 10 = 0.
+    assert_eq!(q * 10 - c_max - b_cap, served);
+    check_every_window(&policy(&[1], cost), &trace, 1);
 }
