@@ -157,7 +157,8 @@ enum PolicyCommand {
         /// For a cost-mode policy: D, the most attempts of a tenant claimed
         /// and not yet charged (its `--max-running` cap; see
         /// docs/guarantees.md for D without one), to print each tenant's
-        /// cost bound as a number (default: `… + D×C_max`).
+        /// cost bound as a number (default: `… + D×C_max`; ignored for a
+        /// slot-mode policy).
         #[arg(long, allow_negative_numbers = true, value_parser = ranged::<1, 1_000_000>)]
         concurrency: Option<Ranged>,
         /// Output format.

@@ -56,7 +56,8 @@ use crate::out::{outln, Format, Report};
 /// # Errors
 /// The file cannot be read or is not a valid policy file;
 /// [`crate::exit::InvalidInput`] when the charts directory cannot be
-/// created or written.
+/// created or written, or the policy is in cost mode (before any
+/// connection).
 pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
     check_charts_dir(&charts_dir(args))?;
     let Some(path) = &args.policy else {
@@ -65,7 +66,16 @@ pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
             DEFAULT_POLICY,
         )?);
     };
-    crate::policy_cmd::load_file(path)
+    let file = crate::policy_cmd::load_file(path)?;
+    if file.policy().fairness().cost().is_some() {
+        return Err(crate::exit::InvalidInput(format!(
+            "{}: the demo runs slot-mode policies: cost fairness ([fairness] unit = \"cost\") is \
+             not supported by this version",
+            path.display()
+        ))
+        .into());
+    }
+    Ok(file)
 }
 
 /// Where the charts go: `--charts-dir`, else `statek-demo-charts`.

@@ -259,6 +259,10 @@ pub struct CostBoundRow {
     /// `B` at the given `--concurrency`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub at_concurrency: Option<f64>,
+    /// `B · L` at the given `--concurrency`, exact (an integer; `B` in
+    /// `at_concurrency` is rounded to an `f64`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaled_at_concurrency: Option<u128>,
 }
 
 /// A compiled policy, as reported by `policy compile`.
@@ -297,6 +301,8 @@ pub struct Compiled {
 /// `compiled.concurrency` when it is given.
 pub fn add_cost_bounds(compiled: &mut Compiled, policy: &WeightedFairnessPolicy) {
     let Some(bounds) = policy.cost_bounds() else {
+        // A slot-mode policy has no cost bound: D means nothing.
+        compiled.concurrency = None;
         return;
     };
     for (row, bound) in compiled.tenants.iter_mut().zip(bounds) {
@@ -304,6 +310,7 @@ pub fn add_cost_bounds(compiled: &mut Compiled, policy: &WeightedFairnessPolicy)
             fixed: bound.fixed(),
             per_concurrency: bound.cost().max_cost(),
             at_concurrency: compiled.concurrency.map(|d| bound.slack(d)),
+            scaled_at_concurrency: compiled.concurrency.map(|d| bound.slack_scaled(d)),
         });
     }
 }
@@ -502,7 +509,7 @@ pub struct Diff {
     /// Old and new algorithm.
     pub algorithm: (String, String),
     /// Old and new fairness unit, with its cost parameters.
-    pub fairness: (String, String),
+    pub fairness: (Fairness, Fairness),
     /// Old and new cycle length.
     pub cycle_length: (u32, u32),
     /// Old and new digest.
@@ -552,10 +559,7 @@ pub fn diff(old: &WeightedFairnessPolicy, new: &WeightedFairnessPolicy) -> Diff 
     let mut diff = Diff {
         shard: (old.shard_id().to_string(), new.shard_id().to_string()),
         algorithm: (old.algorithm().to_string(), new.algorithm().to_string()),
-        fairness: (
-            Fairness::of(old.fairness()).to_string(),
-            Fairness::of(new.fairness()).to_string(),
-        ),
+        fairness: (Fairness::of(old.fairness()), Fairness::of(new.fairness())),
         cycle_length: (old.cycle_length(), new.cycle_length()),
         digest: (old.digest().to_string(), new.digest().to_string()),
         cycle_digest: (
@@ -620,7 +624,11 @@ impl Report for Diff {
             }
         }
         writeln!(w, "algorithm    {}", pair(&d.algorithm))?;
-        writeln!(w, "fairness     {}", pair(&d.fairness))?;
+        writeln!(
+            w,
+            "fairness     {}",
+            pair(&(d.fairness.0.to_string(), d.fairness.1.to_string()))
+        )?;
         writeln!(
             w,
             "cycle length {}",
@@ -705,6 +713,12 @@ impl Report for Diff {
             "REFUSED BY ROLLOUT AND REGISTER: the new policy reuses shard id {}; a shard is bound to its policy forever. \
              Give the new policy a new shard id (e.g. {}-next) and roll it out: statek rollout OLD.toml NEW.toml.",
             d.shard.1, d.shard.1
+        )?;
+        } else if d.fairness.1.unit == "cost" {
+            writeln!(
+            w,
+            "REFUSED BY ROLLOUT AND REGISTER: the new policy shares cost ([fairness] unit = \"cost\"), which this \
+             version compiles but cannot run yet (docs/guarantees.md, \"Cost mode: the bound\")."
         )?;
         } else if schedule_conflict {
             writeln!(

@@ -538,38 +538,37 @@ impl Source<'_> {
         parameters: &[(&'static str, Node)],
     ) -> Result<FairnessUnit, PolicyFileError> {
         let top = i64::try_from(MAX_COST_PARAMETER).unwrap_or(i64::MAX);
-        let value = |name: &str, min: i64| -> Result<Option<(u64, usize)>, PolicyFileError> {
-            let Some((_, node)) = parameters.iter().find(|(key, _)| *key == name) else {
-                return Ok(None);
+        let value =
+            |name: &str, min: i64, max: i64| -> Result<Option<(u64, usize)>, PolicyFileError> {
+                let Some((_, node)) = parameters.iter().find(|(key, _)| *key == name) else {
+                    return Ok(None);
+                };
+                let field = format!("fairness.{name}");
+                let Raw::Integer(value) = node.value else {
+                    return Err(self.wrong_type(node, &field, "an integer"));
+                };
+                match u64::try_from(value) {
+                    Ok(fits) if (min..=max).contains(&value) => Ok(Some((fits, node.span.start))),
+                    _ => Err(PolicyFileError::IntegerOutOfRange {
+                        location: self.locate(node.span.start, &field),
+                        value,
+                        min,
+                        max,
+                    }),
+                }
             };
-            let field = format!("fairness.{name}");
-            let Raw::Integer(value) = node.value else {
-                return Err(self.wrong_type(node, &field, "an integer"));
-            };
-            match u64::try_from(value) {
-                Ok(fits) if (min..=top).contains(&value) => Ok(Some((fits, node.span.start))),
-                _ => Err(PolicyFileError::IntegerOutOfRange {
-                    location: self.locate(node.span.start, &field),
-                    value,
-                    min,
-                    max: top,
-                }),
-            }
-        };
         let required = |name: &'static str, min: i64| -> Result<(u64, usize), PolicyFileError> {
-            value(name, min)?.ok_or_else(|| PolicyFileError::MissingKey {
+            value(name, min, top)?.ok_or_else(|| PolicyFileError::MissingKey {
                 location: self.locate(table_at, &format!("fairness.{name}")),
             })
         };
         let quantum = required("quantum", 1)?;
         let max_cost = required("max_cost", 1)?;
         let balance_cap = required("balance_cap", 0)?;
-        let default_cost = value("default_cost", 0)?.unwrap_or(max_cost);
+        let most = i64::try_from(max_cost.0).unwrap_or(top);
+        let default_cost = value("default_cost", 0, most)?.unwrap_or(max_cost);
         let cost = CostFairness::new(quantum.0, max_cost.0, default_cost.0, balance_cap.0)
-            .map_err(|error| {
-                // Only the pair default_cost <= max_cost is left to check.
-                self.policy_error(default_cost.1, "fairness.default_cost", error)
-            })?;
+            .map_err(|error| self.policy_error(default_cost.1, "fairness.default_cost", error))?;
         Ok(FairnessUnit::Cost(cost))
     }
 

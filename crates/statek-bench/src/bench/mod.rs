@@ -144,7 +144,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if !needs_database && !wants(Section::Sustained) {
         let mut report = Report::new(report::Machine::local(), args.seconds, args.batch);
         report.compile = compile;
-        report.write(&out)?;
+        report.write(&out, &args.only)?;
         report.print();
         eprintln!("xtask: bench results in {}", out.display());
         return Ok(());
@@ -190,9 +190,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     report.compile = compile;
     report.total_seconds = started.elapsed().as_secs_f64();
-    report.write(&out)?;
+    report.write(&out, &args.only)?;
     report.print();
-    charts::write(&out, &report)?;
+    if wants(Section::Reservations) {
+        charts::write(&out, &report)?;
+    }
     eprintln!("xtask: bench results in {}", out.display());
     Ok(())
 }

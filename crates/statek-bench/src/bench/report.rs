@@ -8,6 +8,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+use super::args::Section;
 use super::load::Measured;
 use super::queue::QueuePhase;
 use super::retained::PruneMeasured;
@@ -475,7 +476,10 @@ impl Report {
 
     /// Evaluates the targets and writes `results.json` plus one file per
     /// section into `out`.
-    pub fn write(&mut self, out: &Path) -> Result<()> {
+    /// Writes `results.json` and `targets.json` (this run's), and the
+    /// files of the sections in `ran` only: a run of some sections leaves
+    /// the other sections' files of an earlier run as they were.
+    pub fn write(&mut self, out: &Path, ran: &[Section]) -> Result<()> {
         self.evaluate();
         self.machine.finish_steal();
         let write = |name: &str, value: &dyn erased::Json| -> Result<()> {
@@ -483,21 +487,38 @@ impl Report {
             std::fs::write(&path, value.json()?)
                 .with_context(|| format!("writing {}", path.display()))
         };
+        let any = |sections: &[Section]| sections.iter().any(|s| ran.contains(s));
         write("results.json", self)?;
-        write("reservations.json", &self.reservations)?;
-        write("queue.json", &self.queue)?;
-        write("retention.json", &(&self.retained, &self.prune))?;
-        write("compile.json", &self.compile)?;
         write("targets.json", &self.targets)?;
-        write("workloads.json", &(&self.workloads, &self.soak))?;
-        write("enqueue.json", &self.enqueue)?;
-        write("sustained.json", &self.sustained)?;
-        let markdown = out.join("workloads.md");
-        std::fs::write(
-            &markdown,
-            super::workloads::table::markdown(&self.workloads),
-        )
-        .with_context(|| format!("writing {}", markdown.display()))?;
+        if any(&[Section::Reservations, Section::Durable]) {
+            write("reservations.json", &self.reservations)?;
+        }
+        if any(&[Section::Queue]) {
+            write("queue.json", &self.queue)?;
+        }
+        if any(&[Section::Retention]) {
+            write("retention.json", &(&self.retained, &self.prune))?;
+        }
+        if any(&[Section::Compile]) {
+            write("compile.json", &self.compile)?;
+        }
+        if any(&[Section::Workloads, Section::Soak]) {
+            write("workloads.json", &(&self.workloads, &self.soak))?;
+        }
+        if any(&[Section::Enqueue]) {
+            write("enqueue.json", &self.enqueue)?;
+        }
+        if any(&[Section::Sustained]) {
+            write("sustained.json", &self.sustained)?;
+        }
+        if any(&[Section::Workloads]) {
+            let markdown = out.join("workloads.md");
+            std::fs::write(
+                &markdown,
+                super::workloads::table::markdown(&self.workloads),
+            )
+            .with_context(|| format!("writing {}", markdown.display()))?;
+        }
         Ok(())
     }
 

@@ -157,9 +157,36 @@ fn policy_compile_shows_cost_mode() {
     let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(
         value["tenants"][0]["cost_bound"],
-        serde_json::json!({"fixed": 80.75, "per_concurrency": 40, "at_concurrency": 160.75})
+        serde_json::json!({"fixed": 80.75, "per_concurrency": 40, "at_concurrency": 160.75, "scaled_at_concurrency": 643})
     );
     assert_eq!(value["concurrency"], 2);
+    // A rollout to it is refused, and the diff says so.
+    let slots = dir.join("slots.toml");
+    std::fs::write(
+        &slots,
+        "shard = \"primary-v0\"\n[[tenants]]\nid = \"tenant-a\"\nweight = 3\n[[tenants]]\nid = \"tenant-b\"\nweight = 1\n",
+    )
+    .unwrap();
+    let diff = statek(
+        &[
+            "policy",
+            "diff",
+            slots.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(diff.status.code(), Some(0), "{}", stderr(&diff));
+    assert!(
+        stdout(&diff).contains("fairness     slots -> cost (quantum 1, max_cost 40, default_cost 40, balance_cap 80; not enforced by this version)\n"),
+        "{}",
+        stdout(&diff)
+    );
+    assert!(
+        stdout(&diff).contains("REFUSED BY ROLLOUT AND REGISTER: the new policy shares cost"),
+        "{}",
+        stdout(&diff)
+    );
     let zero = statek(
         &[
             "policy",

@@ -101,6 +101,43 @@ fn an_unusable_charts_dir_is_refused_before_the_demo_connects() {
     );
 }
 
+/// A cost-mode policy is refused before any connection (exit 3): the demo
+/// runs slot-mode policies only.
+#[test]
+fn a_cost_mode_policy_is_refused_before_the_demo_connects() {
+    let file =
+        std::env::temp_dir().join(format!("statek-demo-cost-{}.toml", Uuid::now_v7().simple()));
+    std::fs::write(
+        &file,
+        "shard = \"primary-v1\"\n[fairness]\nunit = \"cost\"\nquantum = 1\nmax_cost = 4\nbalance_cap = 8\n\
+         [[tenants]]\nid = \"a\"\nweight = 1\n",
+    )
+    .unwrap();
+    let charts =
+        std::env::temp_dir().join(format!("statek-demo-charts-{}", Uuid::now_v7().simple()));
+    let out = statek(
+        &[
+            "demo",
+            "--policy",
+            file.to_str().unwrap(),
+            "--charts-dir",
+            charts.to_str().unwrap(),
+        ],
+        Some("postgres://statek@127.0.0.1:1/nowhere"),
+    );
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir_all(&charts);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "statek: error: {}: the demo runs slot-mode policies: cost fairness ([fairness] unit = \
+             \"cost\") is not supported by this version\n",
+            file.display()
+        )
+    );
+}
+
 /// A negative count is a value out of its range (exit code 2, the range
 /// named), not clap's "unexpected argument".
 #[test]

@@ -531,7 +531,13 @@ fn fairness_table_errors() {
         &with_fairness(&format!(
             "{cost}quantum = 1\nmax_cost = 40\ndefault_cost = 41\nbalance_cap = 80\n"
         )),
-        "example.toml:6:16: fairness.default_cost: cost parameter default_cost = 41 is out of range 0..=40",
+        "example.toml:6:16: fairness.default_cost: 41 is out of range 0..=40",
+    );
+    check(
+        &with_fairness(&format!(
+            "{cost}quantum = 1\nmax_cost = 40\ndefault_cost = -1\nbalance_cap = 80\n"
+        )),
+        "example.toml:6:16: fairness.default_cost: -1 is out of range 0..=40",
     );
     check(
         &format!("{SHARD}fairness = \"cost\"\n{TENANT}"),
