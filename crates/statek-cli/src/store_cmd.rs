@@ -523,6 +523,10 @@ impl Report for PruneTotals {
     }
 }
 
+/// Consecutive batches `statek prune --until-empty` waits behind rows
+/// another transaction holds (50 ms apart: 10 s) before it stops.
+const MAX_BLOCKED_BATCHES: u32 = 200;
+
 /// `statek prune --retain D --batch N [--until-empty]`. With `progress`,
 /// each batch is a line on standard error while it runs (the totals are
 /// the report).
@@ -542,6 +546,7 @@ pub async fn prune(
         last_cutoff: None,
         seconds: 0.0,
     };
+    let mut blocked = 0_u32;
     loop {
         let report = store
             .prune_scheduler_fairness_reservations(&policy)
@@ -571,7 +576,20 @@ pub async fn prune(
         }
         if report.blocked() {
             // A concurrent pruner holds the oldest due rows: let it commit.
+            // A lock held far longer than a batch (a stuck transaction)
+            // ends the run instead of waiting for it forever.
+            blocked += 1;
+            if blocked > MAX_BLOCKED_BATCHES {
+                crate::out::errln!(
+                    "prune: the oldest due rows stayed locked by another transaction for {} s; \
+                     stopping (run it again later)",
+                    (statek_store_pg::PruneReport::RETRY_PAUSE * MAX_BLOCKED_BATCHES).as_secs()
+                );
+                break;
+            }
             tokio::time::sleep(statek_store_pg::PruneReport::RETRY_PAUSE).await;
+        } else {
+            blocked = 0;
         }
     }
     totals.seconds = started.elapsed().as_secs_f64();

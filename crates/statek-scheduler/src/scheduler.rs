@@ -623,8 +623,6 @@ impl<E> DurableFairScheduler<E, PgStore> {
     }
 }
 
-/// A source's shard's policy, after checking that this replica compiles
-/// the cycle the shard was registered with ([`check_cycle_digest`]).
 /// Refuses a policy this scheduler cannot enforce: one that shares cost.
 fn supported(policy: &WeightedFairnessPolicy) -> Result<(), SchedulerError> {
     match policy.fairness() {
@@ -635,6 +633,9 @@ fn supported(policy: &WeightedFairnessPolicy) -> Result<(), SchedulerError> {
     }
 }
 
+/// A source's shard's policy, after checking that it shares slots and
+/// that this replica compiles the cycle the shard was registered with
+/// ([`check_cycle_digest`]).
 fn checked_policy(shard: &SourceShard) -> Result<WeightedFairnessPolicy, SchedulerError> {
     let policy = &shard.policy;
     supported(policy)?;

@@ -844,3 +844,69 @@ async fn durability_refused_10_says_what_to_do() {
         "{text}"
     );
 }
+
+/// `prune --until-empty` waits behind due rows another transaction holds,
+/// but not forever: a lock held for 10 s (a stuck transaction, not a
+/// pruner's batch) ends the run with exit 0, a line on standard error,
+/// and the rows left for the next run, which then deletes them.
+#[tokio::test]
+async fn prune_until_empty_stops_behind_a_stuck_lock() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let out = statek(
+        &["register", "deploy/policies/two-tenants.toml"],
+        Some(&url),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let admin = db.client().await;
+    admin
+        .batch_execute(
+            "INSERT INTO statek.scheduler_reservations
+                 (reservation_id, shard_id, sequence, slot, policy_digest, reserved_at)
+             SELECT gen_random_uuid(), s.shard_id, g, (g % 4)::integer, s.policy_digest,
+                    now() - interval '2 days' + g * interval '1 millisecond'
+             FROM statek.scheduler_shards AS s, generate_series(0::bigint, 9) AS g;
+             UPDATE statek.scheduler_shards SET next_sequence = 10;",
+        )
+        .await
+        .unwrap();
+    let mut holder = db.client().await;
+    let held = holder.transaction().await.unwrap();
+    held.execute(
+        "SELECT 1 FROM statek.scheduler_reservations WHERE sequence = 0 FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = statek(
+        &["prune", "--retain", "24h", "--batch", "4", "--until-empty"],
+        Some(&url),
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "prune: the oldest due rows stayed locked by another transaction for 10 s; stopping (run it again later)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .starts_with("pruned 0 reservation rows in 201 batches"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    held.rollback().await.unwrap();
+    let out = statek(
+        &["prune", "--retain", "24h", "--batch", "4", "--until-empty"],
+        Some(&url),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("pruned 10 reservation rows in 3 batches"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
