@@ -154,6 +154,8 @@ mod paced_edf;
 mod policy;
 #[cfg(feature = "toml")]
 pub mod policy_file;
+#[cfg(feature = "toml")]
+mod policy_file_tree;
 mod ratio;
 mod seam;
 mod swrr;
