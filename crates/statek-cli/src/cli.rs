@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::count_arg::{duration, ranged, Ranged};
 use crate::db::DbArgs;
-use crate::{limits_cmd, policy_cmd, rollout_cmd, runs_cmd, shard_cmd, store_cmd};
+use crate::{limits_cmd, policy_cmd, policy_compile, rollout_cmd, runs_cmd, shard_cmd, store_cmd};
 
 /// statek: fair, weighted, durable tenant scheduling on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -429,10 +429,13 @@ pub fn run(cli: Cli) -> Result<()> {
             format,
         }) => {
             let policy = policy_cmd::load(&file)?;
-            let mut compiled =
-                policy_cmd::compile(&file.display().to_string(), &policy, show_cycle);
-            compiled.concurrency = concurrency.map(|d| d.get("--concurrency")).transpose()?;
-            policy_cmd::add_cost_bounds(&mut compiled, &policy);
+            let concurrency = concurrency.map(|d| d.get("--concurrency")).transpose()?;
+            let compiled = policy_compile::compile(
+                &file.display().to_string(),
+                &policy,
+                show_cycle,
+                concurrency,
+            );
             emit(&compiled, format)
         }
         Command::Policy(PolicyCommand::Diff {

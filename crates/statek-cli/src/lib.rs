@@ -39,6 +39,7 @@ pub mod exit;
 mod limits_cmd;
 mod out;
 pub mod policy_cmd;
+pub mod policy_compile;
 mod rollout_cmd;
 mod runs_cmd;
 mod shard_cmd;
