@@ -442,8 +442,22 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                 } else {
                     None
                 };
+                // Slots decided and slots known without a run when
+                // `on_decided` last heard: newly decided slots that are
+                // not (yet) without a run were claimed.
+                let seen = Mutex::new((0_usize, 0_usize));
                 let on_decided = |count: usize| {
                     started.cancel();
+                    let unclaimed_now = without_run.load(Ordering::Relaxed);
+                    let mut seen = lock(&seen);
+                    let (decided_before, unclaimed_before) = *seen;
+                    if count.saturating_sub(decided_before)
+                        > unclaimed_now.saturating_sub(unclaimed_before)
+                    {
+                        work_found(&shared);
+                    }
+                    *seen = (count.max(decided_before), unclaimed_now);
+                    drop(seen);
                     if count >= len {
                         decided.cancel();
                     }
@@ -740,16 +754,24 @@ fn record<E, R>(shared: &Shared<E, R>, outcome: &TenantTickOutcome, slots: u64) 
     };
     counter.fetch_add(slots, Ordering::Relaxed);
     // A limited slot is an idle one for the backoff: the tenant's limits,
-    // not the queue, decide when it can run again.
-    if matches!(
-        outcome,
-        TenantTickOutcome::Idle | TenantTickOutcome::Limited
-    ) {
-        shared.idle_streak.fetch_add(slots, Ordering::Relaxed);
-    } else {
-        shared.idle_streak.store(0, Ordering::Relaxed);
-        shared.backoff_micros.store(0, Ordering::Relaxed);
+    // not the queue, decide when it can run again. A run's outcome comes
+    // when it finishes, long after its slot was decided (and after the
+    // idle slots that followed it): its claim ended the streak then
+    // ([`work_found`]), and its outcome leaves the streak alone.
+    match outcome {
+        TenantTickOutcome::Idle | TenantTickOutcome::Limited => {
+            shared.idle_streak.fetch_add(slots, Ordering::Relaxed);
+        }
+        TenantTickOutcome::Executed(_) | TenantTickOutcome::ExecutionFailed { .. } => {}
+        _ => work_found(shared),
     }
+}
+
+/// A slot was decided with work found (a run claimed, or a contended
+/// slot): the idle streak ends and the backoff starts over.
+fn work_found<E, R>(shared: &Shared<E, R>) {
+    shared.idle_streak.store(0, Ordering::Relaxed);
+    shared.backoff_micros.store(0, Ordering::Relaxed);
 }
 
 /// Sleeps for the current backoff (doubling it) unless woken by a

@@ -291,3 +291,63 @@ async fn a_rate_limited_tenant_is_reserved_for_again_only_when_its_window_frees(
     assert_eq!(reserved_mid_window, 0);
     assert!(report.backoffs >= 2, "{report:?}");
 }
+
+/// Sleeps `0` before it completes its run.
+struct Sleeps(Duration);
+
+impl RunHandler for Sleeps {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+        tokio::time::sleep(self.0).await;
+        Ok(())
+    }
+}
+
+/// A run's outcome comes when it finishes, after the idle slots decided
+/// behind its slot: its claim ends the idle streak, not its outcome. One
+/// busy tenant holds 1 slot of L = 32, runs take 200 ms, and the worker
+/// (16 executing runs, batches of one cycle) claims one run per batch
+/// while the runs before it still execute: 31 idle slots per batch, never
+/// a cycle of them in a row, so it never backs off while the busy tenant
+/// has runs waiting (before this was fixed, two batches made a "cycle"
+/// and it backed off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_ends_the_idle_streak_before_its_run_finishes() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let busy = tenant("busy");
+    for _ in 0..40 {
+        store
+            .enqueue(&NewRun::new(busy.clone(), vec![]))
+            .await
+            .unwrap();
+    }
+    let policy = policy("sparse-v1", &[("busy", 1), ("quiet", 31)]);
+    let executor = PgRunQueueExecutor::new(
+        store.clone(),
+        Sleeps(Duration::from_millis(200)),
+        ExecutorOptions::new(),
+    );
+    let scheduler = Arc::new(
+        DurableFairScheduler::register(store.clone(), policy, executor, SchedulerOptions::new())
+            .await
+            .unwrap(),
+    );
+    let options = WorkerOptions::new()
+        .concurrency(16)
+        .unwrap()
+        .max_batch(32)
+        .unwrap()
+        .shutdown_grace(Duration::from_secs(5))
+        .unwrap();
+    let worker = Worker::new(Arc::clone(&scheduler), options);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // 16 runs start within the first batches and hold every permit for
+    // 200 ms; stop while the busy tenant still has runs waiting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.backoffs, 0, "{report:?}");
+    assert!(report.executed >= 16, "{report:?}");
+    assert!(report.batches >= 16, "{report:?}");
+}
