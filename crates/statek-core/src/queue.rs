@@ -11,7 +11,7 @@ use uuid::Uuid;
 /// The largest batch a [`crate::ReservationSource::reserve_batch`] takes,
 /// in reservations (PostgreSQL: one range row of at most this many
 /// sequences; `statek.reserve_batch` refuses more).
-pub const MAX_RESERVATION_BATCH: u32 = 1024;
+pub const MAX_RESERVATION_BATCH: u32 = 4096;
 
 /// The most records one [`crate::ReservationSource::record_slot_outcomes`]
 /// call carries (PostgreSQL: `PgStore::record_slot_outcome_ranges`

@@ -86,7 +86,7 @@ pub trait ReservationSource: Send + Sync {
     ) -> impl Future<Output = Result<Reservation, SourceError>> + Send;
 
     /// Reserves the shard's next `k` sequences (1 to the source's largest
-    /// batch; statek-store-pg: `MAX_RESERVATION_BATCH`, 1,024) as one
+    /// batch; statek-store-pg: `MAX_RESERVATION_BATCH`, 4,096) as one
     /// contiguous range, idempotent by `batch_id`; in sequence order.
     fn reserve_batch(
         &self,

@@ -7,7 +7,7 @@ use crate::SchedulerError;
 /// Options of a [`crate::Worker`].
 ///
 /// Defaults: at most 16 runs executing at once; reservation batches sized
-/// by the Worker up to 1,024 slots; back off after one full cycle of idle
+/// by the Worker up to 4,096 slots; back off after one full cycle of idle
 /// slots (`L` consecutive `Idle` outcomes); idle backoff from 10 ms
 /// doubling to 1 s; 30 s for running handlers to finish at shutdown; a
 /// halted shard re-checked every 5 s; database outages ridden out for up
@@ -79,7 +79,7 @@ impl WorkerOptions {
         Ok(self)
     }
 
-    /// The largest reservation batch (1..=1,024 slots; default 1,024). The
+    /// The largest reservation batch (1..=4,096 slots; default 4,096). The
     /// Worker sizes each batch itself (see [`crate::Worker`]); this caps it. A
     /// smaller cap bounds the slots one replica holds ahead of the others
     /// and the slots consumed unused at shutdown (at most one batch).
@@ -209,13 +209,14 @@ mod tests {
     fn option_limits() {
         let o = WorkerOptions::new();
         assert_eq!(o.concurrency, 16);
-        assert_eq!(o.max_batch, 1024);
+        assert_eq!(o.max_batch, 4096);
         assert!(o.concurrency(0).is_err());
         assert!(o.concurrency(4096).is_ok());
         assert!(o.concurrency(4097).is_err());
         assert!(o.max_batch(0).is_err());
         assert_eq!(o.max_batch(16).unwrap().max_batch, 16);
-        assert!(o.max_batch(1025).is_err());
+        assert!(o.max_batch(4097).is_err());
+        assert_eq!(o.max_batch(4096).unwrap().max_batch, 4096);
         assert!(o.idle_threshold(0).is_err());
         assert_eq!(o.halted_recheck, Duration::from_secs(5));
         assert_eq!(o.outage_budget, Duration::from_secs(60));
