@@ -169,7 +169,7 @@ async fn bad_batch_requests_are_typed_errors_and_write_nothing() {
             .await
         {
             Err(StoreError::InvalidArgument(message)) => {
-                assert_eq!(message, format!("batch size {k} is outside 1..=1024"));
+                assert_eq!(message, format!("batch size {k} is outside 1..=4096"));
             }
             other => panic!("k = {k}: expected InvalidArgument, got {other:?}"),
         }

@@ -301,10 +301,10 @@ async fn bad_slot_batches_are_rejected_before_the_database() {
             .await,
         "slots must be in increasing sequence order",
     );
-    let many: Vec<(u64, TenantId)> = (0..1025).map(|s| (s, a.clone())).collect();
+    let many: Vec<(u64, TenantId)> = (0..4097).map(|s| (s, a.clone())).collect();
     check(
         store.claim_runs_for_slots(&many, p.shard_id(), LEASE).await,
-        "1025 slots, at most 1024 per claim",
+        "4097 slots, at most 4096 per claim",
     );
     check(
         store
@@ -556,7 +556,7 @@ async fn a_claim_limited_to_free_permits_answers_its_decided_prefix() {
         .unwrap()
         .get(0);
     assert_eq!(available, 1);
-    for bad in [0, 1025] {
+    for bad in [0, 4097] {
         assert!(matches!(
             store
                 .claim_runs_for_slots_up_to(&slots, p.shard_id(), LEASE, bad)

@@ -644,7 +644,7 @@ async fn a_bulk_enqueue_of_100000_runs_is_one_notification_and_is_claimed_in_fif
     // through the claim function, come out in enqueue order. (Claiming
     // all 100,000 took 53 s alone and over 100 s beside the other tests
     // on 2 cores, the long pole of this binary.)
-    const CLAIMED: u32 = 10_240;
+    const CLAIMED: u32 = 3 * MAX_CLAIM_SLOTS as u32;
     let lease = Duration::from_secs(3600);
     let mut next = 0_u32;
     while next < CLAIMED {
