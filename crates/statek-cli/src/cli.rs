@@ -12,9 +12,12 @@ use statek_store_pg::input_limits::{MAX_LIST_LIMIT, MAX_PRUNE_BATCH};
 use statek_store_pg::RunState;
 use uuid::Uuid;
 
+use crate::count_arg::time_arg;
 use crate::count_arg::{duration, ranged, Ranged};
 use crate::db::DbArgs;
-use crate::{limits_cmd, policy_cmd, policy_compile, rollout_cmd, runs_cmd, shard_cmd, store_cmd};
+use crate::{
+    audit_cmd, limits_cmd, policy_cmd, policy_compile, rollout_cmd, runs_cmd, shard_cmd, store_cmd,
+};
 
 /// statek: fair, weighted, durable tenant scheduling on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -95,6 +98,31 @@ enum Command {
     /// Least-privilege roles.
     #[command(subcommand)]
     Roles(RolesCommand),
+    /// Judge a shard's fairness evidence against its policy: per tenant, slots
+    /// entitled and received, how they ended (claimed, idle, contended,
+    /// limited, unrecorded), the largest gap against the bound, service lag,
+    /// runs; exit 16 when a gap exceeds its bound or the evidence is inconsistent.
+    Audit {
+        /// The shard.
+        #[arg(long)]
+        shard: String,
+        /// Sequences A..B (A to B-1) or A.. (to the cursor); default: every
+        /// sequence up to the cursor.
+        #[arg(long, value_parser = crate::audit_cmd::sequences, conflicts_with_all = ["from", "to"])]
+        sequences: Option<std::ops::Range<u64>>,
+        /// The ranges reserved at or after this time: RFC 3339
+        /// (2026-12-04T10:00:00Z) or a duration ago (1h).
+        #[arg(long, value_parser = time_arg, requires = "to")]
+        from: Option<std::time::SystemTime>,
+        /// ... and before this time (RFC 3339, a duration ago, or now).
+        #[arg(long, value_parser = time_arg, requires = "from")]
+        to: Option<std::time::SystemTime>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        db: DbArgs,
+    },
     /// Cursor, seal and chain, recent reservation rate and retained evidence of a shard.
     Status {
         /// The shard.
@@ -527,6 +555,24 @@ pub fn run(cli: Cli) -> Result<()> {
             ))?,
             Format::Text,
         ),
+        Command::Audit {
+            shard,
+            sequences,
+            from,
+            to,
+            format,
+            db,
+        } => {
+            let span = match (from, to) {
+                (Some(from), Some(to)) => audit_cmd::Span::Between(from, to),
+                _ => audit_cmd::Span::Sequences(sequences.unwrap_or(0..u64::MAX)),
+            };
+            // The report is written also when the audit failed; the
+            // failure is the exit code after it.
+            let audited = runtime()?.block_on(audit_cmd::audit(&shard, span, &db))?;
+            emit(&audited, format)?;
+            audited.into_result()
+        }
         Command::Status {
             shard,
             retain,

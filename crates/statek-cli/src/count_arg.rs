@@ -68,6 +68,24 @@ pub(crate) fn duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{trimmed} is not a duration such as 24h or 30d: {e}"))
 }
 
+/// Parses a time: `now`, RFC 3339 (`2026-12-04T10:00:00Z`), or a duration
+/// ago (`1h`, humantime's format).
+pub(crate) fn time_arg(text: &str) -> Result<std::time::SystemTime, String> {
+    let trimmed = text.trim();
+    if trimmed == "now" {
+        return Ok(std::time::SystemTime::now());
+    }
+    if let Ok(at) = humantime::parse_rfc3339_weak(trimmed) {
+        return Ok(at);
+    }
+    let ago = humantime::parse_duration(trimmed).map_err(|_| {
+        format!("{trimmed} is not a time: give RFC 3339 (2026-12-04T10:00:00Z), a duration ago (1h) or now")
+    })?;
+    std::time::SystemTime::now()
+        .checked_sub(ago)
+        .ok_or_else(|| format!("{trimmed} ago is before the clock's range"))
+}
+
 // Only the demo (feature `demo`) has options parsed by it.
 #[cfg_attr(not(feature = "demo"), allow(dead_code))]
 pub(crate) fn count<const MIN: u32, const MAX: u32>(text: &str) -> Result<u32, String> {

@@ -59,6 +59,9 @@ pub const SCHEDULE_HAS_LIVE_SHARD: u8 = 14;
 /// unverified failover): no store reserves on it until an owner runs
 /// `statek shard resume SHARD --acknowledge-loss`. Nothing was written.
 pub const SHARD_HALTED: u8 = 15;
+/// `statek audit` found an observed gap above its bound or inconsistent
+/// evidence (the report, written first, names each finding).
+pub const AUDIT_FAILED: u8 = 16;
 
 /// Every exit code with its name, for docs and tests.
 pub const ALL: &[(u8, &str)] = &[
@@ -78,6 +81,7 @@ pub const ALL: &[(u8, &str)] = &[
     (SCHEDULE_CONFLICT, "SCHEDULE_CONFLICT"),
     (SCHEDULE_HAS_LIVE_SHARD, "SCHEDULE_HAS_LIVE_SHARD"),
     (SHARD_HALTED, "SHARD_HALTED"),
+    (AUDIT_FAILED, "AUDIT_FAILED"),
 ];
 
 /// A connection setting given to the CLI is missing or unusable (exit
@@ -116,6 +120,11 @@ pub struct ScheduleMismatch {
     /// Its schedule.
     pub to: String,
 }
+
+/// `statek audit` found problems (exit code [`AUDIT_FAILED`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AuditFailed(pub String);
 
 /// Invalid user input detected by the CLI itself (exit code [`INVALID_INPUT`]).
 #[derive(Debug, thiserror::Error)]
@@ -204,6 +213,9 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
             || cause.downcast_ref::<InvalidInput>().is_some()
         {
             return INVALID_INPUT;
+        }
+        if cause.downcast_ref::<AuditFailed>().is_some() {
+            return AUDIT_FAILED;
         }
         if cause.downcast_ref::<CheckFailed>().is_some() {
             return CHECK_FAILED;

@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod audit_cmd;
 #[cfg(feature = "demo")]
 pub mod charts;
 mod cli;

@@ -126,6 +126,7 @@
 #![forbid(unsafe_code)]
 
 mod acknowledged_log;
+mod audit;
 #[cfg(feature = "baseline")]
 pub mod baseline;
 mod batch;
@@ -166,6 +167,7 @@ mod synchronous_standbys;
 pub mod testing;
 mod tls;
 
+pub use audit::{AuditFinding, AuditReport, TenantAudit, MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES};
 pub use batch::ReservationBatch;
 pub use completion::{FinishAs, FinishOutcome, FinishRun};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};

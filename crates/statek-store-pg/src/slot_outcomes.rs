@@ -46,7 +46,7 @@ fn class_counts(outcomes: &SlotOutcomes) -> Result<Vec<i32>, StoreError> {
 
 /// Decodes a stored record; fail-closed (what the database refuses to
 /// store is corrupt data here).
-fn decode_outcomes(letters: &str, counts: &[i32]) -> Result<SlotOutcomes, StoreError> {
+pub(crate) fn decode_outcomes(letters: &str, counts: &[i32]) -> Result<SlotOutcomes, StoreError> {
     let corrupt = || {
         StoreError::corrupt(
             "slot outcome record",

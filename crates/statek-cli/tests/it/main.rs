@@ -4,6 +4,7 @@
 //! Tests that install a global metrics recorder keep binaries of their
 //! Every file of the folder is a module of this binary.
 
+mod audit;
 mod cli;
 #[cfg(feature = "demo")]
 mod demo;

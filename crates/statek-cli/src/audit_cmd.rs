@@ -1,0 +1,350 @@
+//! `statek audit --shard S [--sequences A..B | --from TIME --to TIME]`: a
+//! shard's fairness evidence (reservation ranges, slot outcome records,
+//! claims) judged against its own policy, through
+//! `PgStore::audit_shard`. Exit code `AUDIT_FAILED` when a gap exceeds
+//! its bound or the evidence is inconsistent, after the report.
+
+use std::fmt;
+use std::ops::Range;
+use std::time::SystemTime;
+
+use anyhow::{anyhow, Result};
+use serde::Serialize;
+use statek_policy::{EchoedValue, SchedulerShardId};
+use statek_store_pg::{AuditFinding, AuditReport, TenantAudit};
+
+use crate::db::DbArgs;
+use crate::exit::{AuditFailed, InvalidInput};
+use crate::out::{count, Report};
+
+/// Parses `A..B` (sequences `A` to `B - 1`) or `A..` (to the cursor).
+pub fn sequences(text: &str) -> Result<Range<u64>, String> {
+    let (start, end) = text
+        .split_once("..")
+        .ok_or_else(|| format!("{} is not A..B or A..", EchoedValue(text)))?;
+    let number = |part: &str| {
+        part.parse::<u64>()
+            .map_err(|_| format!("{} is not a sequence (0..=2^63-1)", EchoedValue(part)))
+    };
+    let start = number(start)?;
+    let end = if end.is_empty() {
+        u64::MAX
+    } else {
+        number(end)?
+    };
+    if end <= start {
+        return Err(format!(
+            "{} is an empty span of sequences",
+            EchoedValue(text)
+        ));
+    }
+    Ok(start..end)
+}
+
+/// What to audit: sequences, or the ranges reserved between two times.
+pub enum Span {
+    Sequences(Range<u64>),
+    Between(SystemTime, SystemTime),
+}
+
+/// Runs the audit; the report, and whether it failed.
+pub async fn audit(shard: &str, span: Span, db: &DbArgs) -> Result<AuditLines> {
+    let shard = SchedulerShardId::try_from(shard)
+        .map_err(|e| anyhow!(InvalidInput(format!("shard {}: {e}", EchoedValue(shard)))))?;
+    let store = db.store(1)?;
+    let sequences = match span {
+        Span::Sequences(sequences) => sequences,
+        Span::Between(from, to) => {
+            if to <= from {
+                return Err(anyhow!(InvalidInput(
+                    "--to must be later than --from".to_owned()
+                )));
+            }
+            store.sequences_reserved_between(&shard, from, to).await?
+        }
+    };
+    let report = if sequences.is_empty() {
+        None
+    } else {
+        Some(store.audit_shard(&shard, sequences.clone()).await?)
+    };
+    Ok(AuditLines::new(&shard, sequences, report.as_ref()))
+}
+
+/// One tenant's line.
+#[derive(Serialize)]
+pub struct TenantLine {
+    tenant: String,
+    weight: u32,
+    bound: u32,
+    entitled: f64,
+    slots: u64,
+    claimed: u64,
+    idle: u64,
+    idle_known: u64,
+    contended: u64,
+    limited: u64,
+    unused: u64,
+    unrecorded: u64,
+    claimed_after_record: u64,
+    largest_gap: u64,
+    lag_samples: u64,
+    lag_p50_ms: Option<f64>,
+    lag_p99_ms: Option<f64>,
+    runs_completed: u64,
+    runs_failed: u64,
+    runs_cancelled: u64,
+    runs_open: u64,
+    retried_attempts: u64,
+}
+
+impl TenantLine {
+    fn new(t: &TenantAudit) -> Self {
+        Self {
+            tenant: t.tenant.to_string(),
+            weight: t.weight,
+            bound: t.bound,
+            entitled: t.entitled,
+            slots: t.slots,
+            claimed: t.claimed,
+            idle: t.idle,
+            idle_known: t.idle_known,
+            contended: t.contended,
+            limited: t.limited,
+            unused: t.unused,
+            unrecorded: t.unrecorded,
+            claimed_after_record: t.claimed_after_record,
+            largest_gap: t.largest_gap,
+            lag_samples: t.lag_samples,
+            lag_p50_ms: t.lag_p50_ms,
+            lag_p99_ms: t.lag_p99_ms,
+            runs_completed: t.runs_completed,
+            runs_failed: t.runs_failed,
+            runs_cancelled: t.runs_cancelled,
+            runs_open: t.runs_open,
+            retried_attempts: t.retried_attempts,
+        }
+    }
+}
+
+/// One finding, with its kind and a sentence.
+#[derive(Serialize)]
+pub struct FindingLine {
+    kind: &'static str,
+    sequence: u64,
+    text: String,
+}
+
+impl FindingLine {
+    fn new(finding: &AuditFinding) -> Self {
+        let (kind, sequence, text) = match finding {
+            AuditFinding::GapOverBound {
+                tenant,
+                gap,
+                bound,
+                at_sequence,
+            } => (
+                "gap_over_bound",
+                *at_sequence,
+                format!("{tenant} waited {gap} reservations for this slot; its bound is {bound}"),
+            ),
+            AuditFinding::ClaimOfAnotherTenant {
+                sequence,
+                expected,
+                found,
+            } => (
+                "claim_of_another_tenant",
+                *sequence,
+                format!(
+                    "the slot is {expected}'s, and claimed a run of {}",
+                    EchoedValue(found)
+                ),
+            ),
+            AuditFinding::ClaimOutsideRanges { sequence } => (
+                "claim_outside_ranges",
+                *sequence,
+                "a claim of a sequence no retained range row holds".to_owned(),
+            ),
+            AuditFinding::SlotMismatch {
+                sequence,
+                stored_slot,
+                expected_slot,
+            } => (
+                "slot_mismatch",
+                *sequence,
+                format!("the range row says slot {stored_slot}, the cycle {expected_slot}"),
+            ),
+            AuditFinding::DigestMismatch { sequence } => (
+                "digest_mismatch",
+                *sequence,
+                "the range row was reserved under another policy digest".to_owned(),
+            ),
+            AuditFinding::OverlappingRanges { sequence } => (
+                "overlapping_ranges",
+                *sequence,
+                "a range row starts inside the one before it".to_owned(),
+            ),
+        };
+        Self {
+            kind,
+            sequence,
+            text,
+        }
+    }
+}
+
+/// What `statek audit` reports.
+#[derive(Serialize)]
+pub struct AuditLines {
+    shard: String,
+    /// `[from, to)`, as asked (or as the times mapped), before clipping to
+    /// the cursor.
+    asked: (u64, u64),
+    /// `[from, to)` audited (clipped to the cursor); absent when the times
+    /// held no reservation.
+    audited: Option<(u64, u64)>,
+    cycle_length: Option<u32>,
+    cycle_digest: Option<String>,
+    audited_slots: u64,
+    holes: Vec<(u64, u64)>,
+    hole_count: u64,
+    tenants: Vec<TenantLine>,
+    findings: Vec<FindingLine>,
+    finding_count: u64,
+    passed: bool,
+}
+
+impl AuditLines {
+    fn new(shard: &SchedulerShardId, asked: Range<u64>, report: Option<&AuditReport>) -> Self {
+        Self {
+            shard: shard.to_string(),
+            asked: (asked.start, asked.end),
+            audited: report.map(|r| (r.from, r.to)),
+            cycle_length: report.map(|r| r.cycle_length),
+            cycle_digest: report.map(|r| r.cycle_digest.clone()),
+            audited_slots: report.map_or(0, |r| r.audited_slots),
+            holes: report.map_or_else(Vec::new, |r| {
+                r.holes.iter().map(|h| (h.start, h.end)).collect()
+            }),
+            hole_count: report.map_or(0, |r| r.hole_count),
+            tenants: report.map_or_else(Vec::new, |r| {
+                r.tenants.iter().map(TenantLine::new).collect()
+            }),
+            findings: report.map_or_else(Vec::new, |r| {
+                r.findings.iter().map(FindingLine::new).collect()
+            }),
+            finding_count: report.map_or(0, |r| r.finding_count),
+            passed: report.is_none_or(AuditReport::passed),
+        }
+    }
+
+    /// The audit's failure (exit code `AUDIT_FAILED`), if it failed.
+    ///
+    /// # Errors
+    /// [`AuditFailed`] naming the findings' count.
+    pub fn into_result(self) -> Result<()> {
+        if self.passed {
+            return Ok(());
+        }
+        Err(anyhow!(AuditFailed(format!(
+            "the audit of shard {} found {}",
+            self.shard,
+            count(self.finding_count, "problem", "problems")
+        ))))
+    }
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
+}
+
+impl Report for AuditLines {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        let Some((from, to)) = self.audited else {
+            return writeln!(
+                w,
+                "audit of shard {}: no reservation in the span asked; nothing to judge",
+                self.shard
+            );
+        };
+        writeln!(
+            w,
+            "audit of shard {}, sequences {from}..{to}: {} with evidence; cycle L = {}, digest {}",
+            self.shard,
+            count(self.audited_slots, "slot", "slots"),
+            self.cycle_length.unwrap_or(0),
+            self.cycle_digest.as_deref().unwrap_or("-"),
+        )?;
+        writeln!(
+            w,
+            "{:<24} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7}",
+            "tenant", "weight", "bound", "entitled", "slots", "claimed", "idle", "known",
+            "contended", "limited", "unused", "unrecorded", "gap", "lag p50", "lag p99",
+            "completed", "failed", "retried"
+        )?;
+        for t in &self.tenants {
+            writeln!(
+                w,
+                "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7}",
+                t.tenant, t.weight, t.bound, t.entitled, t.slots, t.claimed, t.idle,
+                t.idle_known, t.contended, t.limited, t.unused, t.unrecorded, t.largest_gap,
+                ms(t.lag_p50_ms), ms(t.lag_p99_ms), t.runs_completed, t.runs_failed,
+                t.retried_attempts
+            )?;
+        }
+        writeln!(
+            w,
+            "(slots: the cycle's slots of the tenant with evidence; gap: the largest selection gap seen, in reservations; lag: ms from runnable to claim, first attempts)"
+        )?;
+        let late: u64 = self.tenants.iter().map(|t| t.claimed_after_record).sum();
+        if late > 0 {
+            writeln!(
+                w,
+                "{} claimed after its range was recorded otherwise (a lost acknowledgement); counted as claimed",
+                count(late, "slot was", "slots were")
+            )?;
+        }
+        if self.hole_count == 0 {
+            writeln!(w, "holes: none")?;
+        } else {
+            let shown: Vec<String> = self
+                .holes
+                .iter()
+                .map(|(a, b)| format!("{a}..{b}"))
+                .collect();
+            writeln!(
+                w,
+                "holes: {} without evidence (pruned, or never reserved), not judged: {}{}",
+                count(self.hole_count, "stretch", "stretches"),
+                shown.join(", "),
+                if self.hole_count > self.holes.len() as u64 {
+                    ", …"
+                } else {
+                    ""
+                }
+            )?;
+        }
+        if self.passed {
+            return writeln!(
+                w,
+                "result: passed (every gap within its bound, the evidence consistent)"
+            );
+        }
+        writeln!(
+            w,
+            "result: FAILED, {}:",
+            count(self.finding_count, "finding", "findings")
+        )?;
+        for f in &self.findings {
+            writeln!(w, "  sequence {}: {} ({})", f.sequence, f.text, f.kind)?;
+        }
+        if self.finding_count > self.findings.len() as u64 {
+            writeln!(
+                w,
+                "  … and {} more",
+                self.finding_count - self.findings.len() as u64
+            )?;
+        }
+        Ok(())
+    }
+}

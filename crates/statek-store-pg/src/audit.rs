@@ -1,0 +1,739 @@
+//! [`PgStore::audit_shard`]: a shard's fairness evidence read back and
+//! judged against its own policy (issue 26, `statek audit`).
+//!
+//! The evidence of a shard is three things the database keeps: its
+//! reservation range rows (which sequences were handed out, with each
+//! range's first slot and policy digest), the outcome record of each range
+//! (migration V14: claimed, idle, idle known, contended, limited, unused,
+//! as runs of one letter each) and the claims (an attempt on its run row,
+//! V13, or moved into `statek.run_claims`). The audit walks a span of
+//! sequences in pages of range rows, so its memory is bounded by a page
+//! and the policy (not by the span), and reports per tenant:
+//!
+//! - slots received (sequences of the span mapped to it by the cycle),
+//!   against `entitled = slots × weight / L`;
+//! - how its slots ended, from the records: claimed, idle, idle known,
+//!   contended, limited, unused, and unrecorded (a range with no record: a
+//!   Worker stopped or crashed before recording it); a claim on record
+//!   always counts as claimed, also where the range's record (written
+//!   before a claim whose acknowledgement was lost) says otherwise;
+//! - the largest selection gap observed (reservations between two of its
+//!   slots, within evidence without holes) against its starvation bound;
+//! - service lag (claim time minus runnable time) of the first attempts
+//!   still on their run rows (a retried run's first runnable time is not
+//!   kept), p50 and p99, in milliseconds;
+//! - its claims by the run's state now, and the claims of later attempts
+//!   (retries).
+//!
+//! **Findings** make an audit fail: a gap above the bound, a claim of a
+//! slot by another tenant than the cycle's, a claim outside every retained
+//! range, a range row whose slot or policy digest is not the shard's, and
+//! overlapping ranges. Holes (sequences of the span with no range row:
+//! pruned by retention, or never reserved past the cursor) are reported,
+//! not judged: nothing can be said about slots without evidence.
+//!
+//! Not yet judged: the seam across a seal (audit each shard of a chain),
+//! and the longest run of a tenant's slots without a claim while it had a
+//! claimable run (service gap).
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::time::SystemTime;
+
+use statek_core::SlotClass;
+use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
+use tokio_postgres::types::Type;
+
+use crate::statement::Db;
+use crate::{PgStore, StoreError};
+
+/// Range rows read per page.
+const PAGE_RANGES: i64 = 1_000;
+
+/// Findings kept in a report (more are counted, not kept).
+pub const MAX_AUDIT_FINDINGS: usize = 100;
+
+/// Holes kept in a report (more are counted, not kept).
+pub const MAX_AUDIT_HOLES: usize = 100;
+
+const SELECT_RANGES: &str = "
+    SELECT sequence, sequence_count, slot, policy_digest
+    FROM statek.scheduler_reservations
+    WHERE shard_id = $1 AND sequence + sequence_count > $2 AND sequence < $3
+    ORDER BY sequence
+    LIMIT $4";
+
+const SELECT_RECORDS: &str = "
+    SELECT first_sequence, classes, counts
+    FROM statek.slot_outcomes
+    WHERE shard_id = $1 AND first_sequence >= $2 AND first_sequence < $3
+    ORDER BY first_sequence";
+
+const SELECT_CLAIMS: &str = "
+    SELECT r.claim_sequence AS sequence, r.tenant_id, r.attempt, r.state,
+           r.claimed_at, r.available_at
+    FROM statek.runs AS r
+    WHERE r.claim_shard_id = $1 AND r.claim_sequence >= $2 AND r.claim_sequence < $3
+    UNION ALL
+    SELECT c.sequence, c.tenant_id, c.attempt, NULL::text, c.claimed_at, NULL::timestamptz
+    FROM statek.run_claims AS c
+    WHERE c.shard_id = $1 AND c.sequence >= $2 AND c.sequence < $3";
+
+/// What one tenant got in an audited span. Counts are slots unless named
+/// otherwise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantAudit {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its weight in the policy.
+    pub weight: u32,
+    /// Its starvation bound, in reservations.
+    pub bound: u32,
+    /// Slots of the span with evidence × weight / L.
+    pub entitled: f64,
+    /// Slots of the span with evidence that the cycle gave it.
+    pub slots: u64,
+    /// Slots that claimed a run (a claim on record).
+    pub claimed: u64,
+    /// Slots recorded idle: the claim asked, no claimable run.
+    pub idle: u64,
+    /// Slots recorded idle without asking (the tenant was known empty).
+    pub idle_known: u64,
+    /// Slots recorded contended: claimable runs, all held by other claimers.
+    pub contended: u64,
+    /// Slots recorded limited: the tenant's cap or rate limit held it back.
+    pub limited: u64,
+    /// Slots recorded unused: the Worker stopped before deciding them.
+    pub unused: u64,
+    /// Slots of ranges without an outcome record (and without a claim).
+    pub unrecorded: u64,
+    /// Claimed slots whose range's record says otherwise (the claim was
+    /// answered after the record: a lost acknowledgement).
+    pub claimed_after_record: u64,
+    /// The largest selection gap seen, in reservations (0: fewer than two
+    /// of its slots in one stretch of evidence).
+    pub largest_gap: u64,
+    /// First attempts whose service lag was measured.
+    pub lag_samples: u64,
+    /// The median service lag of those first attempts, milliseconds.
+    pub lag_p50_ms: Option<f64>,
+    /// The 99th percentile of the same, milliseconds.
+    pub lag_p99_ms: Option<f64>,
+    /// Claims (on run rows) whose run is now completed.
+    pub runs_completed: u64,
+    /// Claims whose run is now failed.
+    pub runs_failed: u64,
+    /// Claims whose run is now cancelled.
+    pub runs_cancelled: u64,
+    /// Claims whose run is running, or available for another attempt.
+    pub runs_open: u64,
+    /// Claims of an attempt after the first (on run rows or in history).
+    pub retried_attempts: u64,
+}
+
+/// What makes an audit fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditFinding {
+    /// Two slots of `tenant` were `gap` reservations apart, above its bound.
+    GapOverBound {
+        /// The tenant.
+        tenant: TenantId,
+        /// The gap, in reservations.
+        gap: u64,
+        /// Its starvation bound.
+        bound: u32,
+        /// The slot that ended the gap.
+        at_sequence: u64,
+    },
+    /// A claim of `sequence` took a run of `found`; the cycle gives the
+    /// slot to `expected`.
+    ClaimOfAnotherTenant {
+        /// The slot.
+        sequence: u64,
+        /// The cycle's tenant of the slot.
+        expected: TenantId,
+        /// The claimed run's tenant, as stored.
+        found: String,
+    },
+    /// A claim of a sequence that no retained range row holds.
+    ClaimOutsideRanges {
+        /// The claimed sequence.
+        sequence: u64,
+    },
+    /// A range row's slot is not its sequence modulo L.
+    SlotMismatch {
+        /// The range's first sequence.
+        sequence: u64,
+        /// The slot the row holds.
+        stored_slot: i32,
+        /// `sequence % L`.
+        expected_slot: u32,
+    },
+    /// A range row was reserved under another policy digest.
+    DigestMismatch {
+        /// The range's first sequence.
+        sequence: u64,
+    },
+    /// A range row starts inside the one before it.
+    OverlappingRanges {
+        /// The later range's first sequence.
+        sequence: u64,
+    },
+}
+
+/// A shard's audit ([`PgStore::audit_shard`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditReport {
+    /// The shard audited.
+    pub shard: SchedulerShardId,
+    /// The digest of the cycle the evidence was judged against.
+    pub cycle_digest: String,
+    /// `L`, the cycle's length in slots.
+    pub cycle_length: u32,
+    /// The span asked for, `[from, to)` (`to` at most the shard's cursor).
+    pub from: u64,
+    /// The end of the span audited (exclusive).
+    pub to: u64,
+    /// Slots of the span with evidence (a range row).
+    pub audited_slots: u64,
+    /// Stretches of the span without a range row (the first
+    /// [`MAX_AUDIT_HOLES`]), and their count.
+    pub holes: Vec<Range<u64>>,
+    /// How many stretches without a range row there were.
+    pub hole_count: u64,
+    /// One per tenant of the policy, in the policy's order.
+    pub tenants: Vec<TenantAudit>,
+    /// The first [`MAX_AUDIT_FINDINGS`] findings, and their count.
+    pub findings: Vec<AuditFinding>,
+    /// How many findings there were.
+    pub finding_count: u64,
+}
+
+impl AuditReport {
+    /// Whether nothing was found: every observed gap within its bound and
+    /// the evidence consistent.
+    pub fn passed(&self) -> bool {
+        self.finding_count == 0
+    }
+}
+
+/// One tenant's running tallies.
+struct Tally {
+    audit: TenantAudit,
+    /// Its last slot in the current stretch of evidence.
+    last: Option<u64>,
+    lags: hdrhistogram::Histogram<u64>,
+}
+
+impl Tally {
+    fn new(bound: &statek_policy::TenantStarvationBound) -> Result<Self, StoreError> {
+        Ok(Self {
+            audit: TenantAudit {
+                tenant: bound.tenant().clone(),
+                weight: bound.weight(),
+                bound: bound.maximum_reservations_until_selection(),
+                entitled: 0.0,
+                slots: 0,
+                claimed: 0,
+                idle: 0,
+                idle_known: 0,
+                contended: 0,
+                limited: 0,
+                unused: 0,
+                unrecorded: 0,
+                claimed_after_record: 0,
+                largest_gap: 0,
+                lag_samples: 0,
+                lag_p50_ms: None,
+                lag_p99_ms: None,
+                runs_completed: 0,
+                runs_failed: 0,
+                runs_cancelled: 0,
+                runs_open: 0,
+                retried_attempts: 0,
+            },
+            last: None,
+            // 1 µs to one hour, two significant digits.
+            lags: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 2)
+                .map_err(|e| StoreError::InvalidArgument(e.to_string()))?,
+        })
+    }
+}
+
+struct Walk<'p> {
+    policy: &'p WeightedFairnessPolicy,
+    indexes: &'p [u16],
+    cycle_length: u64,
+    digest: Vec<u8>,
+    tallies: Vec<Tally>,
+    by_tenant: HashMap<&'p str, usize>,
+    report: AuditReport,
+    /// The end of the evidence seen so far (next expected sequence).
+    covered_to: u64,
+}
+
+impl Walk<'_> {
+    fn find(&mut self, finding: AuditFinding) {
+        self.report.finding_count += 1;
+        if self.report.findings.len() < MAX_AUDIT_FINDINGS {
+            self.report.findings.push(finding);
+        }
+    }
+
+    fn hole(&mut self, hole: Range<u64>) {
+        if hole.is_empty() {
+            return;
+        }
+        self.report.hole_count += 1;
+        if self.report.holes.len() < MAX_AUDIT_HOLES {
+            self.report.holes.push(hole);
+        }
+        // Gaps are judged within a stretch of evidence only.
+        for tally in &mut self.tallies {
+            tally.last = None;
+        }
+    }
+
+    fn tenant_at(&self, sequence: u64) -> usize {
+        // `cycle_length` is the policy's L (1..=4096) and `indexes` has L
+        // entries: the index is in range.
+        usize::from(self.indexes[(sequence % self.cycle_length) as usize])
+    }
+
+    /// One range row, clipped to the span, with its record and claims.
+    /// `claims`: the claims of `span`, in sequence order.
+    fn range(&mut self, span: Range<u64>, classes: Option<&[SlotClass]>, claims: &[&Claim]) {
+        let mut next_claim = 0;
+        for (offset, sequence) in span.enumerate() {
+            let index = self.tenant_at(sequence);
+            let recorded = classes.and_then(|c| c.get(offset)).copied();
+            let mut claimed = false;
+            while let Some(claim) = claims.get(next_claim).filter(|c| c.sequence <= sequence) {
+                claimed |= claim.sequence == sequence;
+                next_claim += 1;
+            }
+            let tally = &mut self.tallies[index];
+            let gap = tally.last.map(|last| sequence - last);
+            tally.last = Some(sequence);
+            let a = &mut tally.audit;
+            a.slots += 1;
+            if let Some(gap) = gap {
+                a.largest_gap = a.largest_gap.max(gap);
+                if gap > u64::from(a.bound) {
+                    let finding = AuditFinding::GapOverBound {
+                        tenant: a.tenant.clone(),
+                        gap,
+                        bound: a.bound,
+                        at_sequence: sequence,
+                    };
+                    self.count_class(index, claimed, recorded);
+                    self.find(finding);
+                    continue;
+                }
+            }
+            self.count_class(index, claimed, recorded);
+        }
+    }
+
+    fn count_class(&mut self, index: usize, claimed: bool, recorded: Option<SlotClass>) {
+        let a = &mut self.tallies[index].audit;
+        match (claimed, recorded) {
+            (true, Some(class)) if class != SlotClass::Claimed => {
+                a.claimed += 1;
+                a.claimed_after_record += 1;
+            }
+            (true, _) | (false, Some(SlotClass::Claimed)) => a.claimed += 1,
+            (false, Some(SlotClass::Idle)) => a.idle += 1,
+            (false, Some(SlotClass::IdleKnown)) => a.idle_known += 1,
+            (false, Some(SlotClass::Contended)) => a.contended += 1,
+            (false, Some(SlotClass::Limited)) => a.limited += 1,
+            (false, Some(SlotClass::Unused)) => a.unused += 1,
+            (false, None) => a.unrecorded += 1,
+        }
+    }
+
+    fn claim(&mut self, claim: &Claim) {
+        let expected = self.tenant_at(claim.sequence);
+        match self.by_tenant.get(claim.tenant.as_str()) {
+            Some(&index) if index == expected => {}
+            _ => {
+                let finding = AuditFinding::ClaimOfAnotherTenant {
+                    sequence: claim.sequence,
+                    expected: self.tallies[expected].audit.tenant.clone(),
+                    found: claim.tenant.clone(),
+                };
+                self.find(finding);
+                return;
+            }
+        }
+        let a = &mut self.tallies[expected].audit;
+        if claim.attempt > 1 {
+            a.retried_attempts += 1;
+        }
+        if !claim.current {
+            return;
+        }
+        match claim.state.as_deref() {
+            Some("completed") => a.runs_completed += 1,
+            Some("failed") => a.runs_failed += 1,
+            Some("cancelled") => a.runs_cancelled += 1,
+            _ => a.runs_open += 1,
+        }
+        if claim.attempt == 1 {
+            if let Some(lag) = claim
+                .available_at
+                .and_then(|at| claim.claimed_at.duration_since(at).ok())
+            {
+                let micros = u64::try_from(lag.as_micros()).unwrap_or(u64::MAX);
+                let tally = &mut self.tallies[expected];
+                // Saturates at the histogram's top (one hour) instead of
+                // failing.
+                tally.lags.saturating_record(micros);
+                tally.audit.lag_samples += 1;
+            }
+        }
+    }
+}
+
+/// One claim of the span: on its run row (`current`) or in history.
+#[derive(Debug, Clone)]
+struct Claim {
+    sequence: u64,
+    tenant: String,
+    attempt: i32,
+    state: Option<String>,
+    current: bool,
+    claimed_at: SystemTime,
+    available_at: Option<SystemTime>,
+}
+
+fn to_u64(value: i64, what: &'static str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::corrupt(what, format!("negative value {value}")))
+}
+
+fn to_i64(value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value)
+        .map_err(|_| StoreError::InvalidArgument(format!("sequence {value} is past i64::MAX")))
+}
+
+const SELECT_BETWEEN: &str = "
+    SELECT (SELECT min(r.sequence) FROM statek.scheduler_reservations AS r
+            WHERE r.shard_id = $1 AND r.reserved_at >= $2 AND r.reserved_at < $3) AS first,
+           (SELECT max(r.sequence + r.sequence_count) FROM statek.scheduler_reservations AS r
+            WHERE r.shard_id = $1 AND r.reserved_at >= $2 AND r.reserved_at < $3) AS last";
+
+impl PgStore {
+    /// The sequences of `shard`'s retained range rows reserved (database
+    /// time) at or after `from` and before `to`, from the first such row's
+    /// first sequence to the last one's end: the span
+    /// [`audit_shard`](Self::audit_shard) takes. Empty (`0..0`) when none.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn sequences_reserved_between(
+        &self,
+        shard: &SchedulerShardId,
+        from: SystemTime,
+        to: SystemTime,
+    ) -> Result<Range<u64>, StoreError> {
+        let shard = shard.as_str();
+        let row = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query_one(
+                        SELECT_BETWEEN,
+                        &[
+                            (&shard, Type::TEXT),
+                            (&from, Type::TIMESTAMPTZ),
+                            (&to, Type::TIMESTAMPTZ),
+                        ],
+                    )
+                    .await?)
+            })
+            .await?;
+        let first: Option<i64> = row.try_get("first")?;
+        let last: Option<i64> = row.try_get("last")?;
+        match (first, last) {
+            (Some(first), Some(last)) => {
+                Ok(to_u64(first, "reservation range")?..to_u64(last, "reservation range")?)
+            }
+            _ => Ok(0..0),
+        }
+    }
+
+    /// Audits the evidence of `shard` over the sequences `span` (its end
+    /// clipped to the shard's cursor) against the shard's own policy: see
+    /// the module documentation of `audit` for what is counted and judged.
+    /// Reads in pages of 1,000 range rows; memory is bounded by a page and
+    /// the policy.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] for an empty span or one past
+    /// `i64::MAX`; [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard)
+    /// for a shard not registered; [`StoreError::CorruptData`] for a record the database
+    /// should have refused; connection and server errors.
+    pub async fn audit_shard(
+        &self,
+        shard: &SchedulerShardId,
+        span: Range<u64>,
+    ) -> Result<AuditReport, StoreError> {
+        if span.is_empty() {
+            return Err(StoreError::InvalidArgument(format!(
+                "the span {}..{} is empty",
+                span.start, span.end
+            )));
+        }
+        let stored = self.load_shard(shard).await?;
+        let policy = stored.policy();
+        let to = span.end.min(stored.next_sequence());
+        let from = span.start.min(to);
+        let bounds: Vec<_> = policy.starvation_bounds().collect();
+        let cycle_length = policy.cycle_length();
+        let mut walk = Walk {
+            policy,
+            indexes: policy.cycle_tenant_indexes(),
+            cycle_length: u64::from(cycle_length),
+            digest: policy.digest().as_bytes().to_vec(),
+            tallies: bounds
+                .iter()
+                .map(Tally::new)
+                .collect::<Result<_, StoreError>>()?,
+            by_tenant: HashMap::new(),
+            report: AuditReport {
+                shard: shard.clone(),
+                cycle_digest: policy.cycle_digest().to_string(),
+                cycle_length,
+                from,
+                to,
+                audited_slots: 0,
+                holes: Vec::new(),
+                hole_count: 0,
+                tenants: Vec::new(),
+                findings: Vec::new(),
+                finding_count: 0,
+            },
+            covered_to: from,
+        };
+        walk.by_tenant = policy
+            .tenants()
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.tenant().as_str(), i))
+            .collect();
+        let mut cursor = from;
+        while cursor < to {
+            let page = self.audit_page(shard, cursor, to).await?;
+            let Some(last) = page.ranges.last() else {
+                break;
+            };
+            let page_end = (last.0 + last.1).min(to);
+            walk.page(&page, cursor..page_end);
+            cursor = page_end;
+        }
+        let covered = walk.covered_to;
+        walk.hole(covered..to);
+        Ok(walk.finish())
+    }
+
+    /// The range rows from `cursor` (at most a page), and the records and
+    /// claims of the sequences they cover.
+    async fn audit_page(
+        &self,
+        shard: &SchedulerShardId,
+        cursor: u64,
+        to: u64,
+    ) -> Result<Page, StoreError> {
+        let (cursor_arg, to_arg) = (to_i64(cursor)?, to_i64(to)?);
+        let shard = shard.as_str();
+        self.with_response_timeout(async |db: &Db<'_>| {
+            let rows = db
+                .query(
+                    SELECT_RANGES,
+                    &[
+                        (&shard, Type::TEXT),
+                        (&cursor_arg, Type::INT8),
+                        (&to_arg, Type::INT8),
+                        (&PAGE_RANGES, Type::INT8),
+                    ],
+                )
+                .await?;
+            let mut ranges = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let first = to_u64(row.try_get("sequence")?, "reservation range")?;
+                let count: i32 = row.try_get("sequence_count")?;
+                let count = u64::try_from(count).unwrap_or(0).max(1);
+                let slot: i32 = row.try_get("slot")?;
+                let digest: Vec<u8> = row.try_get("policy_digest")?;
+                ranges.push((first, count, slot, digest));
+            }
+            let Some(end) = ranges.last().map(|r| r.0 + r.1) else {
+                return Ok(Page::default());
+            };
+            let start = ranges.first().map_or(cursor, |r| r.0).min(cursor);
+            let (start_arg, end_arg) = (to_i64(start)?, to_i64(end)?);
+            let records = db
+                .query(
+                    SELECT_RECORDS,
+                    &[
+                        (&shard, Type::TEXT),
+                        (&start_arg, Type::INT8),
+                        (&end_arg, Type::INT8),
+                    ],
+                )
+                .await?
+                .iter()
+                .map(|row| {
+                    let first = to_u64(row.try_get("first_sequence")?, "slot outcome record")?;
+                    let letters: String = row.try_get("classes")?;
+                    let counts: Vec<i32> = row.try_get("counts")?;
+                    let outcomes = crate::slot_outcomes::decode_outcomes(&letters, &counts)?;
+                    let classes = outcomes
+                        .runs()
+                        .iter()
+                        .flat_map(|(class, n)| {
+                            std::iter::repeat_n(*class, usize::try_from(*n).unwrap_or(0))
+                        })
+                        .collect();
+                    Ok((first, classes))
+                })
+                .collect::<Result<HashMap<u64, Vec<SlotClass>>, StoreError>>()?;
+            let claims = db
+                .query(
+                    SELECT_CLAIMS,
+                    &[
+                        (&shard, Type::TEXT),
+                        (&start_arg, Type::INT8),
+                        (&end_arg, Type::INT8),
+                    ],
+                )
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(Claim {
+                        sequence: to_u64(row.try_get("sequence")?, "claim")?,
+                        tenant: row.try_get("tenant_id")?,
+                        attempt: row.try_get("attempt")?,
+                        state: row.try_get("state")?,
+                        current: row.try_get::<_, Option<String>>("state")?.is_some(),
+                        claimed_at: row.try_get("claimed_at")?,
+                        available_at: row.try_get("available_at")?,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(Page {
+                ranges,
+                records,
+                claims,
+            })
+        })
+        .await
+    }
+}
+
+/// One page of evidence: range rows `(first, count, slot, digest)`, the
+/// records by first sequence, the claims of their sequences.
+#[derive(Default)]
+struct Page {
+    ranges: Vec<(u64, u64, i32, Vec<u8>)>,
+    records: HashMap<u64, Vec<SlotClass>>,
+    claims: Vec<Claim>,
+}
+
+impl Walk<'_> {
+    fn page(&mut self, page: &Page, span: Range<u64>) {
+        let mut claims: Vec<&Claim> = page.claims.iter().collect();
+        claims.sort_by_key(|c| c.sequence);
+        let mut next_claim = 0;
+        for (first, count, slot, digest) in &page.ranges {
+            let range = *first..first + count;
+            // Rows come in sequence order: one that starts inside evidence
+            // already walked overlaps the row before it (the first row may
+            // start before the span: only its part in the span counts).
+            if range.start < self.covered_to && range.start >= span.start {
+                self.find(AuditFinding::OverlappingRanges {
+                    sequence: range.start,
+                });
+                continue;
+            }
+            let expected_slot = (range.start % self.cycle_length) as u32;
+            if i64::from(*slot) != i64::from(expected_slot) {
+                self.find(AuditFinding::SlotMismatch {
+                    sequence: range.start,
+                    stored_slot: *slot,
+                    expected_slot,
+                });
+            }
+            if *digest != self.digest {
+                self.find(AuditFinding::DigestMismatch {
+                    sequence: range.start,
+                });
+            }
+            let clipped = range.start.max(self.covered_to).max(span.start)..range.end.min(span.end);
+            if clipped.is_empty() {
+                continue;
+            }
+            let covered = self.covered_to;
+            self.hole(covered..clipped.start);
+            // Claims before this range's part belong to no range row.
+            while let Some(claim) = claims
+                .get(next_claim)
+                .filter(|c| c.sequence < clipped.start)
+            {
+                if claim.sequence >= span.start {
+                    self.find(AuditFinding::ClaimOutsideRanges {
+                        sequence: claim.sequence,
+                    });
+                }
+                next_claim += 1;
+            }
+            let from = next_claim;
+            while claims
+                .get(next_claim)
+                .is_some_and(|c| c.sequence < clipped.end)
+            {
+                next_claim += 1;
+            }
+            let in_range = &claims[from..next_claim];
+            for claim in in_range {
+                self.claim(claim);
+            }
+            let classes = page.records.get(&range.start).map(|classes| {
+                let skip = usize::try_from(clipped.start - range.start).unwrap_or(usize::MAX);
+                classes.get(skip..).unwrap_or_default()
+            });
+            self.range(clipped.clone(), classes, in_range);
+            self.report.audited_slots += clipped.end - clipped.start;
+            self.covered_to = clipped.end;
+        }
+        for claim in claims.get(next_claim..).unwrap_or_default() {
+            if claim.sequence >= span.start && claim.sequence < span.end {
+                self.find(AuditFinding::ClaimOutsideRanges {
+                    sequence: claim.sequence,
+                });
+            }
+        }
+    }
+
+    fn finish(mut self) -> AuditReport {
+        let audited = self.report.audited_slots as f64;
+        let l = f64::from(self.policy.cycle_length());
+        self.report.tenants = self
+            .tallies
+            .into_iter()
+            .map(|tally| {
+                let mut audit = tally.audit;
+                audit.entitled = audited * f64::from(audit.weight) / l;
+                if audit.lag_samples > 0 {
+                    let ms = |q: f64| tally.lags.value_at_quantile(q) as f64 / 1000.0;
+                    audit.lag_p50_ms = Some(ms(0.5));
+                    audit.lag_p99_ms = Some(ms(0.99));
+                }
+                audit
+            })
+            .collect();
+        self.report
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,69 @@
+//! Unit tests of `audit.rs`: the walk's judgement of gaps.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+fn tenant(id: &str) -> TenantId {
+    TenantId::try_from(id).unwrap()
+}
+
+/// The walk judges each gap against the tally's bound: with a's bound
+/// lowered to 1 (its true bound is 2), each gap of 2 is a finding.
+#[test]
+fn a_gap_above_the_bound_is_a_finding() {
+    let policy = WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("primary-v1").unwrap(),
+        [
+            statek_policy::TenantFairnessWeight::new(tenant("tenant-a"), 3).unwrap(),
+            statek_policy::TenantFairnessWeight::new(tenant("tenant-b"), 1).unwrap(),
+        ],
+    )
+    .unwrap();
+    assert_eq!(policy.cycle_tenant_indexes(), [0, 0, 1, 0]);
+    let mut walk = Walk {
+        policy: &policy,
+        indexes: policy.cycle_tenant_indexes(),
+        cycle_length: 4,
+        digest: Vec::new(),
+        tallies: policy
+            .starvation_bounds()
+            .map(|b| {
+                let mut tally = Tally::new(&b).unwrap();
+                tally.audit.bound = 1;
+                tally
+            })
+            .collect(),
+        by_tenant: HashMap::new(),
+        report: AuditReport {
+            shard: policy.shard_id().clone(),
+            cycle_digest: String::new(),
+            cycle_length: 4,
+            from: 0,
+            to: 8,
+            audited_slots: 0,
+            holes: Vec::new(),
+            hole_count: 0,
+            tenants: Vec::new(),
+            findings: Vec::new(),
+            finding_count: 0,
+        },
+        covered_to: 0,
+    };
+    walk.range(0..8, None, &[]);
+    // The cycle is [a, a, b, a]: a's gaps of 2 end at 3 and 7, b's gap
+    // of 4 at 6, all above the lowered bound of 1.
+    let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+    let gap = |tenant: &TenantId, gap, at_sequence| AuditFinding::GapOverBound {
+        tenant: tenant.clone(),
+        gap,
+        bound: 1,
+        at_sequence,
+    };
+    assert_eq!(
+        walk.report.findings,
+        [gap(&a, 2, 3), gap(&b, 4, 6), gap(&a, 2, 7)]
+    );
+    assert_eq!(walk.report.finding_count, 3);
+    assert_eq!(walk.tallies[0].audit.unrecorded, 6);
+}

@@ -1,0 +1,190 @@
+//! `PgStore::audit_shard`: a shard's evidence (range rows, outcome
+//! records, claims) counted per tenant and judged against its policy, with
+//! exact counts; forged evidence and holes are found.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, SystemTime};
+
+use statek_core::{SlotClass, SlotOutcomes};
+use statek_policy::{TenantId, WeightedFairnessPolicy};
+use statek_store_pg::testing::{reserve_next_slots, TestDatabase};
+use statek_store_pg::{AuditFinding, NewRun, SlotClaim, TenantAudit};
+
+fn tenant(id: &str) -> TenantId {
+    TenantId::try_from(id).unwrap()
+}
+
+/// `tenant-a:3, tenant-b:1`: L = 4; a's bound is 2, b's 4.
+fn policy() -> WeightedFairnessPolicy {
+    statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)])
+}
+
+const LEASE: Duration = Duration::from_secs(60);
+
+/// (slots, claimed, idle, unrecorded, largest gap) of a tenant's audit.
+fn counts(t: &TenantAudit) -> (u64, u64, u64, u64, u64) {
+    (t.slots, t.claimed, t.idle, t.unrecorded, t.largest_gap)
+}
+
+#[tokio::test]
+async fn an_audit_counts_each_tenants_slots_outcomes_and_claims_and_finds_forgeries() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    let shard = p.shard_id();
+    store.register(&p).await.unwrap();
+    let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+    for i in 0..3_u8 {
+        store
+            .enqueue(&NewRun::new(a.clone(), vec![i]))
+            .await
+            .unwrap();
+    }
+    // Range 0..8 claimed for and recorded; range 8..16 left unrecorded.
+    let first = reserve_next_slots(&store, &p, 8).await;
+    let claims = store
+        .claim_runs_for_slots(&first, shard, LEASE)
+        .await
+        .unwrap();
+    let mut outcomes = SlotOutcomes::new();
+    let mut claimed_at = Vec::new();
+    for ((sequence, _), claim) in first.iter().zip(&claims) {
+        match claim {
+            SlotClaim::Claimed(_) => {
+                outcomes.push(SlotClass::Claimed, 1);
+                claimed_at.push(*sequence);
+            }
+            SlotClaim::Idle => outcomes.push(SlotClass::Idle, 1),
+            other => panic!("{other:?}"),
+        }
+    }
+    store
+        .record_slot_outcomes(shard, 0, &outcomes)
+        .await
+        .unwrap();
+    reserve_next_slots(&store, &p, 8).await;
+    // tenant-a has 6 of the first 8 slots: its first 3 claimed its 3 runs.
+    assert_eq!(claimed_at.len(), 3);
+    assert!(claimed_at
+        .iter()
+        .all(|s| p.tenant_for_slot(s % 4) == Some(&a)));
+
+    let report = store.audit_shard(shard, 0..u64::MAX).await.unwrap();
+    assert!(report.passed(), "{report:?}");
+    assert_eq!((report.from, report.to, report.audited_slots), (0, 16, 16));
+    assert_eq!((report.cycle_length, report.hole_count), (4, 0));
+    assert_eq!(report.cycle_digest, p.cycle_digest().to_string());
+    let (ta, tb) = (&report.tenants[0], &report.tenants[1]);
+    assert_eq!((&ta.tenant, &tb.tenant), (&a, &b));
+    assert_eq!((ta.bound, tb.bound), (2, 4));
+    assert_eq!(counts(ta), (12, 3, 3, 6, 2));
+    assert_eq!(counts(tb), (4, 0, 2, 2, 4));
+    assert_eq!((ta.entitled, tb.entitled), (12.0, 4.0));
+    assert_eq!(
+        (ta.runs_open, ta.runs_completed, ta.retried_attempts),
+        (3, 0, 0)
+    );
+    assert_eq!(ta.lag_samples, 3);
+    assert!(ta.lag_p50_ms.is_some() && ta.lag_p99_ms >= ta.lag_p50_ms);
+    assert_eq!((tb.lag_samples, tb.lag_p50_ms), (0, None));
+
+    // A span inside a range: its part only, clipped to the cursor.
+    let part = store.audit_shard(shard, 6..100).await.unwrap();
+    assert_eq!((part.from, part.to, part.audited_slots), (6, 16, 10));
+    let slots_of = |t: &TenantId| {
+        (6..16)
+            .filter(|s| p.tenant_for_slot(s % 4) == Some(t))
+            .count()
+    };
+    assert_eq!(part.tenants[0].slots, slots_of(&a) as u64);
+    assert_eq!(part.tenants[1].slots, slots_of(&b) as u64);
+    assert!(part.passed());
+
+    // The reservation times map to the whole span.
+    let between = store
+        .sequences_reserved_between(
+            shard,
+            SystemTime::now() - Duration::from_secs(3600),
+            SystemTime::now() + Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
+    assert_eq!(between, 0..16);
+    let none = store
+        .sequences_reserved_between(
+            shard,
+            SystemTime::now() + Duration::from_secs(3600),
+            SystemTime::now() + Duration::from_secs(7200),
+        )
+        .await
+        .unwrap();
+    assert_eq!(none, 0..0);
+
+    // Forged evidence, with the database's own guards switched off (as a
+    // superuser could): a's claimed run moved to tenant-b.
+    let client = db.client().await;
+    let forged = claimed_at[1];
+    client
+        .batch_execute(&format!(
+            "SET session_replication_role = replica;
+             UPDATE statek.runs SET tenant_id = 'tenant-b' WHERE claim_sequence = {forged};
+             RESET session_replication_role;"
+        ))
+        .await
+        .unwrap();
+    let report = store.audit_shard(shard, 0..16).await.unwrap();
+    assert!(!report.passed());
+    assert_eq!(
+        report.findings,
+        [AuditFinding::ClaimOfAnotherTenant {
+            sequence: forged,
+            expected: a.clone(),
+            found: "tenant-b".to_owned(),
+        }]
+    );
+
+    // The first range row gone (as pruning would take it, but leaving its
+    // claims): a hole, not judged, and 3 claims outside every range.
+    client
+        .batch_execute(
+            "SET session_replication_role = replica;
+             DELETE FROM statek.scheduler_reservations WHERE sequence = 0;
+             RESET session_replication_role;",
+        )
+        .await
+        .unwrap();
+    let report = store.audit_shard(shard, 0..16).await.unwrap();
+    assert_eq!(report.holes, vec![std::ops::Range { start: 0, end: 8 }]);
+    assert_eq!((report.hole_count, report.audited_slots), (1, 8));
+    assert_eq!(
+        report.findings,
+        claimed_at
+            .iter()
+            .map(|&sequence| AuditFinding::ClaimOutsideRanges { sequence })
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(counts(&report.tenants[0]), (6, 0, 0, 6, 2));
+}
+
+#[tokio::test]
+async fn an_audit_refuses_an_empty_span_and_an_unknown_shard() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    assert!(matches!(
+        store.audit_shard(p.shard_id(), 5..5).await,
+        Err(statek_store_pg::StoreError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store.audit_shard(p.shard_id(), 0..5).await,
+        Err(statek_store_pg::StoreError::Rollout(
+            statek_store_pg::RolloutError::UnknownShard { .. }
+        ))
+    ));
+    // A registered shard without reservations: nothing to audit.
+    store.register(&p).await.unwrap();
+    let report = store.audit_shard(p.shard_id(), 0..u64::MAX).await.unwrap();
+    assert_eq!((report.from, report.to, report.audited_slots), (0, 0, 0));
+    assert!(report.passed());
+}
