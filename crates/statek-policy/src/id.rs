@@ -4,7 +4,8 @@
 //! `[A-Za-z0-9._:-]`, and not `.` or `..`. Ids are case-sensitive, never
 //! normalised, and ordered by their raw bytes (so `"B" < "a"`).
 
-use alloc::string::String;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
 use core::borrow::Borrow;
 use core::fmt;
 
@@ -82,8 +83,10 @@ macro_rules! id_type {
         $name:ident, $what:literal
     ) => {
         $(#[$meta])*
+        // Shared text: a clone (every slot of a batch names its tenant) is
+        // a reference count, not an allocation.
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             #[doc = concat!("The ", $what, " as text.")]
@@ -95,20 +98,20 @@ macro_rules! id_type {
             #[doc = concat!("Consumes the ", $what, " and returns its text.")]
             #[must_use]
             pub fn into_string(self) -> String {
-                self.0
+                self.0.to_string()
             }
 
             /// Validates `bytes` against the id grammar; the conversions
             /// into [`PolicyError`](crate::PolicyError) are in `id_parse.rs`.
             pub(crate) fn parse(bytes: &[u8]) -> Result<Self, IdError> {
                 validate_id(bytes)?;
-                Ok(Self(ascii_string(bytes)))
+                Ok(Self(Arc::from(ascii_string(bytes))))
             }
 
-            /// Validates `value`, reusing its allocation.
+            /// Validates `value`.
             pub(crate) fn parse_string(value: String) -> Result<Self, IdError> {
                 validate_id(value.as_bytes())?;
-                Ok(Self(value))
+                Ok(Self(Arc::from(value)))
             }
         }
 
@@ -132,7 +135,7 @@ macro_rules! id_type {
 
         impl From<$name> for String {
             fn from(id: $name) -> String {
-                id.0
+                id.0.to_string()
             }
         }
     };
@@ -205,6 +208,6 @@ impl ScheduleId {
     /// fails).
     #[must_use]
     pub fn of_shard(shard: &SchedulerShardId) -> ScheduleId {
-        ScheduleId(String::from(shard.as_str()))
+        ScheduleId(Arc::clone(&shard.0))
     }
 }
