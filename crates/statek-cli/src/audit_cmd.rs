@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 use statek_policy::{EchoedValue, SchedulerShardId};
-use statek_store_pg::{AuditFinding, AuditReport, TenantAudit};
+use statek_store_pg::{AuditFinding, AuditReport, ScheduleAudit, SeamAudit, TenantAudit};
 
 use crate::db::DbArgs;
 use crate::exit::{AuditFailed, InvalidInput};
@@ -69,6 +69,161 @@ pub async fn audit(shard: &str, span: Span, db: &DbArgs) -> Result<AuditLines> {
         Some(store.audit_shard(&shard, sequences.clone()).await?)
     };
     Ok(AuditLines::new(&shard, sequences, report.as_ref()))
+}
+
+/// Audits every shard of the schedule `shard` belongs to, and each seam.
+pub async fn audit_schedule(shard: &str, db: &DbArgs) -> Result<ScheduleLines> {
+    let shard = SchedulerShardId::try_from(shard)
+        .map_err(|e| anyhow!(InvalidInput(format!("shard {}: {e}", EchoedValue(shard)))))?;
+    let store = db.store(1)?;
+    let audit = store.audit_schedule(&shard).await?;
+    Ok(ScheduleLines::new(&audit))
+}
+
+/// One tenant at one seam.
+#[derive(Serialize)]
+pub struct SeamTenantLine {
+    tenant: String,
+    bound: u64,
+    observed: Option<u64>,
+    joining: bool,
+    waited_since_last_pick: Option<u64>,
+}
+
+/// One seam.
+#[derive(Serialize)]
+pub struct SeamLine {
+    sealed: String,
+    successor: String,
+    sealed_at_sequence: u64,
+    tenants: Vec<SeamTenantLine>,
+    over_bound: usize,
+}
+
+impl SeamLine {
+    fn new(seam: &SeamAudit) -> Self {
+        Self {
+            sealed: seam.sealed.to_string(),
+            successor: seam.successor.to_string(),
+            sealed_at_sequence: seam.sealed_at_sequence,
+            tenants: seam
+                .tenants
+                .iter()
+                .map(|t| SeamTenantLine {
+                    tenant: t.tenant.to_string(),
+                    bound: t.bound,
+                    observed: t.observed,
+                    joining: t.joining,
+                    waited_since_last_pick: t.waited_since_last_pick,
+                })
+                .collect(),
+            over_bound: seam.over_bound().count(),
+        }
+    }
+}
+
+/// What `statek audit --whole-schedule` reports.
+#[derive(Serialize)]
+pub struct ScheduleLines {
+    shards: Vec<AuditLines>,
+    seams: Vec<SeamLine>,
+    passed: bool,
+}
+
+impl ScheduleLines {
+    fn new(audit: &ScheduleAudit) -> Self {
+        Self {
+            shards: audit
+                .shards
+                .iter()
+                .map(|r| AuditLines::new(&r.shard, r.from..r.to, Some(r)))
+                .collect(),
+            seams: audit.seams.iter().map(SeamLine::new).collect(),
+            passed: audit.passed(),
+        }
+    }
+
+    /// The audit's failure (exit code `AUDIT_FAILED`), if it failed.
+    ///
+    /// # Errors
+    /// [`AuditFailed`] naming the shards and seams that failed.
+    pub fn into_result(self) -> Result<()> {
+        if self.passed {
+            return Ok(());
+        }
+        let shards = self.shards.iter().filter(|s| !s.passed).count() as u64;
+        let seams = self.seams.iter().filter(|s| s.over_bound > 0).count() as u64;
+        Err(anyhow!(AuditFailed(format!(
+            "the audit of the schedule found problems in {} and {}",
+            count(shards, "shard", "shards"),
+            count(seams, "seam", "seams")
+        ))))
+    }
+}
+
+fn or_dash(value: Option<u64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+impl Report for ScheduleLines {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        for (k, shard) in self.shards.iter().enumerate() {
+            if k > 0 {
+                writeln!(w)?;
+                if let Some(seam) = self.seams.get(k - 1) {
+                    seam.write_text(w)?;
+                    writeln!(w)?;
+                }
+            }
+            shard.write_text(w)?;
+        }
+        writeln!(w)?;
+        if self.passed {
+            writeln!(
+                w,
+                "schedule: passed ({}, {})",
+                count(self.shards.len() as u64, "shard", "shards"),
+                count(self.seams.len() as u64, "seam", "seams")
+            )
+        } else {
+            writeln!(w, "schedule: FAILED")
+        }
+    }
+}
+
+impl SeamLine {
+    fn write_text(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "seam {} -> {} (sealed at sequence {}): gaps across it, in reservations",
+            self.sealed, self.successor, self.sealed_at_sequence
+        )?;
+        writeln!(
+            w,
+            "{:<24} {:>9} {:>9} {:>8} {:>22}",
+            "tenant", "bound", "observed", "joining", "waited since last pick"
+        )?;
+        for t in &self.tenants {
+            let over = if t.observed.is_some_and(|gap| gap > t.bound) {
+                "  ABOVE ITS BOUND"
+            } else {
+                ""
+            };
+            writeln!(
+                w,
+                "{:<24} {:>9} {:>9} {:>8} {:>22}{over}",
+                t.tenant,
+                t.bound,
+                or_dash(t.observed),
+                if t.joining { "yes" } else { "no" },
+                or_dash(t.waited_since_last_pick)
+            )?;
+        }
+        writeln!(
+            w,
+            "(observed: -, not seen in the evidence; waited since last pick: a joining tenant that was in an earlier shard, counted from its last pick there)"
+        )
+    }
 }
 
 /// One tenant's line.

@@ -110,6 +110,10 @@ enum Command {
         /// sequence up to the cursor.
         #[arg(long, value_parser = crate::audit_cmd::sequences, conflicts_with_all = ["from", "to"])]
         sequences: Option<std::ops::Range<u64>>,
+        /// Audit every shard of the shard's schedule (first to live, all
+        /// their sequences) and the gap of every tenant across each seam.
+        #[arg(long, conflicts_with_all = ["sequences", "from", "to"])]
+        whole_schedule: bool,
         /// The ranges reserved at or after this time: RFC 3339
         /// (2026-12-04T10:00:00Z) or a duration ago (1h).
         #[arg(long, value_parser = time_arg, requires = "to")]
@@ -557,11 +561,23 @@ pub fn run(cli: Cli) -> Result<()> {
         ),
         Command::Audit {
             shard,
+            whole_schedule: true,
+            format,
+            db,
+            ..
+        } => {
+            let audited = runtime()?.block_on(audit_cmd::audit_schedule(&shard, &db))?;
+            emit(&audited, format)?;
+            audited.into_result()
+        }
+        Command::Audit {
+            shard,
             sequences,
             from,
             to,
             format,
             db,
+            whole_schedule: false,
         } => {
             let span = match (from, to) {
                 (Some(from), Some(to)) => audit_cmd::Span::Between(from, to),

@@ -113,6 +113,10 @@ pub struct TenantAudit {
     /// The largest selection gap seen, in reservations (0: fewer than two
     /// of its slots in one stretch of evidence).
     pub largest_gap: u64,
+    /// Its first and last slot with evidence in the span (sequences).
+    pub first_slot: Option<u64>,
+    /// See `first_slot`.
+    pub last_slot: Option<u64>,
     /// First attempts whose service lag was measured.
     pub lag_samples: u64,
     /// The median service lag of those first attempts, milliseconds.
@@ -207,6 +211,8 @@ pub struct AuditReport {
     pub findings: Vec<AuditFinding>,
     /// How many findings there were.
     pub finding_count: u64,
+    /// Where the last stretch of evidence ends.
+    covered_to: u64,
 }
 
 impl AuditReport {
@@ -214,6 +220,17 @@ impl AuditReport {
     /// the evidence consistent.
     pub fn passed(&self) -> bool {
         self.finding_count == 0
+    }
+
+    /// Whether the evidence covers the span's first sequence (the first
+    /// hole, always kept, does not start there).
+    pub fn covers_start(&self) -> bool {
+        self.audited_slots > 0 && self.holes.first().is_none_or(|h| h.start > self.from)
+    }
+
+    /// Whether the evidence covers the span's last sequence.
+    pub fn covers_end(&self) -> bool {
+        self.audited_slots > 0 && self.covered_to == self.to
     }
 }
 
@@ -243,6 +260,8 @@ impl Tally {
                 unrecorded: 0,
                 claimed_after_record: 0,
                 largest_gap: 0,
+                first_slot: None,
+                last_slot: None,
                 lag_samples: 0,
                 lag_p50_ms: None,
                 lag_p99_ms: None,
@@ -317,6 +336,8 @@ impl Walk<'_> {
             tally.last = Some(sequence);
             let a = &mut tally.audit;
             a.slots += 1;
+            a.first_slot.get_or_insert(sequence);
+            a.last_slot = Some(sequence);
             if let Some(gap) = gap {
                 a.largest_gap = a.largest_gap.max(gap);
                 if gap > u64::from(a.bound) {
@@ -511,6 +532,7 @@ impl PgStore {
                 tenants: Vec::new(),
                 findings: Vec::new(),
                 finding_count: 0,
+                covered_to: from,
             },
             covered_to: from,
         };
@@ -531,6 +553,7 @@ impl PgStore {
             cursor = page_end;
         }
         let covered = walk.covered_to;
+        walk.report.covered_to = covered;
         walk.hole(covered..to);
         Ok(walk.finish())
     }

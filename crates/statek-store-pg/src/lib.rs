@@ -127,6 +127,7 @@
 
 mod acknowledged_log;
 mod audit;
+mod audit_chain;
 #[cfg(feature = "baseline")]
 pub mod baseline;
 mod batch;
@@ -168,6 +169,7 @@ pub mod testing;
 mod tls;
 
 pub use audit::{AuditFinding, AuditReport, TenantAudit, MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES};
+pub use audit_chain::{ScheduleAudit, SeamAudit, SeamTenantAudit};
 pub use batch::ReservationBatch;
 pub use completion::{FinishAs, FinishOutcome, FinishRun};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};

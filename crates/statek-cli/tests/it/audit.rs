@@ -153,3 +153,77 @@ async fn an_audit_reports_each_tenant_and_fails_on_forged_evidence() {
     assert_ne!(unknown.status.code(), Some(0));
     assert_ne!(unknown.status.code(), Some(16));
 }
+
+#[tokio::test]
+async fn a_whole_schedule_audit_shows_each_seam() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let store = db.store();
+    let v1 = statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let v2 = statek_store_pg::testing::policy("primary-v2", &[("tenant-a", 1), ("tenant-c", 1)]);
+    store.register(&v1).await.unwrap();
+    reserve_next_slots(&store, &v1, 8).await;
+    store.rollout(&v1, &v2, None).await.unwrap();
+    reserve_next_slots(&store, &v2, 2).await;
+    let seam = store.load_seam(v1.shard_id()).await.unwrap();
+    let bound = |tenant: &str| {
+        seam.seam()
+            .iter()
+            .find(|b| b.tenant().as_str() == tenant)
+            .unwrap()
+            .reservations_across_seam()
+    };
+
+    let audited = statek(
+        &["audit", "--shard", "primary-v2", "--whole-schedule"],
+        &url,
+    );
+    assert_eq!(audited.status.code(), Some(0), "{}", text(&audited.stderr));
+    let out = text(&audited.stdout);
+    assert!(
+        out.starts_with("audit of shard primary-v1, sequences 0..8: 8 slots"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\nseam primary-v1 -> primary-v2 (sealed at sequence 8): gaps across it, in reservations\n"),
+        "{out}"
+    );
+    let row = |tenant: &str| {
+        out.lines()
+            .find(|l| l.starts_with(tenant) && l.split_whitespace().count() == 5)
+            .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+            .unwrap()
+    };
+    let a = bound("tenant-a").to_string();
+    let c = bound("tenant-c").to_string();
+    assert_eq!(
+        row("tenant-a"),
+        ["tenant-a", a.as_str(), a.as_str(), "no", "-"],
+        "{out}"
+    );
+    assert_eq!(
+        row("tenant-c"),
+        ["tenant-c", c.as_str(), c.as_str(), "yes", "-"],
+        "{out}"
+    );
+    assert!(
+        out.contains("\naudit of shard primary-v2, sequences 0..2: 2 slots"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("\nschedule: passed (2 shards, 1 seam)\n"),
+        "{out}"
+    );
+    let conflicting = statek(
+        &[
+            "audit",
+            "--shard",
+            "primary-v2",
+            "--whole-schedule",
+            "--sequences",
+            "0..4",
+        ],
+        &url,
+    );
+    assert_eq!(conflicting.status.code(), Some(2));
+}

@@ -47,6 +47,7 @@ fn a_gap_above_the_bound_is_a_finding() {
             tenants: Vec::new(),
             findings: Vec::new(),
             finding_count: 0,
+            covered_to: 0,
         },
         covered_to: 0,
     };

@@ -188,3 +188,78 @@ async fn an_audit_refuses_an_empty_span_and_an_unknown_shard() {
     assert_eq!((report.from, report.to, report.audited_slots), (0, 0, 0));
     assert!(report.passed());
 }
+
+/// A chain of three shards: tenant-b leaves at the first seam and comes
+/// back at the second. Each seam's observed gap is its stored bound, and
+/// b's real wait since its last pick in the first shard is reported.
+#[tokio::test]
+async fn a_schedule_audit_judges_each_seam_and_tells_a_rejoining_tenants_real_wait() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let pol = statek_store_pg::testing::policy;
+    let v1 = pol("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
+    let v2 = pol("primary-v2", &[("tenant-a", 1), ("tenant-c", 1)]);
+    let v3 = pol("primary-v3", &[("tenant-a", 1), ("tenant-b", 1)]);
+    store.register(&v1).await.unwrap();
+    reserve_next_slots(&store, &v1, 10).await;
+    store.rollout(&v1, &v2, None).await.unwrap();
+    reserve_next_slots(&store, &v2, 6).await;
+    store.rollout(&v2, &v3, None).await.unwrap();
+    reserve_next_slots(&store, &v3, 4).await;
+
+    let audit = store.audit_schedule(v3.shard_id()).await.unwrap();
+    assert!(audit.passed(), "{audit:?}");
+    let shards: Vec<(&str, u64, u64)> = audit
+        .shards
+        .iter()
+        .map(|r| (r.shard.as_str(), r.to, r.audited_slots))
+        .collect();
+    assert_eq!(
+        shards,
+        [
+            ("primary-v1", 10, 10),
+            ("primary-v2", 6, 6),
+            ("primary-v3", 4, 4)
+        ]
+    );
+    assert_eq!(audit.seams.len(), 2);
+    // Every observed gap is exactly the bound the rollout stored.
+    for seam in &audit.seams {
+        for t in &seam.tenants {
+            assert_eq!(t.observed, Some(t.bound), "{seam:?}");
+        }
+    }
+    let (first, second) = (&audit.seams[0], &audit.seams[1]);
+    assert_eq!(
+        (first.sealed_at_sequence, second.sealed_at_sequence),
+        (10, 6)
+    );
+    let c = first
+        .tenants
+        .iter()
+        .find(|t| t.tenant.as_str() == "tenant-c")
+        .unwrap();
+    assert!(c.joining);
+    assert_eq!(c.waited_since_last_pick, None, "c was never in the chain");
+    // b's last pick in v1 (cycle [a, a, b, a]) is sequence 6, global 6;
+    // its first pick in v3 is q = bound - 1, global 10 + 6 + q.
+    let b = second
+        .tenants
+        .iter()
+        .find(|t| t.tenant.as_str() == "tenant-b")
+        .unwrap();
+    assert!(b.joining);
+    assert_eq!(
+        v1.tenant_for_slot(6 % 4).map(TenantId::as_str),
+        Some("tenant-b")
+    );
+    assert_eq!(b.waited_since_last_pick, Some(16 + (b.bound - 1) - 6));
+    let a = second
+        .tenants
+        .iter()
+        .find(|t| t.tenant.as_str() == "tenant-a")
+        .unwrap();
+    assert!(!a.joining);
+    // Auditing from the first shard gives the same chain.
+    assert_eq!(store.audit_schedule(v1.shard_id()).await.unwrap(), audit);
+}
