@@ -56,12 +56,22 @@ pub const MAX_AUDIT_FINDINGS: usize = 100;
 /// Holes kept in a report (more are counted, not kept).
 pub const MAX_AUDIT_HOLES: usize = 100;
 
+/// The row that may straddle the cursor `$2` (the last one starting
+/// before it), then the rows starting in `[$2, $3)`, at most `$4`: both
+/// parts walk the `(shard_id, sequence)` key, so a page costs its rows,
+/// not the rows before it.
 const SELECT_RANGES: &str = "
-    SELECT sequence, sequence_count, slot, policy_digest
-    FROM statek.scheduler_reservations
-    WHERE shard_id = $1 AND sequence + sequence_count > $2 AND sequence < $3
-    ORDER BY sequence
-    LIMIT $4";
+    (SELECT sequence, sequence_count, slot, policy_digest
+     FROM statek.scheduler_reservations
+     WHERE shard_id = $1 AND sequence < $2
+     ORDER BY sequence DESC
+     LIMIT 1)
+    UNION ALL
+    (SELECT sequence, sequence_count, slot, policy_digest
+     FROM statek.scheduler_reservations
+     WHERE shard_id = $1 AND sequence >= $2 AND sequence < $3
+     ORDER BY sequence
+     LIMIT $4)";
 
 const SELECT_RECORDS: &str = "
     SELECT first_sequence, classes, counts
@@ -587,8 +597,13 @@ impl PgStore {
                 let count = u64::try_from(count).unwrap_or(0).max(1);
                 let slot: i32 = row.try_get("slot")?;
                 let digest: Vec<u8> = row.try_get("policy_digest")?;
+                // A row before the cursor counts only if it reaches past it.
+                if first < cursor && first + count <= cursor {
+                    continue;
+                }
                 ranges.push((first, count, slot, digest));
             }
+            ranges.sort_by_key(|r| r.0);
             let Some(end) = ranges.last().map(|r| r.0 + r.1) else {
                 return Ok(Page::default());
             };
