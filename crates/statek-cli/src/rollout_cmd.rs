@@ -61,6 +61,33 @@ pub struct RolloutReport {
     seam: Vec<SeamRow>,
     /// Tenants of FROM that TO does not schedule (no bound after the seal).
     leaving: Vec<String>,
+    /// Tenants that join but were in an earlier shard of the chain: where
+    /// they were last picked and what they wait from there (not known
+    /// without a database: empty for a plain dry run).
+    rejoining: Vec<RejoinLine>,
+}
+
+/// A tenant that joins at this seal after leaving an earlier shard.
+#[derive(Debug, Serialize)]
+pub struct RejoinLine {
+    tenant: String,
+    last_shard: String,
+    last_pick: u64,
+    /// Reservations from that pick to its first pick after this seal,
+    /// counting that one.
+    waited: u64,
+}
+
+fn rejoin_lines(found: Vec<statek_store_pg::RejoiningTenant>) -> Vec<RejoinLine> {
+    found
+        .into_iter()
+        .map(|r| RejoinLine {
+            tenant: r.tenant.to_string(),
+            last_shard: r.last_shard.to_string(),
+            last_pick: r.last_pick,
+            waited: r.waited,
+        })
+        .collect()
 }
 
 /// The two files of a rollout, read and checked before any connection.
@@ -130,6 +157,7 @@ impl RolloutPlan {
             replayed: false,
             seam: policy_cmd::seam_rows(old, new, &PolicySeam::new(old, new).worst()),
             leaving: self.leaving(),
+            rejoining: Vec::new(),
         }
     }
 
@@ -148,6 +176,9 @@ impl RolloutPlan {
         let preview = store
             .preview_rollout(old, new, self.schedule.as_ref())
             .await?;
+        let rejoining = store
+            .rejoining_tenants(old.shard_id(), preview.cursor(), new)
+            .await?;
         Ok(RolloutReport {
             dry_run: true,
             seam_at: "cursor",
@@ -161,6 +192,7 @@ impl RolloutPlan {
             replayed: false,
             seam: policy_cmd::seam_rows(old, new, preview.seam()),
             leaving: self.leaving(),
+            rejoining: rejoin_lines(rejoining),
         })
     }
 
@@ -184,6 +216,9 @@ impl RolloutPlan {
                      and retention roles may not seal a shard",
                 )
             })?;
+        let rejoining = store
+            .rejoining_tenants(old.shard_id(), rollout.sealed_at_sequence(), new)
+            .await?;
         Ok(RolloutReport {
             dry_run: false,
             seam_at: "sealed",
@@ -197,6 +232,7 @@ impl RolloutPlan {
             replayed: rollout.replayed(),
             seam: policy_cmd::seam_rows(old, new, rollout.seam()),
             leaving: rollout.leaving().iter().map(ToString::to_string).collect(),
+            rejoining: rejoin_lines(rejoining),
         })
     }
 }
@@ -268,6 +304,14 @@ impl Report for RolloutReport {
                 r.leaving.join(", ")
             )?;
         }
+        for t in &r.rejoining {
+            writeln!(
+                w,
+                "rejoining: {} was last picked in {} at sequence {}: {} reservations from there to its \
+                 first pick in {} (its joining bound counts from the seal only)",
+                t.tenant, t.last_shard, t.last_pick, t.waited, r.successor
+            )?;
+        }
         writeln!(w)?;
         if r.dry_run && r.cursor.is_some() {
             writeln!(
@@ -302,6 +346,7 @@ impl Report for RolloutReport {
 
 #[cfg(test)]
 mod tests {
+    use super::RejoinLine;
     use super::RolloutReport;
     use crate::out::{render, Format};
     use crate::policy_cmd::SeamRow;
@@ -330,6 +375,12 @@ mod tests {
                 bound: (None, 3),
             }],
             leaving: vec!["tenant-b".into()],
+            rejoining: vec![RejoinLine {
+                tenant: "tenant-c".into(),
+                last_shard: "primary-v0".into(),
+                last_pick: 5,
+                waited: 12,
+            }],
         };
         render(&report, Format::Text).unwrap()
     }
@@ -369,6 +420,8 @@ sealed at    2026-12-01T17:42:21.023Z
 tenant    seal at N   last pick  first pick  seam bound  bound old -> new
 tenant-c          0     joining           0           1  - -> 3
 leaving: tenant-b (no slot after the seal)
+rejoining: tenant-c was last picked in primary-v0 at sequence 5: 12 reservations from there to its \
+             first pick in primary-v2 (its joining bound counts from the seal only)
 
 seam bound = reservations from the tenant's last pick in primary-v1 to its first pick in \
              primary-v2, counting the picking one: exact for this seal (docs/guarantees.md). \

@@ -190,3 +190,95 @@ impl PgStore {
         Ok(ScheduleAudit { shards, seams })
     }
 }
+
+/// A tenant that joins at a seal but was scheduled by an earlier shard of
+/// the chain ([`PgStore::rejoining_tenants`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejoiningTenant {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The latest earlier shard whose cycle picked it before its seal.
+    pub last_shard: SchedulerShardId,
+    /// Its last pick there (a sequence of that shard).
+    pub last_pick: u64,
+    /// Reservations from that pick to its first pick after the new seal,
+    /// counting that one: what it waits, where its joining bound (`q + 1`)
+    /// counts from the seal only.
+    pub waited: u64,
+}
+
+/// The last sequence below `end` that `policy`'s cycle gives `tenant`.
+fn last_pick_before(
+    policy: &statek_policy::WeightedFairnessPolicy,
+    tenant: &TenantId,
+    end: u64,
+) -> Option<u64> {
+    let length = u64::from(policy.cycle_length());
+    (end.saturating_sub(length)..end)
+        .rev()
+        .find(|&s| policy.tenant_for_slot(s % length) == Some(tenant))
+}
+
+impl PgStore {
+    /// The tenants of `to` that are not in the live shard `from`'s policy
+    /// but were in an earlier shard of its chain, for a seal of `from` at
+    /// `sealed_at`: where each was last picked and how many reservations
+    /// separate that pick from its first pick in `to` (the chain's stored
+    /// policies and seals decide it; no evidence is read).
+    ///
+    /// # Errors
+    /// [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard);
+    /// [`StoreError::CorruptData`] for a chain longer than 10,000 shards;
+    /// connection and server errors.
+    pub async fn rejoining_tenants(
+        &self,
+        from: &SchedulerShardId,
+        sealed_at: u64,
+        to: &statek_policy::WeightedFairnessPolicy,
+    ) -> Result<Vec<RejoiningTenant>, StoreError> {
+        let live = self.load_shard(from).await?;
+        let joining: Vec<TenantId> = to
+            .tenants()
+            .iter()
+            .map(|w| w.tenant().clone())
+            .filter(|t| live.policy().tenant_index(t).is_none())
+            .collect();
+        let mut found = Vec::new();
+        if joining.is_empty() {
+            return Ok(found);
+        }
+        // Reservations from the start of the shard looked at to the seal.
+        let mut behind = sealed_at;
+        let mut left = joining;
+        let mut shard = live;
+        for _ in 0..MAX_CHAIN {
+            let Some(predecessor) = shard.predecessor().cloned() else {
+                break;
+            };
+            shard = self.load_shard(&predecessor).await?;
+            let end = shard.seal().map_or(0, |s| s.sealed_at_sequence());
+            left.retain(|tenant| {
+                let Some(p) = last_pick_before(shard.policy(), tenant, end) else {
+                    return true;
+                };
+                // Its first pick in `to`: `q + 1` reservations from the seal.
+                let first = (0..u64::from(to.cycle_length()))
+                    .find(|&q| to.tenant_for_slot(q) == Some(tenant))
+                    .map_or(0, |q| q + 1);
+                found.push(RejoiningTenant {
+                    tenant: tenant.clone(),
+                    last_shard: predecessor.clone(),
+                    last_pick: p,
+                    waited: (end - p) + behind + first - 1,
+                });
+                false
+            });
+            if left.is_empty() {
+                break;
+            }
+            behind += end;
+        }
+        found.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        Ok(found)
+    }
+}

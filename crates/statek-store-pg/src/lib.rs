@@ -169,7 +169,7 @@ pub mod testing;
 mod tls;
 
 pub use audit::{AuditFinding, AuditReport, TenantAudit, MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES};
-pub use audit_chain::{ScheduleAudit, SeamAudit, SeamTenantAudit};
+pub use audit_chain::{RejoiningTenant, ScheduleAudit, SeamAudit, SeamTenantAudit};
 pub use batch::ReservationBatch;
 pub use completion::{FinishAs, FinishOutcome, FinishRun};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};

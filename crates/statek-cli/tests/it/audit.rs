@@ -227,3 +227,102 @@ async fn a_whole_schedule_audit_shows_each_seam() {
     );
     assert_eq!(conflicting.status.code(), Some(2));
 }
+
+/// A tenant dropped by one rollout and re-added by the next: the second
+/// rollout (and its `--at-cursor` dry run) says where it was last picked
+/// and what it waits from there, which the audit of the schedule then
+/// shows from the evidence.
+#[tokio::test]
+async fn a_rollout_that_re_adds_a_tenant_tells_its_real_wait() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let dir = std::env::temp_dir().join(format!("statek-audit-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, body: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let v1 = file(
+        "v1.toml",
+        "shard = \"primary-v1\"\nschedule = \"primary\"\n[[tenants]]\nid = \"tenant-a\"\nweight = 3\n[[tenants]]\nid = \"tenant-b\"\nweight = 1\n",
+    );
+    let v2 = file(
+        "v2.toml",
+        "shard = \"primary-v2\"\nschedule = \"primary\"\n[[tenants]]\nid = \"tenant-a\"\nweight = 1\n",
+    );
+    let v3 = file(
+        "v3.toml",
+        "shard = \"primary-v3\"\nschedule = \"primary\"\n[[tenants]]\nid = \"tenant-a\"\nweight = 1\n[[tenants]]\nid = \"tenant-b\"\nweight = 1\n",
+    );
+    let none = ["--durability", "none"];
+    let ok = |out: Output| {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    ok(statek(
+        &[&["register"][..], &none, &[v1.as_str()]].concat(),
+        &url,
+    ));
+    let store = db.store();
+    let policy_of = |id: &str| {
+        let store = store.clone();
+        let id = SchedulerShardId::try_from(id).unwrap();
+        async move { store.load_shard(&id).await.unwrap().policy().clone() }
+    };
+    reserve_next_slots(&store, &policy_of("primary-v1").await, 10).await;
+    ok(statek(
+        &[&["rollout"][..], &none, &[v1.as_str(), v2.as_str()]].concat(),
+        &url,
+    ));
+    reserve_next_slots(&store, &policy_of("primary-v2").await, 5).await;
+    // b was last picked in v1 (cycle [a, a, b, a]) at 6: 4 reservations to
+    // the seal at 10, 5 in v2, and its first pick in v3 (slot 1 of [a, b]
+    // or 0 of [b, a]).
+    let v3_policy =
+        statek_store_pg::testing::policy("primary-v3", &[("tenant-a", 1), ("tenant-b", 1)]);
+    let q = (0..2)
+        .find(|&s| v3_policy.tenant_for_slot(s).map(|t| t.as_str()) == Some("tenant-b"))
+        .unwrap();
+    let expected = format!(
+        "rejoining: tenant-b was last picked in primary-v1 at sequence 6: {} reservations from there to its first pick in primary-v3 (its joining bound counts from the seal only)",
+        4 + 5 + q
+    );
+    let preview = ok(statek(
+        &[
+            &["rollout"][..],
+            &[v2.as_str(), v3.as_str(), "--dry-run", "--at-cursor"],
+        ]
+        .concat(),
+        &url,
+    ));
+    assert!(preview.lines().any(|l| l == expected), "{preview}");
+    let rolled = ok(statek(
+        &[&["rollout"][..], &none, &[v2.as_str(), v3.as_str()]].concat(),
+        &url,
+    ));
+    assert!(rolled.lines().any(|l| l == expected), "{rolled}");
+    reserve_next_slots(&store, &v3_policy, 2).await;
+    let audit = ok(statek(
+        &[
+            "audit",
+            "--shard",
+            "primary-v1",
+            "--whole-schedule",
+            "--format",
+            "json",
+        ],
+        &url,
+    ));
+    let doc: serde_json::Value = serde_json::from_str(&audit).unwrap();
+    let b = doc["seams"][1]["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tenant"] == "tenant-b")
+        .unwrap()
+        .clone();
+    assert_eq!(b["waited_since_last_pick"], 4 + 5 + q);
+    assert_eq!(doc["passed"], true);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -204,6 +204,25 @@ async fn a_schedule_audit_judges_each_seam_and_tells_a_rejoining_tenants_real_wa
     reserve_next_slots(&store, &v1, 10).await;
     store.rollout(&v1, &v2, None).await.unwrap();
     reserve_next_slots(&store, &v2, 6).await;
+    // Before the second seal: b rejoins; it was last picked in v1.
+    let rejoining = store
+        .rejoining_tenants(v2.shard_id(), 6, &v3)
+        .await
+        .unwrap();
+    assert_eq!(rejoining.len(), 1);
+    assert_eq!(
+        (
+            rejoining[0].tenant.as_str(),
+            rejoining[0].last_shard.as_str(),
+            rejoining[0].last_pick
+        ),
+        ("tenant-b", "primary-v1", 6)
+    );
+    assert!(store
+        .rejoining_tenants(v1.shard_id(), 10, &v2)
+        .await
+        .unwrap()
+        .is_empty());
     store.rollout(&v2, &v3, None).await.unwrap();
     reserve_next_slots(&store, &v3, 4).await;
 
@@ -254,6 +273,8 @@ async fn a_schedule_audit_judges_each_seam_and_tells_a_rejoining_tenants_real_wa
         Some("tenant-b")
     );
     assert_eq!(b.waited_since_last_pick, Some(16 + (b.bound - 1) - 6));
+    // What the rollout was told before the seal is what the evidence shows.
+    assert_eq!(b.waited_since_last_pick, Some(rejoining[0].waited));
     let a = second
         .tenants
         .iter()
