@@ -427,15 +427,20 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                 if let Some(after) = after {
                     after.cancelled().await;
                 }
+                // Idle and limited slots of the decision under way: added
+                // to the idle streak when the decision is whole (see
+                // `on_decided`), never slot by slot, so the producer never
+                // sees a decision's idle slots without its claims.
+                let idle_pending = AtomicU64::new(0);
                 let sink = |_index: usize, result: Result<TickOutcome, SchedulerError>| {
-                    deliver(&shared, &stop, &without_run, result);
+                    deliver(&shared, &stop, &without_run, &idle_pending, result);
                 };
                 // Slots decided alike without a claim, counted at once
                 // (each is still counted per tenant in the metrics); one
                 // by one only for an outcome sink, which hears every slot.
                 let unclaimed = |slots: usize, outcome: &TenantTickOutcome| {
                     without_run.fetch_add(slots, Ordering::Relaxed);
-                    record(&shared, outcome, slots as u64);
+                    record(&shared, &idle_pending, outcome, slots as u64);
                 };
                 let unclaimed: Option<&UnclaimedSink<'_>> = if shared.sink.is_none() {
                     Some(&unclaimed)
@@ -451,13 +456,17 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                     let unclaimed_now = without_run.load(Ordering::Relaxed);
                     let mut seen = lock(&seen);
                     let (decided_before, unclaimed_before) = *seen;
-                    if count.saturating_sub(decided_before)
-                        > unclaimed_now.saturating_sub(unclaimed_before)
-                    {
+                    let claimed_now = count.saturating_sub(decided_before)
+                        > unclaimed_now.saturating_sub(unclaimed_before);
+                    if claimed_now {
                         work_found(&shared);
                     }
                     *seen = (count.max(decided_before), unclaimed_now);
                     drop(seen);
+                    let idle = idle_pending.swap(0, Ordering::Relaxed);
+                    if !claimed_now {
+                        shared.idle_streak.fetch_add(idle, Ordering::Relaxed);
+                    }
                     if count >= len {
                         decided.cancel();
                     }
@@ -480,6 +489,11 @@ async fn produce<E: TenantExecutor + 'static, R: ReservationSource + 'static>(
                         },
                     )
                     .await;
+                // Idle slots reported after the batch's last decision (none
+                // in practice) still count.
+                shared
+                    .idle_streak
+                    .fetch_add(idle_pending.swap(0, Ordering::Relaxed), Ordering::Relaxed);
                 if let Some((first, outcomes)) = recorded {
                     shared
                         .scheduler
@@ -539,6 +553,7 @@ fn deliver<E, R>(
     shared: &Shared<E, R>,
     stop: &CancellationToken,
     without_run: &AtomicUsize,
+    idle_pending: &AtomicU64,
     result: Result<TickOutcome, SchedulerError>,
 ) {
     match result {
@@ -549,7 +564,7 @@ fn deliver<E, R>(
             ) {
                 without_run.fetch_add(1, Ordering::Relaxed);
             }
-            record(shared, outcome.tenant_outcome(), 1);
+            record(shared, idle_pending, outcome.tenant_outcome(), 1);
             if let Some(sink) = &shared.sink {
                 let _ = sink.send(outcome);
             }
@@ -741,7 +756,14 @@ async fn publish_oldest<E: TenantExecutor, R: ReservationSource>(
     }
 }
 
-fn record<E, R>(shared: &Shared<E, R>, outcome: &TenantTickOutcome, slots: u64) {
+/// Counts `slots` slots of `outcome`; idle and limited ones go to
+/// `idle_pending`, the decision under way's (see the batch task).
+fn record<E, R>(
+    shared: &Shared<E, R>,
+    idle_pending: &AtomicU64,
+    outcome: &TenantTickOutcome,
+    slots: u64,
+) {
     let c = &shared.counters;
     c.ticks.fetch_add(slots, Ordering::Relaxed);
     let counter = match outcome {
@@ -760,7 +782,7 @@ fn record<E, R>(shared: &Shared<E, R>, outcome: &TenantTickOutcome, slots: u64) 
     // ([`work_found`]), and its outcome leaves the streak alone.
     match outcome {
         TenantTickOutcome::Idle | TenantTickOutcome::Limited => {
-            shared.idle_streak.fetch_add(slots, Ordering::Relaxed);
+            idle_pending.fetch_add(slots, Ordering::Relaxed);
         }
         TenantTickOutcome::Executed(_) | TenantTickOutcome::ExecutionFailed { .. } => {}
         _ => work_found(shared),

@@ -351,3 +351,47 @@ async fn a_claim_ends_the_idle_streak_before_its_run_finishes() {
     assert!(report.executed >= 16, "{report:?}");
     assert!(report.batches >= 16, "{report:?}");
 }
+
+/// The same with an outcome sink (which hears every slot one by one) and
+/// a longer cycle (1 busy slot in L = 301), runs that return at once and a
+/// backlog that outlasts the test: the Worker never backs off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_an_outcome_sink_does_not_back_off_while_work_waits() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let busy = tenant("busy");
+    let runs: Vec<NewRun> = (0..3000)
+        .map(|_| NewRun::new(busy.clone(), vec![]))
+        .collect();
+    store.enqueue_many(&runs).await.unwrap();
+    let policy = policy("sparse-v1", &[("busy", 1), ("quiet", 300)]);
+    let executor = PgRunQueueExecutor::new(
+        store.clone(),
+        Sleeps(Duration::ZERO),
+        ExecutorOptions::new(),
+    );
+    let scheduler = Arc::new(
+        DurableFairScheduler::register(store.clone(), policy, executor, SchedulerOptions::new())
+            .await
+            .unwrap(),
+    );
+    let (sink, mut outcomes) = mpsc::unbounded_channel();
+    let heard = tokio::spawn(async move {
+        let mut n = 0_u64;
+        while outcomes.recv().await.is_some() {
+            n += 1;
+        }
+        n
+    });
+    let worker = Worker::new(Arc::clone(&scheduler), WorkerOptions::new())
+        .with_notifications(store.listen_for_runs().await.unwrap())
+        .with_outcome_sink(sink);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.backoffs, 0, "{report:?}");
+    assert!(report.executed > 0 && report.executed < 3000, "{report:?}");
+    assert_eq!(heard.await.unwrap(), report.ticks);
+}
