@@ -24,7 +24,9 @@ pub fn sequences(text: &str) -> Result<Range<u64>, String> {
         .ok_or_else(|| format!("{} is not A..B or A..", EchoedValue(text)))?;
     let number = |part: &str| {
         part.parse::<u64>()
-            .map_err(|_| format!("{} is not a sequence (0..=2^63-1)", EchoedValue(part)))
+            .ok()
+            .filter(|n| i64::try_from(*n).is_ok())
+            .ok_or_else(|| format!("{} is not a sequence (0..=2^63-1)", EchoedValue(part)))
     };
     let start = number(start)?;
     let end = if end.is_empty() {
@@ -52,6 +54,8 @@ pub async fn audit(shard: &str, span: Span, db: &DbArgs) -> Result<AuditLines> {
     let shard = SchedulerShardId::try_from(shard)
         .map_err(|e| anyhow!(InvalidInput(format!("shard {}: {e}", EchoedValue(shard)))))?;
     let store = db.store(1)?;
+    // An unknown shard is an error, also for a span of times.
+    store.load_shard(&shard).await?;
     let sequences = match span {
         Span::Sequences(sequences) => sequences,
         Span::Between(from, to) => {
@@ -242,6 +246,7 @@ pub struct TenantLine {
     unused: u64,
     unrecorded: u64,
     claimed_after_record: u64,
+    claims_in_holes: u64,
     largest_gap: u64,
     lag_samples: u64,
     lag_p50_ms: Option<f64>,
@@ -269,6 +274,7 @@ impl TenantLine {
             unused: t.unused,
             unrecorded: t.unrecorded,
             claimed_after_record: t.claimed_after_record,
+            claims_in_holes: t.claims_in_holes,
             largest_gap: t.largest_gap,
             lag_samples: t.lag_samples,
             lag_p50_ms: t.lag_p50_ms,
@@ -353,8 +359,8 @@ impl FindingLine {
 pub struct AuditLines {
     shard: String,
     /// `[from, to)`, as asked (or as the times mapped), before clipping to
-    /// the cursor.
-    asked: (u64, u64),
+    /// the cursor; `to` is null for a span open to the cursor.
+    asked: (u64, Option<u64>),
     /// `[from, to)` audited (clipped to the cursor); absent when the times
     /// held no reservation.
     audited: Option<(u64, u64)>,
@@ -373,7 +379,7 @@ impl AuditLines {
     fn new(shard: &SchedulerShardId, asked: Range<u64>, report: Option<&AuditReport>) -> Self {
         Self {
             shard: shard.to_string(),
-            asked: (asked.start, asked.end),
+            asked: (asked.start, (asked.end != u64::MAX).then_some(asked.end)),
             audited: report.map(|r| (r.from, r.to)),
             cycle_length: report.map(|r| r.cycle_length),
             cycle_digest: report.map(|r| r.cycle_digest.clone()),
@@ -422,9 +428,16 @@ impl Report for AuditLines {
                 self.shard
             );
         };
+        if from == to {
+            return writeln!(
+                w,
+                "audit of shard {}: the span asked starts at or past the cursor ({to}); nothing to judge",
+                self.shard
+            );
+        }
         writeln!(
             w,
-            "audit of shard {}, sequences {from}..{to}: {} with evidence; cycle L = {}, digest {}",
+            "audit of shard {}, sequences {from}..{to}: {} with evidence; cycle L = {}, cycle digest {}",
             self.shard,
             count(self.audited_slots, "slot", "slots"),
             self.cycle_length.unwrap_or(0),
@@ -451,6 +464,14 @@ impl Report for AuditLines {
             w,
             "(slots: the cycle's slots of the tenant with evidence; gap: the largest selection gap seen, in reservations; lag: ms from runnable to claim, first attempts)"
         )?;
+        let in_holes: u64 = self.tenants.iter().map(|t| t.claims_in_holes).sum();
+        if in_holes > 0 {
+            writeln!(
+                w,
+                "{} in holes (their range rows pruned, their run rows kept): tenant checked, not counted above",
+                count(in_holes, "claim", "claims")
+            )?;
+        }
         let late: u64 = self.tenants.iter().map(|t| t.claimed_after_record).sum();
         if late > 0 {
             writeln!(

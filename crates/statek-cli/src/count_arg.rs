@@ -68,22 +68,38 @@ pub(crate) fn duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{trimmed} is not a duration such as 24h or 30d: {e}"))
 }
 
-/// Parses a time: `now`, RFC 3339 (`2026-12-04T10:00:00Z`), or a duration
-/// ago (`1h`, humantime's format).
+/// Parses a time: `now`, RFC 3339 with any offset
+/// (`2026-12-04T10:00:00Z`, `2026-12-04T11:00:00+01:00`; `time`'s parser),
+/// a UTC time without an offset (`2026-12-04 10:00:00`; humantime's), or a
+/// duration ago (`1h`). Years 2000 to 9999 only: PostgreSQL's timestamps
+/// and statek's rows live there, and a time outside is a typo.
 pub(crate) fn time_arg(text: &str) -> Result<std::time::SystemTime, String> {
+    use std::time::{Duration, SystemTime};
+    // 2000-01-01T00:00:00Z and 9999-12-31T23:59:59Z.
+    const EARLIEST: Duration = Duration::from_secs(946_684_800);
+    const LATEST: Duration = Duration::from_secs(253_402_300_799);
     let trimmed = text.trim();
-    if trimmed == "now" {
-        return Ok(std::time::SystemTime::now());
-    }
-    if let Ok(at) = humantime::parse_rfc3339_weak(trimmed) {
-        return Ok(at);
-    }
-    let ago = humantime::parse_duration(trimmed).map_err(|_| {
-        format!("{trimmed} is not a time: give RFC 3339 (2026-12-04T10:00:00Z), a duration ago (1h) or now")
-    })?;
-    std::time::SystemTime::now()
-        .checked_sub(ago)
-        .ok_or_else(|| format!("{trimmed} ago is before the clock's range"))
+    let at = if trimmed == "now" {
+        Some(SystemTime::now())
+    } else if let Ok(at) =
+        time::OffsetDateTime::parse(trimmed, &time::format_description::well_known::Rfc3339)
+    {
+        Some(SystemTime::from(at))
+    } else if let Ok(at) = humantime::parse_rfc3339_weak(trimmed) {
+        Some(at)
+    } else {
+        let ago = humantime::parse_duration(trimmed).map_err(|_| {
+            format!(
+                "{trimmed} is not a time: give RFC 3339 (2026-12-04T10:00:00Z), a duration ago (1h) or now"
+            )
+        })?;
+        SystemTime::now().checked_sub(ago)
+    };
+    at.filter(|at| {
+        at.duration_since(SystemTime::UNIX_EPOCH)
+            .is_ok_and(|since| (EARLIEST..=LATEST).contains(&since))
+    })
+    .ok_or_else(|| format!("{trimmed} is not a time between the years 2000 and 9999"))
 }
 
 // Only the demo (feature `demo`) has options parsed by it.
@@ -103,7 +119,30 @@ pub(crate) fn count<const MIN: u32, const MAX: u32>(text: &str) -> Result<u32, S
 
 #[cfg(test)]
 mod tests {
-    use super::{count, duration, ranged};
+    use super::{count, duration, ranged, time_arg};
+
+    #[test]
+    fn times_are_rfc_3339_with_any_offset_or_a_duration_ago_within_years_2000_to_9999() {
+        use std::time::{Duration, SystemTime};
+        let at = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        assert_eq!(time_arg("2026-12-04T10:00:00Z"), Ok(at(1_796_378_400)));
+        assert_eq!(time_arg("2026-12-04T11:00:00+01:00"), Ok(at(1_796_378_400)));
+        assert_eq!(time_arg("2026-12-04 10:00:00"), Ok(at(1_796_378_400)));
+        let hour_ago = time_arg("1h").unwrap();
+        let now = SystemTime::now();
+        assert!(
+            hour_ago < now && now.duration_since(hour_ago).unwrap() < Duration::from_secs(3700)
+        );
+        for bad in [
+            "1000000000y",
+            "100000y",
+            "1999-12-31T23:59:59Z",
+            "yesterday",
+            "",
+        ] {
+            assert!(time_arg(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_ranged_number_names_the_option_and_its_range() {

@@ -56,22 +56,40 @@ pub const MAX_AUDIT_FINDINGS: usize = 100;
 /// Holes kept in a report (more are counted, not kept).
 pub const MAX_AUDIT_HOLES: usize = 100;
 
-/// The row that may straddle the cursor `$2` (the last one starting
-/// before it), then the rows starting in `[$2, $3)`, at most `$4`: both
-/// parts walk the `(shard_id, sequence)` key, so a page costs its rows,
-/// not the rows before it.
+/// The row that may straddle the span's start `$2` (the last one starting
+/// before it): the first page's only look back.
+const SELECT_STRADDLING: &str = "
+    SELECT sequence, sequence_count, slot, policy_digest
+    FROM statek.scheduler_reservations
+    WHERE shard_id = $1 AND sequence < $2
+    ORDER BY sequence DESC
+    LIMIT 1";
+
+/// The rows starting in `[$2, $3)`, at most `$4`, in sequence order: a walk
+/// of the `(shard_id, sequence)` key, so a page costs its rows, not the
+/// rows before it. Pages go on from the last row's start + 1, so a row
+/// that starts inside the one before it (an overlap) is always read.
 const SELECT_RANGES: &str = "
-    (SELECT sequence, sequence_count, slot, policy_digest
-     FROM statek.scheduler_reservations
-     WHERE shard_id = $1 AND sequence < $2
-     ORDER BY sequence DESC
-     LIMIT 1)
+    SELECT sequence, sequence_count, slot, policy_digest
+    FROM statek.scheduler_reservations
+    WHERE shard_id = $1 AND sequence >= $2 AND sequence < $3
+    ORDER BY sequence
+    LIMIT $4";
+
+/// Claims of sequences at or past the shard's cursor `$2`: no range can
+/// hold them (at most 100 read).
+const SELECT_CLAIMS_PAST_CURSOR: &str = "
+    (SELECT r.claim_sequence AS sequence FROM statek.runs AS r
+     WHERE r.claim_shard_id = $1 AND r.claim_sequence >= $2
+     ORDER BY r.claim_sequence LIMIT 100)
     UNION ALL
-    (SELECT sequence, sequence_count, slot, policy_digest
-     FROM statek.scheduler_reservations
-     WHERE shard_id = $1 AND sequence >= $2 AND sequence < $3
-     ORDER BY sequence
-     LIMIT $4)";
+    (SELECT c.sequence FROM statek.run_claims AS c
+     WHERE c.shard_id = $1 AND c.sequence >= $2
+     ORDER BY c.sequence LIMIT 100)";
+
+/// A page ends after this many slots (or [`PAGE_RANGES`] rows): the claims
+/// of a page are held at once.
+const PAGE_SLOTS: u64 = 65_536;
 
 const SELECT_RECORDS: &str = "
     SELECT first_sequence, classes, counts
@@ -120,6 +138,9 @@ pub struct TenantAudit {
     /// Claimed slots whose range's record says otherwise (the claim was
     /// answered after the record: a lost acknowledgement).
     pub claimed_after_record: u64,
+    /// Claims of its slots in holes (range rows pruned by retention while
+    /// the run rows stay): their tenant is checked, nothing else.
+    pub claims_in_holes: u64,
     /// The largest selection gap seen, in reservations (0: fewer than two
     /// of its slots in one stretch of evidence).
     pub largest_gap: u64,
@@ -169,7 +190,8 @@ pub enum AuditFinding {
         /// The claimed run's tenant, as stored.
         found: String,
     },
-    /// A claim of a sequence that no retained range row holds.
+    /// A claim of a sequence at or past the shard's cursor: no range was
+    /// ever reserved for it.
     ClaimOutsideRanges {
         /// The claimed sequence.
         sequence: u64,
@@ -269,6 +291,7 @@ impl Tally {
                 unused: 0,
                 unrecorded: 0,
                 claimed_after_record: 0,
+                claims_in_holes: 0,
                 largest_gap: 0,
                 first_slot: None,
                 last_slot: None,
@@ -552,15 +575,25 @@ impl PgStore {
             .enumerate()
             .map(|(i, w)| (w.tenant().as_str(), i))
             .collect();
-        let mut cursor = from;
-        while cursor < to {
-            let page = self.audit_page(shard, cursor, to).await?;
+        // Rows starting at or after `next_start` are new; the first page
+        // also takes the row that straddles `from`.
+        let mut next_start = from;
+        let mut first_page = true;
+        while next_start < to {
+            let page = self
+                .audit_page(shard, next_start, to, walk.covered_to, first_page)
+                .await?;
+            first_page = false;
+            walk.page(&page);
             let Some(last) = page.ranges.last() else {
                 break;
             };
-            let page_end = (last.0 + last.1).min(to);
-            walk.page(&page, cursor..page_end);
-            cursor = page_end;
+            next_start = last.0 + 1;
+        }
+        if to > from && to == stored.next_sequence() {
+            for sequence in self.claims_past(shard, to).await? {
+                walk.find(AuditFinding::ClaimOutsideRanges { sequence });
+            }
         }
         let covered = walk.covered_to;
         walk.report.covered_to = covered;
@@ -568,54 +601,101 @@ impl PgStore {
         Ok(walk.finish())
     }
 
-    /// The range rows from `cursor` (at most a page), and the records and
-    /// claims of the sequences they cover.
-    async fn audit_page(
+    /// Claims of `shard` at or past `cursor` (at most 200).
+    async fn claims_past(
         &self,
         shard: &SchedulerShardId,
         cursor: u64,
-        to: u64,
-    ) -> Result<Page, StoreError> {
-        let (cursor_arg, to_arg) = (to_i64(cursor)?, to_i64(to)?);
+    ) -> Result<Vec<u64>, StoreError> {
+        let cursor = to_i64(cursor)?;
         let shard = shard.as_str();
-        self.with_response_timeout(async |db: &Db<'_>| {
-            let rows = db
-                .query(
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query(
+                        SELECT_CLAIMS_PAST_CURSOR,
+                        &[(&shard, Type::TEXT), (&cursor, Type::INT8)],
+                    )
+                    .await?)
+            })
+            .await?;
+        rows.iter()
+            .map(|row| to_u64(row.try_get("sequence")?, "claim"))
+            .collect()
+    }
+
+    /// One page, read in one read-only repeatable-read transaction (a
+    /// prune or a Worker beside it cannot make its three reads disagree):
+    /// the range rows starting in `[next_start, to)` (and, on the first
+    /// page, the one straddling `next_start`), at most [`PAGE_RANGES`] rows
+    /// or about [`PAGE_SLOTS`] slots, and the records and claims of the
+    /// sequences from `covered` (what earlier pages walked) to the page's
+    /// end.
+    async fn audit_page(
+        &self,
+        shard: &SchedulerShardId,
+        next_start: u64,
+        to: u64,
+        covered: u64,
+        first_page: bool,
+    ) -> Result<Page, StoreError> {
+        let (start_arg, to_arg) = (to_i64(next_start)?, to_i64(to)?);
+        let shard = shard.as_str();
+        let after = self.config().effective_response_timeout();
+        self.in_transaction(after, async |db: &Db<'_>| {
+            db.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .await?;
+            let mut rows = Vec::new();
+            if first_page {
+                rows.extend(
+                    db.query(
+                        SELECT_STRADDLING,
+                        &[(&shard, Type::TEXT), (&start_arg, Type::INT8)],
+                    )
+                    .await?,
+                );
+            }
+            rows.extend(
+                db.query(
                     SELECT_RANGES,
                     &[
                         (&shard, Type::TEXT),
-                        (&cursor_arg, Type::INT8),
+                        (&start_arg, Type::INT8),
                         (&to_arg, Type::INT8),
                         (&PAGE_RANGES, Type::INT8),
                     ],
                 )
-                .await?;
+                .await?,
+            );
             let mut ranges = Vec::with_capacity(rows.len());
+            let mut slots = 0_u64;
             for row in &rows {
                 let first = to_u64(row.try_get("sequence")?, "reservation range")?;
                 let count: i32 = row.try_get("sequence_count")?;
                 let count = u64::try_from(count).unwrap_or(0).max(1);
                 let slot: i32 = row.try_get("slot")?;
                 let digest: Vec<u8> = row.try_get("policy_digest")?;
-                // A row before the cursor counts only if it reaches past it.
-                if first < cursor && first + count <= cursor {
+                // The straddling row counts only if it reaches the span.
+                if first < next_start && first + count <= next_start {
                     continue;
                 }
                 ranges.push((first, count, slot, digest));
+                slots += count;
+                if slots >= PAGE_SLOTS {
+                    break;
+                }
             }
-            ranges.sort_by_key(|r| r.0);
-            let Some(end) = ranges.last().map(|r| r.0 + r.1) else {
-                return Ok(Page::default());
-            };
-            let start = ranges.first().map_or(cursor, |r| r.0).min(cursor);
-            let (start_arg, end_arg) = (to_i64(start)?, to_i64(end)?);
+            // Without rows: the claims of the rest of the span (a hole).
+            let end = ranges.iter().map(|r| r.0 + r.1).max().unwrap_or(to);
+            let first = ranges.first().map_or(to, |r| r.0);
+            let (lo, hi) = (to_i64(covered)?, to_i64(end.min(to))?);
             let records = db
                 .query(
                     SELECT_RECORDS,
                     &[
                         (&shard, Type::TEXT),
-                        (&start_arg, Type::INT8),
-                        (&end_arg, Type::INT8),
+                        (&to_i64(first)?, Type::INT8),
+                        (&to_i64(end)?, Type::INT8),
                     ],
                 )
                 .await?
@@ -635,14 +715,10 @@ impl PgStore {
                     Ok((first, classes))
                 })
                 .collect::<Result<HashMap<u64, Vec<SlotClass>>, StoreError>>()?;
-            let claims = db
+            let mut claims = db
                 .query(
                     SELECT_CLAIMS,
-                    &[
-                        (&shard, Type::TEXT),
-                        (&start_arg, Type::INT8),
-                        (&end_arg, Type::INT8),
-                    ],
+                    &[(&shard, Type::TEXT), (&lo, Type::INT8), (&hi, Type::INT8)],
                 )
                 .await?
                 .iter()
@@ -658,6 +734,7 @@ impl PgStore {
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
+            claims.sort_by_key(|c| c.sequence);
             Ok(Page {
                 ranges,
                 records,
@@ -678,16 +755,34 @@ struct Page {
 }
 
 impl Walk<'_> {
-    fn page(&mut self, page: &Page, span: Range<u64>) {
-        let mut claims: Vec<&Claim> = page.claims.iter().collect();
-        claims.sort_by_key(|c| c.sequence);
+    /// A claim of a sequence without a range row (pruned): its tenant is
+    /// checked and it is counted, nothing else.
+    fn hole_claim(&mut self, claim: &Claim) {
+        let expected = self.tenant_at(claim.sequence);
+        if self.by_tenant.get(claim.tenant.as_str()) == Some(&expected) {
+            self.tallies[expected].audit.claims_in_holes += 1;
+        } else {
+            let finding = AuditFinding::ClaimOfAnotherTenant {
+                sequence: claim.sequence,
+                expected: self.tallies[expected].audit.tenant.clone(),
+                found: claim.tenant.clone(),
+            };
+            self.find(finding);
+        }
+    }
+
+    /// Walks one page: its rows in sequence order, the holes between
+    /// them, and its claims (sorted, all of sequences after what earlier
+    /// pages walked).
+    fn page(&mut self, page: &Page) {
+        let claims = &page.claims;
         let mut next_claim = 0;
         for (first, count, slot, digest) in &page.ranges {
             let range = *first..first + count;
             // Rows come in sequence order: one that starts inside evidence
             // already walked overlaps the row before it (the first row may
             // start before the span: only its part in the span counts).
-            if range.start < self.covered_to && range.start >= span.start {
+            if range.start < self.covered_to && range.start >= self.report.from {
                 self.find(AuditFinding::OverlappingRanges {
                     sequence: range.start,
                 });
@@ -706,22 +801,17 @@ impl Walk<'_> {
                     sequence: range.start,
                 });
             }
-            let clipped = range.start.max(self.covered_to).max(span.start)..range.end.min(span.end);
+            let clipped = range.start.max(self.covered_to)..range.end.min(self.report.to);
             if clipped.is_empty() {
                 continue;
             }
             let covered = self.covered_to;
             self.hole(covered..clipped.start);
-            // Claims before this range's part belong to no range row.
             while let Some(claim) = claims
                 .get(next_claim)
                 .filter(|c| c.sequence < clipped.start)
             {
-                if claim.sequence >= span.start {
-                    self.find(AuditFinding::ClaimOutsideRanges {
-                        sequence: claim.sequence,
-                    });
-                }
+                self.hole_claim(claim);
                 next_claim += 1;
             }
             let from = next_claim;
@@ -731,23 +821,23 @@ impl Walk<'_> {
             {
                 next_claim += 1;
             }
-            let in_range = &claims[from..next_claim];
-            for claim in in_range {
+            let in_range: Vec<&Claim> = claims[from..next_claim].iter().collect();
+            for claim in &in_range {
                 self.claim(claim);
             }
             let classes = page.records.get(&range.start).map(|classes| {
                 let skip = usize::try_from(clipped.start - range.start).unwrap_or(usize::MAX);
                 classes.get(skip..).unwrap_or_default()
             });
-            self.range(clipped.clone(), classes, in_range);
+            self.range(clipped.clone(), classes, &in_range);
             self.report.audited_slots += clipped.end - clipped.start;
             self.covered_to = clipped.end;
         }
+        // Claims past the page's last row (only a page without rows reads
+        // them: the rest of the span is a hole).
         for claim in claims.get(next_claim..).unwrap_or_default() {
-            if claim.sequence >= span.start && claim.sequence < span.end {
-                self.find(AuditFinding::ClaimOutsideRanges {
-                    sequence: claim.sequence,
-                });
+            if claim.sequence >= self.covered_to {
+                self.hole_claim(claim);
             }
         }
     }

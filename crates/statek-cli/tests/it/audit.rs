@@ -69,7 +69,7 @@ async fn an_audit_reports_each_tenant_and_fails_on_forged_evidence() {
     let out = text(&audited.stdout);
     let lines: Vec<&str> = out.lines().collect();
     assert!(
-        lines[0].starts_with("audit of shard primary-v1, sequences 0..8: 8 slots with evidence; cycle L = 4, digest "),
+        lines[0].starts_with("audit of shard primary-v1, sequences 0..8: 8 slots with evidence; cycle L = 4, cycle digest "),
         "{out}"
     );
     let columns = |line: &str| {
@@ -149,9 +149,44 @@ async fn an_audit_reports_each_tenant_and_fails_on_forged_evidence() {
             text(&refused.stderr)
         );
     }
-    let unknown = statek(&["audit", "--shard", "nope-v1"], &url);
-    assert_ne!(unknown.status.code(), Some(0));
-    assert_ne!(unknown.status.code(), Some(16));
+    for unknown in [
+        &["audit", "--shard", "nope-v1"][..],
+        &["audit", "--shard", "nope-v1", "--from", "1h", "--to", "now"][..],
+    ] {
+        let out = statek(unknown, &url);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("nope-v1"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    for bad in ["1000000000y", "1999-01-01T00:00:00Z"] {
+        let out = statek(
+            &[
+                "audit",
+                "--shard",
+                "primary-v1",
+                "--from",
+                bad,
+                "--to",
+                "now",
+            ],
+            &url,
+        );
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out.stderr));
+    }
+    let past = statek(
+        &[
+            "audit",
+            "--shard",
+            "primary-v1",
+            "--sequences",
+            "9223372036854775808..",
+        ],
+        &url,
+    );
+    assert_eq!(past.status.code(), Some(2));
 }
 
 #[tokio::test]

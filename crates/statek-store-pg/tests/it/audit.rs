@@ -144,27 +144,50 @@ async fn an_audit_counts_each_tenants_slots_outcomes_and_claims_and_finds_forger
         }]
     );
 
-    // The first range row gone (as pruning would take it, but leaving its
-    // claims): a hole, not judged, and 3 claims outside every range.
+    // The first range row gone, as retention prunes it (run rows stay): a
+    // hole, not judged; the claims in it are counted and their tenants
+    // checked (the forged one is still found). A claim moved past the
+    // cursor is a claim no range was ever reserved for.
     client
-        .batch_execute(
+        .batch_execute(&format!(
             "SET session_replication_role = replica;
              DELETE FROM statek.scheduler_reservations WHERE sequence = 0;
+             UPDATE statek.runs SET claim_sequence = 100 WHERE claim_sequence = {};
              RESET session_replication_role;",
-        )
+            claimed_at[2]
+        ))
         .await
         .unwrap();
-    let report = store.audit_shard(shard, 0..16).await.unwrap();
+    let report = store.audit_shard(shard, 0..u64::MAX).await.unwrap();
     assert_eq!(report.holes, vec![std::ops::Range { start: 0, end: 8 }]);
     assert_eq!((report.hole_count, report.audited_slots), (1, 8));
     assert_eq!(
         report.findings,
-        claimed_at
-            .iter()
-            .map(|&sequence| AuditFinding::ClaimOutsideRanges { sequence })
-            .collect::<Vec<_>>()
+        [
+            AuditFinding::ClaimOfAnotherTenant {
+                sequence: forged,
+                expected: a.clone(),
+                found: "tenant-b".to_owned(),
+            },
+            AuditFinding::ClaimOutsideRanges { sequence: 100 },
+        ]
     );
+    assert_eq!(report.tenants[0].claims_in_holes, 1);
     assert_eq!(counts(&report.tenants[0]), (6, 0, 0, 6, 2));
+    // Without the forgeries, pruning alone passes.
+    client
+        .batch_execute(&format!(
+            "SET session_replication_role = replica;
+             UPDATE statek.runs SET tenant_id = 'tenant-a' WHERE claim_sequence = {forged};
+             UPDATE statek.runs SET claim_sequence = {} WHERE claim_sequence = 100;
+             RESET session_replication_role;",
+            claimed_at[2]
+        ))
+        .await
+        .unwrap();
+    let report = store.audit_shard(shard, 0..u64::MAX).await.unwrap();
+    assert!(report.passed(), "{report:?}");
+    assert_eq!(report.tenants[0].claims_in_holes, 3);
 }
 
 #[tokio::test]
@@ -283,4 +306,56 @@ async fn a_schedule_audit_judges_each_seam_and_tells_a_rejoining_tenants_real_wa
     assert!(!a.joining);
     // Auditing from the first shard gives the same chain.
     assert_eq!(store.audit_schedule(v1.shard_id()).await.unwrap(), audit);
+}
+
+/// Overlapping ranges are found wherever the audit's pages end: a row at
+/// 999 (the last of the first page of 1,000 rows) widened to 3 slots
+/// overlaps the rows at 1000 and 1001, and so does one at 500.
+#[tokio::test]
+async fn overlapping_ranges_are_found_across_a_page_edge() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    store.register(&p).await.unwrap();
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "SET session_replication_role = replica;
+             INSERT INTO statek.scheduler_reservations
+                 (reservation_id, shard_id, sequence, slot, policy_digest, timeline)
+             SELECT gen_random_uuid(), 'primary-v1', g, g % 4, s.policy_digest, 1
+             FROM generate_series(0, 2499) AS g, statek.scheduler_shards AS s
+             WHERE s.shard_id = 'primary-v1';
+             UPDATE statek.scheduler_shards SET next_sequence = 2500 WHERE shard_id = 'primary-v1';
+             RESET session_replication_role;",
+        )
+        .await
+        .unwrap();
+    let honest = store.audit_shard(p.shard_id(), 0..u64::MAX).await.unwrap();
+    assert!(honest.passed(), "{honest:?}");
+    assert_eq!(
+        (honest.audited_slots, honest.tenants[0].unrecorded),
+        (2500, 1875)
+    );
+    client
+        .batch_execute(
+            "SET session_replication_role = replica;
+             UPDATE statek.scheduler_reservations
+             SET sequence_count = 3, batch_id = reservation_id
+             WHERE shard_id = 'primary-v1' AND sequence IN (500, 999);
+             RESET session_replication_role;",
+        )
+        .await
+        .unwrap();
+    let report = store.audit_shard(p.shard_id(), 0..u64::MAX).await.unwrap();
+    let overlaps: Vec<u64> = report
+        .findings
+        .iter()
+        .map(|f| match f {
+            AuditFinding::OverlappingRanges { sequence } => *sequence,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(overlaps, [501, 502, 1000, 1001]);
+    assert_eq!(report.audited_slots, 2500);
 }
