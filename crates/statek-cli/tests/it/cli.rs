@@ -705,6 +705,7 @@ fn rollout_dry_run_and_policy_diff_print_the_worst_seam_without_a_database() {
             "replayed": false,
             "seam": seam_json(&old, &new, &worst),
             "leaving": [],
+            "rejoining": [],
         })
     );
     assert_eq!(
