@@ -16,6 +16,7 @@ use statek_store_pg::{AuditFinding, AuditReport, ScheduleAudit, SeamAudit, Tenan
 use crate::db::DbArgs;
 use crate::exit::{AuditFailed, InvalidInput};
 use crate::out::{count, Report};
+use crate::shard_cmd::shard_id;
 
 /// Parses `A..B` (sequences `A` to `B - 1`) or `A..` (to the cursor).
 pub fn sequences(text: &str) -> Result<Range<u64>, String> {
@@ -51,8 +52,7 @@ pub enum Span {
 
 /// Runs the audit; the report, and whether it failed.
 pub async fn audit(shard: &str, span: Span, db: &DbArgs) -> Result<AuditLines> {
-    let shard = SchedulerShardId::try_from(shard)
-        .map_err(|e| anyhow!(InvalidInput(format!("shard {}: {e}", EchoedValue(shard)))))?;
+    let shard = shard_id(shard)?;
     let store = db.store(1)?;
     // An unknown shard is an error, also for a span of times.
     store.load_shard(&shard).await?;
@@ -77,8 +77,7 @@ pub async fn audit(shard: &str, span: Span, db: &DbArgs) -> Result<AuditLines> {
 
 /// Audits every shard of the schedule `shard` belongs to, and each seam.
 pub async fn audit_schedule(shard: &str, db: &DbArgs) -> Result<ScheduleLines> {
-    let shard = SchedulerShardId::try_from(shard)
-        .map_err(|e| anyhow!(InvalidInput(format!("shard {}: {e}", EchoedValue(shard)))))?;
+    let shard = shard_id(shard)?;
     let store = db.store(1)?;
     let audit = store.audit_schedule(&shard).await?;
     Ok(ScheduleLines::new(&audit))

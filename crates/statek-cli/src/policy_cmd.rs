@@ -480,10 +480,11 @@ impl Report for Diff {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+    /// A policy of `weights` on `shard`, read as a policy file.
+    pub(crate) fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
         let text = format!(
             "shard = \"{shard}\"\n{}",
             weights

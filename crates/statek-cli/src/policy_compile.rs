@@ -272,20 +272,8 @@ impl Report for Compiled {
 
 #[cfg(test)]
 mod tests {
-    use statek_policy::policy_file::PolicyFile;
-
     use super::*;
-
-    fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
-        let text = format!(
-            "shard = \"{shard}\"\n{}",
-            weights
-                .iter()
-                .map(|(t, w)| format!("[[tenants]]\nid = \"{t}\"\nweight = {w}\n"))
-                .collect::<String>()
-        );
-        PolicyFile::parse("t.toml", &text).unwrap().into_policy()
-    }
+    use crate::policy_cmd::tests::policy;
 
     #[test]
     fn compile_reports_measured_bounds() {

@@ -14,7 +14,8 @@ use crate::db::{needs_role, DbArgs};
 use crate::exit::InvalidInput;
 use crate::out::{count, Report};
 
-fn shard_id(text: &str) -> Result<SchedulerShardId> {
+/// A shard id from the command line (exit 3 when it is not one).
+pub(crate) fn shard_id(text: &str) -> Result<SchedulerShardId> {
     SchedulerShardId::try_from(text)
         .map_err(|e| anyhow!(InvalidInput(format!("shard {}: {e}", EchoedValue(text)))))
 }
