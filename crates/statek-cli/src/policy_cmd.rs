@@ -480,11 +480,10 @@ impl Report for Diff {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
-    /// A policy of `weights` on `shard`, read as a policy file.
-    pub(crate) fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+    fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
         let text = format!(
             "shard = \"{shard}\"\n{}",
             weights

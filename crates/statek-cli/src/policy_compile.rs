@@ -272,8 +272,20 @@ impl Report for Compiled {
 
 #[cfg(test)]
 mod tests {
+    use statek_policy::policy_file::PolicyFile;
+
     use super::*;
-    use crate::policy_cmd::tests::policy;
+
+    fn policy(shard: &str, weights: &[(&str, u32)]) -> WeightedFairnessPolicy {
+        let text = format!(
+            "shard = \"{shard}\"\n{}",
+            weights
+                .iter()
+                .map(|(t, w)| format!("[[tenants]]\nid = \"{t}\"\nweight = {w}\n"))
+                .collect::<String>()
+        );
+        PolicyFile::parse("t.toml", &text).unwrap().into_policy()
+    }
 
     #[test]
     fn compile_reports_measured_bounds() {
