@@ -41,14 +41,11 @@ use std::ops::Range;
 use std::time::SystemTime;
 
 use statek_core::SlotClass;
-use statek_policy::{SchedulerShardId, TenantId};
+use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
 use tokio_postgres::types::Type;
 
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
-use walk::{Claim, Page, Walk};
-
-mod walk;
 
 /// Range rows read per page.
 const PAGE_RANGES: i64 = 1_000;
@@ -269,6 +266,201 @@ impl AuditReport {
     }
 }
 
+/// One tenant's running tallies.
+struct Tally {
+    audit: TenantAudit,
+    /// Its last slot in the current stretch of evidence.
+    last: Option<u64>,
+    lags: hdrhistogram::Histogram<u64>,
+}
+
+impl Tally {
+    fn new(bound: &statek_policy::TenantStarvationBound) -> Result<Self, StoreError> {
+        Ok(Self {
+            audit: TenantAudit {
+                tenant: bound.tenant().clone(),
+                weight: bound.weight(),
+                bound: bound.maximum_reservations_until_selection(),
+                entitled: 0.0,
+                slots: 0,
+                claimed: 0,
+                idle: 0,
+                idle_known: 0,
+                contended: 0,
+                limited: 0,
+                unused: 0,
+                unrecorded: 0,
+                claimed_after_record: 0,
+                claims_in_holes: 0,
+                largest_gap: 0,
+                first_slot: None,
+                last_slot: None,
+                lag_samples: 0,
+                lag_p50_ms: None,
+                lag_p99_ms: None,
+                runs_completed: 0,
+                runs_failed: 0,
+                runs_cancelled: 0,
+                runs_open: 0,
+                retried_attempts: 0,
+            },
+            last: None,
+            // 1 µs to one hour, two significant digits.
+            lags: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 2)
+                .map_err(|e| StoreError::InvalidArgument(e.to_string()))?,
+        })
+    }
+}
+
+struct Walk<'p> {
+    policy: &'p WeightedFairnessPolicy,
+    indexes: &'p [u16],
+    cycle_length: u64,
+    digest: Vec<u8>,
+    tallies: Vec<Tally>,
+    by_tenant: HashMap<&'p str, usize>,
+    report: AuditReport,
+    /// The end of the evidence seen so far (next expected sequence).
+    covered_to: u64,
+}
+
+impl Walk<'_> {
+    fn find(&mut self, finding: AuditFinding) {
+        self.report.finding_count += 1;
+        if self.report.findings.len() < MAX_AUDIT_FINDINGS {
+            self.report.findings.push(finding);
+        }
+    }
+
+    fn hole(&mut self, hole: Range<u64>) {
+        if hole.is_empty() {
+            return;
+        }
+        self.report.hole_count += 1;
+        if self.report.holes.len() < MAX_AUDIT_HOLES {
+            self.report.holes.push(hole);
+        }
+        // Gaps are judged within a stretch of evidence only.
+        for tally in &mut self.tallies {
+            tally.last = None;
+        }
+    }
+
+    fn tenant_at(&self, sequence: u64) -> usize {
+        // `cycle_length` is the policy's L (1..=4096) and `indexes` has L
+        // entries: the index is in range.
+        usize::from(self.indexes[(sequence % self.cycle_length) as usize])
+    }
+
+    /// One range row, clipped to the span, with its record and claims.
+    /// `claims`: the claims of `span`, in sequence order.
+    fn range(&mut self, span: Range<u64>, classes: Option<&[SlotClass]>, claims: &[&Claim]) {
+        let mut next_claim = 0;
+        for (offset, sequence) in span.enumerate() {
+            let index = self.tenant_at(sequence);
+            let recorded = classes.and_then(|c| c.get(offset)).copied();
+            let mut claimed = false;
+            while let Some(claim) = claims.get(next_claim).filter(|c| c.sequence <= sequence) {
+                claimed |= claim.sequence == sequence;
+                next_claim += 1;
+            }
+            let tally = &mut self.tallies[index];
+            let gap = tally.last.map(|last| sequence - last);
+            tally.last = Some(sequence);
+            let a = &mut tally.audit;
+            a.slots += 1;
+            a.first_slot.get_or_insert(sequence);
+            a.last_slot = Some(sequence);
+            if let Some(gap) = gap {
+                a.largest_gap = a.largest_gap.max(gap);
+                if gap > u64::from(a.bound) {
+                    let finding = AuditFinding::GapOverBound {
+                        tenant: a.tenant.clone(),
+                        gap,
+                        bound: a.bound,
+                        at_sequence: sequence,
+                    };
+                    self.count_class(index, claimed, recorded);
+                    self.find(finding);
+                    continue;
+                }
+            }
+            self.count_class(index, claimed, recorded);
+        }
+    }
+
+    fn count_class(&mut self, index: usize, claimed: bool, recorded: Option<SlotClass>) {
+        let a = &mut self.tallies[index].audit;
+        match (claimed, recorded) {
+            (true, Some(class)) if class != SlotClass::Claimed => {
+                a.claimed += 1;
+                a.claimed_after_record += 1;
+            }
+            (true, _) | (false, Some(SlotClass::Claimed)) => a.claimed += 1,
+            (false, Some(SlotClass::Idle)) => a.idle += 1,
+            (false, Some(SlotClass::IdleKnown)) => a.idle_known += 1,
+            (false, Some(SlotClass::Contended)) => a.contended += 1,
+            (false, Some(SlotClass::Limited)) => a.limited += 1,
+            (false, Some(SlotClass::Unused)) => a.unused += 1,
+            (false, None) => a.unrecorded += 1,
+        }
+    }
+
+    fn claim(&mut self, claim: &Claim) {
+        let expected = self.tenant_at(claim.sequence);
+        match self.by_tenant.get(claim.tenant.as_str()) {
+            Some(&index) if index == expected => {}
+            _ => {
+                let finding = AuditFinding::ClaimOfAnotherTenant {
+                    sequence: claim.sequence,
+                    expected: self.tallies[expected].audit.tenant.clone(),
+                    found: claim.tenant.clone(),
+                };
+                self.find(finding);
+                return;
+            }
+        }
+        let a = &mut self.tallies[expected].audit;
+        if claim.attempt > 1 {
+            a.retried_attempts += 1;
+        }
+        if !claim.current {
+            return;
+        }
+        match claim.state.as_deref() {
+            Some("completed") => a.runs_completed += 1,
+            Some("failed") => a.runs_failed += 1,
+            Some("cancelled") => a.runs_cancelled += 1,
+            _ => a.runs_open += 1,
+        }
+        if claim.attempt == 1 {
+            if let Some(lag) = claim
+                .available_at
+                .and_then(|at| claim.claimed_at.duration_since(at).ok())
+            {
+                let micros = u64::try_from(lag.as_micros()).unwrap_or(u64::MAX);
+                let tally = &mut self.tallies[expected];
+                // Saturates at the histogram's top (one hour) instead of
+                // failing.
+                tally.lags.saturating_record(micros);
+                tally.audit.lag_samples += 1;
+            }
+        }
+    }
+}
+
+/// One claim of the span: on its run row (`current`) or in history.
+#[derive(Debug, Clone)]
+struct Claim {
+    sequence: u64,
+    tenant: String,
+    attempt: i32,
+    state: Option<String>,
+    current: bool,
+    claimed_at: SystemTime,
+    available_at: Option<SystemTime>,
+}
+
 fn to_u64(value: i64, what: &'static str) -> Result<u64, StoreError> {
     u64::try_from(value).map_err(|_| StoreError::corrupt(what, format!("negative value {value}")))
 }
@@ -349,14 +541,47 @@ impl PgStore {
         let policy = stored.policy();
         let to = span.end.min(stored.next_sequence());
         let from = span.start.min(to);
-        let mut walk = Walk::new(policy, shard, from..to)?;
+        let bounds: Vec<_> = policy.starvation_bounds().collect();
+        let cycle_length = policy.cycle_length();
+        let mut walk = Walk {
+            policy,
+            indexes: policy.cycle_tenant_indexes(),
+            cycle_length: u64::from(cycle_length),
+            digest: policy.digest().as_bytes().to_vec(),
+            tallies: bounds
+                .iter()
+                .map(Tally::new)
+                .collect::<Result<_, StoreError>>()?,
+            by_tenant: HashMap::new(),
+            report: AuditReport {
+                shard: shard.clone(),
+                cycle_digest: policy.cycle_digest().to_string(),
+                cycle_length,
+                from,
+                to,
+                audited_slots: 0,
+                holes: Vec::new(),
+                hole_count: 0,
+                tenants: Vec::new(),
+                findings: Vec::new(),
+                finding_count: 0,
+                covered_to: from,
+            },
+            covered_to: from,
+        };
+        walk.by_tenant = policy
+            .tenants()
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.tenant().as_str(), i))
+            .collect();
         // Rows starting at or after `next_start` are new; the first page
         // also takes the row that straddles `from`.
         let mut next_start = from;
         let mut first_page = true;
         while next_start < to {
             let page = self
-                .audit_page(shard, next_start, to, walk.covered_to(), first_page)
+                .audit_page(shard, next_start, to, walk.covered_to, first_page)
                 .await?;
             first_page = false;
             walk.page(&page);
@@ -370,6 +595,9 @@ impl PgStore {
                 walk.find(AuditFinding::ClaimOutsideRanges { sequence });
             }
         }
+        let covered = walk.covered_to;
+        walk.report.covered_to = covered;
+        walk.hole(covered..to);
         Ok(walk.finish())
     }
 
@@ -514,6 +742,124 @@ impl PgStore {
             })
         })
         .await
+    }
+}
+
+/// One page of evidence: range rows `(first, count, slot, digest)`, the
+/// records by first sequence, the claims of their sequences.
+#[derive(Default)]
+struct Page {
+    ranges: Vec<(u64, u64, i32, Vec<u8>)>,
+    records: HashMap<u64, Vec<SlotClass>>,
+    claims: Vec<Claim>,
+}
+
+impl Walk<'_> {
+    /// A claim of a sequence without a range row (pruned): its tenant is
+    /// checked and it is counted, nothing else.
+    fn hole_claim(&mut self, claim: &Claim) {
+        let expected = self.tenant_at(claim.sequence);
+        if self.by_tenant.get(claim.tenant.as_str()) == Some(&expected) {
+            self.tallies[expected].audit.claims_in_holes += 1;
+        } else {
+            let finding = AuditFinding::ClaimOfAnotherTenant {
+                sequence: claim.sequence,
+                expected: self.tallies[expected].audit.tenant.clone(),
+                found: claim.tenant.clone(),
+            };
+            self.find(finding);
+        }
+    }
+
+    /// Walks one page: its rows in sequence order, the holes between
+    /// them, and its claims (sorted, all of sequences after what earlier
+    /// pages walked).
+    fn page(&mut self, page: &Page) {
+        let claims = &page.claims;
+        let mut next_claim = 0;
+        for (first, count, slot, digest) in &page.ranges {
+            let range = *first..first + count;
+            // Rows come in sequence order: one that starts inside evidence
+            // already walked overlaps the row before it (the first row may
+            // start before the span: only its part in the span counts).
+            if range.start < self.covered_to && range.start >= self.report.from {
+                self.find(AuditFinding::OverlappingRanges {
+                    sequence: range.start,
+                });
+                continue;
+            }
+            let expected_slot = (range.start % self.cycle_length) as u32;
+            if i64::from(*slot) != i64::from(expected_slot) {
+                self.find(AuditFinding::SlotMismatch {
+                    sequence: range.start,
+                    stored_slot: *slot,
+                    expected_slot,
+                });
+            }
+            if *digest != self.digest {
+                self.find(AuditFinding::DigestMismatch {
+                    sequence: range.start,
+                });
+            }
+            let clipped = range.start.max(self.covered_to)..range.end.min(self.report.to);
+            if clipped.is_empty() {
+                continue;
+            }
+            let covered = self.covered_to;
+            self.hole(covered..clipped.start);
+            while let Some(claim) = claims
+                .get(next_claim)
+                .filter(|c| c.sequence < clipped.start)
+            {
+                self.hole_claim(claim);
+                next_claim += 1;
+            }
+            let from = next_claim;
+            while claims
+                .get(next_claim)
+                .is_some_and(|c| c.sequence < clipped.end)
+            {
+                next_claim += 1;
+            }
+            let in_range: Vec<&Claim> = claims[from..next_claim].iter().collect();
+            for claim in &in_range {
+                self.claim(claim);
+            }
+            let classes = page.records.get(&range.start).map(|classes| {
+                let skip = usize::try_from(clipped.start - range.start).unwrap_or(usize::MAX);
+                classes.get(skip..).unwrap_or_default()
+            });
+            self.range(clipped.clone(), classes, &in_range);
+            self.report.audited_slots += clipped.end - clipped.start;
+            self.covered_to = clipped.end;
+        }
+        // Claims past the page's last row (only a page without rows reads
+        // them: the rest of the span is a hole).
+        for claim in claims.get(next_claim..).unwrap_or_default() {
+            if claim.sequence >= self.covered_to {
+                self.hole_claim(claim);
+            }
+        }
+    }
+
+    fn finish(mut self) -> AuditReport {
+        let audited = self.report.audited_slots as f64;
+        let l = f64::from(self.policy.cycle_length());
+        self.report.tenants = self
+            .tallies
+            .into_iter()
+            .map(|tally| {
+                let mut audit = tally.audit;
+                audit.entitled = audited * f64::from(audit.weight) / l;
+                if audit.lag_samples > 0 {
+                    let ms = |q: f64| tally.lags.value_at_quantile(q) as f64 / 1000.0;
+                    audit.lag_p50_ms = Some(ms(0.5));
+                    audit.lag_p99_ms = Some(ms(0.99));
+                }
+                audit
+            })
+            .collect();
+        self.report
     }
 }
 

@@ -2,9 +2,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use statek_policy::WeightedFairnessPolicy;
-
-use super::walk::Walk;
 use super::*;
 
 fn tenant(id: &str) -> TenantId {
@@ -24,11 +21,36 @@ fn a_gap_above_the_bound_is_a_finding() {
     )
     .unwrap();
     assert_eq!(policy.cycle_tenant_indexes(), [0, 0, 1, 0]);
-    let shard = policy.shard_id().clone();
-    let mut walk = Walk::new(&policy, &shard, 0..8).unwrap();
-    for tally in &mut walk.tallies {
-        tally.audit.bound = 1;
-    }
+    let mut walk = Walk {
+        policy: &policy,
+        indexes: policy.cycle_tenant_indexes(),
+        cycle_length: 4,
+        digest: Vec::new(),
+        tallies: policy
+            .starvation_bounds()
+            .map(|b| {
+                let mut tally = Tally::new(&b).unwrap();
+                tally.audit.bound = 1;
+                tally
+            })
+            .collect(),
+        by_tenant: HashMap::new(),
+        report: AuditReport {
+            shard: policy.shard_id().clone(),
+            cycle_digest: String::new(),
+            cycle_length: 4,
+            from: 0,
+            to: 8,
+            audited_slots: 0,
+            holes: Vec::new(),
+            hole_count: 0,
+            tenants: Vec::new(),
+            findings: Vec::new(),
+            finding_count: 0,
+            covered_to: 0,
+        },
+        covered_to: 0,
+    };
     walk.range(0..8, None, &[]);
     // The cycle is [a, a, b, a]: a's gaps of 2 end at 3 and 7, b's gap
     // of 4 at 6, all above the lowered bound of 1.
