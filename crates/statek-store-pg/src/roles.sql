@@ -54,6 +54,7 @@ ALTER VIEW statek.run_attempts OWNER TO {owner};
 ALTER FUNCTION statek.guard_run_completion() OWNER TO {owner};
 ALTER FUNCTION statek.tenant_claims_since(text, timestamptz) OWNER TO {owner};
 ALTER FUNCTION statek.refuse_kept_run_delete() OWNER TO {owner};
+ALTER FUNCTION statek.mark_rate_counted_claims() OWNER TO {owner};
 ALTER FUNCTION statek.heartbeat_run(uuid, uuid, float8) OWNER TO {owner};
 ALTER FUNCTION statek.cancel_run(uuid) OWNER TO {owner};
 ALTER FUNCTION statek.rescue_expired_run(uuid, uuid) OWNER TO {owner};

@@ -14,6 +14,7 @@ mod dead_link;
 mod durability;
 mod halt;
 mod integrity;
+mod lighter_claims;
 mod lost_ack;
 mod migrations;
 mod notifications;

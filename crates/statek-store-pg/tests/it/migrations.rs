@@ -382,7 +382,7 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [12, 13, 14, 15, 16]
+        [12, 13, 14, 15, 16, 17]
     );
     assert_eq!(attempt_finishes(&db, "run_claims").await, before);
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
@@ -496,7 +496,7 @@ async fn claims_made_before_v13_read_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [13, 14, 15, 16]
+        [13, 14, 15, 16, 17]
     );
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
 
@@ -532,15 +532,34 @@ async fn claims_made_before_v13_read_the_same_after_it() {
         .map(|(.., finished)| finished.is_some())
         .collect();
     assert_eq!(finished_run, [true]);
-    let counted: i64 = client
-        .query_one(
-            "SELECT statek.tenant_claims_since('tenant-a', '-infinity')",
+    // The rate limit's count (V17): the history always, a run row's claim
+    // once marked for a rate limit. Without one, the history's six; a
+    // limit set now marks the run rows' claims inside its window (the
+    // completed ones too), and it counts all seven.
+    let counted = async || -> i64 {
+        client
+            .query_one(
+                "SELECT statek.tenant_claims_since('tenant-a', now() - interval '1 hour')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(counted().await, 6);
+    client
+        .execute(
+            "INSERT INTO statek.tenant_limits (tenant_id, rate_limit, rate_window_ms)
+             VALUES ('tenant-a', 1000, 3600000)",
             &[],
         )
         .await
-        .unwrap()
-        .get(0);
-    assert_eq!(counted, 7);
+        .unwrap();
+    assert_eq!(counted().await, 7);
+    client
+        .execute("DELETE FROM statek.tenant_limits", &[])
+        .await
+        .unwrap();
     // Replays of V12 finishes are recorded; a V12 slot never claims again
     // (a run of its tenant waits: nothing of the call is kept).
     assert_eq!(

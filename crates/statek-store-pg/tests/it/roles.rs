@@ -366,6 +366,8 @@ async fn the_role_matrix_holds() {
         "claim_token = gen_random_uuid()",
         "claim_shard_id = 'primary-v1', claim_sequence = 0",
         "claim_finished_at = now()",
+        // Whether its claim counts for a rate limit (V17).
+        "rate_counted = true",
     ] {
         sql_denied(
             &format!("runtime sets runs.{column}"),
@@ -396,6 +398,11 @@ async fn the_role_matrix_holds() {
             "runtime inserts a leased run",
             "lease_token, lease_expires_at",
             "gen_random_uuid(), now()",
+        ),
+        (
+            "runtime inserts a claim counted for a rate limit (V17)",
+            "rate_counted",
+            "true",
         ),
     ] {
         sql_denied(
