@@ -12,6 +12,7 @@
 //! then for the window; runs completed and service lag come from the run
 //! rows' database times.
 
+mod batch_split;
 mod batched;
 mod db_work;
 mod fair;

@@ -100,6 +100,21 @@ pub fn markdown(w: &Workloads) -> String {
             }
         }
     }
+    let splits: Vec<(&str, &str, super::batch_split::BatchSplit)> = w
+        .runs
+        .iter()
+        .filter_map(|run| {
+            let split = super::batch_split::of(run.side(FAIR)?)?;
+            Some((run.setting.as_str(), run.workload.as_str(), split))
+        })
+        .collect();
+    if !splits.is_empty() {
+        out.push('\n');
+        out.push_str(super::batch_split::HEADER);
+        for (setting, workload, split) in &splits {
+            out.push_str(&super::batch_split::row(setting, workload, split));
+        }
+    }
     if !w.slot_rate.is_empty() {
         out.push_str(
             "\n| setting | Worker concurrency | slots/s | runs/s | reservation rows/s | batches/s |\n\
@@ -148,6 +163,25 @@ pub fn print(w: &Workloads) {
             if side.side != FAIR && side.backlog_left == Some(0) {
                 println!("         (the backlog ran out inside the window: runs/s is low)");
             }
+        }
+    }
+    for run in &w.runs {
+        if let Some(split) = run.side(FAIR).and_then(super::batch_split::of) {
+            println!(
+                "{} {} fair batches: {:.0}/s, {:.2} ms apart, {:.1} slots and {:.1} runs each; per batch reserve {:.3} ms, {:.2} claims {:.3} ms, finishes {:.3} ms, client CPU {:.3} ms; {:.0} claim statements/s",
+                run.setting,
+                run.workload,
+                split.batches_per_second,
+                split.period_ms,
+                split.slots,
+                split.runs,
+                split.reserve_ms,
+                split.claims,
+                split.claim_ms,
+                split.finish_ms,
+                split.client_ms,
+                split.claims_per_second,
+            );
         }
     }
     for s in &w.slot_rate {
