@@ -961,27 +961,14 @@ BEGIN
             USING ERRCODE = 'SK002';
     END IF;
     RETURN QUERY
+    -- In run id order: the update below takes the runs in this order (one
+    -- index probe each), so two finishes naming the same runs lock them
+    -- in the same order and wait for each other instead of deadlocking.
     WITH input AS MATERIALIZED (
         SELECT i.ord, i.run_id, i.token, i.kind, i.retry_secs, i.error
         FROM unnest(p_run_ids, p_tokens, p_kinds, p_retry_secs, p_errors)
              WITH ORDINALITY AS i(run_id, token, kind, retry_secs, error, ord)
-    ),
-    -- The runs their token still holds, locked in run id order: two
-    -- flushes naming the same runs wait for each other instead of
-    -- deadlocking.
-    -- Only a lease a claim function gave: a run whose token has no claim
-    -- row of its attempt (a token set by hand) is not finished here.
-    held AS MATERIALIZED (
-        SELECT i.ord, r.run_id
-        FROM input AS i JOIN statek.runs AS r ON r.run_id = i.run_id
-        WHERE r.lease_token = i.token AND r.state = 'running'
-          -- An attempt is finished once: its claim has no finish time yet.
-          AND ((r.claim_token = i.token AND r.claim_finished_at IS NULL)
-               OR EXISTS (SELECT 1 FROM statek.run_claims AS c
-                          WHERE c.run_id = r.run_id AND c.attempt = r.attempt
-                            AND c.lease_token = i.token AND c.finished_at IS NULL))
-        ORDER BY r.run_id
-        FOR UPDATE OF r
+        ORDER BY i.run_id
     ),
     now AS MATERIALIZED (SELECT clock_timestamp() AS t),
     finished AS (
@@ -1000,8 +987,18 @@ BEGIN
                                      ELSE r.claim_finished_at END,
             lease_token = NULL, lease_expires_at = NULL,
             last_error = CASE WHEN i.kind = 'fail' THEN i.error ELSE r.last_error END
-        FROM held AS h JOIN input AS i ON i.ord = h.ord CROSS JOIN now
-        WHERE r.run_id = h.run_id AND r.lease_token = i.token AND r.state = 'running'
+        FROM input AS i CROSS JOIN now
+        -- The runs their token still holds (each row locked by this
+        -- update, and re-checked on its newest version when a concurrent
+        -- finish of the same run committed first). Only a lease a claim
+        -- function gave: a run whose token has no claim of its attempt (a
+        -- token set by hand) is not finished here. An attempt is finished
+        -- once: its claim has no finish time yet.
+        WHERE r.run_id = i.run_id AND r.lease_token = i.token AND r.state = 'running'
+          AND ((r.claim_token = i.token AND r.claim_finished_at IS NULL)
+               OR EXISTS (SELECT 1 FROM statek.run_claims AS c
+                          WHERE c.run_id = r.run_id AND c.attempt = r.attempt
+                            AND c.lease_token = i.token AND c.finished_at IS NULL))
         RETURNING i.ord, r.run_id, i.token, i.kind, r.state, r.available_at,
                   now.t AS claim_finished_at
     ),

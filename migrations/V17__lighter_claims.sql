@@ -1,6 +1,6 @@
 -- Why: a fair claim cost the database more than it needed (issue 23,
--- "Fairness for free"). Two changes make it cheaper; neither changes what
--- a claim answers.
+-- "Fairness for free"). Three changes make it cheaper; none changes what
+-- a claim or a finish answers.
 --
 -- Part 1: each tenant of a claim is probed once.
 --
@@ -434,3 +434,134 @@ CREATE TRIGGER tenant_limits_rate_widened
 
 REVOKE ALL ON FUNCTION statek.mark_rate_counted_claims() FROM PUBLIC;
 
+-- Part 3: a finish locks and updates each run once.
+--
+-- Why: `statek.finish_runs` (V13) first locked the runs it would finish
+-- (`FOR UPDATE`, in run id order) and then updated them: two passes over
+-- each run, and a lock record in the WAL (about 54 bytes) per finished
+-- run that a batched FIFO queue's completion does not write. The order
+-- was there so that two finishes naming the same runs wait for each other
+-- instead of deadlocking.
+--
+-- From this migration on the update locks each run as it finishes it,
+-- taking the runs in run id order (the input is sorted, and the update
+-- probes the primary key once per input row, in that order), with the
+-- same conditions (the token still holds the run, it is running,
+-- its attempt has no finish time yet, its token is a claim's): a finish
+-- that committed first is seen on the run's newest version and the run is
+-- answered "already recorded", as before. Answers are unchanged.
+
+-- Completes or fails runs by their lease tokens (V12), recording the
+-- attempt's finish time on the run row for claims made since V13, in one
+-- pass over the runs (V17).
+CREATE OR REPLACE FUNCTION statek.finish_runs(
+    p_run_ids uuid[], p_tokens uuid[], p_kinds text[], p_retry_secs float8[], p_errors text[])
+RETURNS TABLE (
+    ord bigint, run_id uuid, state text, available_at timestamptz, already_recorded boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF cardinality(p_run_ids) IS NULL
+       OR cardinality(p_tokens) IS DISTINCT FROM cardinality(p_run_ids)
+       OR cardinality(p_kinds) IS DISTINCT FROM cardinality(p_run_ids)
+       OR cardinality(p_retry_secs) IS DISTINCT FROM cardinality(p_run_ids)
+       OR cardinality(p_errors) IS DISTINCT FROM cardinality(p_run_ids) THEN
+        RAISE EXCEPTION 'statek: a finish names one run id, token, kind, retry delay and error per run'
+            USING ERRCODE = 'SK002';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_kinds) AS k(kind)
+               WHERE k.kind IS NULL OR k.kind NOT IN ('complete', 'fail')) THEN
+        RAISE EXCEPTION 'statek: a finish is ''complete'' or ''fail''' USING ERRCODE = 'SK002';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_run_ids, p_tokens, p_retry_secs) AS f(run_id, token, retry)
+               WHERE f.run_id IS NULL OR f.token IS NULL OR f.retry IS NULL
+                  OR NOT (f.retry BETWEEN 0 AND 31622400))
+       OR (SELECT count(DISTINCT r.run_id) FROM unnest(p_run_ids) AS r(run_id))
+          <> cardinality(p_run_ids) THEN
+        RAISE EXCEPTION 'statek: a finish names each run once, with a token and a retry delay of 0..=31622400 seconds'
+            USING ERRCODE = 'SK002';
+    END IF;
+    RETURN QUERY
+    -- In run id order: the update below takes the runs in this order (one
+    -- index probe each), so two finishes naming the same runs lock them
+    -- in the same order and wait for each other instead of deadlocking.
+    WITH input AS MATERIALIZED (
+        SELECT i.ord, i.run_id, i.token, i.kind, i.retry_secs, i.error
+        FROM unnest(p_run_ids, p_tokens, p_kinds, p_retry_secs, p_errors)
+             WITH ORDINALITY AS i(run_id, token, kind, retry_secs, error, ord)
+        ORDER BY i.run_id
+    ),
+    now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+    finished AS (
+        UPDATE statek.runs AS r
+        SET state = CASE WHEN i.kind = 'complete' THEN 'completed'
+                         WHEN r.attempt < r.max_attempts THEN 'available'
+                         ELSE 'failed' END,
+            available_at = CASE WHEN i.kind = 'fail' AND r.attempt < r.max_attempts
+                                THEN now.t + make_interval(secs => i.retry_secs)
+                                ELSE r.available_at END,
+            finished_at = CASE WHEN i.kind = 'fail' AND r.attempt < r.max_attempts
+                               THEN NULL ELSE now.t END,
+            -- The attempt's finish time, kept with its claim on the row
+            -- (V13) until a later claim moves both into the history.
+            claim_finished_at = CASE WHEN r.claim_token = i.token THEN now.t
+                                     ELSE r.claim_finished_at END,
+            lease_token = NULL, lease_expires_at = NULL,
+            last_error = CASE WHEN i.kind = 'fail' THEN i.error ELSE r.last_error END
+        FROM input AS i CROSS JOIN now
+        -- The runs their token still holds (each row locked by this
+        -- update, and re-checked on its newest version when a concurrent
+        -- finish of the same run committed first). Only a lease a claim
+        -- function gave: a run whose token has no claim of its attempt (a
+        -- token set by hand) is not finished here. An attempt is finished
+        -- once: its claim has no finish time yet.
+        WHERE r.run_id = i.run_id AND r.lease_token = i.token AND r.state = 'running'
+          AND ((r.claim_token = i.token AND r.claim_finished_at IS NULL)
+               OR EXISTS (SELECT 1 FROM statek.run_claims AS c
+                          WHERE c.run_id = r.run_id AND c.attempt = r.attempt
+                            AND c.lease_token = i.token AND c.finished_at IS NULL))
+        RETURNING i.ord, r.run_id, i.token, i.kind, r.state, r.available_at,
+                  now.t AS claim_finished_at
+    ),
+    -- A failure of an attempt claimed before V13 sets its claim row's
+    -- finish time (V12); an attempt claimed since keeps it on the run row.
+    history AS (
+        UPDATE statek.run_claims AS c
+        SET finished_at = f.claim_finished_at
+        FROM finished AS f
+        WHERE f.kind = 'fail'
+          AND c.run_id = f.run_id AND c.lease_token = f.token AND c.finished_at IS NULL
+    ),
+    -- The claims of the runs not finished here and their runs, read
+    -- locked (FOR SHARE): a flush of the same claims that committed
+    -- meanwhile is seen as it is now (a failure on the claim row, a
+    -- completion on the run row).
+    earlier AS MATERIALIZED (
+        SELECT i.ord,
+               statek.run_attempt_finished_at(c.finished_at, c.attempt, r.state, r.attempt,
+                                              r.finished_at) AS finished_at
+        FROM input AS i
+        JOIN statek.run_claims AS c ON c.run_id = i.run_id AND c.lease_token = i.token
+        JOIN statek.runs AS r ON r.run_id = c.run_id
+        WHERE i.ord NOT IN (SELECT finished.ord FROM finished)
+        FOR SHARE OF c, r
+    ),
+    -- The same for an attempt still on its run row (V13).
+    earlier_on_row AS MATERIALIZED (
+        SELECT i.ord, r.claim_finished_at AS finished_at
+        FROM input AS i
+        JOIN statek.runs AS r ON r.run_id = i.run_id AND r.claim_token = i.token
+        WHERE i.ord NOT IN (SELECT finished.ord FROM finished)
+        FOR SHARE OF r
+    )
+    SELECT i.ord, i.run_id, f.state, f.available_at,
+           coalesce(e.finished_at, o.finished_at) IS NOT NULL
+    FROM input AS i
+    LEFT JOIN finished AS f ON f.ord = i.ord
+    LEFT JOIN earlier AS e ON e.ord = i.ord
+    LEFT JOIN earlier_on_row AS o ON o.ord = i.ord
+    ORDER BY i.ord;
+END;
+$$;

@@ -230,3 +230,69 @@ async fn a_capped_tenant_is_limited_with_a_claimable_run_and_idle_without() {
         .unwrap();
     assert_eq!(claims, [SlotClaim::Idle, SlotClaim::Idle]);
 }
+
+/// Part 3: a finish locks each run as it updates it, in run id order.
+/// Eight flushes of the same 40 runs at once, each sent in its own order:
+/// no deadlock (without the order, three runs of six met one), every run
+/// is completed once, by exactly one flush, and every other flush answers
+/// it "already recorded".
+#[tokio::test]
+async fn concurrent_finishes_of_the_same_runs_complete_each_run_once() {
+    use statek_store_pg::{FinishOutcome, FinishRun};
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = TenantId::try_from("tenant-a").unwrap();
+    let runs: Vec<NewRun> = (0..40_u8)
+        .map(|i| NewRun::new(a.clone(), vec![i]))
+        .collect();
+    store.enqueue_many(&runs).await.unwrap();
+    let mut leases = Vec::new();
+    for _ in 0..40 {
+        let ClaimOutcome::Claimed(run) = store.claim_run(&a, LEASE).await.unwrap() else {
+            panic!("expected a claim")
+        };
+        leases.push(run.lease);
+    }
+    let mut flushes = tokio::task::JoinSet::new();
+    for flush in 0..8_usize {
+        // Rotated and, for odd flushes, reversed: no two share an order.
+        let mut order: Vec<_> = leases.clone();
+        order.rotate_left(flush * 5);
+        if flush % 2 == 1 {
+            order.reverse();
+        }
+        let store = db.store();
+        flushes.spawn(async move {
+            let finishes: Vec<FinishRun> = order.iter().map(|l| FinishRun::complete(*l)).collect();
+            let outcomes = store.finish_runs(&finishes).await.unwrap();
+            order
+                .iter()
+                .map(|l| l.run_id())
+                .zip(outcomes)
+                .collect::<Vec<_>>()
+        });
+    }
+    let mut completed_by = std::collections::BTreeMap::new();
+    while let Some(joined) = flushes.join_next().await {
+        let answers = joined.unwrap();
+        for (run, outcome) in answers {
+            match outcome {
+                FinishOutcome::Completed => *completed_by.entry(run).or_insert(0) += 1,
+                FinishOutcome::AlreadyRecorded => {}
+                other => panic!("run {run}: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(completed_by.len(), 40);
+    assert!(completed_by.values().all(|&n| n == 1), "{completed_by:?}");
+    let client = db.client().await;
+    let done: i64 = client
+        .query_one(
+            "SELECT count(*) FROM statek.runs WHERE state = 'completed' AND claim_finished_at IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(done, 40);
+}
