@@ -19,6 +19,10 @@ impl RunHandler for MyHandler {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // e.g. DATABASE_URL=postgres://statek@127.0.0.1/statek?sslmode=verify-full
+    // A server whose commits are not durable (fsync off, as the development
+    // server of `cargo xtask pg start`) is refused by default; to try this
+    // against one, build the store with `PgStore::new(StoreConfig::from_url(&url)?
+    // .durability_policy(DurabilityPolicy::AllowNoDurability))` instead.
     let store = PgStore::connect(&std::env::var("DATABASE_URL")?)?;
     store.migrate().await?;
     // Cycle [a, a, b, a]: tenant-a waits at most 2 reservations, tenant-b at most 4.
