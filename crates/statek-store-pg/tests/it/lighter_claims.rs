@@ -26,6 +26,20 @@ fn rate(text: &str) -> TenantLimits {
     TenantLimits::new(None, Some(rate)).unwrap()
 }
 
+/// Reserves the next slots of `tenants` (in this order) and claims for
+/// them.
+async fn claim_next(
+    store: &statek_store_pg::PgStore,
+    policy: &statek_policy::WeightedFairnessPolicy,
+    tenants: &[&TenantId],
+) -> Vec<SlotClaim> {
+    let slots = reserved_slots(store, policy, tenants).await;
+    store
+        .claim_runs_for_slots(&slots, policy.shard_id(), LEASE)
+        .await
+        .unwrap()
+}
+
 /// `(rate_counted, state)` of every run of `tenant-a` that was claimed,
 /// oldest claim first.
 async fn marks(client: &tokio_postgres::Client) -> Vec<(bool, String)> {
@@ -68,12 +82,7 @@ async fn a_rate_limit_counts_the_claims_made_before_it_was_set() {
 
     // Three claims by slot, completed, and one outside the fair order,
     // still running: none marked while the tenant has no rate limit.
-    let slots = reserved_slots(&store, &p, &[&a, &a, &a]).await;
-    for claim in store
-        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
-        .await
-        .unwrap()
-    {
+    for claim in claim_next(&store, &p, &[&a, &a, &a]).await {
         let SlotClaim::Claimed(run) = claim else {
             panic!("expected a claim, got {claim:?}")
         };
@@ -99,11 +108,7 @@ async fn a_rate_limit_counts_the_claims_made_before_it_was_set() {
     store.set_tenant_limits(&a, &rate("4/h")).await.unwrap();
     assert!(marks(&client).await.iter().all(|(marked, _)| *marked));
     assert_eq!(counted(&client).await, 4);
-    let slots = reserved_slots(&store, &p, &[&a, &a]).await;
-    let claims = store
-        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
-        .await
-        .unwrap();
+    let claims = claim_next(&store, &p, &[&a, &a]).await;
     assert!(
         matches!(claims[..], [SlotClaim::Limited, SlotClaim::Limited]),
         "{claims:?}"
@@ -111,11 +116,7 @@ async fn a_rate_limit_counts_the_claims_made_before_it_was_set() {
 
     // Raised to 6: two more, each marked by its claim.
     store.set_tenant_limits(&a, &rate("6/h")).await.unwrap();
-    let slots = reserved_slots(&store, &p, &[&a, &a, &a]).await;
-    let claims = store
-        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
-        .await
-        .unwrap();
+    let claims = claim_next(&store, &p, &[&a, &a, &a]).await;
     assert!(
         matches!(
             claims[..],
@@ -197,11 +198,7 @@ async fn a_capped_tenant_is_limited_with_a_claimable_run_and_idle_without() {
             .unwrap();
     }
     // a: one claimed (its cap), one left over: limited; b: claimed.
-    let slots = reserved_slots(&store, &p, &[&a, &a, &b]).await;
-    let claims = store
-        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
-        .await
-        .unwrap();
+    let claims = claim_next(&store, &p, &[&a, &a, &b]).await;
     assert!(
         matches!(
             claims[..],
@@ -223,11 +220,7 @@ async fn a_capped_tenant_is_limited_with_a_claimable_run_and_idle_without() {
         )
         .await
         .unwrap();
-    let slots = reserved_slots(&store, &p, &[&a, &b]).await;
-    let claims = store
-        .claim_runs_for_slots(&slots, p.shard_id(), LEASE)
-        .await
-        .unwrap();
+    let claims = claim_next(&store, &p, &[&a, &b]).await;
     assert_eq!(claims, [SlotClaim::Idle, SlotClaim::Idle]);
 }
 
