@@ -10,7 +10,6 @@ use std::time::Duration;
 use statek_core::{
     ReservationSource, RunNotifications, RunPool, TenantExecutor, TenantTickOutcome,
 };
-use statek_policy::TenantId;
 #[cfg(feature = "postgres")]
 use statek_store_pg::PgStore;
 use tokio::sync::{mpsc, Notify};
@@ -21,43 +20,26 @@ use crate::reserved_batch::{BatchHooks, ReservedBatch, UnclaimedSink};
 use crate::scheduler::DurableFairScheduler;
 use crate::tick_outcome::TickOutcome;
 
-/// Pause before listening again after the notification connection failed,
-/// doubling from the first to the second value between attempts.
-const RELISTEN_PAUSE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
-
 mod halt;
+mod housekeeping;
+mod listen;
 mod options;
 mod outage;
 mod report;
+mod shared;
 mod sizer;
 
 use halt::{halt_of, Halt};
+use housekeeping::{housekeeping, maintain, publish_executing};
+use listen::listen;
 pub use options::{
     WorkerOptions, DEFAULT_CONCURRENCY, DEFAULT_OUTAGE_BUDGET, MAX_CONCURRENCY, MAX_OUTAGE_BUDGET,
 };
 use outage::{AfterFailure, Outage};
 use report::Counters;
 pub use report::WorkerReport;
+use shared::{back_off, lock, record, work_found, Shared};
 use sizer::BatchSizer;
-
-/// State shared by a worker's producer, batches and listener.
-struct Shared<E, R> {
-    scheduler: Arc<DurableFairScheduler<E, R>>,
-    options: WorkerOptions,
-    /// Consecutive `Idle` outcomes; any other outcome resets it.
-    idle_streak: AtomicU64,
-    /// Current backoff in microseconds (0 = not backing off).
-    backoff_micros: AtomicU64,
-    wake: Notify,
-    counters: Counters,
-    sink: Option<mpsc::UnboundedSender<TickOutcome>>,
-    /// The first non-retryable error of any slot.
-    fatal: Mutex<Option<SchedulerError>>,
-    /// Retryable slot errors since the producer last looked.
-    slot_errors: AtomicU64,
-    /// The last of them.
-    last_slot_error: Mutex<Option<SchedulerError>>,
-}
 
 /// Runs a scheduler replica as a producer over a bounded pool of
 /// executing runs.
@@ -236,22 +218,6 @@ impl<E: TenantExecutor + 'static, R: ReservationSource + 'static> Worker<E, R> {
             Ok(()) => Ok(shared.counters.report()),
         }
     }
-}
-
-impl<E: TenantExecutor, R: ReservationSource> Shared<E, R> {
-    /// Slots in a row without a run (`Idle`, `Limited`) before the worker
-    /// backs off: [`WorkerOptions::idle_threshold`], else the cycle length
-    /// `L` of the live shard's policy, read each time, so that it follows
-    /// a rollout to a shard with another `L`.
-    fn idle_threshold(&self) -> u64 {
-        self.options
-            .idle_threshold
-            .unwrap_or_else(|| u64::from(self.scheduler.policy().cycle_length()))
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The producer: reserve a batch while a permit is free, hand it to a
@@ -587,257 +553,4 @@ fn deliver<E, R>(
             }
         }
     }
-}
-
-/// Whether a Worker's notification connection listens, as its executor
-/// hears it ([`TenantExecutor::notifications_listening`]): told on every
-/// change, and "stopped" when dropped (the listening task ended or was
-/// aborted).
-struct ListenState<'a, E: TenantExecutor> {
-    executor: &'a E,
-    listening: bool,
-}
-
-impl<E: TenantExecutor> ListenState<'_, E> {
-    fn set(&mut self, listening: bool) {
-        if self.listening != listening {
-            self.listening = listening;
-            self.executor.notifications_listening(listening);
-        }
-    }
-}
-
-impl<E: TenantExecutor> Drop for ListenState<'_, E> {
-    fn drop(&mut self) {
-        self.set(false);
-    }
-}
-
-/// Wakes the worker on run notifications; listens again when they fail.
-async fn listen<E: TenantExecutor, R: ReservationSource>(
-    shared: Arc<Shared<E, R>>,
-    mut n: RunNotifications,
-    stop: CancellationToken,
-) {
-    let executor = shared.scheduler.executor();
-    let mut state = ListenState {
-        executor,
-        listening: false,
-    };
-    state.set(true);
-    loop {
-        let message = tokio::select! {
-            () = stop.cancelled() => return,
-            message = n.recv() => message,
-        };
-        match message {
-            Some(Ok(tenant)) => {
-                if n.take_missed() {
-                    // Wake-ups were dropped unread: any tenant may have
-                    // been notified, so forget which are known empty.
-                    executor.notifications_missed();
-                }
-                // Only the policy's tenants: runs of others can never take
-                // a slot, so their notifications must not end a backoff.
-                if shared.scheduler.policy().tenant_index(&tenant).is_none() {
-                    continue;
-                }
-                executor.run_notified(&tenant);
-                shared.counters.wakeups.fetch_add(1, Ordering::Relaxed);
-                shared.idle_streak.store(0, Ordering::Relaxed);
-                shared.backoff_micros.store(0, Ordering::Relaxed);
-                shared.wake.notify_waiters();
-                continue;
-            }
-            Some(Err(e)) => {
-                tracing::warn!(error = %crate::error::chain(&e), "run notifications failed; listening again, meanwhile relying on the backoff probe");
-            }
-            None => {
-                tracing::warn!("run notifications ended; listening again, meanwhile relying on the backoff probe");
-            }
-        }
-        // Listen again, pausing 1 s doubling to 30 s between attempts. Work
-        // notified meanwhile is found by the backoff probe, and by claims:
-        // nothing is skipped as known empty while no connection listens.
-        state.set(false);
-        let mut pause = RELISTEN_PAUSE.0;
-        n = loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(pause) => {}
-            }
-            match executor.listen_for_runs().await {
-                Some(Ok(fresh)) => break fresh,
-                None => {
-                    tracing::warn!(
-                        "the executor has no run notifications; relying on the backoff probe"
-                    );
-                    return;
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %crate::error::chain(&e), "cannot listen for runs yet");
-                    pause = (pause * 2).min(RELISTEN_PAUSE.1);
-                }
-            }
-        };
-        state.set(true);
-        shared
-            .counters
-            .listen_reconnects
-            .fetch_add(1, Ordering::Relaxed);
-        tracing::info!("listening for runs again");
-    }
-}
-
-/// Sets the executing-runs gauge (the pool's permits in use) and, when the
-/// executor says, the gauge of finished runs awaiting their record.
-fn publish_executing<E: TenantExecutor>(shard: &str, pool: &RunPool, executor: &E) {
-    let executing = pool.capacity().saturating_sub(pool.available());
-    metrics::gauge!(crate::metrics::WORKER_RUNS_EXECUTING, "shard" => shard.to_owned())
-        .set(executing as f64);
-    if let Some(awaiting) = executor.runs_awaiting_record() {
-        metrics::gauge!(crate::metrics::WORKER_RUNS_AWAITING_RECORD, "shard" => shard.to_owned())
-            .set(awaiting as f64);
-    }
-}
-
-/// The housekeeping passes after the first (which [`Worker::run`] makes
-/// before its first reservation), every `maintenance_every`.
-async fn maintain<E: TenantExecutor, R: ReservationSource>(
-    shared: Arc<Shared<E, R>>,
-    pool: RunPool,
-    stop: CancellationToken,
-) {
-    let every = shared.options.maintenance_every;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(every) => housekeeping(&shared, &pool).await,
-        }
-    }
-}
-
-/// One housekeeping pass: the executor's, the retention gauge and the
-/// executing-runs and awaiting-record gauges.
-async fn housekeeping<E: TenantExecutor, R: ReservationSource>(
-    shared: &Shared<E, R>,
-    pool: &RunPool,
-) {
-    shared.scheduler.executor().maintain().await;
-    publish_oldest(&shared.scheduler).await;
-    publish_executing(
-        shared.scheduler.policy().shard_id().as_str(),
-        pool,
-        shared.scheduler.executor(),
-    );
-}
-
-/// Sets the oldest-retained-reservation gauge of the worker's shard.
-async fn publish_oldest<E: TenantExecutor, R: ReservationSource>(
-    scheduler: &DurableFairScheduler<E, R>,
-) {
-    let policy = scheduler.policy();
-    let shard = policy.shard_id();
-    match scheduler.source().oldest_reservation(shard).await {
-        Ok(Some(oldest)) => {
-            if let Ok(at) = oldest.duration_since(std::time::SystemTime::UNIX_EPOCH) {
-                metrics::gauge!(
-                    crate::metrics::RETAINED_OLDEST_TIMESTAMP_SECONDS,
-                    "shard" => shard.to_string()
-                )
-                .set(at.as_secs_f64());
-            }
-        }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(
-            error = %crate::error::chain(&e),
-            "cannot read the oldest retained reservation"
-        ),
-    }
-}
-
-/// Counts `slots` slots of `outcome`; idle and limited ones go to
-/// `idle_pending`, the decision under way's (see the batch task).
-fn record<E, R>(
-    shared: &Shared<E, R>,
-    idle_pending: &AtomicU64,
-    outcome: &TenantTickOutcome,
-    slots: u64,
-) {
-    let c = &shared.counters;
-    c.ticks.fetch_add(slots, Ordering::Relaxed);
-    let counter = match outcome {
-        TenantTickOutcome::Executed(_) => &c.executed,
-        TenantTickOutcome::ExecutionFailed { .. } => &c.execution_failed,
-        TenantTickOutcome::Idle => &c.idle,
-        TenantTickOutcome::Contended => &c.contended,
-        TenantTickOutcome::Limited => &c.limited,
-        _ => &c.cancelled,
-    };
-    counter.fetch_add(slots, Ordering::Relaxed);
-    // A limited slot is an idle one for the backoff: the tenant's limits,
-    // not the queue, decide when it can run again. A run's outcome comes
-    // when it finishes, long after its slot was decided (and after the
-    // idle slots that followed it): its claim ended the streak then
-    // ([`work_found`]), and its outcome leaves the streak alone.
-    match outcome {
-        TenantTickOutcome::Idle | TenantTickOutcome::Limited => {
-            idle_pending.fetch_add(slots, Ordering::Relaxed);
-        }
-        TenantTickOutcome::Executed(_) | TenantTickOutcome::ExecutionFailed { .. } => {}
-        _ => work_found(shared),
-    }
-}
-
-/// A slot was decided with work found (a run claimed, or a contended
-/// slot): the idle streak ends and the backoff starts over.
-fn work_found<E, R>(shared: &Shared<E, R>) {
-    shared.idle_streak.store(0, Ordering::Relaxed);
-    shared.backoff_micros.store(0, Ordering::Relaxed);
-}
-
-/// Sleeps for the current backoff (doubling it) unless woken by a
-/// notification or shutdown. Returns whether to reserve again: woken by a
-/// notification, or the executor says (or cannot tell whether) the
-/// policy's tenants have claimable work; then the idle streak is reset.
-async fn back_off<E: TenantExecutor, R: ReservationSource>(
-    shared: &Shared<E, R>,
-    stop: &CancellationToken,
-) -> bool {
-    let initial = u64::try_from(shared.options.backoff_initial.as_micros()).unwrap_or(u64::MAX);
-    let max = u64::try_from(shared.options.backoff_max.as_micros()).unwrap_or(u64::MAX);
-    let current = shared.backoff_micros.load(Ordering::Relaxed);
-    let pause = if current == 0 {
-        initial
-    } else {
-        current.min(max)
-    };
-    shared
-        .backoff_micros
-        .store(pause.saturating_mul(2).min(max), Ordering::Relaxed);
-    shared.counters.backoffs.fetch_add(1, Ordering::Relaxed);
-    let woken = tokio::select! {
-        () = stop.cancelled() => return false,
-        () = shared.wake.notified() => true,
-        () = tokio::time::sleep(Duration::from_micros(pause)) => false,
-    };
-    // Only the policy's tenants: runs of others can never take a slot.
-    let tenants: Vec<TenantId> = shared
-        .scheduler
-        .policy()
-        .tenants()
-        .iter()
-        .map(|w| w.tenant().clone())
-        .collect();
-    let reserve = woken
-        || shared
-            .scheduler
-            .executor()
-            .has_claimable_work(&tenants)
-            .await
-            != Some(false);
-    if reserve {
-        shared.idle_streak.store(0, Ordering::Relaxed);
-    }
-    reserve
 }
