@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use statek_policy::TenantId;
 
 fn tenant(id: &str) -> TenantId {
     TenantId::try_from(id).unwrap()
