@@ -4,26 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
+
+use super::run_cli::{statek, text};
+
 use std::time::Duration;
 
 use statek_policy::SchedulerShardId;
 use statek_store_pg::testing::{reserve_next_slots, TestDatabase};
 use statek_store_pg::NewRun;
-
-fn statek(args: &[&str], database_url: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_statek"))
-        .args(args)
-        .current_dir(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")))
-        .env("DATABASE_URL", database_url)
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
 
 #[tokio::test]
 async fn an_audit_reports_each_tenant_and_fails_on_forged_evidence() {

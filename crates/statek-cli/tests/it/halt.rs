@@ -4,27 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use super::run_cli::{statek, text};
+
 use statek_store_pg::DurabilityError;
-use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use statek_policy::SchedulerShardId;
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::StoreError;
 use uuid::Uuid;
-
-fn statek(args: &[&str], database_url: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_statek"))
-        .args(args)
-        .current_dir(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")))
-        .env("DATABASE_URL", database_url)
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
 
 #[tokio::test]
 async fn a_halted_shard_is_shown_listed_and_resumed_by_the_cli() {

@@ -13,3 +13,4 @@ mod halt;
 mod pgbouncer;
 mod roles_apply;
 mod rollout_dry_run;
+mod run_cli;
