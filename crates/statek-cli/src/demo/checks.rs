@@ -65,8 +65,7 @@ fn contiguous(fair: &FairSide) -> Check {
     (
         ok,
         format!(
-            "sequences are exactly {start}..{} ({n} reservations in PostgreSQL, none missing or repeated)",
-            end.saturating_sub(1)
+            "sequences are exactly {start}..{end} ({n} reservations in PostgreSQL, none missing or repeated; the end is exclusive, as in `statek audit --sequences`)",
         ),
     )
 }
