@@ -1160,11 +1160,18 @@ CREATE OR REPLACE FUNCTION statek.mark_rate_counted_claims()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
+    WITH marked AS MATERIALIZED (
+        SELECT m.run_id FROM statek.runs AS m
+        WHERE m.tenant_id = NEW.tenant_id
+          AND m.claim_token IS NOT NULL AND NOT m.rate_counted
+          AND m.claimed_at > clock_timestamp() - make_interval(secs => NEW.rate_window_ms / 1000.0)
+        ORDER BY m.run_id
+        FOR UPDATE OF m
+    )
     UPDATE statek.runs AS r
     SET rate_counted = true
-    WHERE r.tenant_id = NEW.tenant_id
-      AND r.claim_token IS NOT NULL AND NOT r.rate_counted
-      AND r.claimed_at > clock_timestamp() - make_interval(secs => NEW.rate_window_ms / 1000.0);
+    FROM marked
+    WHERE r.run_id = marked.run_id AND NOT r.rate_counted;
     RETURN NULL;
 END;
 $function$;

@@ -153,16 +153,29 @@ impl FromStr for RateLimit {
             ),
             })
         };
+        // A whole number that does not fit (negative, or past u32 / u64) is
+        // out of range, and said so, like one that fits but is too large.
+        let out_of_range =
+            |detail: String| StoreError::RunQueue(RunQueueError::InvalidLimit { detail });
+        let integer = |t: &str| {
+            let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        };
         let (claims, window) = text.trim().split_once('/').ok_or_else(bad)?;
-        let claims: u32 = claims.trim().parse().map_err(|_| bad())?;
+        let claims = claims.trim();
+        let claims: u32 = match claims.parse() {
+            Ok(claims) => claims,
+            Err(_) if integer(claims) => {
+                return Err(out_of_range(format!(
+                    "a rate must allow 1..={MAX_RATE_CLAIMS} claims, got {}",
+                    claims.chars().take(40).collect::<String>()
+                )))
+            }
+            Err(_) => return Err(bad()),
+        };
         let window = window.trim();
         let split = window.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
         let (count, unit) = window.split_at(split);
-        let count: u64 = if count.is_empty() {
-            1
-        } else {
-            count.parse().map_err(|_| bad())?
-        };
         let unit_ms: u64 = match unit {
             "ms" => 1,
             "s" => 1000,
@@ -170,7 +183,18 @@ impl FromStr for RateLimit {
             "h" => 3_600_000,
             _ => return Err(bad()),
         };
-        let ms = count.checked_mul(unit_ms).ok_or_else(bad)?;
+        let too_long = || {
+            out_of_range(format!(
+                "a rate window must be whole milliseconds, 1 ms..=1 h, got {}{unit}",
+                count.chars().take(40).collect::<String>()
+            ))
+        };
+        let count: u64 = if count.is_empty() {
+            1
+        } else {
+            count.parse().map_err(|_| too_long())?
+        };
+        let ms = count.checked_mul(unit_ms).ok_or_else(too_long)?;
         Self::new(claims, Duration::from_millis(ms))
     }
 }
@@ -404,6 +428,39 @@ mod tests {
         check("99999999999999999999/s", None);
         check("1/99999999999999999999h", None);
         check("x/s", None);
+    }
+
+    /// A whole number out of range is named with its range, whatever its
+    /// size or sign; anything else is shown the expected shape.
+    #[test]
+    fn bad_rates_say_what_is_wrong() {
+        let message = |text: &str| match text.parse::<RateLimit>() {
+            Err(StoreError::RunQueue(RunQueueError::InvalidLimit { detail })) => detail,
+            other => panic!("{text}: {other:?}"),
+        };
+        for (text, detail) in [
+            ("-1/s", "a rate must allow 1..=1000000 claims, got -1"),
+            ("4294967296/s", "a rate must allow 1..=1000000 claims, got 4294967296"),
+            ("1000001/s", "a rate must allow 1..=1000000 claims, got 1000001"),
+            (
+                "5/99999999999999999999h",
+                "a rate window must be whole milliseconds, 1 ms..=1 h, got 99999999999999999999h",
+            ),
+            (
+                "5/9999999999999999s",
+                "a rate window must be whole milliseconds, 1 ms..=1 h, got 9999999999999999s",
+            ),
+            (
+                "x/s",
+                "rate \"x/s\": expected CLAIMS/WINDOW such as 10/s, 100/m, 5000/h, 5/10s or 1/250ms",
+            ),
+            (
+                "5/1d",
+                "rate \"5/1d\": expected CLAIMS/WINDOW such as 10/s, 100/m, 5000/h, 5/10s or 1/250ms",
+            ),
+        ] {
+            assert_eq!(message(text), detail, "{text}");
+        }
     }
 
     #[test]

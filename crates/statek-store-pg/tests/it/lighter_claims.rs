@@ -289,3 +289,48 @@ async fn concurrent_finishes_of_the_same_runs_complete_each_run_once() {
         .get(0);
     assert_eq!(done, 40);
 }
+
+/// Part 2 against part 3: a rate limit set while a flush finishes the
+/// tenant's runs. The marking locks the runs in run id order, as the
+/// finish does, so neither waits for the other in a circle: over ten
+/// rounds of 60 claimed runs, every finish and every limit commits the
+/// first time, and every claim inside the window is counted.
+#[tokio::test]
+async fn a_rate_limit_set_during_a_finish_of_the_same_runs_does_not_deadlock() {
+    use statek_store_pg::{FinishOutcome, FinishRun};
+    let db = TestDatabase::create().await;
+    let (store, limits) = (db.store(), db.store());
+    let client = db.client().await;
+    let a = TenantId::try_from("tenant-a").unwrap();
+    for round in 0..10_u32 {
+        store.clear_tenant_limits(&a).await.unwrap();
+        let runs: Vec<NewRun> = (0..60_u32)
+            .map(|i| NewRun::new(a.clone(), (round * 100 + i).to_be_bytes().to_vec()))
+            .collect();
+        store.enqueue_many(&runs).await.unwrap();
+        let mut leases = Vec::new();
+        for _ in 0..60 {
+            let ClaimOutcome::Claimed(run) = store.claim_run(&a, LEASE).await.unwrap() else {
+                panic!("expected a claim")
+            };
+            leases.push(run.lease);
+        }
+        // The flush in the order the runs were claimed (not run id order).
+        let finishes: Vec<FinishRun> = leases.iter().map(|l| FinishRun::complete(*l)).collect();
+        let limit = rate("100000/h");
+        let (finished, limited) = tokio::join!(
+            store.finish_runs(&finishes),
+            limits.set_tenant_limits(&a, &limit),
+        );
+        assert!(
+            finished
+                .unwrap()
+                .iter()
+                .all(|o| *o == FinishOutcome::Completed),
+            "round {round}"
+        );
+        limited.unwrap();
+        let expected = i64::from(round + 1) * 60;
+        assert_eq!(counted(&client).await, expected, "round {round}");
+    }
+}

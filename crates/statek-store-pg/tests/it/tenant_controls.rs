@@ -424,6 +424,7 @@ async fn limits_are_read_back_exactly_and_bad_values_are_typed_errors() {
 fn parsed_message(bad: &str) -> String {
     match bad {
         "0/s" => "invalid tenant limit: a rate must allow 1..=1000000 claims, got 0".into(),
+        "-1/s" => "invalid tenant limit: a rate must allow 1..=1000000 claims, got -1".into(),
         "1000001/s" => {
             "invalid tenant limit: a rate must allow 1..=1000000 claims, got 1000001".into()
         }
