@@ -13,7 +13,7 @@
 //! the chain and left, the audit adds its real wait since that last pick,
 //! which the bound does not count.
 
-use statek_policy::{SchedulerShardId, TenantId};
+use statek_policy::{PolicySeam, SchedulerShardId, TenantId};
 
 use crate::audit::AuditReport;
 use crate::{PgStore, StoreError};
@@ -207,18 +207,6 @@ pub struct RejoiningTenant {
     pub waited: u64,
 }
 
-/// The last sequence below `end` that `policy`'s cycle gives `tenant`.
-fn last_pick_before(
-    policy: &statek_policy::WeightedFairnessPolicy,
-    tenant: &TenantId,
-    end: u64,
-) -> Option<u64> {
-    let length = u64::from(policy.cycle_length());
-    (end.saturating_sub(length)..end)
-        .rev()
-        .find(|&s| policy.tenant_for_slot(s % length) == Some(tenant))
-}
-
 impl PgStore {
     /// The tenants of `to` that are not in the live shard `from`'s policy
     /// but were in an earlier shard of its chain, for a seal of `from` at
@@ -257,19 +245,21 @@ impl PgStore {
             };
             shard = self.load_shard(&predecessor).await?;
             let end = shard.seal().map_or(0, |s| s.sealed_at_sequence());
+            // The seam from this shard straight to `to` at its own seal:
+            // each tenant's last pick `p` there and first pick `q` in `to`.
+            let seam = PolicySeam::new(shard.policy(), to).at(end);
             left.retain(|tenant| {
-                let Some(p) = last_pick_before(shard.policy(), tenant, end) else {
+                let Some((p, q)) = seam.iter().find(|b| b.tenant() == tenant).and_then(|b| {
+                    b.last_pick_before_seal()
+                        .map(|p| (p, b.first_pick_after_seal()))
+                }) else {
                     return true;
                 };
-                // Its first pick in `to`: `q + 1` reservations from the seal.
-                let first = (0..u64::from(to.cycle_length()))
-                    .find(|&q| to.tenant_for_slot(q) == Some(tenant))
-                    .map_or(0, |q| q + 1);
                 found.push(RejoiningTenant {
                     tenant: tenant.clone(),
                     last_shard: predecessor.clone(),
                     last_pick: p,
-                    waited: (end - p) + behind + first - 1,
+                    waited: (end - p) + behind + q,
                 });
                 false
             });
