@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, Worker, WorkerOptions,
 };
 use statek_store_pg::{DurabilityPolicy, DurabilityRisk, NewRun, PgStore, StoreConfig, StoreError};
 use tokio_util::sync::CancellationToken;
@@ -74,8 +74,8 @@ struct Trial {
 struct NoopHandler;
 
 impl RunHandler for NoopHandler {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
-        Ok(())
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
+        Ok(Completed::new())
     }
 }
 

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::handler::RunError;
+use crate::handler::RunResult;
 
 /// Whether the executor still holds a claimed run's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,14 +51,14 @@ pub fn lease_margin(lease: Duration) -> Duration {
 /// the queue may still hold the lease: the local deadline plus its margin
 /// (after it, the run may have been claimed again).
 pub async fn run_under_lease<HF>(
-    handler: impl Future<Output = Result<(), RunError>>,
+    handler: impl Future<Output = RunResult>,
     run_id: Uuid,
     lease: Duration,
     heartbeat_every: Option<Duration>,
     claim_sent: Instant,
     cancel: &CancellationToken,
     mut heartbeat: impl FnMut() -> HF,
-) -> (Result<(), RunError>, LeaseState, Instant)
+) -> (RunResult, LeaseState, Instant)
 where
     HF: Future<Output = Heartbeat>,
 {

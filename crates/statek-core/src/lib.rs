@@ -59,7 +59,7 @@ pub use batch::{BatchParts, BatchSlot, BatchState, RunPermit, RunPool, SlotBatch
 pub use claim_run::{claim_and_run, SlotStart};
 pub use cycle_check::{check_cycle_digest, CycleCheck, CycleMismatch};
 pub use executor::{execute_each, TenantExecutor};
-pub use handler::{Run, RunError, RunHandler};
+pub use handler::{charged_cost, Completed, Run, RunError, RunHandler, RunResult, MAX_RUN_COST};
 pub use metric::{Metric, MetricKind};
 pub use notifications::{run_notifications, RunNotifications, RunWakeups, BUFFERED_WAKEUPS};
 pub use outcome::{ExecutedRun, TenantTickOutcome, Unclaimed};

@@ -10,7 +10,7 @@
 
 #![forbid(unsafe_code)]
 
-use statek_core::{Run, RunError, RunHandler};
+use statek_core::{Completed, Run, RunError, RunHandler, RunResult};
 use tokio_util::sync::CancellationToken;
 
 /// The largest payload [`Resize`] accepts, in bytes.
@@ -23,7 +23,7 @@ pub const MAX_IMAGE_BYTES: usize = 64;
 pub struct Resize;
 
 impl RunHandler for Resize {
-    async fn handle(&self, run: &Run, cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, cancel: CancellationToken) -> RunResult {
         if cancel.is_cancelled() {
             return Err(RunError::new("cancelled before it started"));
         }
@@ -32,7 +32,7 @@ impl RunHandler for Resize {
             n if n > MAX_IMAGE_BYTES => Err(RunError::new(format!(
                 "image of {n} bytes, at most {MAX_IMAGE_BYTES}"
             ))),
-            _ => Ok(()),
+            _ => Ok(Completed::new()),
         }
     }
 }

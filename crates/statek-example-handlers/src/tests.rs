@@ -41,7 +41,7 @@ fn uuid_for_test() -> Uuid {
 #[tokio::test]
 async fn resize_refuses_empty_and_oversized_images() {
     let ok = Resize.handle(&run(b"png"), CancellationToken::new()).await;
-    assert_eq!(ok, Ok(()));
+    assert_eq!(ok, Ok(Completed::new()));
     let empty = Resize.handle(&run(b""), CancellationToken::new()).await;
     assert_eq!(
         empty.unwrap_err().to_string(),

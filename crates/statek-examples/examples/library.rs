@@ -1,7 +1,7 @@
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions,
 };
 use statek_store_pg::{NewRun, PgStore};
 use tokio_util::sync::CancellationToken;
@@ -9,10 +9,11 @@ use tokio_util::sync::CancellationToken;
 struct MyHandler;
 
 impl RunHandler for MyHandler {
-    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
         // Do the tenant's work; `_cancel` fires if the lease is lost or on shutdown.
         println!("running {} for {}", run.run_id, run.tenant);
-        Ok(())
+        // What the attempt cost, if it knows (tokens, CPU-ms): kept with its claim.
+        Ok(Completed::with_cost(1))
     }
 }
 

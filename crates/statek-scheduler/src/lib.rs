@@ -19,7 +19,7 @@
 //! ```no_run
 //! use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 //! use statek_scheduler::{
-//!     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
+//!     DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunResult, Completed, RunHandler,
 //!     SchedulerOptions,
 //! };
 //! use statek_store_pg::PgStore;
@@ -27,9 +27,9 @@
 //!
 //! struct Print;
 //! impl RunHandler for Print {
-//!     async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+//!     async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
 //!         println!("tenant {} run {}", run.tenant, run.run_id);
-//!         Ok(())
+//!         Ok(Completed::new())
 //!     }
 //! }
 //!
@@ -110,13 +110,14 @@ pub use scheduler::PgScheduler;
 /// reservations, registrations, slot outcomes, wake-ups, the cycle-digest
 /// check, and what a run's handler sees.
 pub use statek_core::{
-    check_cycle_digest, claim_and_run, execute_each, lease, run_notifications, BatchSlot,
-    CycleCheck, CycleMismatch, EnqueuedRun, ExecutedRun, Registration, Reservation,
-    ReservationSource, Run, RunError, RunHandler, RunNotifications, RunPermit, RunPool, RunWakeups,
-    SlotBatch, SlotClass, SlotOutcomeAnswer, SlotOutcomes, SlotOutcomesRecorded, SlotRange,
-    SlotStart, SlotTicket, SlotTickets, SourceError, SourceErrorKind, SourceShard, Succession,
-    TenantExecutor, TenantTickOutcome, Unclaimed, BUFFERED_WAKEUPS, MAX_ATTEMPTS_LIMIT,
-    MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RESERVATION_BATCH, MIN_PRIORITY,
+    charged_cost, check_cycle_digest, claim_and_run, execute_each, lease, run_notifications,
+    BatchSlot, Completed, CycleCheck, CycleMismatch, EnqueuedRun, ExecutedRun, Registration,
+    Reservation, ReservationSource, Run, RunError, RunHandler, RunNotifications, RunPermit,
+    RunPool, RunResult, RunWakeups, SlotBatch, SlotClass, SlotOutcomeAnswer, SlotOutcomes,
+    SlotOutcomesRecorded, SlotRange, SlotStart, SlotTicket, SlotTickets, SourceError,
+    SourceErrorKind, SourceShard, Succession, TenantExecutor, TenantTickOutcome, Unclaimed,
+    BUFFERED_WAKEUPS, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MAX_RESERVATION_BATCH,
+    MAX_RUN_COST, MIN_PRIORITY,
 };
 pub use tick_outcome::TickOutcome;
 #[cfg(feature = "postgres")]

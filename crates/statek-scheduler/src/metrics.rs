@@ -20,7 +20,7 @@
 
 use statek_core::MetricKind::{Counter, Gauge, Histogram};
 pub use statek_core::{Metric, MetricKind};
-use statek_policy::WeightedFairnessPolicy;
+use statek_policy::{TenantId, WeightedFairnessPolicy};
 #[cfg(feature = "postgres")]
 use statek_store_pg::metric_names::{
     DURABILITY_RISK, PRUNE_CUTOFF_TIMESTAMP_SECONDS, RESERVATIONS_LOST_TOTAL, SHARD_HALTED,
@@ -60,6 +60,14 @@ pub const SERVICE_LAG_SECONDS: &str = "statek_service_lag_seconds";
 /// Counter `{tenant, outcome}`: what happened to claimed runs (`completed`,
 /// `failed`, `retrying`, `lease_lost`, `cancelled`).
 pub const RUN_OUTCOMES_TOTAL: &str = "statek_run_outcomes_total";
+/// Counter `{tenant}`, cost units: the cost finished attempts reported
+/// ([`crate::Completed::with_cost`], [`crate::RunError::with_cost`]), each
+/// at most [`crate::MAX_RUN_COST`], counted when the executor records the
+/// finish ([`record_run_cost`]).
+pub const RUN_COST_REPORTED_TOTAL: &str = "statek_run_cost_reported_total";
+/// Counter `{tenant}`, attempts: finished attempts that reported more than
+/// [`crate::MAX_RUN_COST`] and were recorded with that much.
+pub const RUN_COST_CLAMPED_TOTAL: &str = "statek_run_cost_clamped_total";
 
 /// Gauge `{shard, tenant}`, reservations: largest selection gap observed by
 /// a [`crate::FairnessMonitor`] (published with [`publish_fairness`]).
@@ -122,7 +130,8 @@ pub const RUN_OUTCOMES: &[&str] = &["completed", "failed", "retrying", "lease_lo
 /// `{shard}` for the shard's counters and its sealed and halted gauges,
 /// `{shard, kind}` for every [`TICK_ERROR_KINDS`], `{shard, tenant}` and
 /// `{tenant, outcome}` for every tenant of the policy and every
-/// [`RUN_OUTCOMES`], and (feature `postgres`) `{risk}` for every durability
+/// [`RUN_OUTCOMES`], `{tenant}` of [`RUN_COST_CLAMPED_TOTAL`] for every
+/// tenant, and (feature `postgres`) `{risk}` for every durability
 /// risk of statek-store-pg (`DurabilityRisk::LABELS`). This crate's own
 /// come first, then the store's (reservations lost, timeline changes,
 /// shard halted, durability risk).
@@ -136,6 +145,7 @@ pub fn zero_at_start() -> Vec<&'static str> {
         SHARD_SEALED,
         GAP_ABOVE_BOUND_TOTAL,
         RUN_OUTCOMES_TOTAL,
+        RUN_COST_CLAMPED_TOTAL,
     ];
     #[cfg(feature = "postgres")]
     names.extend([
@@ -212,6 +222,7 @@ pub fn zero_series(policy: &WeightedFairnessPolicy) {
             )
             .increment(0);
         }
+        metrics::counter!(RUN_COST_CLAMPED_TOTAL, "tenant" => tenant.clone()).increment(0);
     }
     #[cfg(feature = "postgres")]
     {
@@ -349,6 +360,20 @@ pub const SCHEDULER_METRICS: &[Metric] = &[
         "What happened to claimed runs: completed, failed, retrying, lease_lost, cancelled.",
     ),
     Metric::new(
+        RUN_COST_REPORTED_TOTAL,
+        Counter,
+        &["tenant"],
+        "cost units",
+        "Cost reported by finished attempts, each at most 2^40 units.",
+    ),
+    Metric::new(
+        RUN_COST_CLAMPED_TOTAL,
+        Counter,
+        &["tenant"],
+        "attempts",
+        "Finished attempts that reported more than 2^40 cost units, recorded as 2^40.",
+    ),
+    Metric::new(
         WORKER_RUNS_EXECUTING,
         Gauge,
         &["shard"],
@@ -444,4 +469,20 @@ pub fn describe_all() {
             _ => {}
         }
     }
+}
+
+/// The cost a finished attempt of `tenant` is recorded with
+/// ([`crate::charged_cost`] at [`crate::MAX_RUN_COST`]), counted in
+/// [`RUN_COST_REPORTED_TOTAL`] and, when the report was larger,
+/// [`RUN_COST_CLAMPED_TOTAL`]. Both executors statek ships call it once
+/// per finished attempt; `None` when the attempt reported no cost.
+pub fn record_run_cost(tenant: &TenantId, result: &crate::RunResult) -> Option<u64> {
+    let (cost, clamped) = crate::charged_cost(result, crate::MAX_RUN_COST);
+    if let Some(cost) = cost {
+        metrics::counter!(RUN_COST_REPORTED_TOTAL, "tenant" => tenant.to_string()).increment(cost);
+    }
+    if clamped {
+        metrics::counter!(RUN_COST_CLAMPED_TOTAL, "tenant" => tenant.to_string()).increment(1);
+    }
+    cost
 }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use statek_core::lease::{run_under_lease, Heartbeat, LeaseState};
 use statek_core::{
-    claim_and_run, BatchSlot, ExecutedRun, Run, RunError, RunHandler, RunNotifications, RunPermit,
+    claim_and_run, BatchSlot, ExecutedRun, Run, RunHandler, RunNotifications, RunPermit, RunResult,
     SlotBatch, SlotStart, SlotTickets, SourceError, TenantExecutor, TenantTickOutcome, Unclaimed,
 };
 use statek_policy::TenantId;
@@ -132,7 +132,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         held: &RunLease,
         cancel: &CancellationToken,
         claim_sent: Instant,
-    ) -> (Result<(), RunError>, LeaseState, Instant) {
+    ) -> (RunResult, LeaseState, Instant) {
         let (store, lease) = (&self.store, self.options.lease_length());
         run_under_lease(
             self.handler.handle(run, cancel.clone()),
@@ -179,11 +179,12 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         let (result, lease_state, lease_held_until) = self
             .run_with_heartbeats(&run, &held, &cancel, claim_sent)
             .await;
-        let pending = |finish: FinishAs| PendingFinish {
+        let pending = |finish: FinishAs, cost: Option<u64>| PendingFinish {
             finish: match finish {
                 FinishAs::Complete => FinishRun::complete(held),
                 FinishAs::Fail { error, retry_after } => FinishRun::fail(held, error, retry_after),
-            },
+            }
+            .with_cost(cost),
             lease_held_until,
             cancel: shutdown.clone(),
         };
@@ -207,8 +208,13 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         drop(permit);
         // Expired locally: the token may still hold (nobody re-claimed), so
         // the outcome is still recorded under it; the store says if not.
+        // The attempt's cost goes with its finish, in the same statement.
+        let cost = crate::metrics::record_run_cost(tenant, &result);
         match result {
-            Ok(()) => match self.record(pending(FinishAs::Complete), recording).await {
+            Ok(_) => match self
+                .record(pending(FinishAs::Complete, cost), recording)
+                .await
+            {
                 Ok(FinishOutcome::Completed | FinishOutcome::AlreadyRecorded) => {
                     run_outcome(tenant, "completed");
                     Ok(TenantTickOutcome::Executed(executed))
@@ -231,10 +237,13 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
                 };
                 let failed = self
                     .record(
-                        pending(FinishAs::Fail {
-                            error: error.to_string(),
-                            retry_after,
-                        }),
+                        pending(
+                            FinishAs::Fail {
+                                error: error.to_string(),
+                                retry_after,
+                            },
+                            cost,
+                        ),
                         recording,
                     )
                     .await;

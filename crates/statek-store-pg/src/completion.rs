@@ -37,9 +37,9 @@ use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::run_queue::{failure_text, retry_secs};
-use crate::statement::Db;
+use crate::statement::{Db, Param};
 use crate::{PgStore, RunLease, StoreError};
-use statek_core::MAX_FINISH_BATCH;
+use statek_core::{MAX_FINISH_BATCH, MAX_RUN_COST};
 
 /// The kinds of `$3` of [`FINISH_RUNS`] (a drift between these and the
 /// SQL answers states the kind cannot produce: [`StoreError::CorruptData`]).
@@ -48,7 +48,8 @@ const FAIL: &str = "fail";
 
 /// `$1` run ids, `$2` lease tokens, `$3` kinds (`complete` or `fail`), `$4`
 /// retry delays in seconds (0 for a completion), `$5` error texts (NULL
-/// for a completion), one element per finished run in input order
+/// for a completion), `$6` costs (NULL: none reported; migration V18),
+/// one element per finished run in input order
 /// (`ord`, 1-based): one call of the SECURITY DEFINER function
 /// `statek.finish_runs` (migration V11, which holds the statement; V12
 /// leaves a completion's claim row alone), the only writer of attempt
@@ -56,6 +57,13 @@ const FAIL: &str = "fail";
 /// run's new state when this call finished it, else whether the attempt of
 /// that token already has a finish time (a replay).
 const FINISH_RUNS: &str = "
+    SELECT * FROM statek.finish_runs($1::uuid[], $2::uuid[], $3::text[], $4::float8[],
+                                     $5::text[], $6::bigint[])";
+
+/// [`FINISH_RUNS`] without `$6`, for a finish whose attempts report no
+/// cost: the five-argument form V18 keeps (it records none), so a
+/// finish without costs works on a database not migrated to V18 yet.
+const FINISH_RUNS_WITHOUT_COSTS: &str = "
     SELECT * FROM statek.finish_runs($1::uuid[], $2::uuid[], $3::text[], $4::float8[],
                                      $5::text[])";
 
@@ -85,6 +93,7 @@ pub enum FinishAs {
 pub struct FinishRun {
     lease: RunLease,
     finish: FinishAs,
+    cost: Option<u64>,
 }
 
 impl FinishRun {
@@ -93,6 +102,7 @@ impl FinishRun {
         Self {
             lease,
             finish: FinishAs::Complete,
+            cost: None,
         }
     }
 
@@ -106,7 +116,24 @@ impl FinishRun {
                 error: error.into(),
                 retry_after,
             },
+            cost: None,
         }
+    }
+
+    /// The same finish, recording that the attempt cost `cost` units
+    /// (`0..=`[`MAX_RUN_COST`](statek_core::MAX_RUN_COST); `None`: it
+    /// reported none), kept with the attempt's finish in
+    /// `statek.run_attempts.cost` (migration V18). An executor clamps a
+    /// handler's report first (`statek_core::charged_cost`).
+    #[must_use]
+    pub fn with_cost(mut self, cost: Option<u64>) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// The cost recorded with the finish.
+    pub fn cost(&self) -> Option<u64> {
+        self.cost
     }
 
     /// The lease presented.
@@ -173,8 +200,9 @@ impl PgStore {
     ///
     /// # Errors
     /// - [`StoreError::InvalidArgument`]: more than [`MAX_FINISH_BATCH`]
-    ///   runs, the same run twice (by run id, whatever the tokens), or a
-    ///   `retry_after` over 366 days. Nothing is sent.
+    ///   runs, the same run twice (by run id, whatever the tokens), a
+    ///   `retry_after` over 366 days, or a cost above
+    ///   [`MAX_RUN_COST`](statek_core::MAX_RUN_COST). Nothing is sent.
     /// - [`StoreError::CorruptData`]: the answer does not match the input
     ///   (row count, order, run ids, a state the finish cannot produce).
     /// - connection and server errors ([`StoreError::is_retryable`] tells
@@ -196,6 +224,7 @@ impl PgStore {
         let mut kinds = Vec::with_capacity(runs.len());
         let mut retry = Vec::with_capacity(runs.len());
         let mut errors: Vec<Option<String>> = Vec::with_capacity(runs.len());
+        let mut costs: Vec<Option<i64>> = Vec::with_capacity(runs.len());
         for (index, run) in runs.iter().enumerate() {
             let run_id = run.lease.run_id();
             if let Some(first) = first_at.insert(run_id, index) {
@@ -205,6 +234,16 @@ impl PgStore {
             }
             run_ids.push(run_id);
             tokens.push(run.lease.token());
+            costs.push(match run.cost {
+                None => None,
+                Some(cost) if cost <= MAX_RUN_COST => i64::try_from(cost).ok(),
+                Some(cost) => {
+                    return Err(StoreError::InvalidArgument(format!(
+                        "finished run {index} ({run_id}): cost {cost} is above the largest \
+                         recorded, {MAX_RUN_COST} (2^40)"
+                    )))
+                }
+            });
             match &run.finish {
                 FinishAs::Complete => {
                     kinds.push(COMPLETE);
@@ -223,20 +262,22 @@ impl PgStore {
                 }
             }
         }
+        let with_costs = costs.iter().any(Option::is_some);
         let rows = self
             .with_durable_write(async |db: &Db<'_>| {
-                Ok(db
-                    .query(
-                        FINISH_RUNS,
-                        &[
-                            (&run_ids, Type::UUID_ARRAY),
-                            (&tokens, Type::UUID_ARRAY),
-                            (&kinds, Type::TEXT_ARRAY),
-                            (&retry, Type::FLOAT8_ARRAY),
-                            (&errors, Type::TEXT_ARRAY),
-                        ],
-                    )
-                    .await?)
+                let params: [Param<'_>; 6] = [
+                    (&run_ids, Type::UUID_ARRAY),
+                    (&tokens, Type::UUID_ARRAY),
+                    (&kinds, Type::TEXT_ARRAY),
+                    (&retry, Type::FLOAT8_ARRAY),
+                    (&errors, Type::TEXT_ARRAY),
+                    (&costs, Type::INT8_ARRAY),
+                ];
+                Ok(if with_costs {
+                    db.query(FINISH_RUNS, &params).await?
+                } else {
+                    db.query(FINISH_RUNS_WITHOUT_COSTS, &params[..5]).await?
+                })
             })
             .await?;
         if rows.len() != runs.len() {

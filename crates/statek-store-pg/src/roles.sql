@@ -48,6 +48,8 @@ ALTER FUNCTION statek.check_claimed_slots(text, bigint[], text[]) OWNER TO {owne
 ALTER FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint) OWNER TO {owner};
 ALTER FUNCTION statek.claim_run(text, uuid, float8) OWNER TO {owner};
 ALTER FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[]) OWNER TO {owner};
+ALTER FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[], bigint[])
+    OWNER TO {owner};
 ALTER FUNCTION statek.run_attempt_finished_at(timestamptz, integer, text, integer, timestamptz)
     OWNER TO {owner};
 ALTER VIEW statek.run_attempts OWNER TO {owner};
@@ -109,6 +111,8 @@ GRANT EXECUTE ON FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, t
     TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_run(text, uuid, float8) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[])
+    TO {runtime};
+GRANT EXECUTE ON FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[], bigint[])
     TO {runtime};
 -- An attempt's finish time as the evidence records it (V12): run history.
 GRANT EXECUTE ON FUNCTION

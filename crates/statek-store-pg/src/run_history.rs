@@ -22,7 +22,7 @@ const SELECT_RUN_HISTORY: &str = "
     SELECT r.run_id, r.tenant_id, r.state, r.attempt, r.available_at, r.claimed_at,
            r.finished_at, c.attempt AS claim_attempt, c.shard_id AS claim_shard_id,
            c.sequence AS claim_sequence, c.claimed_at AS claim_claimed_at,
-           c.finished_at AS claim_finished_at
+           c.finished_at AS claim_finished_at, c.cost AS claim_cost
     FROM statek.runs AS r
     LEFT JOIN statek.run_attempts AS c ON c.run_id = r.run_id
     WHERE r.run_id = ANY ($1::uuid[])
@@ -41,6 +41,10 @@ pub struct RunClaimRecord {
     /// Database time its holder completed or failed it; `None` while it
     /// runs or after its lease expired.
     pub finished_at: Option<SystemTime>,
+    /// The cost its holder recorded with its finish (migration V18), in
+    /// the handlers' cost units; `None` when it reported none, was not
+    /// finished by its holder, or finished before V18.
+    pub cost: Option<u64>,
 }
 
 /// A run as stored, with its claim history.
@@ -126,6 +130,13 @@ impl PgStore {
                 slot,
                 claimed_at: row.try_get("claim_claimed_at")?,
                 finished_at: row.try_get("claim_finished_at")?,
+                cost: row
+                    .try_get::<_, Option<i64>>("claim_cost")?
+                    .map(|cost| {
+                        u64::try_from(cost)
+                            .map_err(|_| StoreError::corrupt("run claim", format!("cost {cost}")))
+                    })
+                    .transpose()?,
             };
             if let Some(record) = records.last_mut() {
                 record.claims.push(claim);

@@ -292,6 +292,7 @@ pub async fn failing_handler_retries_then_fails<H: Harness>() {
             state: "available",
             attempt: 1,
             last_error: Some(no.clone()),
+            attempt_costs: vec![None],
         }
     );
     // Backing off for 1 s from the failure: a slot ending within 1 s of
@@ -313,11 +314,70 @@ pub async fn failing_handler_retries_then_fails<H: Harness>() {
             state: "failed",
             attempt: 3,
             last_error: Some(no),
+            attempt_costs: vec![None; 3],
         }
     );
     assert_eq!(s.tick().await.tenant_outcome(), &TenantTickOutcome::Idle);
     let attempts: Vec<u32> = s.probe.log().iter().map(|e| e.attempt).collect();
     assert_eq!(attempts, [1, 2, 3]);
+}
+
+/// Costs reported after the run (issue 25): the handler's cost is kept
+/// with the attempt it belongs to, a failed attempt's as a completed
+/// one's; an attempt that reports none keeps none; a report above
+/// [`MAX_RUN_COST`](statek_core::MAX_RUN_COST) is kept as that. The suite's handler reports
+/// the number after `cost=` in a payload.
+pub async fn reported_costs_are_kept_with_their_attempts<H: Harness>() {
+    let settings = Settings {
+        retry_initial: Duration::from_millis(20),
+        retry_max: Duration::from_millis(20),
+        ..Settings::default()
+    };
+    let s = setup::<H>(&[("tenant-a", 1)], settings).await;
+    let a = tenant("tenant-a");
+    s.probe.fail.store(true, Ordering::SeqCst);
+    let retried = s.harness.enqueue(&a, b"cost=7", 2).await;
+    assert!(matches!(
+        s.tick().await.tenant_outcome(),
+        TenantTickOutcome::ExecutionFailed { .. }
+    ));
+    let status = s.harness.status(retried).await;
+    assert_eq!(
+        (status.state, status.attempt_costs),
+        ("available", vec![Some(7)])
+    );
+    s.probe.fail.store(false, Ordering::SeqCst);
+    assert!(matches!(
+        tick_until_busy(&s).await.tenant_outcome(),
+        TenantTickOutcome::Executed(_)
+    ));
+    let status = s.harness.status(retried).await;
+    assert_eq!(
+        (status.state, status.attempt, status.attempt_costs),
+        ("completed", 2, vec![Some(7), Some(7)])
+    );
+    let silent = s.harness.enqueue(&a, b"no cost", 1).await;
+    let zero = s.harness.enqueue(&a, b"cost=0", 1).await;
+    let huge = s.harness.enqueue(&a, b"cost=18446744073709551615", 1).await;
+    for _ in 0..3 {
+        assert!(matches!(
+            s.tick().await.tenant_outcome(),
+            TenantTickOutcome::Executed(_)
+        ));
+    }
+    let costs = |status: Status| (status.state, status.attempt_costs);
+    assert_eq!(
+        costs(s.harness.status(silent).await),
+        ("completed", vec![None])
+    );
+    assert_eq!(
+        costs(s.harness.status(zero).await),
+        ("completed", vec![Some(0)])
+    );
+    assert_eq!(
+        costs(s.harness.status(huge).await),
+        ("completed", vec![Some(1 << 40)])
+    );
 }
 
 /// A run leased by a tick still in flight is not claimable: another tick
@@ -609,6 +669,7 @@ pub const CASES: &[&str] = &[
     "tenant_isolation",
     "idle_tenant_consumes_its_slot",
     "failing_handler_retries_then_fails",
+    "reported_costs_are_kept_with_their_attempts",
     "in_flight_run_is_not_waited_for",
     "locked_runs_are_skipped_then_contended",
     "an_expired_lease_is_claimed_again",
@@ -628,6 +689,7 @@ pub async fn exercise<H: Harness>() {
     tenant_isolation::<H>().await;
     idle_tenant_consumes_its_slot::<H>().await;
     failing_handler_retries_then_fails::<H>().await;
+    reported_costs_are_kept_with_their_attempts::<H>().await;
     in_flight_run_is_not_waited_for::<H>().await;
     locked_runs_are_skipped_then_contended::<H>().await;
     an_expired_lease_is_claimed_again::<H>().await;

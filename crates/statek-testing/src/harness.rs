@@ -16,7 +16,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use statek_core::{ReservationSource, Run, RunError, RunHandler, TenantExecutor};
+use statek_core::{
+    Completed, ReservationSource, Run, RunError, RunHandler, RunResult, TenantExecutor,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Execution {
@@ -27,6 +29,15 @@ pub(crate) struct Execution {
 }
 
 /// What the suite's handler saw and is told to do.
+/// The cost the suite's handler reports for a run: the number after
+/// `cost=` at the start of its payload (`cost=7 …` reports 7), none for
+/// any other payload.
+pub(crate) fn reported_cost(payload: &[u8]) -> Option<u64> {
+    let rest = payload.strip_prefix(b"cost=")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
 #[derive(Debug)]
 pub(crate) struct Probe {
     pub(crate) log: Mutex<Vec<Execution>>,
@@ -55,7 +66,7 @@ impl Probe {
         run_id: Uuid,
         attempt: u32,
         payload: &[u8],
-    ) -> Result<(), RunError> {
+    ) -> RunResult {
         self.started.add_permits(1);
         if attempt == 1 && self.hold_first_attempts.load(Ordering::SeqCst) {
             self.gate.acquire().await.unwrap().forget();
@@ -66,10 +77,15 @@ impl Probe {
             attempt,
             payload: payload.to_vec(),
         });
+        let cost = reported_cost(payload);
         if self.fail.load(Ordering::SeqCst) {
-            return Err(RunError::new("handler says no"));
+            let error = RunError::new("handler says no");
+            return Err(match cost {
+                Some(cost) => error.with_cost(cost),
+                None => error,
+            });
         }
-        Ok(())
+        Ok(cost.map_or(Completed::new(), Completed::with_cost))
     }
 
     pub(crate) fn log(&self) -> Vec<Execution> {
@@ -93,7 +109,7 @@ impl Probe {
 pub struct SuiteHandler(pub(crate) Arc<Probe>);
 
 impl RunHandler for SuiteHandler {
-    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
         self.0
             .execute(&run.tenant, run.run_id, run.attempt, &run.payload)
             .await
@@ -141,6 +157,9 @@ pub struct Status {
     pub attempt: u32,
     /// The last handler error, if any (the handler's message as given).
     pub last_error: Option<String>,
+    /// The cost recorded with each attempt, oldest first, one per claim
+    /// (`None`: it reported none, or was not finished by its holder).
+    pub attempt_costs: Vec<Option<u64>>,
 }
 
 /// What the suite needs from an executor under test: build it around the

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use statek_core::lease::{run_under_lease, Heartbeat, LeaseState};
 use statek_core::{
-    claim_and_run, BatchSlot, EnqueuedRun, ExecutedRun, Run, RunError, RunHandler, RunPermit,
+    claim_and_run, BatchSlot, EnqueuedRun, ExecutedRun, Run, RunHandler, RunPermit, RunResult,
     SlotBatch, SlotStart, SlotTickets, TenantExecutor, TenantTickOutcome, Unclaimed,
     MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, MAX_PRIORITY, MIN_PRIORITY,
 };
@@ -283,7 +283,7 @@ impl<H: RunHandler> InMemoryExecutor<H> {
         token: Uuid,
         cancel: &CancellationToken,
         claimed: Instant,
-    ) -> (Result<(), RunError>, LeaseState) {
+    ) -> (RunResult, LeaseState) {
         let shared = &self.shared;
         let lease = shared.options.lease_length();
         let run_id = run.run_id;
@@ -335,9 +335,10 @@ impl<H: RunHandler> InMemoryExecutor<H> {
                 error: "lease lost while the handler ran".into(),
             };
         }
+        let cost = statek_scheduler::metrics::record_run_cost(&run.tenant, &result);
         match result {
-            Ok(()) => {
-                if shared.queue().complete(run.run_id, token) {
+            Ok(_) => {
+                if shared.queue().complete(run.run_id, token, cost) {
                     TenantTickOutcome::Executed(executed)
                 } else {
                     TenantTickOutcome::ExecutionFailed {
@@ -356,7 +357,7 @@ impl<H: RunHandler> InMemoryExecutor<H> {
                 let message = error.to_string();
                 let recorded = shared
                     .queue()
-                    .fail(run.run_id, token, &message, retry_after);
+                    .fail(run.run_id, token, &message, retry_after, cost);
                 if !recorded {
                     TenantTickOutcome::ExecutionFailed {
                         run: executed,

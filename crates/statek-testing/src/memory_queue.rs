@@ -43,6 +43,12 @@ pub struct MemoryRunStatus {
     pub max_attempts: u32,
     /// The last handler error, if any.
     pub last_error: Option<String>,
+    /// The cost recorded with each attempt's finish, oldest attempt
+    /// first, one per claim: as reported, at most
+    /// [`MAX_RUN_COST`](statek_core::MAX_RUN_COST); `None` for an attempt
+    /// that reported none or was not finished by its holder (still
+    /// running, its lease expired, or cancelled).
+    pub attempt_costs: Vec<Option<u64>>,
 }
 
 #[derive(Debug)]
@@ -58,6 +64,7 @@ struct Entry {
     priority: i32,
     lease: Option<(Uuid, Instant)>,
     last_error: Option<String>,
+    attempt_costs: Vec<Option<u64>>,
 }
 
 /// A live run's place in its tenant's queue: highest priority first
@@ -66,6 +73,14 @@ struct Entry {
 type Key = (i64, Instant, u64, Uuid);
 
 impl Entry {
+    /// The current attempt's cost, set by the finish of its holder (once:
+    /// the lease is gone after it).
+    fn record_cost(&mut self, cost: Option<u64>) {
+        if let Some(slot) = self.attempt_costs.last_mut() {
+            *slot = cost;
+        }
+    }
+
     fn key(&self, run_id: Uuid) -> Key {
         (
             -i64::from(self.priority),
@@ -143,6 +158,7 @@ impl Queue {
         let expires = now + lease;
         entry.state = MemoryRunState::Running;
         entry.attempt += 1;
+        entry.attempt_costs.push(None);
         entry.lease = Some((token, expires));
         let run = Run::new(
             run_id,
@@ -174,10 +190,11 @@ impl Queue {
         true
     }
 
-    pub(crate) fn complete(&mut self, run_id: Uuid, token: Uuid) -> bool {
+    pub(crate) fn complete(&mut self, run_id: Uuid, token: Uuid, cost: Option<u64>) -> bool {
         let Some(entry) = self.held(run_id, token) else {
             return false;
         };
+        entry.record_cost(cost);
         entry.state = MemoryRunState::Completed;
         entry.lease = None;
         let (tenant, key) = (entry.tenant.clone(), entry.key(run_id));
@@ -191,10 +208,12 @@ impl Queue {
         token: Uuid,
         error: &str,
         retry_after: Duration,
+        cost: Option<u64>,
     ) -> bool {
         let Some(entry) = self.held(run_id, token) else {
             return false;
         };
+        entry.record_cost(cost);
         let old_key = entry.key(run_id);
         entry.lease = None;
         entry.last_error = Some(error.to_owned());
@@ -237,6 +256,7 @@ impl Queue {
             priority,
             lease: None,
             last_error: None,
+            attempt_costs: Vec::new(),
         };
         self.live
             .entry(tenant.clone())
@@ -273,6 +293,7 @@ impl Queue {
             attempt: entry.attempt,
             max_attempts: entry.max_attempts,
             last_error: entry.last_error.clone(),
+            attempt_costs: entry.attempt_costs.clone(),
         })
     }
 

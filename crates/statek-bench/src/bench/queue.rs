@@ -11,8 +11,8 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use statek_policy::WeightedFairnessPolicy;
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, TenantTickOutcome,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, TenantTickOutcome,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -33,8 +33,8 @@ const EMPTY_RUNS: &str = "SET session_replication_role = replica;
 struct NoOp;
 
 impl RunHandler for NoOp {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
-        Ok(())
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
+        Ok(Completed::new())
     }
 }
 

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerError, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError,
+    RunHandler, RunResult, SchedulerError, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
 use statek_store_pg::{DurabilityPolicy, NewRun, PgStore, StoreConfig};
 use tokio::task::JoinHandle;
@@ -101,7 +101,7 @@ struct RecordingHandler {
 }
 
 impl RunHandler for RecordingHandler {
-    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
         tokio::time::sleep(self.work).await;
         let attempt = i32::try_from(run.attempt).unwrap_or(i32::MAX);
         let recorded = async {
@@ -112,7 +112,7 @@ impl RunHandler for RecordingHandler {
                     &[&run.run_id, &attempt, &self.worker, &run.lease_expires_at],
                 )
                 .await?;
-            anyhow::Ok(())
+            anyhow::Ok(Completed::new())
         };
         recorded.await.map_err(|e| {
             self.failed

@@ -294,6 +294,7 @@ mod tests {
                     slot: Some((SchedulerShardId::try_from("primary-v1").unwrap(), s)),
                     claimed_at: at(*lag_ms),
                     finished_at: Some(at(lag_ms + 10)),
+                    cost: None,
                 })
                 .into_iter()
                 .collect();

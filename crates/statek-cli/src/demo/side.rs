@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use statek_policy::TenantId;
-use statek_scheduler::{RunError, RunHandler};
+use statek_scheduler::{Completed, RunHandler, RunResult};
 use statek_store_pg::{PgStore, StoreConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -36,13 +36,9 @@ impl DemoHandler {
 }
 
 impl RunHandler for DemoHandler {
-    async fn handle(
-        &self,
-        _run: &statek_scheduler::Run,
-        _cancel: CancellationToken,
-    ) -> Result<(), RunError> {
+    async fn handle(&self, _run: &statek_scheduler::Run, _cancel: CancellationToken) -> RunResult {
         self.work().await;
-        Ok(())
+        Ok(Completed::new())
     }
 }
 

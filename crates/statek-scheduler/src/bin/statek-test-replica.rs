@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, TenantTickOutcome, Worker, WorkerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError,
+    RunHandler, RunResult, SchedulerOptions, TenantTickOutcome, Worker, WorkerOptions,
 };
 use statek_store_pg::PgStore;
 use tokio::io::AsyncReadExt;
@@ -35,9 +35,9 @@ use tokio_util::sync::CancellationToken;
 struct Handler;
 
 impl RunHandler for Handler {
-    async fn handle(&self, run: &Run, cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, cancel: CancellationToken) -> RunResult {
         if run.payload.is_empty() {
-            return Ok(());
+            return Ok(Completed::new());
         }
         if run.payload == b"hang" && run.attempt == 1 {
             println!("hang {} {}", run.run_id, run.attempt);
@@ -46,7 +46,7 @@ impl RunHandler for Handler {
             return Err(RunError::new("cancelled"));
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
-        Ok(())
+        Ok(Completed::new())
     }
 }
 

@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime};
 
 use statek_policy::{SchedulerShardId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions, WorkerReport,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
 use statek_store_pg::testing::TestDatabase;
 use tokio_util::sync::CancellationToken;
@@ -44,12 +44,12 @@ type Executions = Arc<std::sync::Mutex<Vec<(Uuid, u32)>>>;
 struct Sleep(Duration, Executions);
 
 impl RunHandler for Sleep {
-    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
         if !self.0.is_zero() {
             tokio::time::sleep(self.0).await;
         }
         self.1.lock().unwrap().push((run.run_id, run.attempt));
-        Ok(())
+        Ok(Completed::new())
     }
 }
 

@@ -79,10 +79,12 @@ impl Harness for Pg {
             .unwrap();
         let state: String = row.get(0);
         let attempt: i32 = row.get(1);
+        let history = self.store.run_history(&[run_id]).await.unwrap();
         Status {
             state: state_name(&state),
             attempt: u32::try_from(attempt).unwrap(),
             last_error: row.get(2),
+            attempt_costs: history[0].claims.iter().map(|claim| claim.cost).collect(),
         }
     }
 
@@ -216,6 +218,7 @@ impl Harness for Memory {
             },
             attempt: run.attempt,
             last_error: run.last_error,
+            attempt_costs: run.attempt_costs,
         }
     }
 
@@ -268,6 +271,11 @@ macro_rules! conformance_suite {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn reported_costs_are_kept_with_their_attempts() {
+                conformance::reported_costs_are_kept_with_their_attempts::<$harness>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn in_flight_run_is_not_waited_for() {
                 conformance::in_flight_run_is_not_waited_for::<$harness>().await;
             }
@@ -307,6 +315,6 @@ conformance_suite!(memory, Memory);
 /// case: here against the in-memory executor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exercise_runs_every_case() {
-    assert_eq!(conformance::CASES.len(), 11);
+    assert_eq!(conformance::CASES.len(), 12);
     conformance::exercise::<Memory>().await;
 }

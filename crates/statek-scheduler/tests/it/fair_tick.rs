@@ -10,8 +10,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Registration, Run, RunError,
-    RunHandler, SchedulerError, SchedulerOptions, SourceErrorKind, TenantTickOutcome,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Registration, Run,
+    RunError, RunHandler, RunResult, SchedulerError, SchedulerOptions, SourceErrorKind,
+    TenantTickOutcome,
 };
 use statek_store_pg::testing::{policy, TestDatabase};
 use statek_store_pg::{NewRun, StoreError};
@@ -21,16 +22,16 @@ use tokio_util::sync::CancellationToken;
 struct Count(AtomicU32);
 
 impl RunHandler for Count {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
         self.0.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        Ok(Completed::new())
     }
 }
 
 struct Fail;
 
 impl RunHandler for Fail {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
         Err(RunError::new("handler says no"))
     }
 }

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, TenantExecutor, Worker, WorkerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError,
+    RunHandler, RunResult, SchedulerOptions, TenantExecutor, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::NewRun;
@@ -35,7 +35,7 @@ struct Announce {
 }
 
 impl RunHandler for Announce {
-    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
         *self
             .executions
             .lock()
@@ -44,7 +44,9 @@ impl RunHandler for Announce {
             .or_default() += 1;
         let (go, wait) = oneshot::channel();
         self.started.send((run.run_id, go)).unwrap();
-        wait.await.map_err(|_| RunError::new("the test went away"))
+        wait.await
+            .map(|()| Completed::new())
+            .map_err(|_| RunError::new("the test went away"))
     }
 }
 

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run, RunError,
-    RunHandler, SchedulerOptions, TenantTickOutcome,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run,
+    RunHandler, RunResult, SchedulerOptions, TenantTickOutcome,
 };
 use statek_store_pg::testing::fault_proxy::{Fault, FaultProxy};
 use statek_store_pg::testing::{test_store_config, TestDatabase};
@@ -60,7 +60,7 @@ struct Handler {
 }
 
 impl RunHandler for Handler {
-    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
         *self.executed.lock().unwrap().entry(run.run_id).or_default() += 1;
         let first = !self.once.swap(true, Ordering::SeqCst);
         match self.act {
@@ -102,7 +102,7 @@ impl RunHandler for Handler {
             }
             _ => {}
         }
-        Ok(())
+        Ok(Completed::new())
     }
 }
 

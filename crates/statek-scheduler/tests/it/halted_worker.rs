@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::NewRun;
@@ -23,9 +23,9 @@ use uuid::Uuid;
 struct Count(Arc<AtomicU64>);
 
 impl RunHandler for Count {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
         self.0.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        Ok(Completed::new())
     }
 }
 

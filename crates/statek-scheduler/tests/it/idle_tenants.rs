@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run, RunError,
-    RunHandler, SchedulerOptions, TenantExecutor,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run,
+    RunHandler, RunResult, SchedulerOptions, TenantExecutor,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{NewRun, PgStore};
@@ -45,8 +45,8 @@ fn v1() -> WeightedFairnessPolicy {
 struct Done;
 
 impl RunHandler for Done {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
-        Ok(())
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
+        Ok(Completed::new())
     }
 }
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{NewRun, PgStore};
@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 struct Done;
 
 impl RunHandler for Done {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
-        Ok(())
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
+        Ok(Completed::new())
     }
 }
 

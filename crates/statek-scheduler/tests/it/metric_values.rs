@@ -9,18 +9,23 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use statek_policy::TenantId;
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::NewRun;
 use tokio_util::sync::CancellationToken;
 
+/// Succeeds, reporting its payload's length as its cost (`huge`: u64::MAX).
 struct Ok;
 
 impl RunHandler for Ok {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
-        Result::Ok(())
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
+        Result::Ok(Completed::with_cost(if run.payload == b"huge" {
+            u64::MAX
+        } else {
+            run.payload.len() as u64
+        }))
     }
 }
 
@@ -72,12 +77,12 @@ async fn eight_ticks_export_exact_counters() {
     let b = TenantId::try_from("tenant-b").unwrap();
     for _ in 0..10 {
         store
-            .enqueue(&NewRun::new(a.clone(), vec![]))
+            .enqueue(&NewRun::new(a.clone(), b"ab".to_vec()))
             .await
             .unwrap();
     }
     store
-        .enqueue(&NewRun::new(b.clone(), vec![]))
+        .enqueue(&NewRun::new(b.clone(), b"huge".to_vec()))
         .await
         .unwrap();
     let policy =
@@ -135,6 +140,15 @@ async fn eight_ticks_export_exact_counters() {
     };
     assert_eq!(completed("tenant-a"), 6.0);
     assert_eq!(completed("tenant-b"), 1.0);
+    // Costs: six attempts of 2 units; one of u64::MAX, recorded as 2^40.
+    let cost = |name, tenant| get(&v, name, &[("tenant", tenant)]);
+    assert_eq!(cost("statek_run_cost_reported_total", "tenant-a"), 12.0);
+    assert_eq!(
+        cost("statek_run_cost_reported_total", "tenant-b"),
+        1_099_511_627_776.0
+    );
+    assert_eq!(cost("statek_run_cost_clamped_total", "tenant-a"), 0.0);
+    assert_eq!(cost("statek_run_cost_clamped_total", "tenant-b"), 1.0);
     assert_eq!(
         get(
             &v,

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use statek_policy::WeightedFairnessPolicy;
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerError, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerError, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
 use statek_store_pg::testing::{test_store_config, TestDatabase};
 use statek_store_pg::PgStore;
@@ -105,10 +105,10 @@ struct Counting {
 }
 
 impl RunHandler for Counting {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
         self.executions.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        Ok(())
+        Ok(Completed::new())
     }
 }
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{NewRun, PgStore};
@@ -28,9 +28,9 @@ struct Counting {
 }
 
 impl RunHandler for Counting {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
         self.runs.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        Ok(Completed::new())
     }
 }
 

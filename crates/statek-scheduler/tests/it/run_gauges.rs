@@ -12,8 +12,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use statek_policy::TenantId;
 use statek_scheduler::metrics::{RUNS, RUNS_FINISHED_OLDEST_TIMESTAMP_SECONDS};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, TenantExecutor,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, TenantExecutor,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::NewRun;
@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 struct Done;
 
 impl RunHandler for Done {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
-        Ok(())
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
+        Ok(Completed::new())
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions, WorkerReport,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{NewRun, PgStore, TenantLimits};
@@ -31,14 +31,14 @@ fn policy() -> WeightedFairnessPolicy {
 struct Sleep;
 
 impl RunHandler for Sleep {
-    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
         let ms = if run.tenant.as_str() == "tenant-a" {
             20
         } else {
             100
         };
         tokio::time::sleep(Duration::from_millis(ms)).await;
-        Ok(())
+        Ok(Completed::new())
     }
 }
 

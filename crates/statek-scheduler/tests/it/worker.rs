@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run, RunError,
-    RunHandler, SchedulerError, SchedulerOptions, SlotBatch, SlotTickets, TenantExecutor,
-    TenantTickOutcome, Worker, WorkerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run,
+    RunError, RunHandler, RunResult, SchedulerError, SchedulerOptions, SlotBatch, SlotTickets,
+    TenantExecutor, TenantTickOutcome, Worker, WorkerOptions,
 };
 use statek_store_pg::testing::TestDatabase;
 use statek_store_pg::{ClaimOutcome, NewRun, PgStore};
@@ -41,10 +41,10 @@ struct Sleepy {
 }
 
 impl RunHandler for Sleepy {
-    async fn handle(&self, _run: &Run, cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, cancel: CancellationToken) -> RunResult {
         self.runs.fetch_add(1, Ordering::SeqCst);
         tokio::select! {
-            _ = tokio::time::sleep(self.work) => Ok(()),
+            _ = tokio::time::sleep(self.work) => Ok(Completed::new()),
             _ = cancel.cancelled() => {
                 *self.cancelled_at.lock().unwrap() = Some(Instant::now());
                 Err(RunError::new("cancelled"))
@@ -430,12 +430,12 @@ struct Overlap {
 }
 
 impl RunHandler for Overlap {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(300)).await;
         self.running.fetch_sub(1, Ordering::SeqCst);
-        Ok(())
+        Ok(Completed::new())
     }
 }
 
@@ -617,12 +617,12 @@ struct EveryThirdFails {
 }
 
 impl RunHandler for EveryThirdFails {
-    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, run: &Run, _cancel: CancellationToken) -> RunResult {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if run.payload.first().is_some_and(|b| b % 3 == 0) {
             Err(RunError::new(format!("run {} failed", run.payload[0])))
         } else {
-            Ok(())
+            Ok(Completed::new())
         }
     }
 }

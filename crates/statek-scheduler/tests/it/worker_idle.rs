@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use statek_policy::{SchedulerShardId, TenantId, WeightedFairnessPolicy};
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run, RunError,
-    RunHandler, SchedulerOptions, TenantTickOutcome, TickOutcome, Worker, WorkerOptions,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, PgScheduler, Run,
+    RunError, RunHandler, RunResult, SchedulerOptions, TenantTickOutcome, TickOutcome, Worker,
+    WorkerOptions,
 };
 use statek_store_pg::testing::{policy, TestDatabase};
 use statek_store_pg::{NewRun, PgStore, TenantLimits};
@@ -33,12 +34,12 @@ struct Handler {
 }
 
 impl RunHandler for Handler {
-    async fn handle(&self, _run: &Run, cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, cancel: CancellationToken) -> RunResult {
         if self.hold {
             cancel.cancelled().await;
             return Err(RunError::new("cancelled"));
         }
-        Ok(())
+        Ok(Completed::new())
     }
 }
 
@@ -296,9 +297,9 @@ async fn a_rate_limited_tenant_is_reserved_for_again_only_when_its_window_frees(
 struct Sleeps(Duration);
 
 impl RunHandler for Sleeps {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
         tokio::time::sleep(self.0).await;
-        Ok(())
+        Ok(Completed::new())
     }
 }
 

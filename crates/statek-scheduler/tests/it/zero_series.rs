@@ -13,8 +13,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use statek_policy::{SchedulerShardId, WeightedFairnessPolicy};
 use statek_scheduler::metrics::zero_at_start;
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions, WorkerReport,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
 use statek_store_pg::testing::TestDatabase;
 use tokio_util::sync::CancellationToken;
@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 struct Done;
 
 impl RunHandler for Done {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
-        Ok(())
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
+        Ok(Completed::new())
     }
 }
 

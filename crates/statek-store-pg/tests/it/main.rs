@@ -4,6 +4,7 @@
 //! Tests that install a global metrics recorder keep binaries of their
 //! Every file of the folder is a module of this binary.
 
+mod attempt_costs;
 mod audit;
 mod baseline;
 mod batch;

@@ -382,7 +382,7 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [12, 13, 14, 15, 16, 17]
+        [12, 13, 14, 15, 16, 17, 18]
     );
     assert_eq!(attempt_finishes(&db, "run_claims").await, before);
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
@@ -496,7 +496,7 @@ async fn claims_made_before_v13_read_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [13, 14, 15, 16, 17]
+        [13, 14, 15, 16, 17, 18]
     );
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
 
@@ -584,6 +584,101 @@ async fn claims_made_before_v13_read_the_same_after_it() {
             RunQueueError::SlotAlreadyClaimed { .. }
         ))
     ));
+}
+
+/// Migration V18: the six-argument `statek.finish_runs` (with costs) is
+/// executable by every role that could execute the five-argument form
+/// before the upgrade, and by nobody else; attempts finished before it
+/// read no cost, and the five-argument form still finishes, recording
+/// none.
+#[tokio::test]
+async fn v18_grants_finishes_with_costs_to_whoever_could_finish() {
+    use statek_store_pg::{ClaimOutcome, FinishOutcome, FinishRun, NewRun};
+    let db = TestDatabase::create_at_version(17).await;
+    let store = db.store();
+    let admin = db.client().await;
+    let suffix = Uuid::now_v7().simple().to_string();
+    let (finisher, other) = (format!("finisher_{suffix}"), format!("other_{suffix}"));
+    for role in [&finisher, &other] {
+        admin
+            .batch_execute(&format!("CREATE ROLE {role} NOLOGIN"))
+            .await
+            .unwrap();
+    }
+    admin
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[])
+                 TO {finisher}"
+        ))
+        .await
+        .unwrap();
+    let tenant = TenantId::try_from("tenant-a").unwrap();
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        store
+            .enqueue(&NewRun::new(tenant.clone(), b"x".to_vec()))
+            .await
+            .unwrap();
+        let ClaimOutcome::Claimed(run) = store
+            .claim_run(&tenant, std::time::Duration::from_secs(60))
+            .await
+            .unwrap()
+        else {
+            panic!("expected a claim");
+        };
+        leases.push(run.lease);
+    }
+    assert_eq!(
+        store
+            .finish_runs(&[FinishRun::complete(leases[0])])
+            .await
+            .unwrap(),
+        [FinishOutcome::Completed]
+    );
+
+    let report = store.migrate().await.unwrap();
+    assert_eq!(
+        report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        [18]
+    );
+    let may = async |role: &str| -> bool {
+        admin
+            .query_one(
+                "SELECT has_function_privilege($1,
+                     'statek.finish_runs(uuid[], uuid[], text[], float8[], text[], bigint[])',
+                     'EXECUTE')",
+                &[&role],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    assert!(may(&finisher).await);
+    assert!(!may(&other).await);
+    assert_eq!(
+        store
+            .finish_runs(&[FinishRun::complete(leases[1])])
+            .await
+            .unwrap(),
+        [FinishOutcome::Completed]
+    );
+    let history = store
+        .run_history(&[leases[0].run_id(), leases[1].run_id()])
+        .await
+        .unwrap();
+    let costs: Vec<Vec<Option<u64>>> = history
+        .iter()
+        .map(|run| run.claims.iter().map(|claim| claim.cost).collect())
+        .collect();
+    assert_eq!(costs, [vec![None], vec![None]]);
+    for role in [&finisher, &other] {
+        admin
+            .batch_execute(&format!(
+                "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA statek FROM {role}; DROP ROLE {role}"
+            ))
+            .await
+            .unwrap();
+    }
 }
 
 /// Migration V15: PostgreSQL grants EXECUTE on a new function to PUBLIC,

@@ -955,7 +955,19 @@ async fn malformed_claims_and_finishes_are_refused() {
         ),
         (
             format!("SELECT * FROM statek.finish_runs(ARRAY['{run}'::uuid, '{run}'::uuid], ARRAY[{token}], '{{complete}}', '{{0}}', ARRAY[NULL::text])"),
-            "statek: a finish names one run id, token, kind, retry delay and error per run",
+            "statek: a finish names one run id, token, kind, retry delay, error and cost per run",
+        ),
+        (
+            format!("SELECT * FROM statek.finish_runs(ARRAY['{run}'::uuid], ARRAY[{token}], '{{complete}}', '{{0}}', ARRAY[NULL::text], '{{1,2}}')"),
+            "statek: a finish names one run id, token, kind, retry delay, error and cost per run",
+        ),
+        (
+            format!("SELECT * FROM statek.finish_runs(ARRAY['{run}'::uuid], ARRAY[{token}], '{{complete}}', '{{0}}', ARRAY[NULL::text], '{{-1}}')"),
+            "statek: an attempt costs 0..=1099511627776 (2^40) units, or reports none (NULL)",
+        ),
+        (
+            format!("SELECT * FROM statek.finish_runs(ARRAY['{run}'::uuid], ARRAY[{token}], '{{complete}}', '{{0}}', ARRAY[NULL::text], '{{1099511627777}}')"),
+            "statek: an attempt costs 0..=1099511627776 (2^40) units, or reports none (NULL)",
         ),
         (
             format!("SELECT * FROM statek.finish_runs(ARRAY['{run}'::uuid], ARRAY[{token}], '{{fail}}', ARRAY[NULL::float8], ARRAY['x'])"),

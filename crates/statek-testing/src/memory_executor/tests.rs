@@ -1,6 +1,7 @@
 //! Unit tests of the in-memory executor.
 
 use super::*;
+use statek_core::RunError;
 
 fn tenant(name: &str) -> TenantId {
     TenantId::try_from(name).unwrap()
@@ -104,7 +105,7 @@ async fn a_locked_run_is_contended_until_unlocked() {
 async fn cancelling_a_running_run_fires_its_token_at_the_next_heartbeat() {
     let handler = |_run: Run, cancel: CancellationToken| async move {
         cancel.cancelled().await;
-        Err(RunError::new("stopped"))
+        Err::<(), _>(RunError::new("stopped"))
     };
     let options = InMemoryExecutorOptions::new()
         .lease(Duration::from_millis(300))

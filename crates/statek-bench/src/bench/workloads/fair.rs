@@ -13,8 +13,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use statek_policy::WeightedFairnessPolicy;
 use statek_scheduler::{
-    DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunError, RunHandler,
-    SchedulerOptions, Worker, WorkerOptions, WorkerReport,
+    Completed, DurableFairScheduler, ExecutorOptions, PgRunQueueExecutor, Run, RunHandler,
+    RunResult, SchedulerOptions, Worker, WorkerOptions, WorkerReport,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -24,11 +24,11 @@ use crate::bench::reserve::store;
 struct Sleep(Duration);
 
 impl RunHandler for Sleep {
-    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> Result<(), RunError> {
+    async fn handle(&self, _run: &Run, _cancel: CancellationToken) -> RunResult {
         if !self.0.is_zero() {
             tokio::time::sleep(self.0).await;
         }
-        Ok(())
+        Ok(Completed::new())
     }
 }
 
