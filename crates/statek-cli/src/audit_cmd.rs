@@ -255,6 +255,8 @@ pub struct TenantLine {
     runs_cancelled: u64,
     runs_open: u64,
     retried_attempts: u64,
+    cost_served: u64,
+    attempts_without_cost: u64,
 }
 
 impl TenantLine {
@@ -283,6 +285,8 @@ impl TenantLine {
             runs_cancelled: t.runs_cancelled,
             runs_open: t.runs_open,
             retried_attempts: t.retried_attempts,
+            cost_served: t.cost_served,
+            attempts_without_cost: t.attempts_without_cost,
         }
     }
 }
@@ -444,24 +448,24 @@ impl Report for AuditLines {
         )?;
         writeln!(
             w,
-            "{:<24} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7}",
+            "{:<24} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7} {:>12}",
             "tenant", "weight", "bound", "entitled", "slots", "claimed", "idle", "known",
             "contended", "limited", "unused", "unrecorded", "gap", "lag p50", "lag p99",
-            "completed", "failed", "retried"
+            "completed", "failed", "retried", "cost"
         )?;
         for t in &self.tenants {
             writeln!(
                 w,
-                "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7}",
+                "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7} {:>12}",
                 t.tenant, t.weight, t.bound, t.entitled, t.slots, t.claimed, t.idle,
                 t.idle_known, t.contended, t.limited, t.unused, t.unrecorded, t.largest_gap,
                 ms(t.lag_p50_ms), ms(t.lag_p99_ms), t.runs_completed, t.runs_failed,
-                t.retried_attempts
+                t.retried_attempts, t.cost_served
             )?;
         }
         writeln!(
             w,
-            "(slots: the cycle's slots of the tenant with evidence; gap: the largest selection gap seen, in reservations; lag: ms from runnable to claim, first attempts)"
+            "(slots: the cycle's slots of the tenant with evidence; gap: the largest selection gap seen, in reservations; lag: ms from runnable to claim, first attempts; cost: the cost recorded with the finishes of the attempts its slots claimed)"
         )?;
         let in_holes: u64 = self.tenants.iter().map(|t| t.claims_in_holes).sum();
         if in_holes > 0 {

@@ -23,7 +23,9 @@
 //!   still on their run rows (a retried run's first runnable time is not
 //!   kept), p50 and p99, in milliseconds;
 //! - its claims by the run's state now, and the claims of later attempts
-//!   (retries).
+//!   (retries);
+//! - the cost recorded with the finishes of its attempts claimed in the
+//!   span (migration V18), and how many recorded none.
 //!
 //! **Findings** make an audit fail: a gap above the bound, a claim of a
 //! slot by another tenant than the cycle's, a claim outside every retained
@@ -97,11 +99,12 @@ const SELECT_RECORDS: &str = "
 
 const SELECT_CLAIMS: &str = "
     SELECT r.claim_sequence AS sequence, r.tenant_id, r.attempt, r.state,
-           r.claimed_at, r.available_at
+           r.claimed_at, r.available_at, r.claim_cost AS cost
     FROM statek.runs AS r
     WHERE r.claim_shard_id = $1 AND r.claim_sequence >= $2 AND r.claim_sequence < $3
     UNION ALL
-    SELECT c.sequence, c.tenant_id, c.attempt, NULL::text, c.claimed_at, NULL::timestamptz
+    SELECT c.sequence, c.tenant_id, c.attempt, NULL::text, c.claimed_at, NULL::timestamptz,
+           c.cost
     FROM statek.run_claims AS c
     WHERE c.shard_id = $1 AND c.sequence >= $2 AND c.sequence < $3";
 
@@ -142,6 +145,8 @@ impl Tally {
                 runs_cancelled: 0,
                 runs_open: 0,
                 retried_attempts: 0,
+                cost_served: 0,
+                attempts_without_cost: 0,
             },
             last: None,
             // 1 µs to one hour, two significant digits.
@@ -263,6 +268,10 @@ impl Walk<'_> {
         if claim.attempt > 1 {
             a.retried_attempts += 1;
         }
+        match claim.cost {
+            Some(cost) => a.cost_served = a.cost_served.saturating_add(cost),
+            None => a.attempts_without_cost += 1,
+        }
         if !claim.current {
             return;
         }
@@ -298,6 +307,8 @@ struct Claim {
     current: bool,
     claimed_at: SystemTime,
     available_at: Option<SystemTime>,
+    /// The cost recorded with its finish (V18).
+    cost: Option<u64>,
 }
 
 fn to_u64(value: i64, what: &'static str) -> Result<u64, StoreError> {
@@ -570,6 +581,10 @@ impl PgStore {
                         current: row.try_get::<_, Option<String>>("state")?.is_some(),
                         claimed_at: row.try_get("claimed_at")?,
                         available_at: row.try_get("available_at")?,
+                        cost: row
+                            .try_get::<_, Option<i64>>("cost")?
+                            .map(|cost| to_u64(cost, "claim cost"))
+                            .transpose()?,
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;

@@ -48,8 +48,16 @@ async fn an_audit_reports_each_tenant_and_fails_on_forged_evidence() {
         .take(1)
         .cloned()
         .collect();
-    store
+    let claims = store
         .claim_runs_for_slots(&first_a, &shard, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let [statek_store_pg::SlotClaim::Claimed(run)] = &claims[..] else {
+        panic!("expected a claim, got {claims:?}");
+    };
+    // Its attempt cost 7 units (recorded with its finish, migration V18).
+    store
+        .finish_runs(&[statek_store_pg::FinishRun::complete(run.lease).with_cost(Some(7))])
         .await
         .unwrap();
 
@@ -78,6 +86,9 @@ async fn an_audit_reports_each_tenant_and_fails_on_forged_evidence() {
         ["tenant-b", "1", "4", "2.0", "2", "0", "0", "0", "0", "0", "0", "2", "4"],
         "{out}"
     );
+    // ... and the cost its claims were served, last.
+    assert_eq!(columns(lines[2]).last().map(String::as_str), Some("7"));
+    assert_eq!(columns(lines[3]).last().map(String::as_str), Some("0"));
     assert!(out.contains("\nholes: none\n"), "{out}");
     assert!(
         out.ends_with("result: passed (every gap within its bound, the evidence consistent)\n"),

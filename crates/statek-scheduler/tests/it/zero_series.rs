@@ -84,6 +84,10 @@ fn zero(shard: &str) -> BTreeMap<String, f64> {
                 0.0,
             );
         }
+        expected.insert(
+            format!("statek_run_cost_clamped_total{{tenant=\"{tenant}\"}}"),
+            0.0,
+        );
     }
     expected
 }
@@ -192,8 +196,12 @@ async fn a_worker_exports_every_alert_series_from_its_start() {
     .unwrap();
     let after = scrape(&handle);
     let mut zero_secondary = zero("secondary-v1");
-    // Run outcomes are per tenant, shared by both shards' tenants.
-    zero_secondary.retain(|series, _| !series.starts_with("statek_run_outcomes_total"));
+    // Run outcomes and clamped costs are per tenant, shared by both
+    // shards' tenants.
+    zero_secondary.retain(|series, _| {
+        !series.starts_with("statek_run_outcomes_total")
+            && !series.starts_with("statek_run_cost_clamped_total")
+    });
     let secondary: BTreeMap<String, f64> = after
         .iter()
         .filter(|(series, _)| series.contains("shard=\"secondary-v1\""))

@@ -69,6 +69,15 @@ pub struct TenantAudit {
     pub runs_open: u64,
     /// Claims of an attempt after the first (on run rows or in history).
     pub retried_attempts: u64,
+    /// The cost recorded with the finishes of the attempts claimed by its
+    /// slots in the span (migration V18), in the handlers' cost units:
+    /// what it was served, counted by claim (`S` of docs/guarantees.md,
+    /// "Cost mode: the bound").
+    pub cost_served: u64,
+    /// Attempts claimed by its slots in the span with no cost recorded:
+    /// still running, reported none, not finished by their holder, or
+    /// finished before V18.
+    pub attempts_without_cost: u64,
 }
 
 /// What makes an audit fail.

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use statek_core::{SlotClass, SlotOutcomes};
 use statek_policy::{TenantId, WeightedFairnessPolicy};
 use statek_store_pg::testing::{reserve_next_slots, TestDatabase};
-use statek_store_pg::{AuditFinding, NewRun, SlotClaim, TenantAudit};
+use statek_store_pg::{AuditFinding, FinishOutcome, FinishRun, NewRun, SlotClaim, TenantAudit};
 
 fn tenant(id: &str) -> TenantId {
     TenantId::try_from(id).unwrap()
@@ -358,4 +358,80 @@ async fn overlapping_ranges_are_found_across_a_page_edge() {
         .collect();
     assert_eq!(overlaps, [501, 502, 1000, 1001]);
     assert_eq!(report.audited_slots, 2500);
+}
+
+/// The cost a tenant was served in a span: the costs recorded with the
+/// finishes of the attempts its slots claimed (migration V18), a retried
+/// run's first attempt (moved into the history by its second claim)
+/// included; attempts that recorded none are counted apart.
+#[tokio::test]
+async fn an_audit_sums_the_cost_recorded_for_each_tenants_claims() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    let shard = p.shard_id();
+    store.register(&p).await.unwrap();
+    let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+    for i in 0..3_u8 {
+        store
+            .enqueue(&NewRun::new(a.clone(), vec![i]).max_attempts(2))
+            .await
+            .unwrap();
+    }
+    store
+        .enqueue(&NewRun::new(b.clone(), vec![9]))
+        .await
+        .unwrap();
+    // Slots 0..4 are a, a, b, a: each claims a run.
+    let first = reserve_next_slots(&store, &p, 4).await;
+    let leases: Vec<_> = store
+        .claim_runs_for_slots(&first, shard, LEASE)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|claim| match claim {
+            SlotClaim::Claimed(run) => run.lease,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let outcomes = store
+        .finish_runs(&[
+            FinishRun::complete(leases[0]).with_cost(Some(5)),
+            FinishRun::fail(leases[1], "again", Duration::ZERO).with_cost(Some(2)),
+            FinishRun::complete(leases[2]).with_cost(Some(40)),
+            FinishRun::complete(leases[3]),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(outcomes[1], FinishOutcome::Retrying { .. }));
+    // Slot 4 (a) claims the failed run again; its first attempt moves into
+    // the history with its cost.
+    let second = reserve_next_slots(&store, &p, 1).await;
+    let [SlotClaim::Claimed(again)] = &store
+        .claim_runs_for_slots(&second, shard, LEASE)
+        .await
+        .unwrap()[..]
+    else {
+        panic!("expected a claim");
+    };
+    assert_eq!(again.lease.run_id(), leases[1].run_id());
+    store
+        .finish_runs(&[FinishRun::complete(again.lease).with_cost(Some(3))])
+        .await
+        .unwrap();
+
+    let report = store.audit_shard(shard, 0..5).await.unwrap();
+    let (ta, tb) = (&report.tenants[0], &report.tenants[1]);
+    assert_eq!((ta.claimed, tb.claimed), (4, 1));
+    assert_eq!((ta.cost_served, ta.attempts_without_cost), (5 + 2 + 3, 1));
+    assert_eq!((tb.cost_served, tb.attempts_without_cost), (40, 0));
+    // The retried run's second claim alone (slot 4).
+    let last = store.audit_shard(shard, 4..5).await.unwrap();
+    assert_eq!(
+        (
+            last.tenants[0].cost_served,
+            last.tenants[0].attempts_without_cost
+        ),
+        (3, 0)
+    );
 }
