@@ -105,6 +105,11 @@ pub enum Section {
     /// Enqueue throughput: one run per statement against bulk enqueue
     /// (`NewRun` one by one against `enqueue_many`).
     Enqueue,
+    /// Runs that differ in cost (issue 25): four tenants of weight 1, one
+    /// whose runs work 200 ms and cost 40, three at 5 ms and 1; the fair
+    /// Worker in slot mode against the batched FIFO queue, each tenant's
+    /// share of executor time and of cost served.
+    CostSkew,
     /// Opt-in: one Worker's RSS over --soak-minutes at full load (not in
     /// the default run).
     Soak,
@@ -116,12 +121,13 @@ pub enum Section {
 }
 
 impl Section {
-    const ALL: [Self; 7] = [
+    const ALL: [Self; 8] = [
         Self::Reservations,
         Self::Queue,
         Self::Retention,
         Self::Durable,
         Self::Workloads,
+        Self::CostSkew,
         Self::Enqueue,
         Self::Compile,
     ];

@@ -136,6 +136,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 | Section::Retention
                 | Section::Durable
                 | Section::Workloads
+                | Section::CostSkew
                 | Section::Enqueue
                 | Section::Soak
         )
@@ -390,6 +391,9 @@ async fn measure_in(
             &mut report.workloads,
         )
         .await?;
+    }
+    if args.only.contains(&Section::CostSkew) {
+        report.cost_skew = Some(workloads::cost_skew::run(url, args.workload_samples()).await?);
     }
     if args.only.contains(&Section::Enqueue) {
         report.enqueue = enqueue::run(url, Duration::from_secs(args.seconds)).await?;

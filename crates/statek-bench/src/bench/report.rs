@@ -159,6 +159,9 @@ pub struct Report {
     /// Section `enqueue` (issue 14).
     #[serde(default)]
     pub enqueue: Vec<super::enqueue::EnqueueRow>,
+    /// Section `cost-skew` (issue 25).
+    #[serde(default)]
+    pub cost_skew: Option<super::workloads::cost_skew::CostSkew>,
     /// Section `soak` (opt-in).
     #[serde(default)]
     pub soak: Option<super::soak::Soak>,
@@ -350,6 +353,7 @@ impl Report {
             compile: None,
             workloads: super::workloads::Workloads::default(),
             enqueue: Vec::new(),
+            cost_skew: None,
             soak: None,
             sustained: None,
             targets: Vec::new(),
@@ -505,6 +509,9 @@ impl Report {
         if any(&[Section::Workloads, Section::Soak]) {
             write("workloads.json", &(&self.workloads, &self.soak))?;
         }
+        if any(&[Section::CostSkew]) {
+            write("cost-skew.json", &self.cost_skew)?;
+        }
         if any(&[Section::Enqueue]) {
             write("enqueue.json", &self.enqueue)?;
         }
@@ -635,6 +642,9 @@ impl Report {
             }
         }
         super::workloads::table::print(&self.workloads);
+        if let Some(skew) = &self.cost_skew {
+            skew.print();
+        }
         if let Some(soak) = &self.soak {
             println!(
                 "soak ({}): VmRSS {} KiB after 1 min, {} KiB after {} min ({} runs executed, {:.0} runs/s)",

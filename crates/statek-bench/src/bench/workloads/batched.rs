@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use statek_store_pg::baseline::{BatchedFifoCounts, BatchedFifoWorker};
+use statek_store_pg::baseline::{BatchedFifoCounts, BatchedFifoWorker, PlainFifoRun};
 use tokio_util::sync::CancellationToken;
 
 /// Starts the batched queue's worker (two connections, one to claim and
@@ -28,6 +28,30 @@ pub async fn start(
     handler: Duration,
     stop: CancellationToken,
 ) -> Result<(tokio::task::JoinSet<Result<()>>, Arc<BatchedFifoCounts>)> {
+    start_with(
+        url,
+        capacity,
+        move |_run: &PlainFifoRun| async move {
+            if !handler.is_zero() {
+                tokio::time::sleep(handler).await;
+            }
+        },
+        stop,
+    )
+    .await
+}
+
+/// [`start`] with any work per run.
+pub async fn start_with<W, Fut>(
+    url: &str,
+    capacity: usize,
+    work: W,
+    stop: CancellationToken,
+) -> Result<(tokio::task::JoinSet<Result<()>>, Arc<BatchedFifoCounts>)>
+where
+    W: Fn(&PlainFifoRun) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     // Two connections, opened before it returns (a claim of at most zero
     // runs claims nothing).
     let producer = crate::bench::plain_claimer::queue(url, 1)?;
@@ -38,16 +62,7 @@ pub async fn start(
     let counts = worker.counts();
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(async move {
-        worker
-            .run(
-                move |_run| async move {
-                    if !handler.is_zero() {
-                        tokio::time::sleep(handler).await;
-                    }
-                },
-                stop.cancelled_owned(),
-            )
-            .await?;
+        worker.run(work, stop.cancelled_owned()).await?;
         Ok(())
     });
     Ok((tasks, counts))

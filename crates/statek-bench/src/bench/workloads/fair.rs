@@ -47,8 +47,19 @@ pub async fn start(
     handler: Duration,
     stop: CancellationToken,
 ) -> Result<FairSide> {
+    start_with(url, policy, concurrency, Sleep(handler), stop).await
+}
+
+/// [`start`] with any handler.
+pub async fn start_with(
+    url: &str,
+    policy: &WeightedFairnessPolicy,
+    concurrency: usize,
+    handler: impl RunHandler + 'static,
+    stop: CancellationToken,
+) -> Result<FairSide> {
     let store = store(url, concurrency + 2)?;
-    let executor = PgRunQueueExecutor::new(store.clone(), Sleep(handler), ExecutorOptions::new());
+    let executor = PgRunQueueExecutor::new(store.clone(), handler, ExecutorOptions::new());
     let scheduler = Arc::new(
         DurableFairScheduler::register(
             store.clone(),

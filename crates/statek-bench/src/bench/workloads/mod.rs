@@ -14,6 +14,7 @@
 
 mod batch_split;
 mod batched;
+pub mod cost_skew;
 mod db_work;
 mod fair;
 mod feeder;
