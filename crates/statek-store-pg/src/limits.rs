@@ -89,18 +89,12 @@ impl RateLimit {
     /// [`RunQueueError::InvalidLimit`](crate::RunQueueError::InvalidLimit) naming the value out of range.
     pub fn new(claims: u32, window: Duration) -> Result<Self, StoreError> {
         if !(1..=MAX_RATE_CLAIMS).contains(&claims) {
-            return Err(StoreError::RunQueue(RunQueueError::InvalidLimit {
-                detail: format!("a rate must allow 1..={MAX_RATE_CLAIMS} claims, got {claims}"),
-            }));
+            return Err(claims_out_of_range(claims));
         }
         if !(MIN_RATE_WINDOW..=MAX_RATE_WINDOW).contains(&window)
             || window.subsec_nanos() % 1_000_000 != 0
         {
-            return Err(StoreError::RunQueue(RunQueueError::InvalidLimit {
-                detail: format!(
-                    "a rate window must be whole milliseconds, 1 ms..=1 h, got {window:?}"
-                ),
-            }));
+            return Err(window_out_of_range(format_args!("{window:?}")));
         }
         Ok(Self { claims, window })
     }
@@ -141,6 +135,20 @@ impl fmt::Display for RateLimit {
     }
 }
 
+/// A rate's claims out of `1..=MAX_RATE_CLAIMS`: `got` as given.
+fn claims_out_of_range(got: impl fmt::Display) -> StoreError {
+    StoreError::RunQueue(RunQueueError::InvalidLimit {
+        detail: format!("a rate must allow 1..={MAX_RATE_CLAIMS} claims, got {got}"),
+    })
+}
+
+/// A rate's window out of range or not whole milliseconds: `got` as given.
+fn window_out_of_range(got: impl fmt::Display) -> StoreError {
+    StoreError::RunQueue(RunQueueError::InvalidLimit {
+        detail: format!("a rate window must be whole milliseconds, 1 ms..=1 h, got {got}"),
+    })
+}
+
 impl FromStr for RateLimit {
     type Err = StoreError;
 
@@ -155,23 +163,18 @@ impl FromStr for RateLimit {
         };
         // A whole number that does not fit (negative, or past u32 / u64) is
         // out of range, and said so, like one that fits but is too large.
-        let out_of_range =
-            |detail: String| StoreError::RunQueue(RunQueueError::InvalidLimit { detail });
-        let integer = |t: &str| {
-            let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
-            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
-        };
+        // Claims are digits (a leading `+` is not a rate a user writes).
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
         let (claims, window) = text.trim().split_once('/').ok_or_else(bad)?;
         let claims = claims.trim();
         let claims: u32 = match claims.parse() {
-            Ok(claims) => claims,
-            Err(_) if integer(claims) => {
-                return Err(out_of_range(format!(
-                    "a rate must allow 1..={MAX_RATE_CLAIMS} claims, got {}",
-                    claims.chars().take(40).collect::<String>()
-                )))
+            Ok(parsed) if digits(claims) => parsed,
+            Err(_) if digits(claims.strip_prefix('-').unwrap_or(claims)) => {
+                return Err(claims_out_of_range(
+                    claims.chars().take(40).collect::<String>(),
+                ))
             }
-            Err(_) => return Err(bad()),
+            _ => return Err(bad()),
         };
         let window = window.trim();
         let split = window.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
@@ -184,8 +187,8 @@ impl FromStr for RateLimit {
             _ => return Err(bad()),
         };
         let too_long = || {
-            out_of_range(format!(
-                "a rate window must be whole milliseconds, 1 ms..=1 h, got {}{unit}",
+            window_out_of_range(format_args!(
+                "{}{unit}",
                 count.chars().take(40).collect::<String>()
             ))
         };
@@ -453,6 +456,10 @@ mod tests {
             (
                 "x/s",
                 "rate \"x/s\": expected CLAIMS/WINDOW such as 10/s, 100/m, 5000/h, 5/10s or 1/250ms",
+            ),
+            (
+                "+5/s",
+                "rate \"+5/s\": expected CLAIMS/WINDOW such as 10/s, 100/m, 5000/h, 5/10s or 1/250ms",
             ),
             (
                 "5/1d",

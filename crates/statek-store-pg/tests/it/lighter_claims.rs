@@ -56,7 +56,9 @@ async fn marks(client: &tokio_postgres::Client) -> Vec<(bool, String)> {
         .collect()
 }
 
-async fn counted(client: &tokio_postgres::Client) -> i64 {
+/// `tenant-a`'s claims in the last hour, as its rate limit counts them
+/// (`statek.tenant_claims_since`).
+pub(crate) async fn counted(client: &tokio_postgres::Client) -> i64 {
     client
         .query_one(
             "SELECT statek.tenant_claims_since('tenant-a', now() - interval '1 hour')",

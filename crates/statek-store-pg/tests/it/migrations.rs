@@ -536,16 +536,7 @@ async fn claims_made_before_v13_read_the_same_after_it() {
     // once marked for a rate limit. Without one, the history's six; a
     // limit set now marks the run rows' claims inside its window (the
     // completed ones too), and it counts all seven.
-    let counted = async || -> i64 {
-        client
-            .query_one(
-                "SELECT statek.tenant_claims_since('tenant-a', now() - interval '1 hour')",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0)
-    };
+    let counted = async || crate::lighter_claims::counted(&client).await;
     assert_eq!(counted().await, 6);
     client
         .execute(
