@@ -255,6 +255,11 @@ pub struct TenantLine {
     runs_cancelled: u64,
     runs_open: u64,
     retried_attempts: u64,
+    largest_service_gap: u64,
+    service_gap_at: Option<u64>,
+    service_gap_slots_passed: u64,
+    service_gap_idle: u64,
+    service_gap_at_least: bool,
     cost_served: u64,
     attempts_without_cost: u64,
 }
@@ -285,6 +290,11 @@ impl TenantLine {
             runs_cancelled: t.runs_cancelled,
             runs_open: t.runs_open,
             retried_attempts: t.retried_attempts,
+            largest_service_gap: t.largest_service_gap,
+            service_gap_at: t.service_gap_at,
+            service_gap_slots_passed: t.service_gap_slots_passed,
+            service_gap_idle: t.service_gap_idle,
+            service_gap_at_least: t.service_gap_at_least,
             cost_served: t.cost_served,
             attempts_without_cost: t.attempts_without_cost,
         }
@@ -448,24 +458,25 @@ impl Report for AuditLines {
         )?;
         writeln!(
             w,
-            "{:<24} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7} {:>12}",
+            "{:<24} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>12}",
             "tenant", "weight", "bound", "entitled", "slots", "claimed", "idle", "known",
-            "contended", "limited", "unused", "unrecorded", "gap", "lag p50", "lag p99",
-            "completed", "failed", "retried", "cost"
+            "contended", "limited", "unused", "unrecorded", "gap", "svc gap", "lag p50",
+            "lag p99", "completed", "failed", "retried", "cost"
         )?;
         for t in &self.tenants {
             writeln!(
                 w,
-                "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7} {:>12}",
+                "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>12}",
                 t.tenant, t.weight, t.bound, t.entitled, t.slots, t.claimed, t.idle,
                 t.idle_known, t.contended, t.limited, t.unused, t.unrecorded, t.largest_gap,
+                format!("{}{}", if t.service_gap_at_least { ">=" } else { "" }, t.largest_service_gap),
                 ms(t.lag_p50_ms), ms(t.lag_p99_ms), t.runs_completed, t.runs_failed,
                 t.retried_attempts, t.cost_served
             )?;
         }
         writeln!(
             w,
-            "(slots: the cycle's slots of the tenant with evidence; gap: the largest selection gap seen, in reservations; lag: ms from runnable to claim, first attempts; cost: the cost recorded with the finishes of the attempts its slots claimed)"
+            "(slots: the cycle's slots of the tenant with evidence; gap: the largest selection gap seen, in reservations; svc gap: the longest a run waited for its claim, in reservations from its tenant's first slot reserved after it became runnable; lag: ms from runnable to claim, first attempts; cost: the cost recorded with the finishes of the attempts its slots claimed)"
         )?;
         let in_holes: u64 = self.tenants.iter().map(|t| t.claims_in_holes).sum();
         if in_holes > 0 {
@@ -473,6 +484,18 @@ impl Report for AuditLines {
                 w,
                 "{} in holes (their range rows pruned, their run rows kept): tenant checked, not counted above",
                 count(in_holes, "claim", "claims")
+            )?;
+        }
+        for t in self.tenants.iter().filter(|t| t.service_gap_idle > 0) {
+            writeln!(
+                w,
+                "{}: a run waited {}{} reservations for its claim (at sequence {}): {} passed it, {} idle (found nothing; an enqueue commits after its runnable time: look for long enqueue transactions)",
+                t.tenant,
+                if t.service_gap_at_least { "at least " } else { "" },
+                t.largest_service_gap,
+                t.service_gap_at.unwrap_or_default(),
+                count(t.service_gap_slots_passed, "of its slots", "of its slots"),
+                t.service_gap_idle,
             )?;
         }
         let late: u64 = self.tenants.iter().map(|t| t.claimed_after_record).sum();

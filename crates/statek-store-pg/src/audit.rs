@@ -34,9 +34,16 @@
 //! pruned by retention, or never reserved past the cursor) are reported,
 //! not judged: nothing can be said about slots without evidence.
 //!
-//! Not yet judged: the seam across a seal (audit each shard of a chain),
-//! and the longest run of a tenant's slots without a claim while it had a
-//! claimable run (service gap).
+//! - its largest service gap: the longest a first attempt waited for its
+//!   claim, in reservations from its tenant's first slot reserved after it
+//!   became runnable, with how many of its tenant's slots passed it (and
+//!   how many of those were idle) ([`service_gap`]). Reported, not judged:
+//!   an enqueue commits after its runnable time (in the caller's
+//!   transaction, much later), and the evidence does not keep the commit
+//!   time, so a slot that found nothing in between may be right.
+//!
+//! The seam across a seal is judged by [`PgStore::audit_schedule`]
+//! (`audit_chain.rs`), which audits each shard of a chain.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -50,6 +57,7 @@ use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 mod report;
+mod service_gap;
 
 pub use report::{AuditFinding, AuditReport, TenantAudit, MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES};
 
@@ -59,7 +67,7 @@ const PAGE_RANGES: i64 = 1_000;
 /// The row that may straddle the span's start `$2` (the last one starting
 /// before it): the first page's only look back.
 const SELECT_STRADDLING: &str = "
-    SELECT sequence, sequence_count, slot, policy_digest
+    SELECT sequence, sequence_count, slot, policy_digest, reserved_at
     FROM statek.scheduler_reservations
     WHERE shard_id = $1 AND sequence < $2
     ORDER BY sequence DESC
@@ -70,7 +78,7 @@ const SELECT_STRADDLING: &str = "
 /// rows before it. Pages go on from the last row's start + 1, so a row
 /// that starts inside the one before it (an overlap) is always read.
 const SELECT_RANGES: &str = "
-    SELECT sequence, sequence_count, slot, policy_digest
+    SELECT sequence, sequence_count, slot, policy_digest, reserved_at
     FROM statek.scheduler_reservations
     WHERE shard_id = $1 AND sequence >= $2 AND sequence < $3
     ORDER BY sequence
@@ -114,6 +122,7 @@ struct Tally {
     /// Its last slot in the current stretch of evidence.
     last: Option<u64>,
     lags: hdrhistogram::Histogram<u64>,
+    gaps: service_gap::ServiceGaps,
 }
 
 impl Tally {
@@ -145,10 +154,16 @@ impl Tally {
                 runs_cancelled: 0,
                 runs_open: 0,
                 retried_attempts: 0,
+                largest_service_gap: 0,
+                service_gap_at: None,
+                service_gap_slots_passed: 0,
+                service_gap_idle: 0,
+                service_gap_at_least: false,
                 cost_served: 0,
                 attempts_without_cost: 0,
             },
             last: None,
+            gaps: service_gap::ServiceGaps::default(),
             // 1 µs to one hour, two significant digits.
             lags: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 2)
                 .map_err(|e| StoreError::InvalidArgument(e.to_string()))?,
@@ -187,6 +202,7 @@ impl Walk<'_> {
         // Gaps are judged within a stretch of evidence only.
         for tally in &mut self.tallies {
             tally.last = None;
+            tally.gaps.reset();
         }
     }
 
@@ -196,19 +212,48 @@ impl Walk<'_> {
         usize::from(self.indexes[(sequence % self.cycle_length) as usize])
     }
 
-    /// One range row, clipped to the span, with its record and claims.
-    /// `claims`: the claims of `span`, in sequence order.
-    fn range(&mut self, span: Range<u64>, classes: Option<&[SlotClass]>, claims: &[&Claim]) {
+    /// One range row, clipped to the span, reserved at `reserved_at`,
+    /// with its record and claims. `claims`: the claims of `span`, in
+    /// sequence order.
+    fn range(
+        &mut self,
+        span: Range<u64>,
+        reserved_at: SystemTime,
+        classes: Option<&[SlotClass]>,
+        claims: &[&Claim],
+    ) {
         let mut next_claim = 0;
         for (offset, sequence) in span.enumerate() {
             let index = self.tenant_at(sequence);
             let recorded = classes.and_then(|c| c.get(offset)).copied();
             let mut claimed = false;
+            // The runnable time of the first attempt this slot claimed.
+            let mut runnable = None;
             while let Some(claim) = claims.get(next_claim).filter(|c| c.sequence <= sequence) {
-                claimed |= claim.sequence == sequence;
+                if claim.sequence == sequence {
+                    claimed = true;
+                    if claim.current && claim.attempt == 1 {
+                        runnable = claim.available_at;
+                    }
+                }
                 next_claim += 1;
             }
+            let passed = match (claimed, recorded) {
+                (true, _) | (false, Some(SlotClass::Claimed)) => service_gap::Passed::Claimed,
+                (false, Some(SlotClass::Idle)) => service_gap::Passed::Idle,
+                _ => service_gap::Passed::Other,
+            };
             let tally = &mut self.tallies[index];
+            if let Some(gap) = tally.gaps.slot(sequence, reserved_at, passed, runnable) {
+                let a = &mut tally.audit;
+                if gap.reservations > a.largest_service_gap || a.service_gap_at.is_none() {
+                    a.largest_service_gap = gap.reservations;
+                    a.service_gap_at = Some(gap.at);
+                    a.service_gap_slots_passed = gap.slots_passed;
+                    a.service_gap_idle = gap.idle;
+                    a.service_gap_at_least = gap.at_least;
+                }
+            }
             let gap = tally.last.map(|last| sequence - last);
             tally.last = Some(sequence);
             let a = &mut tally.audit;
@@ -525,11 +570,12 @@ impl PgStore {
                 let count = u64::try_from(count).unwrap_or(0).max(1);
                 let slot: i32 = row.try_get("slot")?;
                 let digest: Vec<u8> = row.try_get("policy_digest")?;
+                let reserved_at: SystemTime = row.try_get("reserved_at")?;
                 // The straddling row counts only if it reaches the span.
                 if first < next_start && first + count <= next_start {
                     continue;
                 }
-                ranges.push((first, count, slot, digest));
+                ranges.push((first, count, slot, digest, reserved_at));
                 slots += count;
                 if slots >= PAGE_SLOTS {
                     break;
@@ -599,11 +645,12 @@ impl PgStore {
     }
 }
 
-/// One page of evidence: range rows `(first, count, slot, digest)`, the
-/// records by first sequence, the claims of their sequences.
+/// One page of evidence: range rows `(first, count, slot, digest,
+/// reserved at)`, the records by first sequence, the claims of their
+/// sequences.
 #[derive(Default)]
 struct Page {
-    ranges: Vec<(u64, u64, i32, Vec<u8>)>,
+    ranges: Vec<(u64, u64, i32, Vec<u8>, SystemTime)>,
     records: HashMap<u64, Vec<SlotClass>>,
     claims: Vec<Claim>,
 }
@@ -631,7 +678,7 @@ impl Walk<'_> {
     fn page(&mut self, page: &Page) {
         let claims = &page.claims;
         let mut next_claim = 0;
-        for (first, count, slot, digest) in &page.ranges {
+        for (first, count, slot, digest, reserved_at) in &page.ranges {
             let range = *first..first + count;
             // Rows come in sequence order: one that starts inside evidence
             // already walked overlaps the row before it (the first row may
@@ -683,7 +730,7 @@ impl Walk<'_> {
                 let skip = usize::try_from(clipped.start - range.start).unwrap_or(usize::MAX);
                 classes.get(skip..).unwrap_or_default()
             });
-            self.range(clipped.clone(), classes, &in_range);
+            self.range(clipped.clone(), *reserved_at, classes, &in_range);
             self.report.audited_slots += clipped.end - clipped.start;
             self.covered_to = clipped.end;
         }

@@ -74,6 +74,22 @@ pub struct TenantAudit {
     /// what it was served, counted by claim (`S` of docs/guarantees.md,
     /// "Cost mode: the bound").
     pub cost_served: u64,
+    /// The longest a run of it waited for its claim, in reservations: from
+    /// its first slot reserved at or after the run became runnable to the
+    /// slot that claimed it (first attempts on their run rows; 0 when every
+    /// such run was claimed by that first slot). Reported, not judged: an
+    /// enqueue commits after its runnable time, so a slot that found
+    /// nothing then may be right.
+    pub largest_service_gap: u64,
+    /// The slot whose claim ended that gap.
+    pub service_gap_at: Option<u64>,
+    /// Its slots that passed that run without claiming it.
+    pub service_gap_slots_passed: u64,
+    /// Of those, the ones whose claim found no claimable run (idle).
+    pub service_gap_idle: u64,
+    /// The gap was longer than the audit's look back (4,096 of its slots):
+    /// `largest_service_gap` is a lower bound.
+    pub service_gap_at_least: bool,
     /// Attempts claimed by its slots in the span with no cost recorded:
     /// still running, reported none, not finished by their holder, or
     /// finished before V18.

@@ -435,3 +435,58 @@ async fn an_audit_sums_the_cost_recorded_for_each_tenants_claims() {
         (3, 0)
     );
 }
+
+/// A run's service gap: counted from its tenant's first slot reserved
+/// after it became runnable (slots reserved before it do not count) to
+/// the slot that claimed it, with the tenant's slots that passed it.
+#[tokio::test]
+async fn an_audit_reports_the_longest_wait_of_a_run_for_its_claim() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy();
+    let shard = p.shard_id();
+    store.register(&p).await.unwrap();
+    let b = tenant("tenant-b");
+    // Slots 0..8 reserved before tenant-b's run existed (its slots 2 and
+    // 6 do not count), then 8..16: slot 10 passes it as idle (recorded
+    // so), slot 14 claims it. The cycle is a, a, b, a.
+    reserve_next_slots(&store, &p, 8).await;
+    let run = store
+        .enqueue(&NewRun::new(b.clone(), vec![1]))
+        .await
+        .unwrap()
+        .run_id;
+    let slots = reserve_next_slots(&store, &p, 8).await;
+    assert_eq!((slots[2].0, &slots[2].1, slots[6].0), (10, &b, 14));
+    let claims = store
+        .claim_runs_for_slots(&slots[6..7], shard, LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(&claims[..], [SlotClaim::Claimed(c)] if c.lease.run_id() == run));
+    let mut outcomes = SlotOutcomes::new();
+    outcomes.push(SlotClass::Idle, 6);
+    outcomes.push(SlotClass::Claimed, 1);
+    outcomes.push(SlotClass::Idle, 1);
+    store
+        .record_slot_outcomes(shard, 8, &outcomes)
+        .await
+        .unwrap();
+
+    let report = store.audit_shard(shard, 0..16).await.unwrap();
+    let gap = |t: &TenantAudit| {
+        (
+            t.largest_service_gap,
+            t.service_gap_at,
+            t.service_gap_slots_passed,
+            t.service_gap_idle,
+            t.service_gap_at_least,
+        )
+    };
+    assert_eq!(gap(&report.tenants[1]), (4, Some(14), 1, 1, false));
+    assert_eq!(gap(&report.tenants[0]), (0, None, 0, 0, false));
+    // A span that starts after the run's first slot: its look back sees
+    // none of the slots before, so the claim ends a gap of 0.
+    let late = store.audit_shard(shard, 12..16).await.unwrap();
+    assert_eq!(gap(&late.tenants[1]), (0, Some(14), 0, 0, false));
+    assert!(report.passed() && late.passed());
+}
