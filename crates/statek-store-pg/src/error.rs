@@ -132,7 +132,8 @@ impl StoreError {
     /// refusal of the role, password or database, and under transaction
     /// pooling a role without statek's session settings or a missing
     /// direct connection, or a `synchronous_commit` overridden in statek's
-    /// own transaction. Retrying never helps; the settings must change.
+    /// own transaction, or a database not migrated to what a call needs.
+    /// Retrying never helps; the settings (or the schema) must change.
     /// Never retryable.
     pub fn is_configuration(&self) -> bool {
         matches!(
@@ -145,6 +146,7 @@ impl StoreError {
                 | StoreError::Connection(ConnectionError::SessionSettingMismatch { .. })
                 | StoreError::Connection(ConnectionError::DirectConnectionRequired { .. })
                 | StoreError::Durability(DurabilityError::NotInForce { .. })
+                | StoreError::Migration(MigrationError::Behind { .. })
         ) || matches!(self, StoreError::Database { code, .. } if code == PROTOCOL_VIOLATION)
     }
 

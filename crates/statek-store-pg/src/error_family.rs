@@ -417,6 +417,16 @@ pub enum MigrationError {
     /// A migration failed to apply.
     #[error("migration failed")]
     Failed(#[source] Box<refinery::Error>),
+    /// The database is not migrated to `version`, which `needed_for` needs
+    /// (a binary upgraded before the database): run the migrations
+    /// (`statek migrate`, [`PgStore::migrate`](crate::PgStore::migrate)).
+    #[error("{needed_for} needs migration V{version}, which the database does not have yet: run `statek migrate`")]
+    Behind {
+        /// The migration needed.
+        version: u32,
+        /// What needs it.
+        needed_for: &'static str,
+    },
 }
 
 /// Why a TLS connection failed ([`ConnectionError::Tls`](crate::ConnectionError::Tls)).

@@ -626,6 +626,25 @@ async fn v18_grants_finishes_with_costs_to_whoever_could_finish() {
             .unwrap(),
         [FinishOutcome::Completed]
     );
+    // A finish with a cost needs V18: a typed configuration error, and
+    // nothing recorded.
+    let early = store
+        .finish_runs(&[FinishRun::complete(leases[1]).with_cost(Some(3))])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            early,
+            StoreError::Migration(MigrationError::Behind { version: 18, .. })
+        ),
+        "{early:?}"
+    );
+    assert!(early.is_configuration() && !early.is_retryable());
+    assert_eq!(
+        early.to_string(),
+        "recording an attempt's cost needs migration V18, which the database does not have \
+         yet: run `statek migrate`"
+    );
 
     let report = store.migrate().await.unwrap();
     assert_eq!(
