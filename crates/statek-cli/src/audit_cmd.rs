@@ -458,7 +458,7 @@ impl Report for AuditLines {
         )?;
         writeln!(
             w,
-            "{:<24} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>12}",
+            "{:<24} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>16}",
             "tenant", "weight", "bound", "entitled", "slots", "claimed", "idle", "known",
             "contended", "limited", "unused", "unrecorded", "gap", "svc gap", "lag p50",
             "lag p99", "completed", "failed", "retried", "cost"
@@ -466,7 +466,7 @@ impl Report for AuditLines {
         for t in &self.tenants {
             writeln!(
                 w,
-                "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>12}",
+                "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>16}",
                 t.tenant, t.weight, t.bound, t.entitled, t.slots, t.claimed, t.idle,
                 t.idle_known, t.contended, t.limited, t.unused, t.unrecorded, t.largest_gap,
                 format!("{}{}", if t.service_gap_at_least { ">=" } else { "" }, t.largest_service_gap),

@@ -100,8 +100,9 @@ enum Command {
     Roles(RolesCommand),
     /// Judge a shard's fairness evidence against its policy: per tenant, slots
     /// entitled and received, how they ended (claimed, idle, contended,
-    /// limited, unrecorded), the largest gap against the bound, service lag,
-    /// runs; exit 16 when a gap exceeds its bound or the evidence is inconsistent.
+    /// limited, unrecorded), the largest gap against the bound, the longest
+    /// wait of a run (service gap), service lag, runs, the cost served; exit
+    /// 16 when a gap exceeds its bound or the evidence is inconsistent.
     Audit {
         /// The shard.
         #[arg(long)]

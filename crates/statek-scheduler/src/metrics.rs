@@ -62,8 +62,8 @@ pub const SERVICE_LAG_SECONDS: &str = "statek_service_lag_seconds";
 pub const RUN_OUTCOMES_TOTAL: &str = "statek_run_outcomes_total";
 /// Counter `{tenant}`, cost units: the cost finished attempts reported
 /// ([`crate::Completed::with_cost`], [`crate::RunError::with_cost`]), each
-/// at most [`crate::MAX_RUN_COST`], counted when the executor records the
-/// finish ([`record_run_cost`]).
+/// at most [`crate::MAX_RUN_COST`], counted once the executor recorded the
+/// finish ([`count_recorded_cost`]).
 pub const RUN_COST_REPORTED_TOTAL: &str = "statek_run_cost_reported_total";
 /// Counter `{tenant}`, attempts: finished attempts that reported more than
 /// [`crate::MAX_RUN_COST`] and were recorded with that much.
@@ -471,18 +471,17 @@ pub fn describe_all() {
     }
 }
 
-/// The cost a finished attempt of `tenant` is recorded with
-/// ([`crate::charged_cost`] at [`crate::MAX_RUN_COST`]), counted in
-/// [`RUN_COST_REPORTED_TOTAL`] and, when the report was larger,
-/// [`RUN_COST_CLAMPED_TOTAL`]. Both executors statek ships call it once
-/// per finished attempt; `None` when the attempt reported no cost.
-pub fn record_run_cost(tenant: &TenantId, result: &crate::RunResult) -> Option<u64> {
-    let (cost, clamped) = crate::charged_cost(result, crate::MAX_RUN_COST);
+/// Counts a finished attempt of `tenant` whose finish was recorded with
+/// `cost` (from [`crate::charged_cost`] at [`crate::MAX_RUN_COST`]) in
+/// [`RUN_COST_REPORTED_TOTAL`], and in [`RUN_COST_CLAMPED_TOTAL`] when its
+/// report was `clamped`. Both executors statek ships call it once per
+/// attempt whose finish was recorded (not for one whose lease was lost
+/// first, or whose record failed).
+pub fn count_recorded_cost(tenant: &TenantId, cost: Option<u64>, clamped: bool) {
     if let Some(cost) = cost {
         metrics::counter!(RUN_COST_REPORTED_TOTAL, "tenant" => tenant.to_string()).increment(cost);
     }
     if clamped {
         metrics::counter!(RUN_COST_CLAMPED_TOTAL, "tenant" => tenant.to_string()).increment(1);
     }
-    cost
 }

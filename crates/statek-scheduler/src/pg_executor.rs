@@ -208,26 +208,41 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         drop(permit);
         // Expired locally: the token may still hold (nobody re-claimed), so
         // the outcome is still recorded under it; the store says if not.
-        // The attempt's cost goes with its finish, in the same statement.
-        let cost = crate::metrics::record_run_cost(tenant, &result);
+        // The attempt's cost goes with its finish, in the same statement,
+        // and is counted once that committed.
+        let (cost, clamped) = statek_core::charged_cost(&result, statek_core::MAX_RUN_COST);
+        let count_cost = |recorded: &Result<FinishOutcome, StoreError>| {
+            if matches!(
+                recorded,
+                Ok(FinishOutcome::Completed
+                    | FinishOutcome::Retrying { .. }
+                    | FinishOutcome::Failed
+                    | FinishOutcome::AlreadyRecorded)
+            ) {
+                crate::metrics::count_recorded_cost(tenant, cost, clamped);
+            }
+        };
         match result {
-            Ok(_) => match self
-                .record(pending(FinishAs::Complete, cost), recording)
-                .await
-            {
-                Ok(FinishOutcome::Completed | FinishOutcome::AlreadyRecorded) => {
-                    run_outcome(tenant, "completed");
-                    Ok(TenantTickOutcome::Executed(executed))
+            Ok(_) => {
+                let recorded = self
+                    .record(pending(FinishAs::Complete, cost), recording)
+                    .await;
+                count_cost(&recorded);
+                match recorded {
+                    Ok(FinishOutcome::Completed | FinishOutcome::AlreadyRecorded) => {
+                        run_outcome(tenant, "completed");
+                        Ok(TenantTickOutcome::Executed(executed))
+                    }
+                    Ok(_) => {
+                        run_outcome(tenant, "lease_lost");
+                        Ok(TenantTickOutcome::ExecutionFailed {
+                            run: executed,
+                            error: "lease lost before completion was recorded".into(),
+                        })
+                    }
+                    Err(e) => Err(e),
                 }
-                Ok(_) => {
-                    run_outcome(tenant, "lease_lost");
-                    Ok(TenantTickOutcome::ExecutionFailed {
-                        run: executed,
-                        error: "lease lost before completion was recorded".into(),
-                    })
-                }
-                Err(e) => Err(e),
-            },
+            }
             Err(error) => {
                 let shutting_down = shutdown.is_cancelled();
                 let retry_after = if shutting_down {
@@ -247,6 +262,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
                         recording,
                     )
                     .await;
+                count_cost(&failed);
                 match failed {
                     Ok(
                         FinishOutcome::Retrying { .. }

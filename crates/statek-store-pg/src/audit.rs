@@ -642,6 +642,7 @@ impl PgStore {
             })
         })
         .await
+        .map_err(|e| e.schema_behind(18, "an audit (the attempts' costs)"))
     }
 }
 

@@ -38,7 +38,7 @@ use uuid::Uuid;
 
 use crate::run_queue::{failure_text, retry_secs};
 use crate::statement::{Db, Param};
-use crate::{MigrationError, PgStore, RunLease, StoreError};
+use crate::{PgStore, RunLease, StoreError};
 use statek_core::{MAX_FINISH_BATCH, MAX_RUN_COST};
 
 /// The kinds of `$3` of [`FINISH_RUNS`] (a drift between these and the
@@ -59,9 +59,6 @@ const FAIL: &str = "fail";
 const FINISH_RUNS: &str = "
     SELECT * FROM statek.finish_runs($1::uuid[], $2::uuid[], $3::text[], $4::float8[],
                                      $5::text[], $6::bigint[])";
-
-/// SQLSTATE `undefined_function`.
-const UNDEFINED_FUNCTION: &str = "42883";
 
 /// [`FINISH_RUNS`] without `$6`, for a finish whose attempts report no
 /// cost: the five-argument form V18 keeps (it records none), so a
@@ -208,7 +205,7 @@ impl PgStore {
     ///   [`MAX_RUN_COST`](statek_core::MAX_RUN_COST). Nothing is sent.
     /// - [`StoreError::CorruptData`]: the answer does not match the input
     ///   (row count, order, run ids, a state the finish cannot produce).
-    /// - [`MigrationError::Behind`]: an attempt reports a cost and the
+    /// - [`MigrationError::Behind`](crate::MigrationError::Behind): an attempt reports a cost and the
     ///   database is not migrated to V18 (nothing was recorded).
     /// - connection and server errors ([`StoreError::is_retryable`] tells
     ///   whether the same call may be repeated; it always may be, see
@@ -285,15 +282,13 @@ impl PgStore {
                 })
             })
             .await
-            .map_err(|e| match e {
-                // No six-argument form: the database is older than V18.
-                StoreError::Database { code, .. } if with_costs && code == UNDEFINED_FUNCTION => {
-                    StoreError::Migration(MigrationError::Behind {
-                        version: 18,
-                        needed_for: "recording an attempt's cost",
-                    })
+            // No six-argument form: the database is older than V18.
+            .map_err(|e| {
+                if with_costs {
+                    e.schema_behind(18, "recording an attempt's cost")
+                } else {
+                    e
                 }
-                other => other,
             })?;
         if rows.len() != runs.len() {
             return Err(StoreError::corrupt(

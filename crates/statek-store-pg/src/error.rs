@@ -126,7 +126,30 @@ fn is_rejection_sqlstate(code: &str) -> bool {
     matches!(code, "28000" | "28P01" | "3D000")
 }
 
+/// SQLSTATEs of a statement naming a function, column or table the
+/// database does not have (`undefined_function`, `undefined_column`,
+/// `undefined_table`): a schema older than the binary.
+const UNDEFINED_OBJECT_SQLSTATES: [&str; 3] = ["42883", "42703", "42P01"];
+
 impl StoreError {
+    /// This error as [`MigrationError::Behind`] when the database lacks a
+    /// function, column or table the statement named (its schema is older
+    /// than migration `version`, which `needed_for` needs); any other error
+    /// unchanged.
+    pub(crate) fn schema_behind(self, version: u32, needed_for: &'static str) -> StoreError {
+        match self {
+            StoreError::Database { ref code, .. }
+                if UNDEFINED_OBJECT_SQLSTATES.contains(&code.as_str()) =>
+            {
+                StoreError::Migration(MigrationError::Behind {
+                    version,
+                    needed_for,
+                })
+            }
+            other => other,
+        }
+    }
+
     /// True for permanent configuration errors: the connection string, its
     /// TLS settings and files, the server's certificate, the server's
     /// refusal of the role, password or database, and under transaction

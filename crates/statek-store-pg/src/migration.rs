@@ -43,6 +43,13 @@ pub fn embedded_migrations() -> Vec<(u32, String)> {
     all
 }
 
+/// The newest migration compiled into this crate.
+pub(crate) fn latest_version() -> u32 {
+    embedded_migrations()
+        .last()
+        .map_or(0, |(version, _)| *version)
+}
+
 impl PgStore {
     /// Creates or upgrades the `statek` schema.
     ///

@@ -149,7 +149,9 @@ impl PgStore {
             self.config().effective_maintenance_timeout(),
             async |db: &Db<'_>| Ok(db.batch_execute(&sql).await?),
         )
-        .await?;
+        .await
+        // The profile names every object of the newest migration.
+        .map_err(|e| e.schema_behind(crate::migration::latest_version(), "the role profile"))?;
         tracing::info!(
             owner = profile.owner(),
             runtime = profile.runtime(),

@@ -75,7 +75,8 @@ impl PgStore {
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] for more than
-    /// [`MAX_RUN_HISTORY_BATCH`] ids; [`StoreError::CorruptData`] for a
+    /// [`MAX_RUN_HISTORY_BATCH`] ids; [`MigrationError::Behind`](crate::MigrationError::Behind) on a
+    /// database not migrated to V18; [`StoreError::CorruptData`] for a
     /// stored id or counter out of range; connection and server errors.
     pub async fn run_history(&self, run_ids: &[Uuid]) -> Result<Vec<RunRecord>, StoreError> {
         if run_ids.len() > MAX_RUN_HISTORY_BATCH {
@@ -90,7 +91,8 @@ impl PgStore {
                     .query(SELECT_RUN_HISTORY, &[(&run_ids, Type::UUID_ARRAY)])
                     .await?)
             })
-            .await?;
+            .await
+            .map_err(|e| e.schema_behind(18, "reading the attempts' costs"))?;
         let mut records: Vec<RunRecord> = Vec::new();
         for row in &rows {
             let run_id: Uuid = row.try_get("run_id")?;

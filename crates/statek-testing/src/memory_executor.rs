@@ -335,10 +335,14 @@ impl<H: RunHandler> InMemoryExecutor<H> {
                 error: "lease lost while the handler ran".into(),
             };
         }
-        let cost = statek_scheduler::metrics::record_run_cost(&run.tenant, &result);
+        let (cost, clamped) = statek_core::charged_cost(&result, statek_core::MAX_RUN_COST);
+        let count_cost = || {
+            statek_scheduler::metrics::count_recorded_cost(&run.tenant, cost, clamped);
+        };
         match result {
             Ok(_) => {
                 if shared.queue().complete(run.run_id, token, cost) {
+                    count_cost();
                     TenantTickOutcome::Executed(executed)
                 } else {
                     TenantTickOutcome::ExecutionFailed {
@@ -358,6 +362,9 @@ impl<H: RunHandler> InMemoryExecutor<H> {
                 let recorded = shared
                     .queue()
                     .fail(run.run_id, token, &message, retry_after, cost);
+                if recorded {
+                    count_cost();
+                }
                 if !recorded {
                     TenantTickOutcome::ExecutionFailed {
                         run: executed,

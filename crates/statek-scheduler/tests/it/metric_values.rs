@@ -235,3 +235,66 @@ async fn eight_ticks_export_exact_counters() {
         1.0
     );
 }
+
+/// A reported cost is counted only once its finish is recorded: a run
+/// cancelled while its handler ran reports 100 and is counted nothing
+/// (its lease was gone when it finished); a run that completes is counted
+/// what it reported (the in-memory executor; the PostgreSQL one counts
+/// the same way after its finish statement).
+#[tokio::test]
+async fn a_cost_is_counted_only_when_its_finish_is_recorded() {
+    use statek_core::TenantTickOutcome;
+    use statek_scheduler::TenantExecutor;
+    use statek_testing::{InMemoryExecutor, InMemoryExecutorOptions};
+    use std::sync::Arc;
+    use tokio::sync::Notify;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let handler = {
+        let (started, release) = (Arc::clone(&started), Arc::clone(&release));
+        move |run: Run, _cancel: CancellationToken| {
+            let (started, release) = (Arc::clone(&started), Arc::clone(&release));
+            async move {
+                if run.payload == b"held" {
+                    started.notify_one();
+                    release.notified().await;
+                }
+                Result::Ok(Completed::with_cost(if run.payload == b"held" {
+                    100
+                } else {
+                    7
+                }))
+            }
+        }
+    };
+    let executor = InMemoryExecutor::new(handler, InMemoryExecutorOptions::new());
+    let a = TenantId::try_from("tenant-a").unwrap();
+    let held = executor.enqueue(&a, b"held".to_vec()).unwrap().run_id;
+    let shutdown = CancellationToken::new();
+    let (outcome, ()) = tokio::join!(executor.execute_one(&a, &shutdown), async {
+        started.notified().await;
+        assert!(executor.cancel_run(held));
+        release.notify_one();
+    });
+    assert!(matches!(
+        outcome,
+        Result::Ok(TenantTickOutcome::ExecutionFailed { .. })
+    ));
+    let reported = |v: &Values| {
+        v.get(&(
+            "statek_run_cost_reported_total".to_owned(),
+            vec![("tenant".to_owned(), "tenant-a".to_owned())],
+        ))
+        .copied()
+    };
+    assert_eq!(reported(&snapshot(&snapshotter)), None);
+    executor.enqueue(&a, b"done".to_vec()).unwrap();
+    assert!(matches!(
+        executor.execute_one(&a, &shutdown).await,
+        Result::Ok(TenantTickOutcome::Executed(_))
+    ));
+    assert_eq!(reported(&snapshot(&snapshotter)), Some(7.0));
+}

@@ -640,6 +640,14 @@ async fn v18_grants_finishes_with_costs_to_whoever_could_finish() {
         "{early:?}"
     );
     assert!(early.is_configuration() && !early.is_retryable());
+    // Reading the attempts back needs V18's columns.
+    assert!(matches!(
+        store.run_history(&[leases[0].run_id()]).await,
+        Err(StoreError::Migration(MigrationError::Behind {
+            version: 18,
+            ..
+        }))
+    ));
     assert_eq!(
         early.to_string(),
         "recording an attempt's cost needs migration V18, which the database does not have \
