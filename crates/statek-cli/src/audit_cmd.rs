@@ -24,8 +24,10 @@ pub fn sequences(text: &str) -> Result<Range<u64>, String> {
         .split_once("..")
         .ok_or_else(|| format!("{} is not A..B or A..", EchoedValue(text)))?;
     let number = |part: &str| {
-        part.parse::<u64>()
-            .ok()
+        // Digits only (`parse` would take a leading `+`).
+        Some(part)
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u64>().ok())
             .filter(|n| i64::try_from(*n).is_ok())
             .ok_or_else(|| format!("{} is not a sequence (0..=2^63-1)", EchoedValue(part)))
     };
@@ -469,7 +471,11 @@ impl Report for AuditLines {
                 "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>16}",
                 t.tenant, t.weight, t.bound, t.entitled, t.slots, t.claimed, t.idle,
                 t.idle_known, t.contended, t.limited, t.unused, t.unrecorded, t.largest_gap,
-                format!("{}{}", if t.service_gap_at_least { ">=" } else { "" }, t.largest_service_gap),
+                match (t.service_gap_at, t.service_gap_at_least) {
+                    (None, _) => "-".to_owned(),
+                    (Some(_), true) => format!(">={}", t.largest_service_gap),
+                    (Some(_), false) => t.largest_service_gap.to_string(),
+                },
                 ms(t.lag_p50_ms), ms(t.lag_p99_ms), t.runs_completed, t.runs_failed,
                 t.retried_attempts, t.cost_served
             )?;
@@ -548,5 +554,30 @@ impl Report for AuditLines {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sequences;
+
+    /// Spans are digits: `A..B`, `A..`; a sign, an empty or reversed span
+    /// and a sequence past 2^63 - 1 are refused with what was given.
+    #[test]
+    fn spans_of_sequences() {
+        assert_eq!(sequences("2..6"), Ok(2..6));
+        assert_eq!(sequences("7.."), Ok(7..u64::MAX));
+        for (text, why) in [
+            ("+1..5", "\"+1\" is not a sequence (0..=2^63-1)"),
+            ("-1..5", "\"-1\" is not a sequence (0..=2^63-1)"),
+            ("5..5", "\"5..5\" is an empty span of sequences"),
+            (
+                "9223372036854775808..",
+                "\"9223372036854775808\" is not a sequence (0..=2^63-1)",
+            ),
+            ("1-5", "\"1-5\" is not A..B or A.."),
+        ] {
+            assert_eq!(sequences(text), Err(why.to_owned()), "{text}");
+        }
     }
 }

@@ -195,6 +195,7 @@ impl Walk<'_> {
         if hole.is_empty() {
             return;
         }
+        let stretch = hole.end;
         self.report.hole_count += 1;
         if self.report.holes.len() < MAX_AUDIT_HOLES {
             self.report.holes.push(hole);
@@ -202,7 +203,7 @@ impl Walk<'_> {
         // Gaps are judged within a stretch of evidence only.
         for tally in &mut self.tallies {
             tally.last = None;
-            tally.gaps.reset();
+            tally.gaps.reset(stretch);
         }
     }
 
@@ -218,6 +219,7 @@ impl Walk<'_> {
     fn range(
         &mut self,
         span: Range<u64>,
+        range_start: u64,
         reserved_at: SystemTime,
         classes: Option<&[SlotClass]>,
         claims: &[&Claim],
@@ -244,9 +246,18 @@ impl Walk<'_> {
                 _ => service_gap::Passed::Other,
             };
             let tally = &mut self.tallies[index];
-            if let Some(gap) = tally.gaps.slot(sequence, reserved_at, passed, runnable) {
+            if let Some(gap) = tally
+                .gaps
+                .slot(sequence, range_start, reserved_at, passed, runnable)
+            {
                 let a = &mut tally.audit;
-                if gap.reservations > a.largest_service_gap || a.service_gap_at.is_none() {
+                // The longest; of equal ones, a lower bound over an exact one.
+                if gap.reservations > a.largest_service_gap
+                    || a.service_gap_at.is_none()
+                    || (gap.reservations == a.largest_service_gap
+                        && gap.at_least
+                        && !a.service_gap_at_least)
+                {
                     a.largest_service_gap = gap.reservations;
                     a.service_gap_at = Some(gap.at);
                     a.service_gap_slots_passed = gap.slots_passed;
@@ -464,6 +475,10 @@ impl PgStore {
             },
             covered_to: from,
         };
+        // The first stretch of evidence starts at the span's start.
+        for tally in &mut walk.tallies {
+            tally.gaps.reset(from);
+        }
         walk.by_tenant = policy
             .tenants()
             .iter()
@@ -731,7 +746,13 @@ impl Walk<'_> {
                 let skip = usize::try_from(clipped.start - range.start).unwrap_or(usize::MAX);
                 classes.get(skip..).unwrap_or_default()
             });
-            self.range(clipped.clone(), *reserved_at, classes, &in_range);
+            self.range(
+                clipped.clone(),
+                range.start,
+                *reserved_at,
+                classes,
+                &in_range,
+            );
             self.report.audited_slots += clipped.end - clipped.start;
             self.covered_to = clipped.end;
         }

@@ -87,10 +87,10 @@ async fn an_audit_reports_each_tenant_and_fails_on_forged_evidence() {
         "{out}"
     );
     // Its run, enqueued before the range, was claimed by its first slot:
-    // a service gap of 0 (column 14); tenant-b claimed nothing: 0 too.
+    // a service gap of 0 (column 14); tenant-b claimed nothing: none.
     assert_eq!(
         (&*columns(lines[2])[13], &*columns(lines[3])[13]),
-        ("0", "0")
+        ("0", "-")
     );
     // ... and the cost its claims were served, last.
     assert_eq!(columns(lines[2]).last().map(String::as_str), Some("7"));

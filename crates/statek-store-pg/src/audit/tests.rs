@@ -52,7 +52,7 @@ fn a_gap_above_the_bound_is_a_finding() {
         },
         covered_to: 0,
     };
-    walk.range(0..8, std::time::SystemTime::UNIX_EPOCH, None, &[]);
+    walk.range(0..8, 0, std::time::SystemTime::UNIX_EPOCH, None, &[]);
     // The cycle is [a, a, b, a]: a's gaps of 2 end at 3 and 7, b's gap
     // of 4 at 6, all above the lowered bound of 1.
     let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
