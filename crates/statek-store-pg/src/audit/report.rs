@@ -87,8 +87,9 @@ pub struct TenantAudit {
     pub service_gap_slots_passed: u64,
     /// Of those, the ones whose claim found no claimable run (idle).
     pub service_gap_idle: u64,
-    /// The gap was longer than the audit's look back (4,096 of its slots):
-    /// `largest_service_gap` is a lower bound.
+    /// The run may have become runnable before what the audit saw (before
+    /// the span's start, a hole, or the 4,096 ranges its look back
+    /// remembers): `largest_service_gap` is a lower bound.
     pub service_gap_at_least: bool,
     /// Attempts claimed by its slots in the span with no cost recorded:
     /// still running, reported none, not finished by their holder, or
