@@ -72,15 +72,19 @@ pub(crate) fn duration(text: &str) -> Result<Duration, String> {
 /// (`2026-12-04T10:00:00Z`, `2026-12-04T11:00:00+01:00`; `time`'s parser),
 /// a UTC time without an offset (`2026-12-04 10:00:00`; humantime's), or a
 /// duration ago (`1h`). Years 2000 to 9999 only: PostgreSQL's timestamps
-/// and statek's rows live there, and a time outside is a typo.
+/// and statek's rows live there, and a time outside is a typo. `now` and
+/// every duration ago count from one instant, the process's first reading
+/// (so `--from 1h --to 1h` is an empty span, not a microsecond).
 pub(crate) fn time_arg(text: &str) -> Result<std::time::SystemTime, String> {
     use std::time::{Duration, SystemTime};
+    static NOW: std::sync::OnceLock<SystemTime> = std::sync::OnceLock::new();
+    let now = *NOW.get_or_init(SystemTime::now);
     // 2000-01-01T00:00:00Z and 9999-12-31T23:59:59Z.
     const EARLIEST: Duration = Duration::from_secs(946_684_800);
     const LATEST: Duration = Duration::from_secs(253_402_300_799);
     let trimmed = text.trim();
     let at = if trimmed == "now" {
-        Some(SystemTime::now())
+        Some(now)
     } else if let Ok(at) =
         time::OffsetDateTime::parse(trimmed, &time::format_description::well_known::Rfc3339)
     {
@@ -93,7 +97,7 @@ pub(crate) fn time_arg(text: &str) -> Result<std::time::SystemTime, String> {
                 "{trimmed} is not a time: give RFC 3339 (2026-12-04T10:00:00Z), a duration ago (1h) or now"
             )
         })?;
-        SystemTime::now().checked_sub(ago)
+        now.checked_sub(ago)
     };
     at.filter(|at| {
         at.duration_since(SystemTime::UNIX_EPOCH)
@@ -128,6 +132,9 @@ mod tests {
         assert_eq!(time_arg("2026-12-04T10:00:00Z"), Ok(at(1_796_378_400)));
         assert_eq!(time_arg("2026-12-04T11:00:00+01:00"), Ok(at(1_796_378_400)));
         assert_eq!(time_arg("2026-12-04 10:00:00"), Ok(at(1_796_378_400)));
+        // One instant for every relative time of the process.
+        assert_eq!(time_arg("1h"), time_arg(" 1h "));
+        assert_eq!(time_arg("now"), time_arg("0s"));
         let hour_ago = time_arg("1h").unwrap();
         let now = SystemTime::now();
         assert!(
