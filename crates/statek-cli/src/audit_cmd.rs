@@ -268,6 +268,7 @@ pub struct TenantLine {
 
 impl TenantLine {
     fn new(t: &TenantAudit) -> Self {
+        let gap = t.largest_service_gap;
         Self {
             tenant: t.tenant.to_string(),
             weight: t.weight,
@@ -292,11 +293,11 @@ impl TenantLine {
             runs_cancelled: t.runs_cancelled,
             runs_open: t.runs_open,
             retried_attempts: t.retried_attempts,
-            largest_service_gap: t.largest_service_gap,
-            service_gap_at: t.service_gap_at,
-            service_gap_slots_passed: t.service_gap_slots_passed,
-            service_gap_idle: t.service_gap_idle,
-            service_gap_at_least: t.service_gap_at_least,
+            largest_service_gap: gap.map_or(0, |g| g.reservations),
+            service_gap_at: gap.map(|g| g.at),
+            service_gap_slots_passed: gap.map_or(0, |g| g.slots_passed),
+            service_gap_idle: gap.map_or(0, |g| g.idle),
+            service_gap_at_least: gap.is_some_and(|g| g.at_least),
             cost_served: t.cost_served,
             attempts_without_cost: t.attempts_without_cost,
         }

@@ -59,7 +59,9 @@ use crate::{PgStore, StoreError};
 mod report;
 mod service_gap;
 
-pub use report::{AuditFinding, AuditReport, TenantAudit, MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES};
+pub use report::{
+    AuditFinding, AuditReport, ServiceGap, TenantAudit, MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES,
+};
 
 /// Range rows read per page.
 const PAGE_RANGES: i64 = 1_000;
@@ -154,11 +156,7 @@ impl Tally {
                 runs_cancelled: 0,
                 runs_open: 0,
                 retried_attempts: 0,
-                largest_service_gap: 0,
-                service_gap_at: None,
-                service_gap_slots_passed: 0,
-                service_gap_idle: 0,
-                service_gap_at_least: false,
+                largest_service_gap: None,
                 cost_served: 0,
                 attempts_without_cost: 0,
             },
@@ -250,19 +248,9 @@ impl Walk<'_> {
                 .gaps
                 .slot(sequence, range_start, reserved_at, passed, runnable)
             {
-                let a = &mut tally.audit;
-                // The longest; of equal ones, a lower bound over an exact one.
-                if gap.reservations > a.largest_service_gap
-                    || a.service_gap_at.is_none()
-                    || (gap.reservations == a.largest_service_gap
-                        && gap.at_least
-                        && !a.service_gap_at_least)
-                {
-                    a.largest_service_gap = gap.reservations;
-                    a.service_gap_at = Some(gap.at);
-                    a.service_gap_slots_passed = gap.slots_passed;
-                    a.service_gap_idle = gap.idle;
-                    a.service_gap_at_least = gap.at_least;
+                let best = &mut tally.audit.largest_service_gap;
+                if best.is_none_or(|best| gap.outranks(&best)) {
+                    *best = Some(gap);
                 }
             }
             let gap = tally.last.map(|last| sequence - last);

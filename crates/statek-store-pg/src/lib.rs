@@ -168,7 +168,9 @@ mod synchronous_standbys;
 pub mod testing;
 mod tls;
 
-pub use audit::{AuditFinding, AuditReport, TenantAudit, MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES};
+pub use audit::{
+    AuditFinding, AuditReport, ServiceGap, TenantAudit, MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES,
+};
 pub use audit_chain::{RejoiningTenant, ScheduleAudit, SeamAudit, SeamTenantAudit};
 pub use batch::ReservationBatch;
 pub use completion::{FinishAs, FinishOutcome, FinishRun};

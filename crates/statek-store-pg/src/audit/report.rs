@@ -74,27 +74,45 @@ pub struct TenantAudit {
     /// what it was served, counted by claim (`S` of docs/guarantees.md,
     /// "Cost mode: the bound").
     pub cost_served: u64,
-    /// The longest a run of it waited for its claim, in reservations: from
-    /// its first slot reserved at or after the run became runnable to the
-    /// slot that claimed it (first attempts on their run rows; 0 when every
-    /// such run was claimed by that first slot). Reported, not judged: an
-    /// enqueue commits after its runnable time, so a slot that found
-    /// nothing then may be right.
-    pub largest_service_gap: u64,
-    /// The slot whose claim ended that gap.
-    pub service_gap_at: Option<u64>,
-    /// Its slots that passed that run without claiming it.
-    pub service_gap_slots_passed: u64,
-    /// Of those, the ones whose claim found no claimable run (idle).
-    pub service_gap_idle: u64,
-    /// The run may have become runnable before what the audit saw (before
-    /// the span's start, a hole, or the 4,096 ranges its look back
-    /// remembers): `largest_service_gap` is a lower bound.
-    pub service_gap_at_least: bool,
+    /// The longest a run of it waited for its claim ([`ServiceGap`]);
+    /// `None` when no first attempt was claimed by its slots in the span.
+    /// Reported, not judged: an enqueue commits after its runnable time,
+    /// so a slot that found nothing then may be right.
+    pub largest_service_gap: Option<ServiceGap>,
     /// Attempts claimed by its slots in the span with no cost recorded:
     /// still running, reported none, not finished by their holder, or
     /// finished before V18.
     pub attempts_without_cost: u64,
+}
+
+/// How long a run waited for its claim (`statek audit`'s service gap):
+/// counted in reservations from its tenant's first slot reserved at or
+/// after the run became runnable to the slot that claimed it (first
+/// attempts on their run rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceGap {
+    /// Reservations from that first slot to the claiming one (0: that
+    /// first slot claimed it).
+    pub reservations: u64,
+    /// Its tenant's slots in between, which did not claim it.
+    pub slots_passed: u64,
+    /// Of those, the ones whose claim found no claimable run (idle).
+    pub idle: u64,
+    /// The claiming slot.
+    pub at: u64,
+    /// The run may have become runnable before what the audit saw (before
+    /// the span's start, a hole, or the 4,096 ranges its look back
+    /// remembers): `reservations` is a lower bound.
+    pub at_least: bool,
+}
+
+impl ServiceGap {
+    /// Whether this gap is reported over `other` as a tenant's largest:
+    /// longer, or as long and a lower bound where `other` is exact.
+    pub(crate) fn outranks(&self, other: &ServiceGap) -> bool {
+        self.reservations > other.reservations
+            || (self.reservations == other.reservations && self.at_least && !other.at_least)
+    }
 }
 
 /// What makes an audit fail.

@@ -20,6 +20,8 @@
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
+use super::report::ServiceGap;
+
 /// Ranges remembered for the look back.
 const REMEMBERED: usize = 4_096;
 
@@ -44,24 +46,6 @@ struct RangeEntry {
     first_slot: u64,
     slots_before: u64,
     idle_before: u64,
-}
-
-/// One run's wait for its claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct ServiceGap {
-    /// Reservations from its tenant's first slot reserved at or after its
-    /// runnable time to the slot that claimed it (0: that first slot
-    /// claimed it).
-    pub(super) reservations: u64,
-    /// Its tenant's slots in between, which did not claim it.
-    pub(super) slots_passed: u64,
-    /// Of those, the ones whose claim found no claimable run.
-    pub(super) idle: u64,
-    /// The claiming slot.
-    pub(super) at: u64,
-    /// The wait may have begun before what the look back sees: a lower
-    /// bound.
-    pub(super) at_least: bool,
 }
 
 /// The look back of one tenant.

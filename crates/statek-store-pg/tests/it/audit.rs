@@ -474,13 +474,15 @@ async fn an_audit_reports_the_longest_wait_of_a_run_for_its_claim() {
 
     let report = store.audit_shard(shard, 0..16).await.unwrap();
     let gap = |t: &TenantAudit| {
-        (
-            t.largest_service_gap,
-            t.service_gap_at,
-            t.service_gap_slots_passed,
-            t.service_gap_idle,
-            t.service_gap_at_least,
-        )
+        t.largest_service_gap.map_or((0, None, 0, 0, false), |g| {
+            (
+                g.reservations,
+                Some(g.at),
+                g.slots_passed,
+                g.idle,
+                g.at_least,
+            )
+        })
     };
     assert_eq!(gap(&report.tenants[1]), (4, Some(14), 1, 1, false));
     assert_eq!(gap(&report.tenants[0]), (0, None, 0, 0, false));
