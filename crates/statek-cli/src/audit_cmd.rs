@@ -244,6 +244,7 @@ pub struct TenantLine {
     idle_known: u64,
     contended: u64,
     limited: u64,
+    debt: u64,
     unused: u64,
     unrecorded: u64,
     claimed_after_record: u64,
@@ -280,6 +281,7 @@ impl TenantLine {
             idle_known: t.idle_known,
             contended: t.contended,
             limited: t.limited,
+            debt: t.debt,
             unused: t.unused,
             unrecorded: t.unrecorded,
             claimed_after_record: t.claimed_after_record,
@@ -461,17 +463,17 @@ impl Report for AuditLines {
         )?;
         writeln!(
             w,
-            "{:<24} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>16}",
+            "{:<24} {:>6} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>6} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>16}",
             "tenant", "weight", "bound", "entitled", "slots", "claimed", "idle", "known",
-            "contended", "limited", "unused", "unrecorded", "gap", "svc gap", "lag p50",
+            "contended", "limited", "debt", "unused", "unrecorded", "gap", "svc gap", "lag p50",
             "lag p99", "completed", "failed", "retried", "cost"
         )?;
         for t in &self.tenants {
             writeln!(
                 w,
-                "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>16}",
+                "{:<24} {:>6} {:>6} {:>10.1} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>6} {:>7} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>16}",
                 t.tenant, t.weight, t.bound, t.entitled, t.slots, t.claimed, t.idle,
-                t.idle_known, t.contended, t.limited, t.unused, t.unrecorded, t.largest_gap,
+                t.idle_known, t.contended, t.limited, t.debt, t.unused, t.unrecorded, t.largest_gap,
                 match (t.service_gap_at, t.service_gap_at_least) {
                     (None, _) => "-".to_owned(),
                     (Some(_), true) => format!(">={}", t.largest_service_gap),

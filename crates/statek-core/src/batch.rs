@@ -19,7 +19,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use statek_policy::{SchedulerShardId, TenantId};
+use statek_policy::{CostFairness, FairnessUnit, SchedulerShardId, TenantId};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -96,6 +96,9 @@ pub struct RunPermit(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
 pub struct BatchParts<'a, E> {
     /// The shard the slots were reserved on.
     pub shard: &'a SchedulerShardId,
+    /// What the shard's policy shares: slots, or cost (then the executor
+    /// keeps the ledger: [`TenantExecutor::enforces_cost_fairness`](crate::TenantExecutor::enforces_cost_fairness)).
+    pub fairness: &'a FairnessUnit,
     /// The slots, in sequence order.
     pub slots: &'a [BatchSlot],
     /// The pool whose permits the batch's runs take.
@@ -236,6 +239,13 @@ impl<'a, E> SlotBatch<'a, E> {
     /// The shard the slots were reserved on.
     pub fn shard(&self) -> &'a SchedulerShardId {
         self.parts.shard
+    }
+
+    /// The cost parameters of the shard's policy in cost mode (`None`:
+    /// it shares slots). An executor that enforces cost fairness credits
+    /// each slot's tenant and decides debt slots with them.
+    pub fn cost_fairness(&self) -> Option<&'a CostFairness> {
+        self.parts.fairness.cost()
     }
 
     /// The slots, in sequence order.

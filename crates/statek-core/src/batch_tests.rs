@@ -4,7 +4,7 @@
 
 use std::sync::Mutex;
 
-use statek_policy::{SchedulerShardId, TenantId};
+use statek_policy::{FairnessUnit, SchedulerShardId, TenantId};
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::{BatchParts, BatchSlot, BatchState, RunPool, SlotBatch, SlotReport};
@@ -71,6 +71,7 @@ where
     let (batch, tickets) = SlotBatch::new(
         BatchParts {
             shard: &shard,
+            fairness: &FairnessUnit::Slots,
             slots: &slots,
             pool: &pool,
             stop: &stop,

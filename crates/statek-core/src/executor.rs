@@ -64,6 +64,21 @@ pub trait TenantExecutor: Send + Sync {
     /// Whether an error of this executor is transient.
     fn is_retryable(error: &Self::Error) -> bool;
 
+    /// Whether this executor keeps cost mode's ledger (docs/guarantees.md,
+    /// "Cost mode: the bound"): it credits each slot's tenant in
+    /// [`execute_batch`](Self::execute_batch) with the batch's
+    /// [`SlotBatch::cost_fairness`], reports a slot of a tenant in debt
+    /// with a claimable run as [`TenantTickOutcome::Debt`], and charges
+    /// every attempt once, with its finish. Default `false`: a scheduler
+    /// then refuses a cost-mode policy (statek-scheduler's
+    /// `SchedulerError::UnsupportedFairness`) rather than share slots
+    /// while the policy promises cost. In cost mode a scheduler hands
+    /// every slot to `execute_batch`, never to
+    /// [`execute_one`](Self::execute_one).
+    fn enforces_cost_fairness(&self) -> bool {
+        false
+    }
+
     /// Whether any of `tenants` (the policy's tenants) has claimable work
     /// now, if the executor can tell cheaply (`None`: unknown). Work of
     /// other tenants does not count: no slot of the policy could run it;

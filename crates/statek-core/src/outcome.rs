@@ -45,6 +45,12 @@ pub enum TenantTickOutcome {
     /// start none for this slot. The slot is consumed like an idle one: a
     /// statek-scheduler's `Worker` backs off on it as on `Idle`.
     Limited,
+    /// Cost mode: the tenant had claimable runs but was in debt after the
+    /// slot's credit (docs/guarantees.md, "Cost mode: the bound"); the
+    /// slot is consumed without a claim. Unlike `Idle` and `Limited`, a
+    /// statek-scheduler's `Worker` does not back off on it: the tenant's
+    /// next slots repay the debt.
+    Debt,
     /// Shutdown was requested; no run was started, or the running one was
     /// cancelled and released.
     Cancelled,
@@ -59,11 +65,12 @@ impl TenantTickOutcome {
         "idle",
         "contended",
         "limited",
+        "debt",
         "cancelled",
     ];
 
     /// A short lowercase label: `executed`, `execution_failed`, `idle`,
-    /// `contended`, `limited`, `cancelled`.
+    /// `contended`, `limited`, `debt`, `cancelled`.
     pub fn label(&self) -> &'static str {
         match self {
             TenantTickOutcome::Executed(_) => "executed",
@@ -71,6 +78,7 @@ impl TenantTickOutcome {
             TenantTickOutcome::Idle => "idle",
             TenantTickOutcome::Contended => "contended",
             TenantTickOutcome::Limited => "limited",
+            TenantTickOutcome::Debt => "debt",
             TenantTickOutcome::Cancelled => "cancelled",
         }
     }
@@ -87,6 +95,7 @@ impl TenantTickOutcome {
             TenantTickOutcome::Idle => SlotClass::Idle,
             TenantTickOutcome::Contended => SlotClass::Contended,
             TenantTickOutcome::Limited => SlotClass::Limited,
+            TenantTickOutcome::Debt => SlotClass::Debt,
             TenantTickOutcome::Cancelled => SlotClass::Unused,
         }
     }
@@ -105,6 +114,8 @@ pub enum Unclaimed {
     Contended,
     /// The tenant's concurrency cap or rate limit let it start none.
     Limited,
+    /// Cost mode: the tenant was in debt (and had a claimable run).
+    Debt,
     /// The replica stopped before the slots were decided.
     Unused,
 }
@@ -117,6 +128,7 @@ impl Unclaimed {
             Unclaimed::IdleKnown => SlotClass::IdleKnown,
             Unclaimed::Contended => SlotClass::Contended,
             Unclaimed::Limited => SlotClass::Limited,
+            Unclaimed::Debt => SlotClass::Debt,
             Unclaimed::Unused => SlotClass::Unused,
         }
     }
@@ -128,6 +140,7 @@ impl Unclaimed {
             Unclaimed::Idle | Unclaimed::IdleKnown => TenantTickOutcome::Idle,
             Unclaimed::Contended => TenantTickOutcome::Contended,
             Unclaimed::Limited => TenantTickOutcome::Limited,
+            Unclaimed::Debt => TenantTickOutcome::Debt,
             Unclaimed::Unused => TenantTickOutcome::Cancelled,
         }
     }
@@ -156,6 +169,7 @@ mod tests {
             TenantTickOutcome::Idle,
             TenantTickOutcome::Contended,
             TenantTickOutcome::Limited,
+            TenantTickOutcome::Debt,
             TenantTickOutcome::Cancelled,
         ];
         for (index, outcome) in every.iter().enumerate() {
@@ -165,7 +179,8 @@ mod tests {
                 TenantTickOutcome::Idle => 2,
                 TenantTickOutcome::Contended => 3,
                 TenantTickOutcome::Limited => 4,
-                TenantTickOutcome::Cancelled => 5,
+                TenantTickOutcome::Debt => 5,
+                TenantTickOutcome::Cancelled => 6,
             };
             assert_eq!(declared, index);
         }

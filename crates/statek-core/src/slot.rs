@@ -20,6 +20,12 @@ pub enum SlotClass {
     Contended,
     /// `l`: the tenant's concurrency cap or rate limit let it start none.
     Limited,
+    /// `d`: cost mode; the tenant had a claimable run but was in debt
+    /// after the slot's credit (docs/guarantees.md, "Cost mode: the
+    /// bound"). Precedence: a slot of a tenant without a claimable run is
+    /// idle, whatever its balance; a debt slot is never contended or
+    /// limited (its claim is not tried).
+    Debt,
     /// `x`: the Worker stopped, or its claim failed for good, before it
     /// decided the slot; the slot is consumed unused.
     Unused,
@@ -27,12 +33,13 @@ pub enum SlotClass {
 
 impl SlotClass {
     /// Every class, in declaration order.
-    pub const ALL: [SlotClass; 6] = [
+    pub const ALL: [SlotClass; 7] = [
         SlotClass::Claimed,
         SlotClass::Idle,
         SlotClass::IdleKnown,
         SlotClass::Contended,
         SlotClass::Limited,
+        SlotClass::Debt,
         SlotClass::Unused,
     ];
 
@@ -44,6 +51,7 @@ impl SlotClass {
             SlotClass::IdleKnown => 'k',
             SlotClass::Contended => 'n',
             SlotClass::Limited => 'l',
+            SlotClass::Debt => 'd',
             SlotClass::Unused => 'x',
         }
     }
@@ -54,7 +62,7 @@ impl SlotClass {
     }
 
     /// A lowercase label: `claimed`, `idle`, `idle_known`, `contended`,
-    /// `limited`, `unused`.
+    /// `limited`, `debt`, `unused`.
     pub const fn label(self) -> &'static str {
         match self {
             SlotClass::Claimed => "claimed",
@@ -62,6 +70,7 @@ impl SlotClass {
             SlotClass::IdleKnown => "idle_known",
             SlotClass::Contended => "contended",
             SlotClass::Limited => "limited",
+            SlotClass::Debt => "debt",
             SlotClass::Unused => "unused",
         }
     }
@@ -104,8 +113,8 @@ impl SlotOutcomes {
     }
 
     /// Slots per class, in [`SlotClass::ALL`] order.
-    pub fn totals(&self) -> [u64; 6] {
-        let mut totals = [0u64; 6];
+    pub fn totals(&self) -> [u64; 7] {
+        let mut totals = [0u64; 7];
         for (class, n) in &self.runs {
             if let Some(index) = SlotClass::ALL.iter().position(|c| c == class) {
                 totals[index] += u64::from(*n);
@@ -223,7 +232,7 @@ mod tests {
             ]
         );
         assert_eq!(outcomes.slot_count(), 10);
-        assert_eq!(outcomes.totals(), [7, 0, 1, 0, 0, 2]);
+        assert_eq!(outcomes.totals(), [7, 0, 1, 0, 0, 0, 2]);
         assert_eq!(outcomes.class_at(2), Some(SlotClass::IdleKnown));
         assert_eq!(outcomes.class_at(7), Some(SlotClass::Claimed));
         assert_eq!(outcomes.class_at(9), Some(SlotClass::Unused));

@@ -56,13 +56,16 @@ pub enum SchedulerError {
     /// report too.
     #[error("{0}: refusing to tick")]
     CycleMismatch(#[from] CycleMismatch),
-    /// The policy shares cost (`[fairness] unit = "cost"`), which this
-    /// version compiles and measures but does not enforce yet: the cost
-    /// ledger does not exist, so ticking it would share slots while the
-    /// policy promises cost. Nothing was registered or reserved.
+    /// The policy shares cost (`[fairness] unit = "cost"`) and the
+    /// executor keeps no cost ledger
+    /// ([`TenantExecutor::enforces_cost_fairness`](statek_core::TenantExecutor::enforces_cost_fairness)
+    /// is false: the PostgreSQL run queue, in this version): ticking it
+    /// would share slots while the policy promises cost. Nothing was
+    /// registered or reserved.
     #[error(
-        "shard {shard}: cost fairness is not supported by this version of the scheduler \
-         (policies with [fairness] unit = \"cost\" compile, but cannot run yet)"
+        "shard {shard}: cost fairness is not supported by this executor \
+         (policies with [fairness] unit = \"cost\" compile, but only an executor that keeps the cost ledger \
+         runs them: statek-testing's InMemoryExecutor does, the PostgreSQL run queue does not yet)"
     )]
     UnsupportedFairness {
         /// The shard.

@@ -105,6 +105,8 @@ pub struct TenantFairnessRow {
     pub contended: u64,
     /// Outcomes `Limited`.
     pub limited: u64,
+    /// Outcomes `Debt` (cost mode).
+    pub debt: u64,
     /// Outcomes `Cancelled`.
     pub cancelled: u64,
     /// Selection gaps.

@@ -27,6 +27,7 @@ enum Kind {
     Idle,
     Contended,
     Limited,
+    Debt,
     Cancelled,
 }
 
@@ -35,7 +36,7 @@ impl Kind {
     fn had_work(self) -> bool {
         matches!(
             self,
-            Kind::Executed | Kind::ExecutionFailed | Kind::Contended | Kind::Limited
+            Kind::Executed | Kind::ExecutionFailed | Kind::Contended | Kind::Limited | Kind::Debt
         )
     }
 }
@@ -99,6 +100,7 @@ impl Observation {
             TenantTickOutcome::Idle => (Kind::Idle, None),
             TenantTickOutcome::Contended => (Kind::Contended, None),
             TenantTickOutcome::Limited => (Kind::Limited, None),
+            TenantTickOutcome::Debt => (Kind::Debt, None),
             // Cancelled, and any outcome added later: no evidence.
             _ => (Kind::Cancelled, None),
         };
@@ -152,6 +154,7 @@ struct TenantState {
     idle: u64,
     contended: u64,
     limited: u64,
+    debt: u64,
     cancelled: u64,
     /// The previous selection: its sequence and whether it had work.
     last: Option<(u64, bool)>,
@@ -228,7 +231,8 @@ struct Runnable {
 /// **Had work the whole time.** A gap `p → s` above the bound is reported
 /// as a [`GapViolation`] only when neither end was `Idle` or `Cancelled`,
 /// i.e. both selections were `Executed`, `ExecutionFailed`, `Contended` or
-/// `Limited` (a limited tenant had claimable runs: its slot reached it).
+/// `Limited` or `Debt` (a limited or indebted tenant had claimable runs:
+/// its slot reached it).
 /// The tenant has no selection strictly between `p` and `s`, so this is
 /// exactly "no selection of the tenant from `p` to `s`, both included, was
 /// idle": it showed claimable work at `p` (it claimed a run or found one
@@ -599,6 +603,7 @@ impl FairnessMonitor {
                 idle: state.idle,
                 contended: state.contended,
                 limited: state.limited,
+                debt: state.debt,
                 cancelled: state.cancelled,
                 gaps: GapStats {
                     count: state.gap_count,
@@ -699,6 +704,7 @@ impl FairnessMonitor {
             Kind::Idle => &mut state.idle,
             Kind::Contended => &mut state.contended,
             Kind::Limited => &mut state.limited,
+            Kind::Debt => &mut state.debt,
             Kind::Cancelled => &mut state.cancelled,
         } += 1;
         let had_work = observation.kind.had_work();

@@ -124,14 +124,14 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         executor: E,
         options: SchedulerOptions,
     ) -> Result<Self, SchedulerError> {
-        supported(&policy)?;
+        supported(&policy, &executor)?;
         let (registration, stored) = source.register(&policy, schedule.as_ref()).await?;
         if stored.policy != policy {
             return Err(SchedulerError::PolicyMismatch {
                 shard: policy.shard_id().to_string(),
             });
         }
-        checked_policy(&stored)?;
+        checked_policy(&stored, &executor)?;
         let scheduler = Self {
             source,
             live: RwLock::new(Arc::new(policy)),
@@ -190,7 +190,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             let Some(seam) = self.source.successor(from.shard_id()).await? else {
                 break;
             };
-            let next = Arc::new(checked_policy(&seam.successor)?);
+            let next = Arc::new(checked_policy(&seam.successor, &self.executor)?);
             for bound in &seam.seam {
                 metrics::gauge!(
                     crate::metrics::SEAM_BOUND_RESERVATIONS,
@@ -253,6 +253,12 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
     pub async fn tick(&self, shutdown: &CancellationToken) -> Result<TickOutcome, SchedulerError> {
         if shutdown.is_cancelled() {
             return Err(SchedulerError::ShuttingDown);
+        }
+        if self.policy().fairness().cost().is_some() {
+            // Cost mode: the executor's ledger decides each slot in its
+            // batch entry point; a tick is a batch of one.
+            let mut results = self.tick_batch_until(1, shutdown, shutdown).await?;
+            return results.pop().unwrap_or(Err(SchedulerError::ShuttingDown));
         }
         let span = self.tick_span();
         let result = tracing::Instrument::instrument(self.tick_inner(shutdown), span.clone()).await;
@@ -623,10 +629,16 @@ impl<E> DurableFairScheduler<E, PgStore> {
     }
 }
 
-/// Refuses a policy this scheduler cannot enforce: one that shares cost.
-fn supported(policy: &WeightedFairnessPolicy) -> Result<(), SchedulerError> {
+/// Refuses a policy this scheduler cannot enforce: one that shares cost,
+/// with an executor that keeps no ledger
+/// ([`TenantExecutor::enforces_cost_fairness`]).
+fn supported<E: TenantExecutor>(
+    policy: &WeightedFairnessPolicy,
+    executor: &E,
+) -> Result<(), SchedulerError> {
     match policy.fairness() {
         FairnessUnit::Slots => Ok(()),
+        FairnessUnit::Cost(_) if executor.enforces_cost_fairness() => Ok(()),
         FairnessUnit::Cost(_) => Err(SchedulerError::UnsupportedFairness {
             shard: policy.shard_id().to_string(),
         }),
@@ -636,9 +648,12 @@ fn supported(policy: &WeightedFairnessPolicy) -> Result<(), SchedulerError> {
 /// A source's shard's policy, after checking that it shares slots and
 /// that this replica compiles the cycle the shard was registered with
 /// ([`check_cycle_digest`]).
-fn checked_policy(shard: &SourceShard) -> Result<WeightedFairnessPolicy, SchedulerError> {
+fn checked_policy<E: TenantExecutor>(
+    shard: &SourceShard,
+    executor: &E,
+) -> Result<WeightedFairnessPolicy, SchedulerError> {
     let policy = &shard.policy;
-    supported(policy)?;
+    supported(policy, executor)?;
     if check_cycle_digest(policy, shard.cycle_digest)? == CycleCheck::NotStored {
         tracing::warn!(
             shard = %policy.shard_id(),

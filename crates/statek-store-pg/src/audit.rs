@@ -141,6 +141,7 @@ impl Tally {
                 idle_known: 0,
                 contended: 0,
                 limited: 0,
+                debt: 0,
                 unused: 0,
                 unrecorded: 0,
                 claimed_after_record: 0,
@@ -289,6 +290,7 @@ impl Walk<'_> {
             (false, Some(SlotClass::IdleKnown)) => a.idle_known += 1,
             (false, Some(SlotClass::Contended)) => a.contended += 1,
             (false, Some(SlotClass::Limited)) => a.limited += 1,
+            (false, Some(SlotClass::Debt)) => a.debt += 1,
             (false, Some(SlotClass::Unused)) => a.unused += 1,
             (false, None) => a.unrecorded += 1,
         }

@@ -255,6 +255,12 @@ impl<H: RunHandler> InMemoryExecutor<H> {
         self.shared.queue().status(run_id)
     }
 
+    /// `tenant`'s balance in cost mode's ledger, in cost units (`None`
+    /// before the executor decided any cost-mode slot).
+    pub fn cost_balance(&self, tenant: &TenantId) -> Option<i128> {
+        self.shared.queue().balance(tenant)
+    }
+
     /// Number of runs still `Available` or `Running`, over all tenants.
     pub fn count_live_runs(&self) -> u64 {
         self.shared.queue().live_count()
@@ -399,6 +405,7 @@ impl<H: RunHandler> TenantExecutor for InMemoryExecutor<H> {
             tenant,
             self.shared.options.lease_length(),
             &self.shared.clock,
+            false,
         );
         Ok(match claim {
             Claim::Claimed(run, token) => {
@@ -427,11 +434,33 @@ impl<H: RunHandler> TenantExecutor for InMemoryExecutor<H> {
                 let mut queue = shared.queue();
                 let mut starts = Vec::with_capacity(slots.len());
                 let mut claimed = 0;
+                let cost = batch.cost_fairness();
                 for slot in slots {
                     if claimed == max_runs {
                         break;
                     }
-                    match queue.claim(&slot.tenant, shared.options.lease_length(), &shared.clock) {
+                    if let Some(cost) = cost {
+                        // Cost mode: credit first; a tenant in debt with a
+                        // claimable run has a debt slot (without one, the
+                        // slot is idle, whatever the balance).
+                        if queue.credit(&slot.tenant, cost).is_debt() {
+                            let unclaimed = if queue
+                                .any_claimable(std::slice::from_ref(&slot.tenant), claimed_at)
+                            {
+                                Unclaimed::Debt
+                            } else {
+                                Unclaimed::Idle
+                            };
+                            SlotStart::unclaimed(unclaimed).push_into(&mut starts);
+                            continue;
+                        }
+                    }
+                    match queue.claim(
+                        &slot.tenant,
+                        shared.options.lease_length(),
+                        &shared.clock,
+                        cost.is_some(),
+                    ) {
                         Claim::Claimed(run, token) => {
                             claimed += 1;
                             SlotStart::Claimed((run, token, claimed_at))
@@ -456,6 +485,18 @@ impl<H: RunHandler> TenantExecutor for InMemoryExecutor<H> {
 
     fn is_retryable(error: &Self::Error) -> bool {
         match *error {}
+    }
+
+    /// Cost mode: each batch slot credits its tenant in the executor's
+    /// ledger ([`statek_policy::CostLedger`]) before its claim; every
+    /// attempt such a slot claims is charged once, under the queue's lock
+    /// with its finish (its reported cost), or the policy's default when
+    /// it is cancelled while running or taken over after its lease
+    /// expired. One ledger per executor (its clones share it), across
+    /// shards: a rollout to other cost parameters cuts positive balances
+    /// to the new cap and keeps debts.
+    fn enforces_cost_fairness(&self) -> bool {
+        true
     }
 
     async fn has_claimable_work(&self, tenants: &[TenantId]) -> Option<bool> {

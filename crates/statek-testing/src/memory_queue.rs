@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use statek_policy::TenantId;
+use statek_policy::{CostFairness, CostLedger, SlotCredit, TenantId};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -65,6 +65,10 @@ struct Entry {
     lease: Option<(Uuid, Instant)>,
     last_error: Option<String>,
     attempt_costs: Vec<Option<u64>>,
+    /// The current attempt was claimed by a cost-mode slot and is not
+    /// charged yet: its finish, its takeover after its lease expired, or
+    /// its cancel charges it, once.
+    uncharged: bool,
 }
 
 /// A live run's place in its tenant's queue: highest priority first
@@ -116,10 +120,47 @@ pub(crate) struct Queue {
     /// ([`Key`]).
     live: HashMap<TenantId, BTreeSet<Key>>,
     locked: HashSet<Uuid>,
+    /// Cost mode's ledger, from the first cost-mode slot on.
+    ledger: Option<CostLedger>,
 }
 
 impl Queue {
-    pub(crate) fn claim(&mut self, tenant: &TenantId, lease: Duration, clock: &Clock) -> Claim {
+    /// Credits `tenant` for one of its slots under `cost` (the ledger is
+    /// made at the first call and takes new parameters when they change:
+    /// [`CostLedger::reconfigure`]).
+    pub(crate) fn credit(&mut self, tenant: &TenantId, cost: &CostFairness) -> SlotCredit {
+        let ledger = self.ledger.get_or_insert_with(|| CostLedger::new(*cost));
+        if ledger.cost() != cost {
+            ledger.reconfigure(*cost);
+        }
+        ledger.credit(tenant)
+    }
+
+    /// The ledger's balance of `tenant`, `None` before any cost-mode slot.
+    pub(crate) fn balance(&self, tenant: &TenantId) -> Option<i128> {
+        self.ledger.as_ref().map(|ledger| ledger.balance(tenant))
+    }
+
+    /// Charges the entry's current attempt if a cost-mode slot claimed it
+    /// and nothing charged it yet (`reported`: its cost; `None`: the
+    /// policy's default).
+    fn charge(ledger: &mut Option<CostLedger>, entry: &mut Entry, reported: Option<u64>) {
+        if std::mem::take(&mut entry.uncharged) {
+            if let Some(ledger) = ledger.as_mut() {
+                ledger.charge(&entry.tenant, reported);
+            }
+        }
+    }
+
+    /// Claims `tenant`'s next run; `charged`: the claim is a cost-mode
+    /// slot's, and the attempt is charged to the ledger.
+    pub(crate) fn claim(
+        &mut self,
+        tenant: &TenantId,
+        lease: Duration,
+        clock: &Clock,
+        charged: bool,
+    ) -> Claim {
         let now = Instant::now();
         let Some(live) = self.live.get(tenant) else {
             return Claim::Idle;
@@ -154,6 +195,9 @@ impl Queue {
         let Some(entry) = self.runs.get_mut(&run_id) else {
             return Claim::Idle;
         };
+        // An attempt whose lease expired, taken over: charged the default.
+        Self::charge(&mut self.ledger, entry, None);
+        entry.uncharged = charged;
         let token = Uuid::now_v7();
         let expires = now + lease;
         entry.state = MemoryRunState::Running;
@@ -175,15 +219,15 @@ impl Queue {
     }
 
     /// The entry of a run whose lease `token` still holds.
-    fn held(&mut self, run_id: Uuid, token: Uuid) -> Option<&mut Entry> {
-        self.runs.get_mut(&run_id).filter(|entry| {
+    fn held(runs: &mut HashMap<Uuid, Entry>, run_id: Uuid, token: Uuid) -> Option<&mut Entry> {
+        runs.get_mut(&run_id).filter(|entry| {
             entry.state == MemoryRunState::Running
                 && entry.lease.is_some_and(|(held, _)| held == token)
         })
     }
 
     pub(crate) fn heartbeat(&mut self, run_id: Uuid, token: Uuid, lease: Duration) -> bool {
-        let Some(entry) = self.held(run_id, token) else {
+        let Some(entry) = Self::held(&mut self.runs, run_id, token) else {
             return false;
         };
         entry.lease = Some((token, Instant::now() + lease));
@@ -191,10 +235,11 @@ impl Queue {
     }
 
     pub(crate) fn complete(&mut self, run_id: Uuid, token: Uuid, cost: Option<u64>) -> bool {
-        let Some(entry) = self.held(run_id, token) else {
+        let Some(entry) = Self::held(&mut self.runs, run_id, token) else {
             return false;
         };
         entry.record_cost(cost);
+        Self::charge(&mut self.ledger, entry, cost);
         entry.state = MemoryRunState::Completed;
         entry.lease = None;
         let (tenant, key) = (entry.tenant.clone(), entry.key(run_id));
@@ -210,10 +255,11 @@ impl Queue {
         retry_after: Duration,
         cost: Option<u64>,
     ) -> bool {
-        let Some(entry) = self.held(run_id, token) else {
+        let Some(entry) = Self::held(&mut self.runs, run_id, token) else {
             return false;
         };
         entry.record_cost(cost);
+        Self::charge(&mut self.ledger, entry, cost);
         let old_key = entry.key(run_id);
         entry.lease = None;
         entry.last_error = Some(error.to_owned());
@@ -257,6 +303,7 @@ impl Queue {
             lease: None,
             last_error: None,
             attempt_costs: Vec::new(),
+            uncharged: false,
         };
         self.live
             .entry(tenant.clone())
@@ -278,6 +325,8 @@ impl Queue {
         ) {
             return false;
         }
+        // A running attempt cancelled reports nothing: the default.
+        Self::charge(&mut self.ledger, entry, None);
         entry.state = MemoryRunState::Cancelled;
         entry.lease = None;
         let (tenant, key) = (entry.tenant.clone(), entry.key(run_id));

@@ -75,21 +75,21 @@ async fn an_audit_reports_each_tenant_and_fails_on_forged_evidence() {
             .collect::<Vec<_>>()
     };
     // tenant weight bound entitled slots claimed idle known contended
-    // limited unused unrecorded gap ...
+    // limited debt unused unrecorded gap ...
     assert_eq!(
-        columns(lines[2])[..13],
-        ["tenant-a", "3", "2", "6.0", "6", "1", "0", "0", "0", "0", "0", "5", "2"],
+        columns(lines[2])[..14],
+        ["tenant-a", "3", "2", "6.0", "6", "1", "0", "0", "0", "0", "0", "0", "5", "2"],
         "{out}"
     );
     assert_eq!(
-        columns(lines[3])[..13],
-        ["tenant-b", "1", "4", "2.0", "2", "0", "0", "0", "0", "0", "0", "2", "4"],
+        columns(lines[3])[..14],
+        ["tenant-b", "1", "4", "2.0", "2", "0", "0", "0", "0", "0", "0", "0", "2", "4"],
         "{out}"
     );
     // Its run, enqueued before the range, was claimed by its first slot:
-    // a service gap of 0 (column 14); tenant-b claimed nothing: none.
+    // a service gap of 0 (column 15); tenant-b claimed nothing: none.
     assert_eq!(
-        (&*columns(lines[2])[13], &*columns(lines[3])[13]),
+        (&*columns(lines[2])[14], &*columns(lines[3])[14]),
         ("0", "-")
     );
     // ... and the cost its claims were served, last.

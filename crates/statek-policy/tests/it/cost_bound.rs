@@ -1,5 +1,5 @@
 //! Cost mode's bound (docs/guarantees.md, "Cost mode: the bound") against
-//! a model of the ledger it is proven for, under adversarial costs and
+//! the library's ledger ([`CostLedger`]) in the setting it is proven for, under adversarial costs and
 //! finish delays: never exceeded, and reached within one quantum by a
 //! constructed schedule.
 
@@ -7,22 +7,20 @@
 
 use proptest::prelude::*;
 use statek_policy::{
-    CostFairness, FairnessUnit, SchedulerShardId, TenantFairnessWeight, TenantId,
+    CostFairness, CostLedger, FairnessUnit, SchedulerShardId, TenantFairnessWeight, TenantId,
     WeightedFairnessPolicy,
 };
 
-/// The ledger of the proof, slot by slot. At slot `s` (the cycle's tenant
-/// `i`): first every attempt finishing at `s` is charged to its tenant;
-/// then `i` is credited `q`, its balance capped at `b_cap` (a credit cut
-/// by the cap is *clipped*); then the slot is a debt slot if the balance
-/// is negative, limited if `D` attempts of `i` are claimed and not yet
-/// charged, idle if the adversary has no run for it, else it claims an
-/// attempt, charged `min(reported, C_max)` at its finish, at least one
-/// slot later.
+/// The proof's setting around the library's ledger ([`CostLedger`]), slot
+/// by slot. At slot `s` (the cycle's tenant `i`): first every attempt
+/// finishing at `s` is charged to its tenant; then `i` is credited `q`,
+/// its balance capped at `b_cap` (a credit cut by the cap is *clipped*);
+/// then the slot is a debt slot if the balance is negative, limited if `D`
+/// attempts of `i` are claimed and not yet charged, idle if the adversary
+/// has no run for it, else it claims an attempt, charged
+/// `min(reported, C_max)` at its finish, at least one slot later.
 struct Ledger {
-    q: i128,
-    c_max: u64,
-    b_cap: i128,
+    cost: CostFairness,
     d: usize,
 }
 
@@ -38,12 +36,7 @@ struct Trace {
 
 impl Ledger {
     fn new(cost: CostFairness, d: usize) -> Self {
-        Self {
-            q: i128::from(cost.quantum()),
-            c_max: cost.max_cost(),
-            b_cap: i128::from(cost.balance_cap()),
-            d,
-        }
+        Self { cost, d }
     }
 
     /// Runs `slots` slots of `cycle` from balances `start` (each in
@@ -58,15 +51,21 @@ impl Ledger {
         slots: usize,
         mut attempt: impl FnMut(usize, i128) -> Option<(u64, usize)>,
     ) -> Trace {
-        let mut balance = start.to_vec();
+        let tenants: Vec<TenantId> = (0..start.len())
+            .map(|i| TenantId::try_from(format!("t{i}")).unwrap())
+            .collect();
+        let mut ledger = CostLedger::with_balances(
+            self.cost,
+            tenants.iter().cloned().zip(start.iter().copied()),
+        );
         let mut in_flight = vec![0_usize; start.len()];
-        // (finish slot, tenant, charged cost)
+        // (finish slot, tenant, reported cost)
         let mut pending: Vec<(usize, usize, u64)> = Vec::new();
         let mut trace = Trace::default();
         for s in 0..slots {
             pending.retain(|&(finish, tenant, cost)| {
                 if finish == s {
-                    balance[tenant] -= i128::from(cost);
+                    ledger.charge(&tenants[tenant], Some(cost));
                     in_flight[tenant] -= 1;
                     false
                 } else {
@@ -74,23 +73,20 @@ impl Ledger {
                 }
             });
             let i = usize::from(cycle[s % cycle.len()]);
-            let credited = balance[i] + self.q;
-            trace.clipped.push(credited > self.b_cap);
-            balance[i] = credited.min(self.b_cap);
-            let debt = balance[i] < 0;
-            trace.debt.push(debt);
-            if debt || in_flight[i] >= self.d {
+            let credit = ledger.credit(&tenants[i]);
+            trace.clipped.push(credit.clipped);
+            trace.debt.push(credit.is_debt());
+            if credit.is_debt() || in_flight[i] >= self.d {
                 trace.claimed.push(None);
                 continue;
             }
-            let Some((reported, delay)) = attempt(s, balance[i]) else {
+            let Some((reported, delay)) = attempt(s, credit.balance) else {
                 trace.claimed.push(None);
                 continue;
             };
-            let charged = reported.min(self.c_max);
-            pending.push((s + 1 + delay, i, charged));
+            pending.push((s + 1 + delay, i, reported));
             in_flight[i] += 1;
-            trace.claimed.push(Some(charged));
+            trace.claimed.push(Some(ledger.charged(Some(reported))));
         }
         trace
     }

@@ -161,10 +161,12 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             first_sequence = slots.first().map(|s| s.sequence),
             slots = slots.len(),
         );
+        let fairness = policy.fairness();
         let mut state = BatchState::new();
         let (slot_batch, tickets) = SlotBatch::new(
             BatchParts {
                 shard: policy.shard_id(),
+                fairness: &fairness,
                 slots: &slots,
                 pool,
                 stop,

@@ -22,6 +22,9 @@ pub struct WorkerReport {
     /// Slots whose outcome was `Limited` (the tenant's cap or rate held it
     /// back); they count like idle slots towards the backoff.
     pub limited: u64,
+    /// Slots whose outcome was `Debt` (cost mode: the tenant was in debt
+    /// after the slot's credit); they do not count towards the backoff.
+    pub debt: u64,
     /// Slots whose outcome was `Cancelled` (consumed unused at shutdown,
     /// or a run cancelled and released).
     pub cancelled: u64,
@@ -55,6 +58,7 @@ pub(super) struct Counters {
     pub(super) idle: AtomicU64,
     pub(super) contended: AtomicU64,
     pub(super) limited: AtomicU64,
+    pub(super) debt: AtomicU64,
     pub(super) cancelled: AtomicU64,
     pub(super) backoffs: AtomicU64,
     pub(super) wakeups: AtomicU64,
@@ -75,6 +79,7 @@ impl Counters {
             idle: get(&self.idle),
             contended: get(&self.contended),
             limited: get(&self.limited),
+            debt: get(&self.debt),
             cancelled: get(&self.cancelled),
             backoffs: get(&self.backoffs),
             wakeups: get(&self.wakeups),

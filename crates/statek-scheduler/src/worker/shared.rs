@@ -68,6 +68,7 @@ pub(super) fn record<E, R>(
         TenantTickOutcome::Idle => &c.idle,
         TenantTickOutcome::Contended => &c.contended,
         TenantTickOutcome::Limited => &c.limited,
+        TenantTickOutcome::Debt => &c.debt,
         _ => &c.cancelled,
     };
     counter.fetch_add(slots, Ordering::Relaxed);
@@ -81,6 +82,8 @@ pub(super) fn record<E, R>(
             idle_pending.fetch_add(slots, Ordering::Relaxed);
         }
         TenantTickOutcome::Executed(_) | TenantTickOutcome::ExecutionFailed { .. } => {}
+        // Contended and debt slots (the tenant has work: a debt slot
+        // repays, it does not wait for runs), and cancelled ones.
         _ => work_found(shared),
     }
 }

@@ -374,29 +374,3 @@ async fn a_batch_whose_claim_lost_an_answer_is_left_unrecorded() {
         .collect();
     assert_eq!(records, [(4, "i4".to_owned())]);
 }
-
-/// A policy that shares cost compiles, but this scheduler cannot enforce it
-/// yet: registering it fails before anything is registered or reserved.
-#[tokio::test]
-async fn a_cost_mode_policy_is_refused_before_it_is_registered() {
-    use statek_policy::{CostFairness, FairnessUnit};
-    let source = InMemoryReservations::new();
-    let executor = InMemoryExecutor::new(ok, InMemoryExecutorOptions::new());
-    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]).with_fairness(
-        FairnessUnit::Cost(CostFairness::new(1, 40, 40, 80).unwrap()),
-    );
-    let err = DurableFairScheduler::register(
-        source.clone(),
-        p.clone(),
-        executor,
-        SchedulerOptions::new(),
-    )
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(&err, statek_scheduler::SchedulerError::UnsupportedFairness { shard } if shard == "primary-v1"),
-        "{err:?}"
-    );
-    assert!(!err.is_retryable());
-    assert_eq!(source.next_sequence(p.shard_id()), None);
-}

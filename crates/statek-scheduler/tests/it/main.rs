@@ -9,6 +9,7 @@
 
 mod batch_workers;
 mod conformance;
+mod cost_mode;
 mod fair_tick;
 mod finish_backpressure;
 mod finish_retries;

@@ -36,6 +36,9 @@ pub struct TenantAudit {
     pub contended: u64,
     /// Slots recorded limited: the tenant's cap or rate limit held it back.
     pub limited: u64,
+    /// Slots recorded debt (cost mode): a claimable run, but the tenant
+    /// was in debt after the slot's credit.
+    pub debt: u64,
     /// Slots recorded unused: the Worker stopped before deciding them.
     pub unused: u64,
     /// Slots of ranges without an outcome record (and without a claim).

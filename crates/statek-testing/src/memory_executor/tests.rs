@@ -167,3 +167,51 @@ async fn claimable_work_counts_only_the_given_tenants() {
         Some(true)
     );
 }
+
+/// Cost mode's charges on the queue itself: an attempt claimed by a
+/// cost-mode slot is charged once (its report at its finish; the default
+/// when its lease expired and another claim took it over); an attempt
+/// claimed outside cost mode is never charged.
+#[tokio::test]
+async fn cost_mode_charges_each_attempt_once() {
+    use statek_policy::CostFairness;
+    let cost = CostFairness::new(5, 10, 6, 20).unwrap();
+    let clock = Clock::now();
+    let lease = Duration::from_millis(20);
+    let a = tenant("a");
+    let mut queue = Queue::default();
+    assert_eq!(queue.balance(&a), None);
+    let now = Instant::now();
+    let first = queue.enqueue(&a, vec![], 3, 0, now, now);
+    let second = queue.enqueue(&a, vec![], 3, 0, now, now);
+    // 0 + 5; claim the first run.
+    assert_eq!(queue.credit(&a, &cost).balance, 5);
+    let Claim::Claimed(run, token) = queue.claim(&a, lease, &clock, true) else {
+        panic!("expected a claim");
+    };
+    assert_eq!(run.run_id, first);
+    // Its lease expires; the next cost-mode claim takes it over and
+    // charges the expired attempt the default, 6: 5 − 6.
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let Claim::Claimed(again, retaken) = queue.claim(&a, lease, &clock, true) else {
+        panic!("expected a claim");
+    };
+    assert_eq!((again.run_id, again.attempt), (first, 2));
+    assert_eq!(queue.balance(&a), Some(-1));
+    // The old holder's finish is refused and charges nothing.
+    assert!(!queue.complete(first, token, Some(1)));
+    assert_eq!(queue.balance(&a), Some(-1));
+    // The new holder reports 50, charged C_max = 10.
+    assert!(queue.complete(first, retaken, Some(50)));
+    assert_eq!(queue.balance(&a), Some(-11));
+    // A claim outside cost mode (`execute_one`) is never charged.
+    let Claim::Claimed(other, other_token) = queue.claim(&a, lease, &clock, false) else {
+        panic!("expected a claim");
+    };
+    assert_eq!(other.run_id, second);
+    assert!(queue.fail(second, other_token, "boom", Duration::ZERO, Some(3)));
+    assert_eq!(queue.balance(&a), Some(-11));
+    // A new cap cuts nothing negative: −11 + 5 = −6 with b_cap 0.
+    let tighter = CostFairness::new(5, 10, 6, 0).unwrap();
+    assert_eq!(queue.credit(&a, &tighter).balance, -6);
+}

@@ -1,0 +1,304 @@
+//! Cost mode (docs/guarantees.md, "Cost mode: the bound") on the executor
+//! that keeps the ledger, statek-testing's `InMemoryExecutor`: every slot's
+//! outcome and the balances written out by hand; the refusal by an
+//! executor that keeps none. Needs no `STATEK_TEST_DATABASE_URL`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::convert::Infallible;
+
+use statek_policy::{CostFairness, FairnessUnit, TenantId, WeightedFairnessPolicy};
+use statek_scheduler::{
+    Completed, DurableFairScheduler, Run, RunError, RunResult, SchedulerError, SchedulerOptions,
+    TenantExecutor, TenantTickOutcome, Worker, WorkerOptions,
+};
+use statek_store_pg::testing::policy;
+use statek_testing::{InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations};
+use tokio_util::sync::CancellationToken;
+
+fn tenant(id: &str) -> TenantId {
+    TenantId::try_from(id).unwrap()
+}
+
+/// Reports the cost its payload names (`cost=N`), or none.
+async fn costed(run: Run, _cancel: CancellationToken) -> RunResult {
+    let payload = String::from_utf8(run.payload.clone()).unwrap();
+    Ok(match payload.strip_prefix("cost=") {
+        Some(n) => Completed::with_cost(n.parse().unwrap()),
+        None => Completed::new(),
+    })
+}
+
+/// `a` and `b`, weight 1 each: the cycle is a, b, a, b, …; q = 2,
+/// C_max = 10, default 6, b_cap = 4.
+fn cost_policy() -> WeightedFairnessPolicy {
+    policy("primary-v1", &[("a", 1), ("b", 1)])
+        .with_fairness(FairnessUnit::Cost(CostFairness::new(2, 10, 6, 4).unwrap()))
+}
+
+/// One tick at a time (a batch of one each; every run finishes, and is
+/// charged, before the next slot): each slot's outcome and both balances
+/// as computed by hand below.
+#[tokio::test]
+async fn each_slot_follows_the_ledger_written_out_by_hand() {
+    let source = InMemoryReservations::new();
+    let executor = InMemoryExecutor::new(costed, InMemoryExecutorOptions::new());
+    let (a, b) = (tenant("a"), tenant("b"));
+    for payload in ["cost=7", "cost=1", "cost=1", "cost=1"] {
+        executor.enqueue(&a, payload).unwrap();
+    }
+    for payload in ["none", "cost=20"] {
+        executor.enqueue(&b, payload).unwrap();
+    }
+    let p = cost_policy();
+    let scheduler = DurableFairScheduler::register(
+        source.clone(),
+        p.clone(),
+        executor.clone(),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(executor.cost_balance(&a), None);
+    let shutdown = CancellationToken::new();
+    let mut seen = Vec::new();
+    for _ in 0..16 {
+        let outcome = scheduler.tick(&shutdown).await.unwrap();
+        seen.push((
+            outcome.reservation().sequence(),
+            outcome.tenant().to_string(),
+            outcome.tenant_outcome().label(),
+            executor.cost_balance(&a).unwrap(),
+            executor.cost_balance(&b).unwrap(),
+        ));
+    }
+    // (sequence, tenant, outcome, balance of a, balance of b) after the
+    // slot and the finish of what it claimed:
+    let expected: Vec<(u64, String, &str, i128, i128)> = [
+        (0, "a", "executed", -5, 0),   // 0 + 2 = 2, claims; charged 7
+        (1, "b", "executed", -5, -4),  // 0 + 2 = 2, claims; none reported: 6
+        (2, "a", "debt", -3, -4),      // −5 + 2 = −3 < 0, a has runs
+        (3, "b", "debt", -3, -2),      // −4 + 2
+        (4, "a", "debt", -1, -2),      // −3 + 2
+        (5, "b", "executed", -1, -10), // −2 + 2 = 0, claims; 20 → C_max 10
+        (6, "a", "executed", 0, -10),  // −1 + 2 = 1, claims; charged 1
+        (7, "b", "idle", 0, -8),       // −8 < 0 but b has no run: idle
+        (8, "a", "executed", 1, -8),   // 0 + 2 = 2; charged 1
+        (9, "b", "idle", 1, -6),
+        (10, "a", "executed", 2, -6), // 1 + 2 = 3; charged 1
+        (11, "b", "idle", 2, -4),
+        (12, "a", "idle", 4, -4), // 2 + 2 = 4; no run left
+        (13, "b", "idle", 4, -2),
+        (14, "a", "idle", 4, -2), // 4 + 2 = 6, cut to b_cap = 4
+        (15, "b", "idle", 4, 0),
+    ]
+    .into_iter()
+    .map(|(s, t, o, x, y)| (s, t.to_owned(), o, x, y))
+    .collect();
+    assert_eq!(seen, expected);
+    // Debt slots are recorded as such (`d`), one range per tick.
+    let letters: String = source
+        .slot_outcomes(p.shard_id())
+        .into_iter()
+        .map(|(_, outcomes)| outcomes.to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(letters, "c1 c1 d1 d1 d1 c1 c1 i1 c1 i1 c1 i1 i1 i1 i1 i1");
+}
+
+/// A batch claims for all its slots first, then runs them: the charges of
+/// a batch's runs reach the ledger only after its slots were decided, so
+/// a tenant can claim on every slot of one batch and owe afterwards.
+#[tokio::test]
+async fn a_batch_decides_its_slots_before_its_runs_are_charged() {
+    let source = InMemoryReservations::new();
+    let executor = InMemoryExecutor::new(costed, InMemoryExecutorOptions::new());
+    let (a, b) = (tenant("a"), tenant("b"));
+    for _ in 0..4 {
+        executor.enqueue(&a, "cost=9").unwrap();
+    }
+    let p = cost_policy();
+    let scheduler = DurableFairScheduler::register(
+        source.clone(),
+        p.clone(),
+        executor.clone(),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    let labels = |results: Vec<Result<statek_scheduler::TickOutcome, SchedulerError>>| {
+        results
+            .into_iter()
+            .map(|r| r.unwrap().tenant_outcome().label())
+            .collect::<Vec<_>>()
+    };
+    // a: 2, then 4 (both claim); b: 2, 4, idle. Two attempts of 9: 4 − 18.
+    assert_eq!(
+        labels(scheduler.tick_batch(4, &shutdown).await.unwrap()),
+        ["executed", "idle", "executed", "idle"]
+    );
+    assert_eq!(
+        (executor.cost_balance(&a), executor.cost_balance(&b)),
+        (Some(-14), Some(4))
+    );
+    // −12, −10, −8, −6: a has runs left, so its slots are debt slots.
+    assert_eq!(
+        labels(scheduler.tick_batch(8, &shutdown).await.unwrap()),
+        ["debt", "idle", "debt", "idle", "debt", "idle", "debt", "idle"]
+    );
+    assert_eq!(executor.cost_balance(&a), Some(-6));
+}
+
+/// A running attempt that is cancelled reports nothing: it is charged the
+/// policy's default once (its handler's failure after the cancel is not
+/// recorded, so not charged).
+#[tokio::test]
+async fn a_cancelled_attempt_is_charged_the_default_once() {
+    let handler = |_run: Run, cancel: CancellationToken| async move {
+        cancel.cancelled().await;
+        Err::<(), _>(RunError::new("stopped").with_cost(3))
+    };
+    let options = InMemoryExecutorOptions::new()
+        .lease(std::time::Duration::from_millis(300))
+        .unwrap();
+    let executor = InMemoryExecutor::new(handler, options);
+    let source = InMemoryReservations::new();
+    let a = tenant("a");
+    let run = executor.enqueue(&a, "x").unwrap();
+    let scheduler = DurableFairScheduler::register(
+        source,
+        cost_policy(),
+        executor.clone(),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    let ticking = tokio::spawn(async move {
+        let shutdown = CancellationToken::new();
+        scheduler
+            .tick(&shutdown)
+            .await
+            .unwrap()
+            .tenant_outcome()
+            .label()
+    });
+    while executor.run(run.run_id).unwrap().attempt == 0 {
+        tokio::task::yield_now().await;
+    }
+    assert!(executor.cancel_run(run.run_id));
+    assert_eq!(ticking.await.unwrap(), "execution_failed");
+    // 0 + 2 − 6.
+    assert_eq!(executor.cost_balance(&a), Some(-4));
+    assert_eq!(executor.run(run.run_id).unwrap().attempt_costs, [None]);
+}
+
+/// A Worker in cost mode runs every run; the ledger's balances come to
+/// what the slots credited minus what the attempts were charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_in_cost_mode_runs_everything_and_counts_debt_slots() {
+    let source = InMemoryReservations::new();
+    let executor = InMemoryExecutor::new(costed, InMemoryExecutorOptions::new());
+    let (a, b) = (tenant("a"), tenant("b"));
+    let mut runs = Vec::new();
+    for _ in 0..10 {
+        runs.push(executor.enqueue(&a, "cost=10").unwrap().run_id);
+        runs.push(executor.enqueue(&b, "cost=1").unwrap().run_id);
+    }
+    let scheduler = DurableFairScheduler::register(
+        source.clone(),
+        cost_policy(),
+        executor.clone(),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    let worker = Worker::new(
+        std::sync::Arc::new(scheduler),
+        WorkerOptions::new().concurrency(4).unwrap(),
+    );
+    let shutdown = CancellationToken::new();
+    let running = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { worker.run(shutdown).await })
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while executor.count_live_runs() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "runs left: {}",
+            executor.count_live_runs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.executed, 20);
+    // Every debt slot the Worker counted is recorded as one (`d`), and
+    // each is a's (even sequences): b's attempts cost 1 and each of its
+    // slots credits 2, so it never owes.
+    let mut debt_by_tenant = [0_u64; 2];
+    for (first, outcomes) in
+        source.slot_outcomes(&statek_policy::SchedulerShardId::try_from("primary-v1").unwrap())
+    {
+        for offset in 0..outcomes.slot_count() {
+            if outcomes.class_at(offset) == Some(statek_scheduler::SlotClass::Debt) {
+                debt_by_tenant[usize::from((first + offset) % 2 == 1)] += 1;
+            }
+        }
+    }
+    assert_eq!(debt_by_tenant, [report.debt, 0], "{report:?}");
+    // a's ten attempts are charged 100 and each of its slots credits 2; at
+    // its tenth claim at most 4 attempts (the concurrency) are not charged
+    // yet, so it needed at least (100 − 40) / 2 = 30 slots for 10 claims:
+    // at least 20 debt slots.
+    assert!(report.debt >= 20, "{report:?}");
+}
+
+/// An executor that keeps no ledger: a cost-mode policy is refused before
+/// anything is registered or reserved.
+#[derive(Debug)]
+struct SlotsOnly;
+
+impl TenantExecutor for SlotsOnly {
+    type Error = Infallible;
+
+    async fn execute_one(
+        &self,
+        _tenant: &TenantId,
+        _shutdown: &CancellationToken,
+    ) -> Result<TenantTickOutcome, Infallible> {
+        Ok(TenantTickOutcome::Idle)
+    }
+
+    fn is_retryable(error: &Infallible) -> bool {
+        match *error {}
+    }
+}
+
+#[tokio::test]
+async fn an_executor_without_a_ledger_is_refused_a_cost_mode_policy() {
+    let source = InMemoryReservations::new();
+    let p = cost_policy();
+    let err = DurableFairScheduler::register(
+        source.clone(),
+        p.clone(),
+        SlotsOnly,
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, SchedulerError::UnsupportedFairness { shard } if shard == "primary-v1"),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    assert_eq!(source.next_sequence(p.shard_id()), None);
+    // The same executor runs the policy in slot mode.
+    let slots = policy("primary-v1", &[("a", 1), ("b", 1)]);
+    assert!(
+        DurableFairScheduler::register(source, slots, SlotsOnly, SchedulerOptions::new())
+            .await
+            .is_ok()
+    );
+}
