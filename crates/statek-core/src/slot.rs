@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn letters_and_labels_are_one_per_class() {
         let letters: String = SlotClass::ALL.iter().map(|c| c.letter()).collect();
-        assert_eq!(letters, "ciknlx");
+        assert_eq!(letters, "ciknldx");
         for class in SlotClass::ALL {
             assert_eq!(SlotClass::from_letter(class.letter()), Some(class));
         }
@@ -204,6 +204,7 @@ mod tests {
                 "idle_known",
                 "contended",
                 "limited",
+                "debt",
                 "unused"
             ]
         );
