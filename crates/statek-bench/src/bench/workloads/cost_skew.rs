@@ -10,15 +10,32 @@
 //!
 //! Slot mode gives every tenant a quarter of the slots, so a quarter of
 //! the runs: `expensive` takes 200 / 215 of the executors and 40 / 43 of
-//! the cost. Cost mode, which would hold it near a quarter of the cost,
-//! is not built yet; its side joins these two when it is.
+//! the cost. Cost mode holds it near a quarter of the cost: it runs on
+//! the executor that keeps the ledger, statek-testing's in-memory one (the
+//! PostgreSQL run queue does not run cost mode yet), so two more sides
+//! run the same workload without a database, in slot mode and in cost
+//! mode (q = 1, C_max = 40, default 40, b_cap = 80), interleaved with the
+//! other two. On those sides a run counts when its handler starts (its
+//! attempt was claimed), and each tenant's cost served in the window is
+//! judged against its proven bound `E ± B` (docs/guarantees.md, "Cost
+//! mode: the bound"; `E = q·|W|/4` for the window's `|W|` slots,
+//! `B = q·Δ + D·C_max + b_cap` with `D` the executing runs).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use statek_policy::{SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};
-use statek_scheduler::{Completed, Run, RunHandler, RunResult};
+use statek_policy::{
+    CostFairness, FairnessUnit, SchedulerShardId, TenantFairnessWeight, TenantId,
+    WeightedFairnessPolicy,
+};
+use statek_scheduler::{
+    Completed, DurableFairScheduler, Run, RunHandler, RunResult, SchedulerOptions, Worker,
+    WorkerOptions,
+};
+use statek_testing::{InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations};
 use statek_store_pg::baseline::PlainFifoRun;
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +64,17 @@ pub const WINDOW: Duration = Duration::from_secs(20);
 
 const FAIR: &str = "fair (slots)";
 const FIFO: &str = "batched FIFO";
+const MEMORY_SLOTS: &str = "in-memory (slots)";
+const MEMORY_COST: &str = "in-memory (cost)";
+
+/// Every side, in the order each sample runs them.
+const SIDES: [&str; 4] = [FAIR, FIFO, MEMORY_SLOTS, MEMORY_COST];
+
+/// The cost-mode side's parameters: q = 1, C_max = 40 (the expensive
+/// tenant's cost), default 40, b_cap = 80.
+fn cost_parameters() -> Result<CostFairness> {
+    Ok(CostFairness::new(1, 40, 40, 80)?)
+}
 
 /// The work and cost of a run of `tenant`.
 fn work(tenant: &str) -> (Duration, u64) {
@@ -94,6 +122,14 @@ pub struct TenantShare {
     /// The costs its finishes recorded (`statek.runs.claim_cost`; the
     /// FIFO queue records none).
     pub recorded_cost: Option<i64>,
+    /// In-memory sides: its entitled cost `E = q·|W|·w/L` over the
+    /// window's slots (q = 1 on both: in slot mode what cost mode would
+    /// entitle it to).
+    #[serde(default)]
+    pub entitled_cost: Option<f64>,
+    /// In-memory sides: its proven slack `B = q·Δ + D·C_max + b_cap`.
+    #[serde(default)]
+    pub bound: Option<f64>,
 }
 
 /// One sample of one side.
@@ -107,6 +143,9 @@ pub struct CostSkewSample {
     pub seconds: f64,
     /// Cost served per second, all tenants.
     pub cost_per_second: f64,
+    /// In-memory sides: the slots reserved in the window.
+    #[serde(default)]
+    pub slots: Option<u64>,
     /// Per tenant.
     pub tenants: Vec<TenantShare>,
 }
@@ -133,12 +172,16 @@ pub async fn run(url: &str, samples: u32) -> Result<CostSkew> {
         samples: Vec::new(),
     };
     for sample in 0..samples {
-        for side in [FAIR, FIFO] {
+        for side in SIDES {
             eprintln!(
                 "==> cost-skew: {side}, sample {} of {samples}, {EXECUTING_RUNS} executing runs",
                 sample + 1
             );
-            let measured = measure(url, &client, &policy, side, sample).await?;
+            let measured = match side {
+                MEMORY_SLOTS => in_memory(false, sample).await?,
+                MEMORY_COST => in_memory(true, sample).await?,
+                _ => measure(url, &client, &policy, side, sample).await?,
+            };
             for t in &measured.tenants {
                 eprintln!(
                     "    {:<10} {:>5} runs, executor time {:>5.1}%, cost {:>5.1}%",
@@ -227,6 +270,118 @@ async fn measure(
     shares(side, sample, seconds, &counted)
 }
 
+/// Counts each tenant's runs as their handlers start (in memory: the
+/// attempt was claimed just before), then works and reports as
+/// [`CostlyRun`].
+#[derive(Clone, Default)]
+struct CountedRun {
+    started: Arc<Mutex<HashMap<String, i64>>>,
+}
+
+impl CountedRun {
+    fn snapshot(&self) -> HashMap<String, i64> {
+        self.started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl RunHandler for CountedRun {
+    async fn handle(&self, run: &Run, cancel: CancellationToken) -> RunResult {
+        *self
+            .started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(run.tenant.to_string())
+            .or_default() += 1;
+        CostlyRun.handle(run, cancel).await
+    }
+}
+
+/// One sample of an in-memory side: the same tenants, backlog, executing
+/// runs, warm-up and window, on `InMemoryReservations` and
+/// `InMemoryExecutor` with a Worker, in slot mode or in cost mode.
+async fn in_memory(cost_mode: bool, sample: u32) -> Result<CostSkewSample> {
+    let side = if cost_mode { MEMORY_COST } else { MEMORY_SLOTS };
+    let cost = cost_parameters()?;
+    let slot_policy = policy()?;
+    let policy = if cost_mode {
+        slot_policy.clone().with_fairness(FairnessUnit::Cost(cost))
+    } else {
+        slot_policy.clone()
+    };
+    let handler = CountedRun::default();
+    let executor = InMemoryExecutor::new(handler.clone(), InMemoryExecutorOptions::new());
+    for (name, ..) in TENANTS {
+        let tenant = TenantId::try_from(name)?;
+        for _ in 0..BACKLOG {
+            executor.enqueue(&tenant, Vec::new())?;
+        }
+    }
+    let source = InMemoryReservations::new();
+    let scheduler = DurableFairScheduler::register(
+        source.clone(),
+        policy.clone(),
+        executor.clone(),
+        SchedulerOptions::new(),
+    )
+    .await?;
+    let worker = Worker::new(
+        Arc::new(scheduler),
+        WorkerOptions::new().concurrency(EXECUTING_RUNS)?,
+    );
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    tokio::time::sleep(WARM_UP).await;
+    let shard = policy.shard_id();
+    let (from, from_slot) = (
+        (tokio::time::Instant::now(), handler.snapshot()),
+        source.next_sequence(shard).unwrap_or(0),
+    );
+    tokio::time::sleep(WINDOW).await;
+    let (to, to_slot) = (
+        (tokio::time::Instant::now(), handler.snapshot()),
+        source.next_sequence(shard).unwrap_or(0),
+    );
+    stop.cancel();
+    running.await??;
+    let left = TENANTS
+        .iter()
+        .map(|(name, ..)| BACKLOG as i64 - to.1.get(*name).copied().unwrap_or(0))
+        .collect::<Vec<_>>();
+    if left.iter().any(|&n| n <= 0) {
+        bail!("cost-skew: a tenant's backlog of {BACKLOG} ran out inside the window ({side}, {left:?})");
+    }
+    let counted: Vec<(String, i64, Option<i64>)> = TENANTS
+        .iter()
+        .map(|(name, _, cost)| {
+            let runs = to.1.get(*name).copied().unwrap_or(0) - from.1.get(*name).copied().unwrap_or(0);
+            ((*name).to_owned(), runs, Some(runs * *cost as i64))
+        })
+        .collect();
+    let seconds = to.0.duration_since(from.0).as_secs_f64();
+    let mut measured = shares(side, sample, seconds, &counted)?;
+    let slots = to_slot.saturating_sub(from_slot);
+    measured.slots = Some(slots);
+    // q = 1 on both sides; the bound of the cost-mode policy (the slot
+    // side shows how far slot mode strays from it).
+    let bounds = slot_policy
+        .with_fairness(FairnessUnit::Cost(cost))
+        .cost_bounds()
+        .map(|bounds| bounds.collect::<Vec<_>>())
+        .unwrap_or_default();
+    let concurrency = u32::try_from(EXECUTING_RUNS)?;
+    for (share, bound) in measured.tenants.iter_mut().zip(&bounds) {
+        share.entitled_cost = Some(
+            cost.quantum() as f64 * slots as f64 * f64::from(bound.discrepancy().weight())
+                / f64::from(bound.discrepancy().cycle_length()),
+        );
+        share.bound = Some(bound.slack(concurrency));
+    }
+    Ok(measured)
+}
+
 /// Each tenant's shares from `(tenant, runs, recorded cost)`. On the fair
 /// side every finish records its cost: the recorded sum must be the runs
 /// times the tenant's cost.
@@ -256,6 +411,8 @@ fn shares(
             executor_share: time_of(tenant, *runs) / total_time.max(f64::MIN_POSITIVE),
             cost_share: cost_of(tenant, *runs) / total_cost.max(f64::MIN_POSITIVE),
             recorded_cost: *recorded,
+            entitled_cost: None,
+            bound: None,
         });
     }
     Ok(CostSkewSample {
@@ -263,6 +420,7 @@ fn shares(
         sample,
         seconds,
         cost_per_second: total_cost / seconds.max(1e-9),
+        slots: None,
         tenants,
     })
 }
@@ -277,9 +435,9 @@ impl CostSkew {
             "cost-skew ({} executing runs, {} s windows; medians of {} samples): share of executor time / of cost served (entitled: 25% each)",
             self.executing_runs,
             self.window_seconds,
-            self.samples.len() / 2
+            self.samples.len() / SIDES.len()
         );
-        for side in [FAIR, FIFO] {
+        for side in SIDES {
             let of_side: Vec<&CostSkewSample> =
                 self.samples.iter().filter(|s| s.side == side).collect();
             let rate = median(of_side.iter().map(|s| s.cost_per_second).collect());
@@ -294,8 +452,28 @@ impl CostSkew {
                             .collect(),
                     )
                 };
+                let served = |t: &TenantShare| t.runs as f64 * work(&t.tenant).1 as f64;
+                let judged = of_side
+                    .iter()
+                    .filter_map(|s| s.tenants.iter().find(|t| t.tenant == name))
+                    .filter_map(|t| Some((served(t), t.entitled_cost?, t.bound?)))
+                    .collect::<Vec<_>>();
+                let within = judged
+                    .iter()
+                    .filter(|(s, e, b)| (*s - *e).abs() <= *b)
+                    .count();
+                let bound = if judged.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", cost served − entitled {:+.0} (bound ±{:.0}; within it in {within} of {} samples)",
+                        median(judged.iter().map(|(s, e, _)| s - e).collect()),
+                        median(judged.iter().map(|(_, _, b)| *b).collect()),
+                        judged.len()
+                    )
+                };
                 println!(
-                    "    {name:<10} executor time {:>5.1}%, cost {:>5.1}%",
+                    "    {name:<10} executor time {:>5.1}%, cost {:>5.1}%{bound}",
                     100.0 * pick(|t| t.executor_share),
                     100.0 * pick(|t| t.cost_share)
                 );
