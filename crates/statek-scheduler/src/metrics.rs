@@ -39,7 +39,7 @@ pub const RESERVATION_DURATION_SECONDS: &str = "statek_reservation_duration_seco
 /// Counter `{shard, tenant}`: slots mapped to the tenant.
 pub const SELECTIONS_TOTAL: &str = "statek_selections_total";
 /// Counter `{shard, tenant, outcome}`: tick outcomes (`executed`,
-/// `execution_failed`, `idle`, `contended`, `limited`, `cancelled`).
+/// `execution_failed`, `idle`, `contended`, `limited`, `debt`, `cancelled`).
 pub const TICK_OUTCOMES_TOTAL: &str = "statek_tick_outcomes_total";
 /// Counter `{shard, kind}`: failed ticks (`policy_conflict`, `corrupt_data`,
 /// `store`, `executor`).
@@ -300,7 +300,7 @@ pub const SCHEDULER_METRICS: &[Metric] = &[
         &["shard", "tenant", "outcome"],
         "ticks",
         "What the executor did with a slot: executed, execution_failed, idle, contended, \
-         limited, cancelled.",
+         limited, debt (cost mode: the tenant owed), cancelled.",
     ),
     Metric::new(
         TICK_ERRORS_TOTAL,

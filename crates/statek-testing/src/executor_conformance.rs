@@ -15,8 +15,10 @@
 //! tenants, tenant isolation, idle slots consumed, failures retried with
 //! backoff then `failed`, in-flight runs not waited for, locked runs
 //! skipped then contended, expired leases claimed again, batch claims per
-//! slot in sequence order with their runs concurrent, and 16 concurrent
-//! tickers executing each run exactly once.
+//! slot in sequence order with their runs concurrent, 16 concurrent
+//! tickers executing each run exactly once, and cost mode's debt slots
+//! (or, for an executor that keeps no cost ledger, its refusal of a
+//! cost-mode policy).
 //!
 //! ```no_run
 //! use statek_testing::executor_conformance::{self, Harness};
@@ -250,6 +252,72 @@ pub async fn idle_tenant_consumes_its_slot<H: Harness>() {
     let mut sorted = labels.to_vec();
     sorted.sort();
     assert_eq!(sorted, ["tenant-a:executed", "tenant-b:executed"]);
+}
+
+/// Cost mode (docs/guarantees.md, "Cost mode: the bound"): an executor
+/// that keeps the ledger ([`TenantExecutor::enforces_cost_fairness`](statek_core::TenantExecutor::enforces_cost_fairness))
+/// makes every slot of a tenant in debt with a claimable run a debt slot
+/// until its credits repay what its attempts cost; one that keeps none
+/// is refused the policy before anything is reserved.
+pub async fn cost_mode_debt_is_repaid_by_slots<H: Harness>() {
+    use statek_core::TenantExecutor;
+    use statek_policy::{CostFairness, FairnessUnit};
+    let probe = Probe::new();
+    let (harness, executor) = H::new(SuiteHandler(probe.clone()), Settings::default()).await;
+    // q = 1, C_max = 3, default 3, b_cap = 1.
+    let cost = CostFairness::new(1, 3, 3, 1).unwrap();
+    let p = policy(&[("tenant-a", 1), ("tenant-b", 1)]).with_fairness(FairnessUnit::Cost(cost));
+    let enforces = executor.enforces_cost_fairness();
+    let registered = DurableFairScheduler::register(
+        harness.source(),
+        p.clone(),
+        executor,
+        SchedulerOptions::new(),
+    )
+    .await;
+    if !enforces {
+        assert!(
+            matches!(
+                &registered,
+                Err(statek_scheduler::SchedulerError::UnsupportedFairness { shard })
+                    if shard == "conformance-v1"
+            ),
+            "an executor without a ledger must be refused a cost-mode policy"
+        );
+        return;
+    }
+    let scheduler = registered.unwrap();
+    let a = tenant("tenant-a");
+    for _ in 0..3 {
+        harness.enqueue(&a, b"cost=3", 1).await;
+    }
+    let shutdown = CancellationToken::new();
+    let mut labels = Vec::new();
+    for _ in 0..13 {
+        labels.push(label(&scheduler.tick(&shutdown).await.unwrap()));
+    }
+    // a's balance after each of its slots (b never has a run: idle):
+    // 0+1 claims, charged 3: −2; −1 debt; 0 claims: −3; −2, −1 debt;
+    // 0 claims: −3; −2 with no run left: idle.
+    assert_eq!(
+        labels,
+        [
+            "tenant-a:executed",
+            "tenant-b:idle",
+            "tenant-a:debt",
+            "tenant-b:idle",
+            "tenant-a:executed",
+            "tenant-b:idle",
+            "tenant-a:debt",
+            "tenant-b:idle",
+            "tenant-a:debt",
+            "tenant-b:idle",
+            "tenant-a:executed",
+            "tenant-b:idle",
+            "tenant-a:idle",
+        ]
+    );
+    assert_eq!(probe.log().len(), 3);
 }
 
 /// Ticks until the tenant's outcome is not Idle (the retry backoff running
@@ -676,6 +744,7 @@ pub const CASES: &[&str] = &[
     "sixteen_tickers_execute_each_run_once",
     "a_batch_claims_per_slot_in_sequence_order",
     "a_batch_runs_its_runs_concurrently",
+    "cost_mode_debt_is_repaid_by_slots",
 ];
 
 /// Runs every case against `H`'s executor, one after the other, each on a
@@ -696,4 +765,5 @@ pub async fn exercise<H: Harness>() {
     sixteen_tickers_execute_each_run_once::<H>().await;
     a_batch_claims_per_slot_in_sequence_order::<H>().await;
     a_batch_runs_its_runs_concurrently::<H>().await;
+    cost_mode_debt_is_repaid_by_slots::<H>().await;
 }

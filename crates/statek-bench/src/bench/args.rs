@@ -107,7 +107,8 @@ pub enum Section {
     Enqueue,
     /// Runs that differ in cost (issue 25): four tenants of weight 1, one
     /// whose runs work 200 ms and cost 40, three at 5 ms and 1; the fair
-    /// Worker in slot mode against the batched FIFO queue, each tenant's
+    /// Worker in slot mode against the batched FIFO queue, and the
+    /// in-memory executor in slot mode and in cost mode, each tenant's
     /// share of executor time and of cost served.
     CostSkew,
     /// Opt-in: one Worker's RSS over --soak-minutes at full load (not in

@@ -300,6 +300,11 @@ macro_rules! conformance_suite {
                 conformance::a_batch_runs_its_runs_concurrently::<$harness>().await;
             }
 
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cost_mode_debt_is_repaid_by_slots() {
+                conformance::cost_mode_debt_is_repaid_by_slots::<$harness>().await;
+            }
+
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn sixteen_tickers_execute_each_run_once() {
                 conformance::sixteen_tickers_execute_each_run_once::<$harness>().await;
@@ -315,6 +320,6 @@ conformance_suite!(memory, Memory);
 /// case: here against the in-memory executor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exercise_runs_every_case() {
-    assert_eq!(conformance::CASES.len(), 12);
+    assert_eq!(conformance::CASES.len(), 13);
     conformance::exercise::<Memory>().await;
 }
