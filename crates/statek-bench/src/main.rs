@@ -87,6 +87,11 @@ fn run(cli: Cli) -> Result<()> {
         Task::Failover(args) => failover::run(&args),
         Task::HaLayouts(args) => ha_layouts::run(&args),
         Task::Chaos(args) => chaos::run(&args),
+        Task::Demo(args) if args.demo.cost_skew => {
+            // No database: the in-memory executor.
+            let args = demo::with_default_charts_dir(args);
+            statek_cli::demo::run_cost_skew(&args.demo)
+        }
         Task::Demo(args) => {
             let args = demo::with_default_charts_dir(args);
             // A bad policy file or charts directory fails before any

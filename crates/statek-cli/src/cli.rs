@@ -689,6 +689,7 @@ pub fn run(cli: Cli) -> Result<()> {
             format,
         ),
         #[cfg(feature = "demo")]
+        Command::Demo { args, .. } if args.cost_skew => crate::demo::run_cost_skew(&args),
         Command::Demo { args, db } => {
             // Its progress streams to standard output while it runs (the
             // exception in `out.rs`); the tables and checks are the report,

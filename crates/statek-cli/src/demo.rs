@@ -21,6 +21,7 @@
 
 mod args;
 mod checks;
+pub mod cost_skew;
 mod db_work;
 mod fair_side;
 mod fifo_side;
@@ -76,6 +77,39 @@ pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
         .into());
     }
     Ok(file)
+}
+
+/// `statek demo --cost-skew` ([`cost_skew`]): both sides, the chart in
+/// the charts directory, the checks; its progress streams to standard
+/// output. Needs no database.
+///
+/// # Errors
+/// [`crate::exit::InvalidInput`] when the charts directory cannot be
+/// created or written; a side that failed.
+pub fn cost_skew_report(args: &DemoArgs) -> Result<cost_skew::CostSkewReport> {
+    let dir = charts_dir(args);
+    check_charts_dir(&dir)?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the charts directory {}", dir.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(cost_skew::run(
+        std::time::Duration::from_secs(2),
+        std::time::Duration::from_secs(u64::from(args.window_secs)),
+        &dir,
+    ))
+}
+
+/// [`cost_skew_report`], its report printed, a failed check the error.
+///
+/// # Errors
+/// As [`cost_skew_report`]; [`crate::exit::CheckFailed`].
+pub fn run_cost_skew(args: &DemoArgs) -> Result<()> {
+    let report = cost_skew_report(args)?;
+    crate::out::emit(&report, Format::Text)?;
+    report.into_result()
 }
 
 /// Where the charts go: `--charts-dir`, else `statek-demo-charts`.

@@ -184,3 +184,43 @@ fn the_charts_dir_check_never_removes_a_directory_that_existed() {
     assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
     assert_eq!((kept, ghost), (true, false));
 }
+
+/// `statek demo --cost-skew`: no database (the URL points nowhere and is
+/// never read); slot mode gives the expensive tenant about 93% of the
+/// executors, cost mode a quarter; every check passes and the chart is a
+/// PNG.
+#[test]
+fn the_cost_skew_demo_runs_without_a_database_and_passes_its_checks() {
+    let charts = std::env::temp_dir().join(format!("statek-skew-{}", Uuid::now_v7().simple()));
+    let out = statek(
+        &[
+            "demo",
+            "--cost-skew",
+            "--window-secs",
+            "5",
+            "--charts-dir",
+            charts.to_str().unwrap(),
+        ],
+        Some("postgres://statek@127.0.0.1:1/nowhere"),
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    let row = |tenant: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with(tenant))
+            .unwrap_or_else(|| panic!("no row for {tenant}: {text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    // tenant | runs executors cost | runs executors cost | served−E bound
+    let expensive = row("expensive");
+    assert_eq!(expensive[3], "93.0%", "{text}");
+    let cost_share: f64 = expensive[8].trim_end_matches('%').parse().unwrap();
+    assert!((20.0..=30.0).contains(&cost_share), "{text}");
+    assert_eq!(text.matches("  [pass] ").count(), 3, "{text}");
+    assert!(!text.contains("[FAIL]"), "{text}");
+    let png = std::fs::read(charts.join("cost-skew.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let _ = std::fs::remove_dir_all(&charts);
+}

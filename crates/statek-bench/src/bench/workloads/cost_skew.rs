@@ -14,52 +14,34 @@
 //! the executor that keeps the ledger, statek-testing's in-memory one (the
 //! PostgreSQL run queue does not run cost mode yet), so two more sides
 //! run the same workload without a database, in slot mode and in cost
-//! mode (q = 1, C_max = 40, default 40, b_cap = 80), interleaved with the
-//! other two. On those sides a run counts when its handler starts (its
-//! attempt was claimed), and each tenant's cost served in the window is
-//! judged against its proven bound `E ± B` (docs/guarantees.md, "Cost
-//! mode: the bound"; `E = q·|W|/4` for the window's `|W|` slots,
-//! `B = q·Δ + D·C_max + b_cap` with `D` the executing runs).
+//! mode, interleaved with the other two: `statek demo --cost-skew`'s
+//! sides (statek-cli's `demo::cost_skew::run_side`; q = 1, C_max = 40,
+//! default 40, b_cap = 80). On those sides a run counts when its handler
+//! starts (its attempt was claimed), and each tenant's cost served in the
+//! window is judged against its proven bound `E ± B` (docs/guarantees.md,
+//! "Cost mode: the bound").
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use statek_policy::{
-    CostFairness, FairnessUnit, SchedulerShardId, TenantFairnessWeight, TenantId,
-    WeightedFairnessPolicy,
-};
-use statek_scheduler::{
-    Completed, DurableFairScheduler, Run, RunHandler, RunResult, SchedulerOptions, Worker,
-    WorkerOptions,
-};
+use statek_cli::demo::cost_skew as demo_skew;
+use statek_policy::WeightedFairnessPolicy;
+use statek_scheduler::{Completed, Run, RunHandler, RunResult};
 use statek_store_pg::baseline::PlainFifoRun;
-use statek_testing::{InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations};
 use tokio_util::sync::CancellationToken;
 
 use super::{batched, fair, feeder, window};
 
-/// Executing runs per side.
-pub const EXECUTING_RUNS: usize = 8;
+/// Executing runs per side (the demo's).
+pub const EXECUTING_RUNS: usize = demo_skew::EXECUTING_RUNS;
 
-/// The tenants: `(name, work per run, cost per run)`.
-const TENANTS: [(&str, Duration, u64); 4] = [
-    ("cheap-1", Duration::from_millis(5), 1),
-    ("cheap-2", Duration::from_millis(5), 1),
-    ("cheap-3", Duration::from_millis(5), 1),
-    ("expensive", Duration::from_millis(200), 40),
-];
+/// The tenants: `(name, work per run, cost per run)`, the demo's.
+const TENANTS: [(&str, Duration, u64); 4] = demo_skew::TENANTS;
 
 /// Runs queued per tenant when a side starts: about ten times what a side
 /// completes per tenant in a window (37 a second each).
 const BACKLOG: u64 = 4_000;
-
-/// Runs queued per tenant on the in-memory sides: in cost mode each cheap
-/// tenant completes about 400 a second (a quarter of 1,600 cost units a
-/// second at 1 unit each), 8,800 in the warm-up and the window.
-const MEMORY_BACKLOG: u64 = 20_000;
 
 /// Unmeasured time between a side's start and its window.
 const WARM_UP: Duration = Duration::from_secs(2);
@@ -75,29 +57,14 @@ const MEMORY_COST: &str = "in-memory (cost)";
 /// Every side, in the order each sample runs them.
 const SIDES: [&str; 4] = [FAIR, FIFO, MEMORY_SLOTS, MEMORY_COST];
 
-/// The cost-mode side's parameters: q = 1, C_max = 40 (the expensive
-/// tenant's cost), default 40, b_cap = 80.
-fn cost_parameters() -> Result<CostFairness> {
-    Ok(CostFairness::new(1, 40, 40, 80)?)
-}
-
 /// The work and cost of a run of `tenant`.
 fn work(tenant: &str) -> (Duration, u64) {
-    TENANTS
-        .iter()
-        .find(|(name, ..)| *name == tenant)
-        .map_or((Duration::ZERO, 0), |(_, work, cost)| (*work, *cost))
+    demo_skew::work(tenant)
 }
 
 /// The section's policy: its four tenants, weight 1 each.
 fn policy() -> Result<WeightedFairnessPolicy> {
-    Ok(WeightedFairnessPolicy::new(
-        SchedulerShardId::try_from("bench-cost-skew-v1")?,
-        TENANTS
-            .iter()
-            .map(|(name, ..)| TenantFairnessWeight::new(TenantId::try_from(*name)?, 1))
-            .collect::<Result<Vec<_>, _>>()?,
-    )?)
+    demo_skew::policy("bench-cost-skew-v1")
 }
 
 /// The fair side's handler: works its tenant's time, reports its cost.
@@ -275,119 +242,29 @@ async fn measure(
     shares(side, sample, seconds, &counted)
 }
 
-/// Counts each tenant's runs as their handlers start (in memory: the
-/// attempt was claimed just before), then works and reports as
-/// [`CostlyRun`].
-#[derive(Clone, Default)]
-struct CountedRun {
-    started: Arc<Mutex<HashMap<String, i64>>>,
-}
-
-impl CountedRun {
-    fn snapshot(&self) -> HashMap<String, i64> {
-        self.started
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl RunHandler for CountedRun {
-    async fn handle(&self, run: &Run, cancel: CancellationToken) -> RunResult {
-        *self
-            .started
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(run.tenant.to_string())
-            .or_default() += 1;
-        CostlyRun.handle(run, cancel).await
-    }
-}
-
-/// One sample of an in-memory side: the same tenants, backlog, executing
-/// runs, warm-up and window, on `InMemoryReservations` and
-/// `InMemoryExecutor` with a Worker, in slot mode or in cost mode.
+/// One sample of an in-memory side: statek-cli's `demo --cost-skew` side
+/// (the same tenants, executing runs, warm-up and window, on
+/// `InMemoryReservations` and `InMemoryExecutor` with a Worker), in slot
+/// mode or in cost mode.
 async fn in_memory(cost_mode: bool, sample: u32) -> Result<CostSkewSample> {
     let side = if cost_mode { MEMORY_COST } else { MEMORY_SLOTS };
-    let cost = cost_parameters()?;
-    let slot_policy = policy()?;
-    let policy = if cost_mode {
-        slot_policy.clone().with_fairness(FairnessUnit::Cost(cost))
-    } else {
-        slot_policy.clone()
-    };
-    let handler = CountedRun::default();
-    let executor = InMemoryExecutor::new(handler.clone(), InMemoryExecutorOptions::new());
-    for (name, ..) in TENANTS {
-        let tenant = TenantId::try_from(name)?;
-        for _ in 0..MEMORY_BACKLOG {
-            executor.enqueue(&tenant, Vec::new())?;
-        }
-    }
-    let source = InMemoryReservations::new();
-    let scheduler = DurableFairScheduler::register(
-        source.clone(),
-        policy.clone(),
-        executor.clone(),
-        SchedulerOptions::new(),
-    )
-    .await?;
-    let worker = Worker::new(
-        Arc::new(scheduler),
-        WorkerOptions::new().concurrency(EXECUTING_RUNS)?,
-    );
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(worker.run(stop.clone()));
-    tokio::time::sleep(WARM_UP).await;
-    let shard = policy.shard_id();
-    let (from, from_slot) = (
-        (tokio::time::Instant::now(), handler.snapshot()),
-        source.next_sequence(shard).unwrap_or(0),
-    );
-    tokio::time::sleep(WINDOW).await;
-    let (to, to_slot) = (
-        (tokio::time::Instant::now(), handler.snapshot()),
-        source.next_sequence(shard).unwrap_or(0),
-    );
-    stop.cancel();
-    running.await??;
-    let left = TENANTS
+    let measured = demo_skew::run_side(cost_mode, WARM_UP, WINDOW).await?;
+    let counted: Vec<(String, i64, Option<i64>)> = measured
+        .tenants
         .iter()
-        .map(|(name, ..)| MEMORY_BACKLOG as i64 - to.1.get(*name).copied().unwrap_or(0))
-        .collect::<Vec<_>>();
-    if left.iter().any(|&n| n <= 0) {
-        bail!(
-            "cost-skew: a tenant's backlog of {MEMORY_BACKLOG} ran out inside the window ({side}, {left:?})"
-        );
-    }
-    let counted: Vec<(String, i64, Option<i64>)> = TENANTS
-        .iter()
-        .map(|(name, _, cost)| {
-            let runs =
-                to.1.get(*name).copied().unwrap_or(0) - from.1.get(*name).copied().unwrap_or(0);
-            ((*name).to_owned(), runs, Some(runs * *cost as i64))
+        .map(|t| {
+            let runs = i64::try_from(t.runs)?;
+            let cost = i64::try_from(t.cost_served)?;
+            Ok((t.tenant.clone(), runs, Some(cost)))
         })
-        .collect();
-    let seconds = to.0.duration_since(from.0).as_secs_f64();
-    let mut measured = shares(side, sample, seconds, &counted)?;
-    let slots = to_slot.saturating_sub(from_slot);
-    measured.slots = Some(slots);
-    // q = 1 on both sides; the bound of the cost-mode policy (the slot
-    // side shows how far slot mode strays from it).
-    let bounds = slot_policy
-        .with_fairness(FairnessUnit::Cost(cost))
-        .cost_bounds()
-        .map(|bounds| bounds.collect::<Vec<_>>())
-        .unwrap_or_default();
-    let concurrency = u32::try_from(EXECUTING_RUNS)?;
-    for (share, bound) in measured.tenants.iter_mut().zip(&bounds) {
-        share.entitled_cost = Some(
-            cost.quantum() as f64 * slots as f64 * f64::from(bound.discrepancy().weight())
-                / f64::from(bound.discrepancy().cycle_length()),
-        );
-        share.bound = Some(bound.slack(concurrency));
+        .collect::<Result<_>>()?;
+    let mut sample = shares(side, sample, measured.seconds, &counted)?;
+    sample.slots = Some(measured.slots);
+    for (share, t) in sample.tenants.iter_mut().zip(&measured.tenants) {
+        share.entitled_cost = Some(t.entitled_cost);
+        share.bound = Some(t.bound);
     }
-    Ok(measured)
+    Ok(sample)
 }
 
 /// Each tenant's shares from `(tenant, runs, recorded cost)`. On the fair
