@@ -212,6 +212,7 @@ mod tests {
             found,
             [
                 "demo.rs",
+                "demo/cost_skew.rs",
                 "demo/db_work.rs",
                 "demo/fair_side.rs",
                 "demo/fifo_side.rs",

@@ -34,7 +34,7 @@ use statek_scheduler::{
 use statek_testing::{InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations};
 use tokio_util::sync::CancellationToken;
 
-use crate::out::Report;
+use crate::out::{outln, Report};
 
 /// Executing runs of the Worker (each side).
 pub const EXECUTING_RUNS: usize = 8;
@@ -375,21 +375,21 @@ fn checks(slots: &SkewSide, cost: &SkewSide) -> Vec<SkewCheck> {
 /// # Errors
 /// A side failed ([`run_side`]), or the chart could not be written.
 pub async fn run(warm_up: Duration, window: Duration, charts_dir: &Path) -> Result<CostSkewReport> {
-    println!(
+    outln!(
         "cost-skew demo, no database: statek-testing's in-memory executor (the executor that keeps \
          cost mode's ledger), one Worker with {EXECUTING_RUNS} executing runs"
-    );
-    println!(
+    )?;
+    outln!(
         "four tenants of weight 1, all backlogged: cheap-1..3's runs work 5 ms and cost 1, \
          expensive's work 200 ms and cost 40"
-    );
-    println!(
+    )?;
+    outln!(
         "==> slot mode ({} s warm-up, {} s window)",
         warm_up.as_secs(),
         window.as_secs()
-    );
+    )?;
     let slots = run_side(false, warm_up, window).await?;
-    println!("==> cost mode (q = 1, C_max = 40, default 40, b_cap = 80)");
+    outln!("==> cost mode (q = 1, C_max = 40, default 40, b_cap = 80)")?;
     let cost = run_side(true, warm_up, window).await?;
     let chart = charts_dir.join("cost-skew.png");
     crate::charts::cost_skew_chart(&chart, &slots, &cost)?;
