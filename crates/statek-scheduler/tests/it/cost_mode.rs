@@ -302,3 +302,83 @@ async fn an_executor_without_a_ledger_is_refused_a_cost_mode_policy() {
             .is_ok()
     );
 }
+
+/// A rollout changes the cost parameters and the tenants: the executor's
+/// one ledger takes the new parameters at the successor's first slot
+/// (positive balances cut to the new cap, debts kept), a tenant that
+/// left keeps its debt, and it comes back with it.
+#[tokio::test]
+async fn balances_carry_across_rollouts_cut_to_the_new_cap() {
+    let source = InMemoryReservations::new();
+    let executor = InMemoryExecutor::new(costed, InMemoryExecutorOptions::new());
+    let (a, b, c) = (tenant("a"), tenant("b"), tenant("c"));
+    for _ in 0..2 {
+        executor.enqueue(&a, "cost=10").unwrap();
+    }
+    let wide = CostFairness::new(2, 10, 6, 4).unwrap();
+    let narrow = CostFairness::new(1, 10, 6, 1).unwrap();
+    let v1 = policy("primary-v1", &[("a", 1), ("b", 1)]).with_fairness(FairnessUnit::Cost(wide));
+    let v2 = policy("primary-v2", &[("b", 1), ("c", 1)]).with_fairness(FairnessUnit::Cost(narrow));
+    let v3 = policy("primary-v3", &[("a", 1), ("b", 1)]).with_fairness(FairnessUnit::Cost(wide));
+    let scheduler = DurableFairScheduler::register(
+        source.clone(),
+        v1.clone(),
+        executor.clone(),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    let mut tick = async || {
+        let o = scheduler.tick(&shutdown).await.unwrap();
+        format!(
+            "{}/{}:{}",
+            o.reservation().shard(),
+            o.tenant(),
+            o.tenant_outcome().label()
+        )
+    };
+    let balances = || [&a, &b, &c].map(|t| executor.cost_balance(t).unwrap());
+    // v1 (q = 2, b_cap = 4): a claims at 2 and is charged 10 (−8); b
+    // idles to 2; a owes at −6 with a run left; b reaches the cap, 4.
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(tick().await);
+    }
+    assert_eq!(
+        seen,
+        [
+            "primary-v1/a:executed",
+            "primary-v1/b:idle",
+            "primary-v1/a:debt",
+            "primary-v1/b:idle"
+        ]
+    );
+    assert_eq!(balances(), [-6, 4, 0]);
+    // v2 (q = 1, b_cap = 1) without a: b's 4 is cut to 1 (its credit is
+    // clipped there too), c starts at 0 + 1; a keeps its debt.
+    source.seal(v1.shard_id(), v2.clone()).unwrap();
+    assert_eq!(
+        [tick().await, tick().await],
+        ["primary-v2/b:idle", "primary-v2/c:idle"]
+    );
+    assert_eq!(balances(), [-6, 1, 1]);
+    // v3 (q = 2, b_cap = 4) with a back: −4 and −2 are debt slots, at 0
+    // it claims its second run (−10); b 3, then 4 (clipped).
+    source.seal(v2.shard_id(), v3.clone()).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        seen.push(tick().await);
+    }
+    assert_eq!(
+        seen,
+        [
+            "primary-v3/a:debt",
+            "primary-v3/b:idle",
+            "primary-v3/a:debt",
+            "primary-v3/b:idle",
+            "primary-v3/a:executed"
+        ]
+    );
+    assert_eq!(balances(), [-10, 4, 1]);
+}
