@@ -329,7 +329,7 @@ async fn balances_carry_across_rollouts_cut_to_the_new_cap() {
     .await
     .unwrap();
     let shutdown = CancellationToken::new();
-    let mut tick = async || {
+    let tick = async || {
         let o = scheduler.tick(&shutdown).await.unwrap();
         format!(
             "{}/{}:{}",
