@@ -68,6 +68,13 @@ pub const RUN_COST_REPORTED_TOTAL: &str = "statek_run_cost_reported_total";
 /// Counter `{tenant}`, attempts: finished attempts that reported more than
 /// [`crate::MAX_RUN_COST`] and were recorded with that much.
 pub const RUN_COST_CLAMPED_TOTAL: &str = "statek_run_cost_clamped_total";
+/// Counter `{tenant}`, cost units: cost charged to cost mode's ledger,
+/// each attempt once (`min(reported, C_max)`, or the policy's default),
+/// by an executor that keeps the ledger ([`publish_cost_charge`]).
+pub const COST_CHARGED_TOTAL: &str = "statek_cost_charged_total";
+/// Gauge `{tenant}`, cost units: the tenant's balance in cost mode's
+/// ledger after its latest credit or charge (negative: in debt).
+pub const COST_BALANCE: &str = "statek_cost_balance";
 
 /// Gauge `{shard, tenant}`, reservations: largest selection gap observed by
 /// a [`crate::FairnessMonitor`] (published with [`publish_fairness`]).
@@ -374,6 +381,20 @@ pub const SCHEDULER_METRICS: &[Metric] = &[
         "Finished attempts that reported more than 2^40 cost units, recorded as 2^40.",
     ),
     Metric::new(
+        COST_CHARGED_TOTAL,
+        Counter,
+        &["tenant"],
+        "cost units",
+        "Cost charged to cost mode's ledger, each attempt once: min(reported, C_max), or the policy's default.",
+    ),
+    Metric::new(
+        COST_BALANCE,
+        Gauge,
+        &["tenant"],
+        "cost units",
+        "The tenant's balance in cost mode's ledger after its latest credit or charge; negative: in debt.",
+    ),
+    Metric::new(
         WORKER_RUNS_EXECUTING,
         Gauge,
         &["shard"],
@@ -469,6 +490,21 @@ pub fn describe_all() {
             _ => {}
         }
     }
+}
+
+/// Counts `charged` cost units of `tenant` in [`COST_CHARGED_TOTAL`] and
+/// sets its [`COST_BALANCE`] to `balance`: an executor that keeps cost
+/// mode's ledger calls it once per attempt it charges.
+pub fn publish_cost_charge(tenant: &TenantId, charged: u64, balance: i128) {
+    metrics::counter!(COST_CHARGED_TOTAL, "tenant" => tenant.to_string()).increment(charged);
+    publish_cost_balance(tenant, balance);
+}
+
+/// Sets [`COST_BALANCE`] of `tenant` to `balance` (cost units; as `f64`,
+/// exact up to 2^53): an executor that keeps cost mode's ledger calls it
+/// after each credit.
+pub fn publish_cost_balance(tenant: &TenantId, balance: i128) {
+    metrics::gauge!(COST_BALANCE, "tenant" => tenant.to_string()).set(balance as f64);
 }
 
 /// Counts a finished attempt of `tenant` whose finish was recorded with

@@ -133,7 +133,9 @@ impl Queue {
         if ledger.cost() != cost {
             ledger.reconfigure(*cost);
         }
-        ledger.credit(tenant)
+        let credit = ledger.credit(tenant);
+        statek_scheduler::metrics::publish_cost_balance(tenant, credit.balance);
+        credit
     }
 
     /// The ledger's balance of `tenant`, `None` before any cost-mode slot.
@@ -147,7 +149,12 @@ impl Queue {
     fn charge(ledger: &mut Option<CostLedger>, entry: &mut Entry, reported: Option<u64>) {
         if std::mem::take(&mut entry.uncharged) {
             if let Some(ledger) = ledger.as_mut() {
-                ledger.charge(&entry.tenant, reported);
+                let charged = ledger.charge(&entry.tenant, reported);
+                statek_scheduler::metrics::publish_cost_charge(
+                    &entry.tenant,
+                    charged,
+                    ledger.balance(&entry.tenant),
+                );
             }
         }
     }

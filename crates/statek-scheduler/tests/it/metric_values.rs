@@ -298,3 +298,103 @@ async fn a_cost_is_counted_only_when_its_finish_is_recorded() {
     ));
     assert_eq!(reported(&snapshot(&snapshotter)), Some(7.0));
 }
+
+/// Cost mode on the executor that keeps the ledger (statek-testing's
+/// in-memory one): after seven ticks written out by hand, the charged
+/// cost, the balances and the debt slots are exactly these.
+#[tokio::test]
+async fn cost_mode_exports_charges_balances_and_debt_slots() {
+    use statek_policy::{CostFairness, FairnessUnit};
+    use statek_testing::{InMemoryExecutor, InMemoryExecutorOptions, InMemoryReservations};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let executor = InMemoryExecutor::new(Ok, InMemoryExecutorOptions::new());
+    let (a, b) = (
+        TenantId::try_from("tenant-a").unwrap(),
+        TenantId::try_from("tenant-b").unwrap(),
+    );
+    // Ok reports its payload's length: 7, then u64::MAX (charged C_max).
+    executor.enqueue(&a, "abcdefg").unwrap();
+    executor.enqueue(&a, "huge").unwrap();
+    executor.enqueue(&b, "").unwrap();
+    // q = 2, C_max = 10, default 6, b_cap = 4.
+    let p = statek_store_pg::testing::policy("primary-v1", &[("tenant-a", 1), ("tenant-b", 1)])
+        .with_fairness(FairnessUnit::Cost(CostFairness::new(2, 10, 6, 4).unwrap()));
+    let scheduler = DurableFairScheduler::register(
+        InMemoryReservations::new(),
+        p,
+        executor,
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    let mut labels = Vec::new();
+    for _ in 0..7 {
+        labels.push(
+            scheduler
+                .tick(&shutdown)
+                .await
+                .unwrap()
+                .tenant_outcome()
+                .label(),
+        );
+    }
+    // a: 2, claims, −5; b: 2, claims 0; a −3 debt; b 4 idle; a −1 debt;
+    // b 4 (clipped) idle; a 1, claims, charged 10: −9.
+    assert_eq!(
+        labels,
+        ["executed", "executed", "debt", "idle", "debt", "idle", "executed"]
+    );
+    let values = snapshot(&snapshotter);
+    assert_eq!(
+        get(
+            &values,
+            "statek_cost_charged_total",
+            &[("tenant", "tenant-a")]
+        ),
+        17.0
+    );
+    assert_eq!(
+        get(
+            &values,
+            "statek_cost_charged_total",
+            &[("tenant", "tenant-b")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        get(&values, "statek_cost_balance", &[("tenant", "tenant-a")]),
+        -9.0
+    );
+    assert_eq!(
+        get(&values, "statek_cost_balance", &[("tenant", "tenant-b")]),
+        4.0
+    );
+    assert_eq!(
+        get(
+            &values,
+            "statek_tick_outcomes_total",
+            &[
+                ("shard", "primary-v1"),
+                ("tenant", "tenant-a"),
+                ("outcome", "debt")
+            ]
+        ),
+        2.0
+    );
+    assert_eq!(
+        get(
+            &values,
+            "statek_tick_outcomes_total",
+            &[
+                ("shard", "primary-v1"),
+                ("tenant", "tenant-b"),
+                ("outcome", "debt")
+            ]
+        ),
+        0.0
+    );
+}
