@@ -690,6 +690,7 @@ pub fn run(cli: Cli) -> Result<()> {
         ),
         #[cfg(feature = "demo")]
         Command::Demo { args, .. } if args.cost_skew => crate::demo::run_cost_skew(&args),
+        #[cfg(feature = "demo")]
         Command::Demo { args, db } => {
             // Its progress streams to standard output while it runs (the
             // exception in `out.rs`); the tables and checks are the report,
