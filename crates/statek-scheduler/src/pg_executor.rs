@@ -485,6 +485,15 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
         error.is_retryable()
     }
 
+    /// The database keeps cost mode's ledger (migration V19): a batch of a
+    /// cost shard is claimed through `statek.claim_cost_slots`, which
+    /// decides debt slots, and each attempt it claims is charged once by
+    /// the statement that ends it (docs/guarantees.md, "Cost mode: the
+    /// bound").
+    fn enforces_cost_fairness(&self) -> bool {
+        true
+    }
+
     async fn maintain(&self) {
         self.publish_run_counts().await;
         let expired = match self.store.find_expired_runs(EXPIRY_PASS_LIMIT).await {

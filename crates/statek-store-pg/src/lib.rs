@@ -135,6 +135,7 @@ mod chain;
 mod completion;
 mod config;
 mod conninfo;
+mod cost_ledger;
 mod durability;
 mod durability_report;
 pub mod error;
@@ -176,6 +177,7 @@ pub use batch::ReservationBatch;
 pub use completion::{FinishAs, FinishOutcome, FinishRun};
 pub use config::{StoreConfig, DEFAULT_FAILOVER_RING};
 pub use conninfo::SslMode;
+pub use cost_ledger::CostBalance;
 pub use durability_report::{
     DurabilityPolicy, DurabilityReport, DurabilityRisk, FailoverCondition, Standby,
     SynchronousCommit,

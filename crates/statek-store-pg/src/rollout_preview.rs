@@ -70,7 +70,9 @@ impl PgStore {
         to: &WeightedFairnessPolicy,
         schedule: Option<&ScheduleId>,
     ) -> Result<RolloutPreview, StoreError> {
-        crate::shard::refuse_cost_fairness(to)?;
+        if to.fairness().cost().is_some() {
+            self.require_cost_ledger().await?;
+        }
         let stored = self.load_shard(from.shard_id()).await?;
         if stored.policy().canonical_bytes() != from.canonical_bytes() {
             return Err(StoreError::Rollout(RolloutError::PolicyConflict {

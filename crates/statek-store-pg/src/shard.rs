@@ -366,7 +366,9 @@ impl PgStore {
         policy: &WeightedFairnessPolicy,
         schedule: Option<&ScheduleId>,
     ) -> Result<Registration, StoreError> {
-        refuse_cost_fairness(policy)?;
+        if policy.fairness().cost().is_some() {
+            self.require_cost_ledger().await?;
+        }
         let shard = policy.shard_id();
         let schedule_name = schedule.map(ScheduleId::as_str);
         let cycle_length = i32::try_from(policy.cycle_length())
@@ -596,20 +598,16 @@ pub struct ShardStatus {
     pub past_retention: u64,
 }
 
-/// A policy whose weights share cost (`[fairness] unit = "cost"`) cannot be
-/// registered by this version: the cost ledger does not exist yet, and the
-/// database refuses its policy bytes as well (its check of new shard rows
-/// knows slot-mode policies only).
-///
-/// # Errors
-/// [`StoreError::InvalidArgument`] naming the shard; nothing is written.
-pub(crate) fn refuse_cost_fairness(policy: &WeightedFairnessPolicy) -> Result<(), StoreError> {
-    match policy.fairness().cost() {
-        None => Ok(()),
-        Some(_) => Err(StoreError::InvalidArgument(format!(
-            "shard {}: cost fairness ([fairness] unit = \"cost\") is not supported by this version: \
-             its policies compile, but cannot be registered yet",
-            policy.shard_id()
-        ))),
+impl PgStore {
+    /// A cost-mode shard needs migration V19 (its policy bytes, its
+    /// ledger): on an older database, [`MigrationError::Behind`](crate::MigrationError::Behind) before
+    /// anything is written.
+    pub(crate) async fn require_cost_ledger(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .simple_query("SELECT 1 FROM statek.shard_costs LIMIT 0")
+            .await
+            .map_err(|e| StoreError::from(e).schema_behind(19, "a shard that shares cost"))?;
+        Ok(())
     }
 }

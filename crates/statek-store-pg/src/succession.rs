@@ -318,7 +318,9 @@ impl PgStore {
         to: &WeightedFairnessPolicy,
         schedule: Option<&ScheduleId>,
     ) -> Result<Rollout, StoreError> {
-        crate::shard::refuse_cost_fairness(to)?;
+        if to.fairness().cost().is_some() {
+            self.require_cost_ledger().await?;
+        }
         if from.shard_id() == to.shard_id() {
             return Err(StoreError::InvalidArgument(format!(
                 "a rollout needs a new shard id: {} is both the sealed shard and its successor",

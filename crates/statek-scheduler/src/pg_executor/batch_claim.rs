@@ -66,12 +66,12 @@ pub(super) fn plan_claim(
     let request = if asked_pairs.is_empty() {
         None
     } else {
-        Some(SlotClaimRequest::new(
-            batch.shard(),
-            &asked_pairs,
-            lease,
-            max_runs,
-        )?)
+        let request = SlotClaimRequest::new(batch.shard(), &asked_pairs, lease, max_runs)?;
+        Some(if batch.cost_fairness().is_some() {
+            request.in_cost_mode()
+        } else {
+            request
+        })
     };
     Ok(PendingClaim {
         first: slots.first().map_or(0, |slot| slot.sequence),
@@ -150,6 +150,7 @@ pub(super) fn merge_claims(
             SlotClaim::Claimed(run) => SlotStart::Claimed((run, claim_sent)),
             SlotClaim::Idle => SlotStart::unclaimed(Unclaimed::Idle),
             SlotClaim::Limited => SlotStart::unclaimed(Unclaimed::Limited),
+            SlotClaim::Debt => SlotStart::unclaimed(Unclaimed::Debt),
             // The slot claimed the run; its lease is another's now.
             SlotClaim::LeaseLost { .. } => SlotStart::LeaseLost,
             // Contended, or any other answer without a run.

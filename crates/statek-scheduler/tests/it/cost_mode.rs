@@ -382,3 +382,217 @@ async fn balances_carry_across_rollouts_cut_to_the_new_cap() {
     );
     assert_eq!(balances(), [-10, 4, 1]);
 }
+
+// ---------------------------------------------------------------------------
+// The same ledger kept by PostgreSQL (migration V19).
+
+mod postgres {
+    use super::*;
+    use statek_scheduler::{ExecutorOptions, PgRunQueueExecutor};
+    use statek_store_pg::testing::TestDatabase;
+    use statek_store_pg::{NewRun, PgStore};
+
+    /// Each tenant's balance, by id.
+    async fn balances(store: &PgStore, shard: &str) -> Vec<(String, i128)> {
+        store
+            .cost_balances(&statek_policy::SchedulerShardId::try_from(shard).unwrap())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| (b.tenant.to_string(), b.balance))
+            .collect()
+    }
+
+    /// The ledger checked against the evidence: every tenant's charges
+    /// are the sum, over its ended cost-mode attempts, of the reported
+    /// cost cut to C_max, or the default where it reported none.
+    async fn charges_match_the_evidence(db: &TestDatabase, store: &PgStore, shard: &str) {
+        let client = db.client().await;
+        let rows = client
+            .query(
+                "SELECT a.tenant_id,
+                        sum(CASE WHEN a.cost IS NULL THEN c.default_cost
+                                 ELSE least(a.cost, c.max_cost) END)::text AS charged
+                 FROM statek.run_attempts AS a
+                 JOIN statek.shard_costs AS c ON c.shard_id = a.shard_id
+                 JOIN statek.runs AS r ON r.run_id = a.run_id
+                 WHERE a.finished_at IS NOT NULL
+                    OR a.attempt < r.attempt
+                    OR r.state IN ('cancelled', 'failed', 'available')
+                 GROUP BY a.tenant_id ORDER BY a.tenant_id",
+                &[],
+            )
+            .await
+            .unwrap();
+        let evidence: Vec<(String, i128)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<_, String>(0),
+                    r.get::<_, String>(1).parse().unwrap(),
+                )
+            })
+            .collect();
+        let ledger: Vec<(String, i128)> = store
+            .cost_balances(&statek_policy::SchedulerShardId::try_from(shard).unwrap())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|b| b.charged > 0)
+            .map(|b| (b.tenant.to_string(), b.charged))
+            .collect();
+        assert_eq!(ledger, evidence);
+    }
+
+    /// The hand-computed run of `each_slot_follows_the_ledger_written_out_by_hand`
+    /// on PostgreSQL: the same outcome at every slot, the same balances
+    /// read back from the database, and the charges equal to the
+    /// evidence.
+    #[tokio::test]
+    async fn each_slot_follows_the_ledger_kept_by_the_database() {
+        let db = TestDatabase::create().await;
+        let store = db.store();
+        for (t, payload) in [
+            ("a", "cost=7"),
+            ("a", "cost=1"),
+            ("a", "cost=1"),
+            ("a", "cost=1"),
+            ("b", "none"),
+            ("b", "cost=20"),
+        ] {
+            store
+                .enqueue(&NewRun::new(tenant(t), payload.as_bytes().to_vec()))
+                .await
+                .unwrap();
+        }
+        let executor = PgRunQueueExecutor::new(store.clone(), costed, ExecutorOptions::new());
+        let scheduler = DurableFairScheduler::register(
+            store.clone(),
+            cost_policy(),
+            executor,
+            SchedulerOptions::new(),
+        )
+        .await
+        .unwrap();
+        let shutdown = CancellationToken::new();
+        let mut seen = Vec::new();
+        for _ in 0..16 {
+            let o = scheduler.tick(&shutdown).await.unwrap();
+            let b = balances(&store, "primary-v1").await;
+            let of = |t: &str| b.iter().find(|(x, _)| x == t).map_or(0, |(_, v)| *v);
+            seen.push((
+                o.reservation().sequence(),
+                o.tenant().to_string(),
+                o.tenant_outcome().label(),
+                of("a"),
+                of("b"),
+            ));
+        }
+        let expected: Vec<(u64, String, &str, i128, i128)> = [
+            (0, "a", "executed", -5, 0),
+            (1, "b", "executed", -5, -4),
+            (2, "a", "debt", -3, -4),
+            (3, "b", "debt", -3, -2),
+            (4, "a", "debt", -1, -2),
+            (5, "b", "executed", -1, -10),
+            (6, "a", "executed", 0, -10),
+            (7, "b", "idle", 0, -8),
+            (8, "a", "executed", 1, -8),
+            (9, "b", "idle", 1, -6),
+            (10, "a", "executed", 2, -6),
+            (11, "b", "idle", 2, -4),
+            (12, "a", "idle", 4, -4),
+            (13, "b", "idle", 4, -2),
+            (14, "a", "idle", 4, -2),
+            (15, "b", "idle", 4, 0),
+        ]
+        .into_iter()
+        .map(|(s, t, o, x, y)| (s, t.to_owned(), o, x, y))
+        .collect();
+        assert_eq!(seen, expected);
+        charges_match_the_evidence(&db, &store, "primary-v1").await;
+        // The debt slots are recorded as such.
+        let client = db.client().await;
+        let debt: i64 = client
+            .query_one(
+                "SELECT coalesce(sum(c.n), 0)::bigint FROM statek.slot_outcomes AS o,
+                        unnest(string_to_array(o.classes, NULL), o.counts) AS c(class, n)
+                 WHERE o.shard_id = 'primary-v1' AND c.class = 'd'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(debt, 3);
+    }
+
+    /// A running attempt that is cancelled, and one whose lease expired and
+    /// that the expiry pass puts back, are charged the default once each;
+    /// a slot-mode claim of a cost shard's slots is refused.
+    #[tokio::test]
+    async fn attempts_ended_without_a_finish_are_charged_the_default() {
+        let db = TestDatabase::create().await;
+        let store = db.store();
+        let a = tenant("a");
+        let first = store
+            .enqueue(&NewRun::new(a.clone(), b"x".to_vec()))
+            .await
+            .unwrap();
+        let second = store
+            .enqueue(&NewRun::new(a.clone(), b"y".to_vec()))
+            .await
+            .unwrap();
+        let p = cost_policy();
+        store.register(&p).await.unwrap();
+        let slots = store
+            .reserve_batch(p.shard_id(), &p.digest(), uuid::Uuid::now_v7(), 4)
+            .await
+            .unwrap();
+        let pairs: Vec<(u64, TenantId)> = slots
+            .reservations()
+            .iter()
+            .filter(|r| p.tenant_for_slot(u64::from(r.slot())).unwrap() == &a)
+            .map(|r| (r.sequence(), a.clone()))
+            .collect();
+        assert_eq!(pairs.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [0, 2]);
+        // The plain claim function refuses a cost shard's slots.
+        let plain = statek_store_pg::SlotClaimRequest::new(
+            p.shard_id(),
+            &pairs,
+            std::time::Duration::from_millis(300),
+            2,
+        )
+        .unwrap();
+        let refused = store.claim_slots(&plain).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("claim_cost_slots"),
+            "{refused}"
+        );
+        let request = statek_store_pg::SlotClaimRequest::new(
+            p.shard_id(),
+            &pairs,
+            std::time::Duration::from_millis(300),
+            2,
+        )
+        .unwrap()
+        .in_cost_mode();
+        let claims = store.claim_slots(&request).await.unwrap();
+        assert!(claims
+            .iter()
+            .all(|c| matches!(c, statek_store_pg::SlotClaim::Claimed(_))));
+        // a: 0 + 2 and 2 + 2, b_cap 4: credit 4, nothing charged yet.
+        assert_eq!(balances(&store, "primary-v1").await, [("a".to_owned(), 4)]);
+        assert!(store.cancel_run(first.run_id).await.unwrap());
+        assert_eq!(balances(&store, "primary-v1").await, [("a".to_owned(), -2)]);
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        let expired = store.find_expired_runs(10).await.unwrap();
+        assert_eq!(expired.len(), 1);
+        for run in expired {
+            store.rescue_expired_run(&run).await.unwrap();
+        }
+        // 4 − 6 − 6.
+        assert_eq!(balances(&store, "primary-v1").await, [("a".to_owned(), -8)]);
+        let _ = second;
+        charges_match_the_evidence(&db, &store, "primary-v1").await;
+    }
+}

@@ -32,6 +32,11 @@ pub enum SlotClaim {
     /// limit ([`crate::TenantLimits`]) lets it start none for this slot
     /// now. The slot is consumed like an idle one.
     Limited,
+    /// Cost mode (a request [`in_cost_mode`](SlotClaimRequest::in_cost_mode)):
+    /// the tenant has claimable runs, but its balance in the shard's cost
+    /// ledger is negative after the slot's credit (migration V19,
+    /// `statek.claim_cost_slots`). The slot is consumed without a claim.
+    Debt,
     /// Only in a recovered answer ([`PgStore::claim_slots`] sent again):
     /// the earlier attempt claimed `run_id` for this slot with the token
     /// it sent, but that token no longer holds the run (its lease expired
@@ -63,6 +68,8 @@ pub struct SlotClaimRequest {
     pub(super) tokens: Vec<Uuid>,
     lease_secs: f64,
     pub(super) max_runs: i64,
+    /// The shard shares cost: claimed through `statek.claim_cost_slots`.
+    cost_mode: bool,
     /// Set at the first send: later sends read the claim history first.
     sent: AtomicBool,
 }
@@ -118,8 +125,25 @@ impl SlotClaimRequest {
             tokens: slots.iter().map(|_| Uuid::now_v7()).collect(),
             lease_secs,
             max_runs,
+            cost_mode: false,
             sent: AtomicBool::new(false),
         })
+    }
+
+    /// The request for a shard that shares cost (`[fairness] unit =
+    /// "cost"`): sent through `statek.claim_cost_slots` (migration V19),
+    /// which decides each tenant's debt slots on the shard's ledger first
+    /// ([`SlotClaim::Debt`]). The database refuses a slot-mode claim of a
+    /// cost shard's slots, and a cost-mode claim of a slot shard's.
+    #[must_use]
+    pub fn in_cost_mode(mut self) -> Self {
+        self.cost_mode = true;
+        self
+    }
+
+    /// Whether the request is for a shard that shares cost.
+    pub fn is_cost_mode(&self) -> bool {
+        self.cost_mode
     }
 
     /// The shard the slots were reserved on.
@@ -177,6 +201,17 @@ pub const MAX_CLAIM_SLOTS: usize = statek_core::MAX_RESERVATION_BATCH as usize;
 pub(crate) const CLAIM_FOR_SLOTS: &str = "
     SELECT * FROM statek.claim_slots($1::bigint[], $2::text[], $3::uuid[], $4::float8,
                                      $5::text, $6::bigint)";
+
+/// [`CLAIM_FOR_SLOTS`] for the slots of a cost shard, through
+/// `statek.claim_cost_slots` (migration V19): the same arguments and
+/// answer, and the column `debt` (a decided slot consumed because its
+/// tenant, with a claimable run, was in debt). Per tenant in id order, its
+/// ledger row is locked, its slots credited and its first slots while its
+/// balance is negative made debt slots; the other slots are claimed for
+/// as by [`CLAIM_FOR_SLOTS`].
+pub(crate) const CLAIM_FOR_COST_SLOTS: &str = "
+    SELECT * FROM statek.claim_cost_slots($1::bigint[], $2::text[], $3::uuid[], $4::float8,
+                                          $5::text, $6::bigint)";
 
 impl PgStore {
     /// Sends `request`: claims, in ONE statement, at most one run per slot
@@ -326,7 +361,11 @@ impl PgStore {
         let rows = self
             .with_durable_write(async |db: &Db<'_>| {
                 db.query(
-                    CLAIM_FOR_SLOTS,
+                    if request.cost_mode {
+                        CLAIM_FOR_COST_SLOTS
+                    } else {
+                        CLAIM_FOR_SLOTS
+                    },
                     &[
                         (&request.sequences, Type::INT8_ARRAY),
                         (&tenants, Type::TEXT_ARRAY),
@@ -377,7 +416,9 @@ impl PgStore {
             }
             let run_id: Option<Uuid> = row.try_get("run_id")?;
             let Some(run_id) = run_id else {
-                out.push(if row.try_get::<_, bool>("limited")? {
+                out.push(if request.cost_mode && row.try_get::<_, bool>("debt")? {
+                    SlotClaim::Debt
+                } else if row.try_get::<_, bool>("limited")? {
                     SlotClaim::Limited
                 } else if row.try_get::<_, bool>("contended")? {
                     SlotClaim::Contended
