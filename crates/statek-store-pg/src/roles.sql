@@ -46,6 +46,19 @@ ALTER FUNCTION statek.refuse_slot_map_change() OWNER TO {owner};
 ALTER FUNCTION statek.attach_slot_map(text, smallint[]) OWNER TO {owner};
 ALTER FUNCTION statek.check_claimed_slots(text, bigint[], text[]) OWNER TO {owner};
 ALTER FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint) OWNER TO {owner};
+ALTER FUNCTION statek.claim_slots_core(bigint[], text[], uuid[], float8, text, bigint)
+    OWNER TO {owner};
+ALTER FUNCTION statek.claim_cost_slots(bigint[], text[], uuid[], float8, text, bigint)
+    OWNER TO {owner};
+ALTER TYPE statek.slot_claim_answer OWNER TO {owner};
+ALTER FUNCTION statek.cycle_picks_through(integer[], integer, bigint) OWNER TO {owner};
+ALTER TABLE statek.shard_costs OWNER TO {owner};
+ALTER FUNCTION statek.record_shard_costs() OWNER TO {owner};
+ALTER FUNCTION statek.refuse_shard_costs_change() OWNER TO {owner};
+ALTER TABLE statek.cost_credits OWNER TO {owner};
+ALTER TABLE statek.cost_charges OWNER TO {owner};
+ALTER FUNCTION statek.add_cost_charge(text, text, bigint) OWNER TO {owner};
+ALTER FUNCTION statek.charge_cost_attempt() OWNER TO {owner};
 ALTER FUNCTION statek.claim_run(text, uuid, float8) OWNER TO {owner};
 ALTER FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[]) OWNER TO {owner};
 ALTER FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[], bigint[])
@@ -109,6 +122,12 @@ GRANT SELECT ON statek.run_claims, statek.run_attempts, statek.shard_slot_maps T
 GRANT EXECUTE ON FUNCTION statek.attach_slot_map(text, smallint[]) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)
     TO {runtime};
+-- Cost mode (V19): claims of a cost shard's slots; the ledger is read by
+-- `statek status` and `PgStore::cost_balances`, written only by statek's
+-- functions.
+GRANT EXECUTE ON FUNCTION statek.claim_cost_slots(bigint[], text[], uuid[], float8, text, bigint)
+    TO {runtime};
+GRANT SELECT ON statek.shard_costs, statek.cost_credits, statek.cost_charges TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_run(text, uuid, float8) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[])
     TO {runtime};

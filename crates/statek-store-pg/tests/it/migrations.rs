@@ -382,7 +382,7 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [12, 13, 14, 15, 16, 17, 18]
+        [12, 13, 14, 15, 16, 17, 18, 19]
     );
     assert_eq!(attempt_finishes(&db, "run_claims").await, before);
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
@@ -496,7 +496,7 @@ async fn claims_made_before_v13_read_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [13, 14, 15, 16, 17, 18]
+        [13, 14, 15, 16, 17, 18, 19]
     );
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
 
@@ -657,7 +657,7 @@ async fn v18_grants_finishes_with_costs_to_whoever_could_finish() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [18]
+        [18, 19]
     );
     let may = async |role: &str| -> bool {
         admin
@@ -763,5 +763,95 @@ async fn no_security_definer_function_is_executable_by_public() {
             Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
             "{call}: {e}"
         );
+    }
+}
+
+/// Migration V19: whoever could claim slots before may claim through the
+/// slot-mode wrapper and the cost-mode function, nobody but the owner
+/// through V18's statement under its new name; a cost-mode shard on a
+/// database before V19 is a configuration error naming the migration, and
+/// registers after it with its parameters recorded.
+#[tokio::test]
+async fn v19_keeps_claim_grants_and_admits_cost_shards() {
+    use statek_policy::{CostFairness, FairnessUnit};
+    let db = TestDatabase::create_at_version(18).await;
+    let store = db.store();
+    let admin = db.client().await;
+    let suffix = Uuid::now_v7().simple().to_string();
+    let (claimer, other) = (format!("claimer_{suffix}"), format!("other_{suffix}"));
+    for role in [&claimer, &other] {
+        admin
+            .batch_execute(&format!("CREATE ROLE {role} NOLOGIN"))
+            .await
+            .unwrap();
+    }
+    admin
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)
+                 TO {claimer}"
+        ))
+        .await
+        .unwrap();
+    let cost = statek_store_pg::testing::policy("cost-v1", &[("tenant-a", 3), ("tenant-b", 1)])
+        .with_fairness(FairnessUnit::Cost(CostFairness::new(1, 40, 40, 80).unwrap()));
+    let early = store.register(&cost).await.unwrap_err();
+    assert!(
+        matches!(
+            &early,
+            StoreError::Migration(MigrationError::Behind { version: 19, .. })
+        ),
+        "{early:?}"
+    );
+    assert_eq!(
+        early.to_string(),
+        "a shard that shares cost needs migration V19, which the database does not have yet: \
+         run `statek migrate`"
+    );
+    let report = store.migrate().await.unwrap();
+    assert_eq!(
+        report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        [19]
+    );
+    let may = async |role: &str, function: &str| -> bool {
+        admin
+            .query_one(
+                "SELECT has_function_privilege($1, $2, 'EXECUTE')",
+                &[&role, &format!("statek.{function}(bigint[], text[], uuid[], float8, text, bigint)")],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    assert!(may(&claimer, "claim_slots").await);
+    assert!(may(&claimer, "claim_cost_slots").await);
+    assert!(!may(&claimer, "claim_slots_core").await);
+    assert!(!may(&other, "claim_slots").await);
+    assert!(!may(&other, "claim_cost_slots").await);
+    store.register(&cost).await.unwrap();
+    let row = admin
+        .query_one(
+            "SELECT schedule_id, quantum, max_cost, default_cost, balance_cap
+             FROM statek.shard_costs WHERE shard_id = 'cost-v1'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, i64>(2),
+            row.get::<_, i64>(3),
+            row.get::<_, i64>(4)
+        ),
+        ("cost-v1".to_owned(), 1, 40, 40, 80)
+    );
+    for role in [&claimer, &other] {
+        admin
+            .batch_execute(&format!(
+                "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA statek FROM {role}; DROP ROLE {role}"
+            ))
+            .await
+            .unwrap();
     }
 }

@@ -240,69 +240,75 @@ async fn a_shard_registered_under_one_algorithm_refuses_the_other() {
     );
 }
 
-/// A cost-mode policy cannot be registered yet: the store refuses it
-/// before writing (a typed error naming the shard), rollouts refuse it as a
-/// successor, and the database refuses its bytes to the owner too, so no
-/// shard ever promises cost fairness that nothing enforces.
+/// A cost-mode policy registers (migration V19) with its parameters
+/// recorded, rolls out to a cost-mode successor, and the database checks
+/// the cost bytes of every new shard row, whoever inserts it: parameters
+/// out of range or not in canonical form are refused.
 #[tokio::test]
-async fn a_cost_mode_policy_is_refused_by_the_store_and_the_database() {
+async fn a_cost_mode_policy_registers_and_the_database_checks_its_bytes() {
     use statek_policy::{CostFairness, FairnessUnit};
     let db = TestDatabase::create().await;
     let store = db.store();
-    let slots = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]);
     let cost = FairnessUnit::Cost(CostFairness::new(1, 40, 40, 80).unwrap());
-    let p = slots.clone().with_fairness(cost);
-    let refused = store.register(&p).await.unwrap_err();
-    assert!(
-        matches!(&refused, StoreError::InvalidArgument(text) if text.starts_with("shard primary-v1: cost fairness")),
-        "{refused:?}"
-    );
+    let p = policy("primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]).with_fairness(cost);
+    store.register(&p).await.unwrap();
+    let successor = policy("primary-v2", &[("tenant-a", 3), ("tenant-b", 1)])
+        .with_fairness(FairnessUnit::Cost(CostFairness::new(2, 40, 0, 10).unwrap()));
+    store.preview_rollout(&p, &successor, None).await.unwrap();
+    store.rollout(&p, &successor, None).await.unwrap();
     let client = db.client().await;
-    let shards: i64 = client
-        .query_one("SELECT count(*) FROM statek.scheduler_shards", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(shards, 0);
-    store.register(&slots).await.unwrap();
-    let successor = policy("primary-v2", &[("tenant-a", 3), ("tenant-b", 1)]).with_fairness(cost);
-    let previewed = store
-        .preview_rollout(&slots, &successor, None)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&previewed, StoreError::InvalidArgument(text) if text.starts_with("shard primary-v2: cost fairness")),
-        "{previewed:?}"
-    );
-    let refused = store.rollout(&slots, &successor, None).await.unwrap_err();
-    assert!(
-        matches!(&refused, StoreError::InvalidArgument(text) if text.starts_with("shard primary-v2: cost fairness")),
-        "{refused:?}"
-    );
-    // The database's own check, past the store (the test role owns the schema).
-    let inserted = client
-        .execute(
-            "INSERT INTO statek.scheduler_shards (shard_id, policy_bytes, policy_digest, cycle_length, cycle_digest) \
-             VALUES ('primary-x', $1, $2, 4, $3)",
-            &[
-                &p.canonical_bytes(),
-                &&p.digest().as_bytes()[..],
-                &&p.cycle_digest().as_bytes()[..],
-            ],
+    let rows = client
+        .query(
+            "SELECT shard_id, schedule_id, quantum, max_cost, default_cost, balance_cap
+             FROM statek.shard_costs ORDER BY shard_id",
+            &[],
         )
         .await
-        .unwrap_err();
+        .unwrap();
+    let costs: Vec<(String, String, i64, i64, i64, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+        .collect();
     assert_eq!(
-        inserted.code().map(|c| c.code()),
-        Some("SK001"),
-        "{inserted}"
+        costs,
+        [
+            ("primary-v1".to_owned(), "primary-v1".to_owned(), 1, 40, 40, 80),
+            ("primary-v2".to_owned(), "primary-v1".to_owned(), 2, 40, 0, 10),
+        ]
     );
-    assert!(
-        inserted
-            .as_db_error()
-            .unwrap()
-            .message()
-            .contains("not a canonical policy"),
-        "{inserted}"
-    );
+    // The database's own check, past the store (the test role owns the
+    // schema): the digest is right, the cost parameters are not.
+    let bytes = String::from_utf8(p.canonical_bytes().to_vec()).unwrap();
+    for (wrong, why) in [
+        (bytes.replace("\"quantum\":1", "\"quantum\":0"), "out of range"),
+        (bytes.replace("\"default_cost\":40", "\"default_cost\":41"), "out of range"),
+        (
+            bytes.replace("\"balance_cap\":80", "\"balance_cap\":1099511627777"),
+            "out of range",
+        ),
+        (bytes.replace("\"quantum\":1", "\"quantum\":1.0"), "four integers"),
+        (
+            bytes.replace(",\"balance_cap\":80", ",\"balance_cap\":80,\"x\":1"),
+            "four integers",
+        ),
+        (
+            bytes.replace("\"quantum\":1,\"max_cost\":40", "\"max_cost\":40,\"quantum\":1"),
+            "not a canonical policy",
+        ),
+    ] {
+        let inserted = client
+            .execute(
+                "INSERT INTO statek.scheduler_shards
+                     (shard_id, schedule_id, policy_bytes, policy_digest, cycle_length, cycle_digest)
+                 VALUES ('primary-x', 'other', convert_to($1, 'UTF8'),
+                         sha256('\\x73746174656b2e706f6c6963792e763100'::bytea || convert_to($1, 'UTF8')),
+                         4, $2)",
+                &[&wrong, &&p.cycle_digest().as_bytes()[..]],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(inserted.code().map(|c| c.code()), Some("SK001"), "{wrong}: {inserted}");
+        let message = inserted.as_db_error().unwrap().message().to_owned();
+        assert!(message.contains(why), "{wrong}: {message}");
+    }
 }

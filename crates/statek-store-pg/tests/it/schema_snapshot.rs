@@ -177,6 +177,29 @@ async fn snapshot(client: &Client) -> String {
         table_definition(client, &mut out, oid, &name, &table).await;
     }
 
+    for composite in client
+        .query(
+            "SELECT c.relname, \
+                    (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), \
+                                       ', ' ORDER BY a.attnum) \
+                     FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 \
+                       AND NOT a.attisdropped) \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'statek' AND c.relkind = 'c' ORDER BY c.relname",
+            &[],
+        )
+        .await
+        .unwrap()
+    {
+        write!(
+            out,
+            "\nCREATE TYPE statek.{} AS ({});\n",
+            composite.get::<_, String>(0),
+            composite.get::<_, String>(1)
+        )
+        .unwrap();
+    }
+
     for view in client
         .query(
             "SELECT c.oid, c.relname, pg_get_viewdef(c.oid, true), \
@@ -522,24 +545,20 @@ fn comment(out: &mut String, object: &str, text: Option<String>) {
 }
 
 /// Fails when the schema holds a kind of object the snapshot does not
-/// render (a type, domain, foreign table, materialised view, ...), so nothing is left
+/// render (a domain, an enum, a foreign table, a materialised view, ...; composite
+/// types are rendered), so nothing is left
 /// out silently.
 async fn refuse_unrendered_objects(client: &Client) {
     let unrendered: Vec<String> = client
         .query(
             "SELECT 'relation ' || c.relname || ' of kind ' || c.relkind::text \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = 'statek' AND c.relkind NOT IN ('r', 'p', 'v', 'i', 'I', 'S') \
+             WHERE n.nspname = 'statek' AND c.relkind NOT IN ('r', 'p', 'v', 'i', 'I', 'S', 'c') \
              UNION ALL \
              SELECT 'type ' || t.typname FROM pg_type t \
              JOIN pg_namespace n ON n.oid = t.typnamespace \
              WHERE n.nspname = 'statek' AND t.typtype <> 'c' AND t.typelem = 0 \
                AND NOT EXISTS (SELECT 1 FROM pg_type e WHERE e.typarray = t.oid) \
-             UNION ALL \
-             SELECT 'type ' || t.typname FROM pg_type t \
-             JOIN pg_namespace n ON n.oid = t.typnamespace \
-             JOIN pg_class c ON c.oid = t.typrelid \
-             WHERE n.nspname = 'statek' AND t.typtype = 'c' AND c.relkind = 'c' \
              ORDER BY 1",
             &[],
         )
