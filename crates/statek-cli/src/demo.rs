@@ -70,8 +70,8 @@ pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
     let file = crate::policy_cmd::load_file(path)?;
     if file.policy().fairness().cost().is_some() {
         return Err(crate::exit::InvalidInput(format!(
-            "{}: the demo runs slot-mode policies: cost fairness ([fairness] unit = \"cost\") is \
-             not supported by this version",
+            "{}: the demo compares slot-mode policies with a FIFO queue; for cost fairness \
+             ([fairness] unit = \"cost\") run `statek demo --cost-skew`",
             path.display()
         ))
         .into());

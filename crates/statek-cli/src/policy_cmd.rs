@@ -455,12 +455,6 @@ impl Report for Diff {
              Give the new policy a new shard id (e.g. {}-next) and roll it out: statek rollout OLD.toml NEW.toml.",
             d.shard.1, d.shard.1
         )?;
-        } else if d.fairness.1.unit == "cost" {
-            writeln!(
-            w,
-            "REFUSED BY ROLLOUT AND REGISTER: the new policy shares cost ([fairness] unit = \"cost\"), which this \
-             version compiles but cannot run yet (docs/guarantees.md, \"Cost mode: the bound\")."
-        )?;
         } else if schedule_conflict {
             writeln!(
             w,

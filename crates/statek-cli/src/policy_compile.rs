@@ -118,10 +118,15 @@ impl Fairness {
 
 impl fmt::Display for Fairness {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.quantum, self.max_cost, self.default_cost, self.balance_cap) {
+        match (
+            self.quantum,
+            self.max_cost,
+            self.default_cost,
+            self.balance_cap,
+        ) {
             (Some(q), Some(c), Some(d), Some(b)) => write!(
                 f,
-                "{} (quantum {q}, max_cost {c}, default_cost {d}, balance_cap {b}; not enforced by this version)",
+                "{} (quantum {q}, max_cost {c}, default_cost {d}, balance_cap {b})",
                 self.unit
             ),
             _ => f.write_str(self.unit),

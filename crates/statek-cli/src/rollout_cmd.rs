@@ -99,12 +99,10 @@ pub struct RolloutPlan {
 
 impl RolloutPlan {
     /// Reads both files and checks what needs no database: TO has a new
-    /// shard id, shares slots (cost mode cannot run yet), and the files do
-    /// not name different schedules.
+    /// shard id, and the files do not name different schedules.
     ///
     /// # Errors
-    /// A file that does not parse, TO with FROM's shard id or in cost mode
-    /// (exit 3);
+    /// A file that does not parse, TO with FROM's shard id (exit 3);
     /// [`crate::exit::ScheduleMismatch`] (exit 13).
     pub fn load(from: &Path, to: &Path) -> Result<Self> {
         let (from, to) = (policy_cmd::load_file(from)?, policy_cmd::load_file(to)?);
@@ -116,15 +114,6 @@ impl RolloutPlan {
                 to.file_name(),
                 to.policy().shard_id(),
                 to.file_name()
-            ))
-            .into());
-        }
-        if to.policy().fairness().cost().is_some() {
-            return Err(crate::exit::InvalidInput(format!(
-                "{}: shard {}: cost fairness ([fairness] unit = \"cost\") is not supported by this \
-                 version: its policies compile, but cannot be registered yet",
-                to.file_name(),
-                to.policy().shard_id()
             ))
             .into());
         }

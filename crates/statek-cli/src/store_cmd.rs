@@ -382,6 +382,33 @@ pub struct StatusReport {
     /// loss); `open_halts` are the halts that hold it.
     halted: bool,
     open_halts: Vec<crate::shard_cmd::HaltLine>,
+    /// Cost mode: the policy's parameters (null for a slot-mode shard).
+    cost: Option<CostParameters>,
+    /// Cost mode: each tenant's standing in the ledger of the shard's
+    /// schedule, in cost units (empty for a slot-mode shard).
+    cost_ledger: Vec<CostLine>,
+}
+
+/// A cost-mode policy's parameters, in cost units.
+#[derive(Serialize)]
+struct CostParameters {
+    quantum: u64,
+    max_cost: u64,
+    default_cost: u64,
+    balance_cap: u64,
+}
+
+/// One tenant's standing in the cost ledger.
+#[derive(Serialize)]
+struct CostLine {
+    tenant: String,
+    /// Credit minus charges; negative: in debt.
+    balance: i128,
+    /// Credit its slots granted (cut to the cap).
+    credit: i128,
+    /// Charged so far: its attempts' costs served (each cut to max_cost,
+    /// the default for one that reported none).
+    charged: i128,
 }
 
 impl Report for StatusReport {
@@ -447,7 +474,25 @@ impl Report for StatusReport {
             "past retention     {} rows older than {}",
             self.rows_past_retention,
             humantime::format_duration(self.retain)
-        )
+        )?;
+        if let Some(c) = &self.cost {
+            writeln!(
+                w,
+                "cost mode          quantum {}, max_cost {}, default_cost {}, balance_cap {} (ledger of schedule {})",
+                c.quantum, c.max_cost, c.default_cost, c.balance_cap, self.schedule
+            )?;
+            if self.cost_ledger.is_empty() {
+                writeln!(w, "cost ledger        empty (no slot decided yet)")?;
+            }
+            for line in &self.cost_ledger {
+                writeln!(
+                    w,
+                    "  {:<24} balance {:>14}  credit {:>14}  charged {:>14}",
+                    line.tenant, line.balance, line.credit, line.charged
+                )?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -468,6 +513,27 @@ pub async fn status(shard: &str, retain: Duration, db: &DbArgs) -> Result<Status
         .collect();
     let policy = s.stored.policy();
     let seal = s.stored.seal();
+    let cost = policy.fairness().cost().map(|c| CostParameters {
+        quantum: c.quantum(),
+        max_cost: c.max_cost(),
+        default_cost: c.default_cost(),
+        balance_cap: c.balance_cap(),
+    });
+    let cost_ledger = if cost.is_some() {
+        store
+            .cost_balances(&shard)
+            .await?
+            .into_iter()
+            .map(|b| CostLine {
+                tenant: b.tenant.to_string(),
+                balance: b.balance,
+                credit: b.credit,
+                charged: b.charged,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let report = StatusReport {
         shard: shard.to_string(),
         schedule: s.stored.schedule().to_string(),
@@ -497,6 +563,8 @@ pub async fn status(shard: &str, retain: Duration, db: &DbArgs) -> Result<Status
         retain,
         halted: !open_halts.is_empty(),
         open_halts,
+        cost,
+        cost_ledger,
     };
     Ok(report)
 }

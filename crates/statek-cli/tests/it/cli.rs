@@ -112,7 +112,7 @@ fn policy_compile_shows_cost_mode() {
     let text = stdout(&out);
     assert!(
         text.lines().any(|line| line
-            == "fairness     cost (quantum 1, max_cost 40, default_cost 40, balance_cap 80; not enforced by this version)"),
+            == "fairness     cost (quantum 1, max_cost 40, default_cost 40, balance_cap 80)"),
         "{text}"
     );
     assert!(
@@ -178,12 +178,13 @@ fn policy_compile_shows_cost_mode() {
     );
     assert_eq!(diff.status.code(), Some(0), "{}", stderr(&diff));
     assert!(
-        stdout(&diff).contains("fairness     slots -> cost (quantum 1, max_cost 40, default_cost 40, balance_cap 80; not enforced by this version)\n"),
+        stdout(&diff).contains("fairness     slots -> cost (quantum 1, max_cost 40, default_cost 40, balance_cap 80)\n"),
         "{}",
         stdout(&diff)
     );
+    // A cost-mode successor is a rollout like any other (migration V19).
     assert!(
-        stdout(&diff).contains("REFUSED BY ROLLOUT AND REGISTER: the new policy shares cost"),
+        !stdout(&diff).contains("REFUSED BY ROLLOUT"),
         "{}",
         stdout(&diff)
     );
@@ -1143,4 +1144,91 @@ async fn runs_list_cancel_retry_and_prune_against_postgres() {
         (totals["runs"].as_u64(), totals["batches"].as_u64()),
         (Some(0), Some(1))
     );
+}
+
+/// `statek register` of a cost-mode policy file (migration V19), then
+/// `statek status`: the policy's parameters and each tenant's standing in
+/// the ledger, written out by hand after one claim and its finish.
+#[tokio::test]
+async fn status_shows_a_cost_shards_ledger() {
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let dir = std::env::temp_dir().join(format!("statek-cost-status-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cost.toml");
+    std::fs::write(
+        &file,
+        "shard = \"cost-v1\"\n[fairness]\nunit = \"cost\"\nquantum = 2\nmax_cost = 10\n\
+         default_cost = 6\nbalance_cap = 4\n[[tenants]]\nid = \"tenant-a\"\nweight = 1\n\
+         [[tenants]]\nid = \"tenant-b\"\nweight = 1\n",
+    )
+    .unwrap();
+    let out = statek(
+        &["register", "--durability", "none", file.to_str().unwrap()],
+        Some(&url),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status = |format: &str| {
+        statek(
+            &["status", "--shard", "cost-v1", "--format", format],
+            Some(&url),
+        )
+    };
+    let empty = stdout(&status("text"));
+    assert!(
+        empty.contains(
+            "cost mode          quantum 2, max_cost 10, default_cost 6, balance_cap 4 (ledger of schedule cost-v1)\n\
+             cost ledger        empty (no slot decided yet)\n"
+        ),
+        "{empty}"
+    );
+    // tenant-a's slot 0 claims its run, which reports 7: 0 + 2 − 7; slot 1
+    // of tenant-b, which has no run, is idle and credited 2.
+    let store = db.store();
+    let p = parsed(&file);
+    let a = statek_policy::TenantId::try_from("tenant-a").unwrap();
+    let b = statek_policy::TenantId::try_from("tenant-b").unwrap();
+    store
+        .enqueue(&statek_store_pg::NewRun::new(a.clone(), b"x".to_vec()))
+        .await
+        .unwrap();
+    store
+        .reserve_batch(p.shard_id(), &p.digest(), Uuid::now_v7(), 2)
+        .await
+        .unwrap();
+    let request = statek_store_pg::SlotClaimRequest::new(
+        p.shard_id(),
+        &[(0, a.clone()), (1, b.clone())],
+        std::time::Duration::from_secs(60),
+        2,
+    )
+    .unwrap()
+    .in_cost_mode();
+    let claims = store.claim_slots(&request).await.unwrap();
+    let statek_store_pg::SlotClaim::Claimed(run) = &claims[0] else {
+        panic!("expected a claim: {claims:?}");
+    };
+    assert_eq!(claims[1], statek_store_pg::SlotClaim::Idle);
+    store
+        .finish_runs(&[statek_store_pg::FinishRun::complete(run.lease).with_cost(Some(7))])
+        .await
+        .unwrap();
+    let text = stdout(&status("text"));
+    assert!(
+        text.contains(
+            "  tenant-a                 balance             -5  credit              2  charged              7\n\
+             \x20 tenant-b                 balance              2  credit              2  charged              0\n"
+        ),
+        "{text}"
+    );
+    let json = json_of(&status("json"));
+    assert_eq!(
+        json["cost_ledger"],
+        serde_json::json!([
+            {"tenant": "tenant-a", "balance": -5, "credit": 2, "charged": 7},
+            {"tenant": "tenant-b", "balance": 2, "credit": 2, "charged": 0},
+        ])
+    );
+    assert_eq!(json["cost"]["quantum"], 2);
+    let _ = std::fs::remove_dir_all(&dir);
 }

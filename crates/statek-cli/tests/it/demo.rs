@@ -131,8 +131,8 @@ fn a_cost_mode_policy_is_refused_before_the_demo_connects() {
     assert_eq!(
         stderr(&out),
         format!(
-            "statek: error: {}: the demo runs slot-mode policies: cost fairness ([fairness] unit = \
-             \"cost\") is not supported by this version\n",
+            "statek: error: {}: the demo compares slot-mode policies with a FIFO queue; for cost \
+             fairness ([fairness] unit = \"cost\") run `statek demo --cost-skew`\n",
             file.display()
         )
     );

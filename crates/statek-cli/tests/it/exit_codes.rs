@@ -656,36 +656,6 @@ async fn rollout_refusals_11_12_13_14_and_7_for_the_runtime_role() {
         )
     );
 
-    // 3: a cost-mode policy is read, but cannot be registered or rolled
-    // out to yet (nothing enforces cost fairness).
-    let cost = policy_file(
-        &dir,
-        "cost.toml",
-        &two_tenants("cost-v1", None, (3, 1)).replacen(
-            "[[tenants]]",
-            "[fairness]\nunit = \"cost\"\nquantum = 1\nmax_cost = 40\nbalance_cap = 80\n[[tenants]]",
-            1,
-        ),
-    );
-    let refused =
-        "statek: error: invalid argument: shard cost-v1: cost fairness ([fairness] unit = \
-                   \"cost\") is not supported by this version: its policies compile, but cannot be \
-                   registered yet\n";
-    let out = statek(&["register", &cost], Some(&url));
-    assert_eq!(outcome(&out), (Some(3), refused.to_owned()));
-    // The rollout refuses it from the files, before connecting, dry run
-    // or not.
-    let from_files = format!(
-        "statek: error: {cost}: shard cost-v1: cost fairness ([fairness] unit = \"cost\") is not \
-         supported by this version: its policies compile, but cannot be registered yet\n"
-    );
-    for dry in [&[][..], &["--dry-run"][..]] {
-        let mut args = vec!["rollout", &v1, &cost];
-        args.extend_from_slice(dry);
-        let out = statek(&args, Some(&url));
-        assert_eq!(outcome(&out), (Some(3), from_files.clone()), "{args:?}");
-    }
-
     // 14: a second shard registered into a schedule with a live shard.
     let out = statek(&["register", &v2], Some(&url));
     assert_eq!(

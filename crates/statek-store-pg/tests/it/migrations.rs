@@ -793,7 +793,9 @@ async fn v19_keeps_claim_grants_and_admits_cost_shards() {
         .await
         .unwrap();
     let cost = statek_store_pg::testing::policy("cost-v1", &[("tenant-a", 3), ("tenant-b", 1)])
-        .with_fairness(FairnessUnit::Cost(CostFairness::new(1, 40, 40, 80).unwrap()));
+        .with_fairness(FairnessUnit::Cost(
+            CostFairness::new(1, 40, 40, 80).unwrap(),
+        ));
     let early = store.register(&cost).await.unwrap_err();
     assert!(
         matches!(
@@ -816,7 +818,10 @@ async fn v19_keeps_claim_grants_and_admits_cost_shards() {
         admin
             .query_one(
                 "SELECT has_function_privilege($1, $2, 'EXECUTE')",
-                &[&role, &format!("statek.{function}(bigint[], text[], uuid[], float8, text, bigint)")],
+                &[
+                    &role,
+                    &format!("statek.{function}(bigint[], text[], uuid[], float8, text, bigint)"),
+                ],
             )
             .await
             .unwrap()

@@ -272,27 +272,53 @@ async fn a_cost_mode_policy_registers_and_the_database_checks_its_bytes() {
     assert_eq!(
         costs,
         [
-            ("primary-v1".to_owned(), "primary-v1".to_owned(), 1, 40, 40, 80),
-            ("primary-v2".to_owned(), "primary-v1".to_owned(), 2, 40, 0, 10),
+            (
+                "primary-v1".to_owned(),
+                "primary-v1".to_owned(),
+                1,
+                40,
+                40,
+                80
+            ),
+            (
+                "primary-v2".to_owned(),
+                "primary-v1".to_owned(),
+                2,
+                40,
+                0,
+                10
+            ),
         ]
     );
     // The database's own check, past the store (the test role owns the
     // schema): the digest is right, the cost parameters are not.
     let bytes = String::from_utf8(p.canonical_bytes().to_vec()).unwrap();
     for (wrong, why) in [
-        (bytes.replace("\"quantum\":1", "\"quantum\":0"), "out of range"),
-        (bytes.replace("\"default_cost\":40", "\"default_cost\":41"), "out of range"),
+        (
+            bytes.replace("\"quantum\":1", "\"quantum\":0"),
+            "out of range",
+        ),
+        (
+            bytes.replace("\"default_cost\":40", "\"default_cost\":41"),
+            "out of range",
+        ),
         (
             bytes.replace("\"balance_cap\":80", "\"balance_cap\":1099511627777"),
             "out of range",
         ),
-        (bytes.replace("\"quantum\":1", "\"quantum\":1.0"), "four integers"),
+        (
+            bytes.replace("\"quantum\":1", "\"quantum\":1.0"),
+            "four integers",
+        ),
         (
             bytes.replace(",\"balance_cap\":80", ",\"balance_cap\":80,\"x\":1"),
             "four integers",
         ),
         (
-            bytes.replace("\"quantum\":1,\"max_cost\":40", "\"max_cost\":40,\"quantum\":1"),
+            bytes.replace(
+                "\"quantum\":1,\"max_cost\":40",
+                "\"max_cost\":40,\"quantum\":1",
+            ),
             "not a canonical policy",
         ),
     ] {
@@ -307,7 +333,11 @@ async fn a_cost_mode_policy_registers_and_the_database_checks_its_bytes() {
             )
             .await
             .unwrap_err();
-        assert_eq!(inserted.code().map(|c| c.code()), Some("SK001"), "{wrong}: {inserted}");
+        assert_eq!(
+            inserted.code().map(|c| c.code()),
+            Some("SK001"),
+            "{wrong}: {inserted}"
+        );
         let message = inserted.as_db_error().unwrap().message().to_owned();
         assert!(message.contains(why), "{wrong}: {message}");
     }
