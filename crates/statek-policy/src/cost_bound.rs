@@ -15,8 +15,8 @@ use crate::id::TenantId;
 /// [`WindowDiscrepancy`] and `D` the most attempts of the tenant claimed
 /// and not yet charged at once (its concurrency cap; see the proof for
 /// `D` without one). Proven in docs/guarantees.md ("Cost mode: the
-/// bound"); this version compiles cost-mode policies but does not run
-/// them yet.
+/// bound"), for the ledger [`crate::CostLedger`] keeps (and the
+/// PostgreSQL run queue keeps in the database).
 ///
 /// ```
 /// use statek_policy::{CostFairness, FairnessUnit, SchedulerShardId, TenantFairnessWeight, TenantId, WeightedFairnessPolicy};

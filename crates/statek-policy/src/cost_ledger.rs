@@ -1,7 +1,7 @@
 //! [`CostLedger`]: cost mode's ledger, the rule docs/guarantees.md ("Cost
 //! mode: the bound") proves its bound for, as one value an executor keeps
-//! (the in-memory executor of statek-testing does; the PostgreSQL run
-//! queue does not run cost mode yet).
+//! in memory (statek-testing's in-memory executor does; the PostgreSQL run
+//! queue keeps the same rule in the database, migration V19).
 
 use std::collections::HashMap;
 

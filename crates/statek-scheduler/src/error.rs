@@ -59,13 +59,13 @@ pub enum SchedulerError {
     /// The policy shares cost (`[fairness] unit = "cost"`) and the
     /// executor keeps no cost ledger
     /// ([`TenantExecutor::enforces_cost_fairness`](statek_core::TenantExecutor::enforces_cost_fairness)
-    /// is false: the PostgreSQL run queue, in this version): ticking it
+    /// is false, a custom executor's default): ticking it
     /// would share slots while the policy promises cost. Nothing was
     /// registered or reserved.
     #[error(
         "shard {shard}: cost fairness is not supported by this executor \
          (policies with [fairness] unit = \"cost\" compile, but only an executor that keeps the cost ledger \
-         runs them: statek-testing's InMemoryExecutor does, the PostgreSQL run queue does not yet)"
+         runs them: PgRunQueueExecutor and statek-testing's InMemoryExecutor do)"
     )]
     UnsupportedFairness {
         /// The shard.

@@ -4,9 +4,9 @@
 //! whose runs work 5 ms and report a cost of 1, one expensive one whose
 //! runs work 200 ms and report 40. One `Worker` with
 //! [`EXECUTING_RUNS`] executing runs ticks the policy on
-//! statek-testing's in-memory reservations and executor (the executor
-//! that keeps cost mode's ledger; the PostgreSQL run queue does not run
-//! cost mode yet), first in slot mode, then in cost mode (q = 1,
+//! statek-testing's in-memory reservations and executor (which keep the
+//! same ledger as the PostgreSQL run queue, migration V19; no database
+//! needed), first in slot mode, then in cost mode (q = 1,
 //! C_max = 40, default 40, b_cap = 80). Each side warms up, then measures
 //! a window: per tenant, the runs its slots claimed (counted as their
 //! handlers start), its share of the executors' time and of the cost
@@ -376,8 +376,8 @@ fn checks(slots: &SkewSide, cost: &SkewSide) -> Vec<SkewCheck> {
 /// A side failed ([`run_side`]), or the chart could not be written.
 pub async fn run(warm_up: Duration, window: Duration, charts_dir: &Path) -> Result<CostSkewReport> {
     outln!(
-        "cost-skew demo, no database: statek-testing's in-memory executor (the executor that keeps \
-         cost mode's ledger), one Worker with {EXECUTING_RUNS} executing runs"
+        "cost-skew demo, no database: statek-testing's in-memory executor (the same cost ledger \
+         as PostgreSQL's), one Worker with {EXECUTING_RUNS} executing runs"
     )?;
     outln!(
         "four tenants of weight 1, all backlogged: cheap-1..3's runs work 5 ms and cost 1, \

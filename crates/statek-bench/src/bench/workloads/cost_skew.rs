@@ -10,11 +10,11 @@
 //!
 //! Slot mode gives every tenant a quarter of the slots, so a quarter of
 //! the runs: `expensive` takes 200 / 215 of the executors and 40 / 43 of
-//! the cost. Cost mode holds it near a quarter of the cost: it runs on
-//! the executor that keeps the ledger, statek-testing's in-memory one (the
-//! PostgreSQL run queue does not run cost mode yet), so two more sides
-//! run the same workload without a database, in slot mode and in cost
-//! mode, interleaved with the other two: `statek demo --cost-skew`'s
+//! the cost. Cost mode holds it near a quarter of the cost. Two more
+//! sides run the same workload without a database, on statek-testing's
+//! in-memory executor (which keeps the same ledger as PostgreSQL's
+//! migration V19), in slot mode and in cost mode, interleaved with the
+//! other two: `statek demo --cost-skew`'s
 //! sides (statek-cli's `demo::cost_skew::run_side`; q = 1, C_max = 40,
 //! default 40, b_cap = 80). On those sides a run counts when its handler
 //! starts (its attempt was claimed), and each tenant's cost served in the
