@@ -84,6 +84,13 @@ const EXPIRY_PASS_LIMIT: u32 = 100;
 /// [`TenantTickOutcome::Limited`]), runs the handler with
 /// automatic heartbeats, then completes or fails the run under its fencing
 /// token.
+///
+/// Cost mode (migration V19): the batches of a cost shard are claimed
+/// through `statek.claim_cost_slots`, which keeps the ledger in the
+/// database ([`TenantTickOutcome::Debt`] slots; each attempt charged once
+/// when it ends). [`TenantExecutor::execute_one`] claims outside the fair
+/// order (`statek.claim_run`, no slot): such a run is neither credited
+/// for nor charged (a scheduler never calls it for a cost-mode shard).
 #[derive(Debug, Clone)]
 pub struct PgRunQueueExecutor<H> {
     store: PgStore,

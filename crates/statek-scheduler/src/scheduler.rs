@@ -254,12 +254,6 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         if shutdown.is_cancelled() {
             return Err(SchedulerError::ShuttingDown);
         }
-        if self.policy().fairness().cost().is_some() {
-            // Cost mode: the executor's ledger decides each slot in its
-            // batch entry point; a tick is a batch of one.
-            let mut results = self.tick_batch_until(1, shutdown, shutdown).await?;
-            return results.pop().unwrap_or(Err(SchedulerError::ShuttingDown));
-        }
         let span = self.tick_span();
         let result = tracing::Instrument::instrument(self.tick_inner(shutdown), span.clone()).await;
         if let Ok(outcome) = &result {
@@ -321,6 +315,15 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         shutdown: &CancellationToken,
     ) -> Result<TickOutcome, SchedulerError> {
         let (reservation, retries, policy) = self.reserve().await?;
+        if policy.fairness().cost().is_some() {
+            // Cost mode (the shard the slot was reserved on, after any
+            // seal it followed): the executor's ledger decides each slot
+            // in its batch entry point, so a tick is a batch of one.
+            let mut results = self
+                .run_batch_of(vec![reservation], retries, &policy, shutdown, shutdown)
+                .await;
+            return results.pop().unwrap_or(Err(SchedulerError::ShuttingDown));
+        }
         let sequence = reservation.sequence();
         let result = self.run_slot(&policy, reservation, retries, shutdown).await;
         // A cancelled tick may have claimed a run first: left unrecorded.
@@ -387,6 +390,21 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
                 return Err(e);
             }
         };
+        Ok(self
+            .run_batch_of(batch, retries, &policy, stop, cancel)
+            .await)
+    }
+
+    /// Runs reserved slots of `policy`'s shard through the executor's batch
+    /// entry point and records their outcome classes: one result per slot.
+    async fn run_batch_of(
+        &self,
+        batch: Vec<Reservation>,
+        retries: u32,
+        policy: &Arc<WeightedFairnessPolicy>,
+        stop: &CancellationToken,
+        cancel: &CancellationToken,
+    ) -> Vec<Result<TickOutcome, SchedulerError>> {
         let pool = RunPool::new(batch.len());
         let results: Mutex<Vec<Option<Result<TickOutcome, SchedulerError>>>> =
             Mutex::new((0..batch.len()).map(|_| None).collect());
@@ -398,7 +416,7 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
         if let Some((first, outcomes)) = self
             .run_reserved_batch(
                 ReservedBatch {
-                    policy: &policy,
+                    policy,
                     reservations: batch,
                     retries,
                     pool: &pool,
@@ -416,12 +434,12 @@ impl<E: TenantExecutor, R: ReservationSource> DurableFairScheduler<E, R> {
             self.record_outcomes(policy.shard_id(), first, outcomes, false)
                 .await;
         }
-        Ok(results
+        results
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .into_iter()
             .flatten()
-            .collect())
+            .collect()
     }
 
     /// Records the outcome classes of the reserved range of `shard` that

@@ -50,6 +50,12 @@ impl<H> Shared<H> {
 /// `failed` after the last attempt. Statek's conformance suite runs the same
 /// cases against it and `PgRunQueueExecutor` (statek-scheduler, feature `postgres`).
 ///
+/// Cost mode: [`execute_batch`](TenantExecutor::execute_batch) keeps the
+/// ledger (see [`enforces_cost_fairness`](TenantExecutor::enforces_cost_fairness));
+/// [`execute_one`](TenantExecutor::execute_one) knows no policy, so a run
+/// it claims is neither credited for nor charged (a scheduler never calls
+/// it for a cost-mode shard).
+///
 /// Use it to test code built on statek without a run table (the
 /// [`DurableFairScheduler`](statek_scheduler::DurableFairScheduler) reserves them from a
 /// [`crate::InMemoryReservations`] then), or call [`TenantExecutor::execute_one`] directly. It is
@@ -322,6 +328,11 @@ impl<H: RunHandler> InMemoryExecutor<H> {
         claimed: Instant,
         permit: Option<RunPermit>,
     ) -> TenantTickOutcome {
+        // The permit goes back once the outcome is recorded (and, in cost
+        // mode, charged) under the queue's lock, when this returns: at no
+        // moment does the Worker hold more attempts claimed and not yet
+        // charged than its concurrency.
+        let _permit = permit;
         let executed = ExecutedRun {
             run_id: run.run_id,
             attempt: run.attempt,
@@ -333,8 +344,6 @@ impl<H: RunHandler> InMemoryExecutor<H> {
         let (result, lease_state) = self
             .run_with_heartbeats(&run, token, &cancel, claimed)
             .await;
-        // The handler is done: its permit goes back.
-        drop(permit);
         if lease_state == LeaseState::LostOnServer {
             return TenantTickOutcome::ExecutionFailed {
                 run: executed,

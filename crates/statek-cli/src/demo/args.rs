@@ -37,13 +37,16 @@ pub struct DemoArgs {
     /// Milliseconds each run's handler works (sleeps), on both sides (0..=10,000).
     #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = count::<0, 10_000>)]
     pub work_ms: u32,
-    /// Instead: runs that differ in cost (issue 25), slot fairness and cost
-    /// fairness side by side on statek-testing's in-memory executor, with a
-    /// chart. Needs no database; of the other options only --charts-dir
-    /// applies.
-    #[arg(long)]
+    /// Instead: runs that differ in cost, slot fairness and cost fairness
+    /// side by side on statek-testing's in-memory executor, with a chart.
+    /// Needs no database; of the other options only --charts-dir and
+    /// --window-secs apply (the others are refused with it).
+    #[arg(
+        long,
+        conflicts_with_all = ["policy", "replicas", "max_reservations", "backlog", "metrics_addr", "trickle", "work_ms"]
+    )]
     pub cost_skew: bool,
     /// Seconds each side of --cost-skew measures, after a 2 s warm-up (5..=600).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 20, value_parser = count::<5, 600>)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 20, value_parser = count::<5, 600>, requires = "cost_skew")]
     pub window_secs: u32,
 }

@@ -417,7 +417,7 @@ impl Report for CostSkewReport {
         for (s, c) in self.slots.tenants.iter().zip(&self.cost.tenants) {
             writeln!(
                 w,
-                "{:<10} | {:>7} {:>9.1}% {:>7.1}% | {:>7} {:>9.1}% {:>7.1}% | {:>+10.0} {:>11.0}",
+                "{:<10} | {:>7} {:>9.1}% {:>7.1}% | {:>7} {:>9.1}% {:>7.1}% | {:>+10} {:>11.0}",
                 s.tenant,
                 s.runs,
                 100.0 * s.executor_share,
@@ -425,7 +425,8 @@ impl Report for CostSkewReport {
                 c.runs,
                 100.0 * c.executor_share,
                 100.0 * c.cost_share,
-                c.cost_served as f64 - c.entitled_cost,
+                // Rounded first: no "-0".
+                (c.cost_served as f64 - c.entitled_cost).round() as i64,
                 c.bound
             )?;
         }

@@ -383,6 +383,62 @@ async fn balances_carry_across_rollouts_cut_to_the_new_cap() {
     assert_eq!(balances(), [-10, 4, 1]);
 }
 
+/// A tick that meets a seal onto a cost-mode successor runs its slot
+/// through the ledger (the successor's policy decides, not the one the
+/// scheduler held before reserving).
+#[tokio::test]
+async fn a_tick_that_follows_a_seal_into_cost_mode_uses_the_ledger() {
+    let source = InMemoryReservations::new();
+    let executor = InMemoryExecutor::new(costed, InMemoryExecutorOptions::new());
+    let (a, b) = (tenant("a"), tenant("b"));
+    for _ in 0..3 {
+        executor.enqueue(&a, "cost=9").unwrap();
+    }
+    let v1 = policy("primary-v1", &[("a", 1), ("b", 1)]);
+    let v2 = policy("primary-v2", &[("a", 1), ("b", 1)])
+        .with_fairness(FairnessUnit::Cost(CostFairness::new(2, 10, 6, 4).unwrap()));
+    let scheduler = DurableFairScheduler::register(
+        source.clone(),
+        v1.clone(),
+        executor.clone(),
+        SchedulerOptions::new(),
+    )
+    .await
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    // Slot mode: no ledger yet.
+    assert_eq!(
+        scheduler
+            .tick(&shutdown)
+            .await
+            .unwrap()
+            .tenant_outcome()
+            .label(),
+        "executed"
+    );
+    assert_eq!(executor.cost_balance(&a), None);
+    source.seal(v1.shard_id(), v2).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let o = scheduler.tick(&shutdown).await.unwrap();
+        seen.push((
+            o.reservation().shard().to_string(),
+            o.tenant_outcome().label(),
+            executor.cost_balance(&a).unwrap(),
+            executor.cost_balance(&b).unwrap(),
+        ));
+    }
+    // a: 0 + 2, claims, charged 9: −7; b: 2, idle; a: −5, debt.
+    assert_eq!(
+        seen,
+        [
+            ("primary-v2".to_owned(), "executed", -7, 0),
+            ("primary-v2".to_owned(), "idle", -7, 2),
+            ("primary-v2".to_owned(), "debt", -5, 2),
+        ]
+    );
+}
+
 // ---------------------------------------------------------------------------
 // The same ledger kept by PostgreSQL (migration V19).
 
