@@ -651,4 +651,162 @@ mod postgres {
         let _ = second;
         charges_match_the_evidence(&db, &store, "primary-v1").await;
     }
+
+    /// Works a few milliseconds (varying per run, so finishes come out of
+    /// claim order) and reports the cost its payload names.
+    async fn uneven(run: Run, _cancel: CancellationToken) -> RunResult {
+        let payload = String::from_utf8(run.payload.clone()).unwrap();
+        let (cost, pause) = payload.split_once('/').unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(pause.parse().unwrap())).await;
+        Ok(Completed::with_cost(cost.parse().unwrap()))
+    }
+
+    /// Four Workers, each on its own pool, claim one cost shard's slots
+    /// while every connection of theirs is terminated every 300 ms (lost
+    /// claim and completion acknowledgements, retried): every run
+    /// completes; the ledger's charges equal the evidence exactly (no
+    /// attempt charged twice or missed); the finishes of many replicas
+    /// spread over partial sums (more than one row per tenant); and each
+    /// tenant's cost served stays under `E + B`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn four_workers_keep_one_ledger_exact_under_terminated_connections() {
+        let db = TestDatabase::create().await;
+        let observer = db.client().await;
+        observer
+            .batch_execute("SET application_name = 'observer'")
+            .await
+            .unwrap();
+        // q = 1, C_max = 20, default 20, b_cap = 20.
+        let cost = CostFairness::new(1, 20, 20, 20).unwrap();
+        let p = policy("cost-v1", &[("cheap", 1), ("costly", 1)])
+            .with_fairness(FairnessUnit::Cost(cost));
+        let setup = db.store();
+        let mut runs = 0;
+        for i in 0..240 {
+            setup
+                .enqueue(&NewRun::new(
+                    tenant("cheap"),
+                    format!("1/{}", i % 4).into_bytes(),
+                ))
+                .await
+                .unwrap();
+            runs += 1;
+            if i % 4 == 0 {
+                setup
+                    .enqueue(&NewRun::new(
+                        tenant("costly"),
+                        format!("15/{}", i % 7).into_bytes(),
+                    ))
+                    .await
+                    .unwrap();
+                runs += 1;
+            }
+        }
+        let shutdown = CancellationToken::new();
+        let options = ExecutorOptions::new()
+            .completion_batching(4, std::time::Duration::from_millis(5))
+            .unwrap();
+        let mut running = Vec::new();
+        for _ in 0..4 {
+            let store = db.store();
+            let scheduler = std::sync::Arc::new(
+                DurableFairScheduler::register(
+                    store.clone(),
+                    p.clone(),
+                    PgRunQueueExecutor::new(store.clone(), uneven, options),
+                    SchedulerOptions::new(),
+                )
+                .await
+                .unwrap(),
+            );
+            let worker = Worker::new(scheduler, WorkerOptions::new().concurrency(4).unwrap());
+            running.push(tokio::spawn(worker.run(shutdown.clone())));
+        }
+        let killer = {
+            let stop = shutdown.clone();
+            let client = db.client().await;
+            client
+                .batch_execute("SET application_name = 'observer'")
+                .await
+                .unwrap();
+            tokio::spawn(async move {
+                while !stop.is_cancelled() {
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                    client
+                        .query_one(
+                            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+                             FROM pg_stat_activity
+                             WHERE datname = current_database() AND pid <> pg_backend_pid()
+                               AND backend_type = 'client backend'
+                               AND application_name <> 'observer'",
+                            &[],
+                        )
+                        .await
+                        .unwrap();
+                }
+            })
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let done: i64 = observer
+                .query_one(
+                    "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if done == runs {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{done} of {runs} runs completed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        shutdown.cancel();
+        killer.await.unwrap();
+        for worker in running {
+            worker
+                .await
+                .unwrap()
+                .expect("workers survive terminated connections");
+        }
+        let store = db.store();
+        charges_match_the_evidence(&db, &store, "cost-v1").await;
+        let writers: i64 = observer
+            .query_one(
+                "SELECT count(*) FROM statek.cost_charges WHERE tenant_id = 'costly'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            writers >= 2,
+            "the costly tenant's charges are in {writers} row(s)"
+        );
+        // Upper side of the bound over the whole run: S ≤ q·|W|·w/L + B,
+        // B = q·Δ + D·C_max + b_cap, D the most attempts claimed and not
+        // charged at once: four Workers × (4 executing + 2 × 4 awaiting
+        // their record).
+        let slots = store.next_sequence(p.shard_id()).await.unwrap();
+        let d = 4 * (4 + 2 * 4);
+        for (bound, balance) in p
+            .cost_bounds()
+            .unwrap()
+            .zip(store.cost_balances(p.shard_id()).await.unwrap())
+        {
+            assert_eq!(bound.tenant(), &balance.tenant);
+            let entitled = slots as f64 / 2.0;
+            assert!(
+                (balance.charged as f64) <= entitled + bound.slack(d),
+                "{} served {} of {entitled} entitled, slack {}",
+                balance.tenant,
+                balance.charged,
+                bound.slack(d)
+            );
+        }
+    }
 }
