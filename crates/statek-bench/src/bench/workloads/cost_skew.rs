@@ -2,24 +2,22 @@
 //! tenants of weight 1, all backlogged; `expensive`'s runs work 200 ms and
 //! report a cost of 40, the three cheap tenants' 5 ms and 1. A fixed
 //! concurrency ([`EXECUTING_RUNS`]) keeps every side bound by its
-//! executors, not by the database. The fair Worker in slot mode runs
-//! against the batched plain (FIFO) queue, sides interleaved per sample,
-//! and each tenant's share of executor time and of cost served over the
-//! window is reported (from the run rows finished in it; on the fair side
-//! also from the costs its finishes recorded, which must agree).
+//! executors, not by the database. Five sides, interleaved per sample: the
+//! fair Worker on PostgreSQL in slot mode and in cost mode (migration V19;
+//! q = 1, C_max = 40, default 40, b_cap = 80, a shard of its own), the
+//! batched plain (FIFO) queue, and the same workload without a database on
+//! statek-testing's in-memory executor in slot mode and in cost mode
+//! (`statek demo --cost-skew`'s sides, statek-cli's
+//! `demo::cost_skew::run_side`). Each tenant's share of executor time and
+//! of cost served over the window is reported (on PostgreSQL from the run
+//! rows finished in it, on the fair sides also from the costs their
+//! finishes recorded, which must agree; in memory from the runs whose
+//! handlers started in it, with each tenant's cost served judged against
+//! its proven bound `E ± B`, docs/guarantees.md "Cost mode: the bound").
 //!
 //! Slot mode gives every tenant a quarter of the slots, so a quarter of
 //! the runs: `expensive` takes 200 / 215 of the executors and 40 / 43 of
-//! the cost. Cost mode holds it near a quarter of the cost. Two more
-//! sides run the same workload without a database, on statek-testing's
-//! in-memory executor (which keeps the same ledger as PostgreSQL's
-//! migration V19), in slot mode and in cost mode, interleaved with the
-//! other two: `statek demo --cost-skew`'s
-//! sides (statek-cli's `demo::cost_skew::run_side`; q = 1, C_max = 40,
-//! default 40, b_cap = 80). On those sides a run counts when its handler
-//! starts (its attempt was claimed), and each tenant's cost served in the
-//! window is judged against its proven bound `E ± B` (docs/guarantees.md,
-//! "Cost mode: the bound").
+//! the cost. Cost mode holds it near a quarter of the cost.
 
 use std::time::Duration;
 
@@ -50,12 +48,17 @@ const WARM_UP: Duration = Duration::from_secs(2);
 pub const WINDOW: Duration = Duration::from_secs(20);
 
 const FAIR: &str = "fair (slots)";
+const FAIR_COST: &str = "fair (cost)";
 const FIFO: &str = "batched FIFO";
 const MEMORY_SLOTS: &str = "in-memory (slots)";
 const MEMORY_COST: &str = "in-memory (cost)";
 
 /// Every side, in the order each sample runs them.
-const SIDES: [&str; 4] = [FAIR, FIFO, MEMORY_SLOTS, MEMORY_COST];
+const SIDES: [&str; 5] = [FAIR, FAIR_COST, FIFO, MEMORY_SLOTS, MEMORY_COST];
+
+/// Runs queued per tenant for the PostgreSQL cost-mode side: each cheap
+/// tenant completes about 400 a second there.
+const COST_BACKLOG: u64 = 12_000;
 
 /// The work and cost of a run of `tenant`.
 fn work(tenant: &str) -> (Duration, u64) {
@@ -138,6 +141,9 @@ pub struct CostSkew {
 pub async fn run(url: &str, samples: u32) -> Result<CostSkew> {
     let client = crate::bench::connection::connect(url).await?;
     let policy = policy()?;
+    let cost_policy = demo_skew::policy("bench-cost-skew-cost-v1")?.with_fairness(
+        statek_policy::FairnessUnit::Cost(demo_skew::cost_parameters()?),
+    );
     let mut out = CostSkew {
         executing_runs: EXECUTING_RUNS,
         window_seconds: WINDOW.as_secs(),
@@ -152,6 +158,7 @@ pub async fn run(url: &str, samples: u32) -> Result<CostSkew> {
             let measured = match side {
                 MEMORY_SLOTS => in_memory(false, sample).await?,
                 MEMORY_COST => in_memory(true, sample).await?,
+                FAIR_COST => measure(url, &client, &cost_policy, side, sample).await?,
                 _ => measure(url, &client, &policy, side, sample).await?,
             };
             for t in &measured.tenants {
@@ -177,15 +184,20 @@ async fn measure(
     side: &str,
     sample: u32,
 ) -> Result<CostSkewSample> {
+    let queued = if side == FAIR_COST {
+        COST_BACKLOG
+    } else {
+        BACKLOG
+    };
     let backlog: Vec<(String, u64)> = TENANTS
         .iter()
-        .map(|(name, ..)| ((*name).to_owned(), BACKLOG))
+        .map(|(name, ..)| ((*name).to_owned(), queued))
         .collect();
     feeder::load(client, &backlog).await?;
     let shard = policy.shard_id().to_string();
     let keep = window::sessions(client).await?;
     let stop = CancellationToken::new();
-    let fair_side = if side == FAIR {
+    let fair_side = if side == FAIR || side == FAIR_COST {
         Some(fair::start_with(url, policy, EXECUTING_RUNS, CostlyRun, stop.clone()).await?)
     } else {
         None
@@ -220,7 +232,7 @@ async fn measure(
     }
     window::sessions_gone(client, &keep).await?;
     if left.contains(&0) {
-        bail!("cost-skew: a tenant's backlog of {BACKLOG} ran out inside the window ({left:?})");
+        bail!("cost-skew: a tenant's backlog of {queued} ran out inside the window ({left:?})");
     }
     let rows = client
         .query(
@@ -283,7 +295,7 @@ fn shares(
     let mut tenants = Vec::new();
     for (tenant, runs, recorded) in counted {
         let expected = i64::try_from(work(tenant).1)? * runs;
-        if side == FAIR && *recorded != Some(expected) {
+        if (side == FAIR || side == FAIR_COST) && *recorded != Some(expected) {
             bail!(
                 "cost-skew: {tenant}'s finishes recorded {recorded:?} cost units for {runs} runs \
                  of {} each",
