@@ -8,7 +8,8 @@
 //!   scheduler; store and scheduler use it only as a dev-dependency
 //! - statek-example-handlers (a user's crate of handlers) -> policy, core;
 //!   and to testing and scheduler as dev-dependencies
-//! - statek-cli -> all four
+//! - statek-cli -> all four, and statek-testing (its `demo` feature only:
+//!   `statek demo --cost-skew` runs on the in-memory executor)
 //! - statek-examples (users' examples) -> policy, core, store, scheduler
 //! - devpg (PostgreSQL for development) -> no workspace crate
 //! - statek-bench (the dev tools that link the product) -> policy, core,
@@ -66,6 +67,9 @@ const ARROWS: &[(&str, &[&str])] = &[
             "statek-core",
             "statek-store-pg",
             "statek-scheduler",
+            // Only with its feature `demo`: `statek demo --cost-skew` runs
+            // on the in-memory executor, no database needed.
+            "statek-testing",
         ],
     ),
     (

@@ -15,16 +15,16 @@ use statek_policy::{TenantId, WeightedFairnessPolicy};
 use crate::demo::service::{percentile, SideEvidence, TenantService};
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-const WIDTH: u32 = 1200;
-const HEIGHT: u32 = 700;
+pub(crate) const WIDTH: u32 = 1200;
+pub(crate) const HEIGHT: u32 = 700;
 
-fn font() -> Result<()> {
+pub(crate) fn font() -> Result<()> {
     // Registering twice (a second demo in one process) is harmless.
     register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| anyhow!("the bundled chart font does not load"))
 }
 
-fn color(index: usize) -> RGBColor {
+pub(crate) fn color(index: usize) -> RGBColor {
     const PALETTE: [RGBColor; 12] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
@@ -42,7 +42,7 @@ fn color(index: usize) -> RGBColor {
     PALETTE[index % PALETTE.len()]
 }
 
-fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
+pub(crate) fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("drawing a chart failed: {e}")
 }
 
@@ -328,89 +328,6 @@ fn gap_chart(path: &Path, policy: &WeightedFairnessPolicy, selections: &[&Tenant
     Ok(())
 }
 
-/// `statek demo --cost-skew`'s chart: each tenant's share of the
-/// executors' time (left) and of the cost served (right), slot mode and
-/// cost mode side by side, against the entitled quarter.
-///
-/// # Errors
-/// The file cannot be written.
-pub fn cost_skew_chart(
-    path: &Path,
-    slots: &crate::demo::cost_skew::SkewSide,
-    cost: &crate::demo::cost_skew::SkewSide,
-) -> Result<()> {
-    font()?;
-    let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-    root.fill(&WHITE).map_err(draw_error)?;
-    let halves = root.split_evenly((1, 2));
-    let tenants = slots.tenants.len().max(1);
-    type Share = fn(&crate::demo::cost_skew::SkewTenant) -> f64;
-    let panels: [(&str, Share); 2] = [
-        ("share of the executors' time", |t| t.executor_share),
-        ("share of the cost served", |t| t.cost_share),
-    ];
-    for (area, (title, share)) in halves.iter().zip(panels) {
-        let mut chart = ChartBuilder::on(area)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0f64..(3 * tenants) as f64, 0f64..100f64)
-            .map_err(draw_error)?;
-        let names: Vec<String> = slots.tenants.iter().map(|t| t.tenant.clone()).collect();
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            // Key points every half unit: a tenant's name under the
-            // middle of its pair of bars, at 3·i + 1.5.
-            .x_labels(6 * tenants + 1)
-            .x_label_formatter(&|x| {
-                let i = x.floor() as usize;
-                if (x.fract() - 0.5).abs() < 1e-6 && i % 3 == 1 {
-                    names.get(i / 3).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .y_desc("%")
-            .label_style(("sans-serif", 13))
-            .draw()
-            .map_err(draw_error)?;
-        for (k, (side, label)) in [(slots, "slot mode"), (cost, "cost mode")]
-            .into_iter()
-            .enumerate()
-        {
-            let c = color(k);
-            chart
-                .draw_series(side.tenants.iter().enumerate().map(|(i, t)| {
-                    let x = (3 * i + k) as f64 + 0.5;
-                    Rectangle::new([(x, 0.0), (x + 0.9, 100.0 * share(t))], c.filled())
-                }))
-                .map_err(draw_error)?
-                .label(label)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
-        }
-        chart
-            .draw_series(LineSeries::new(
-                [(0.0, 25.0), ((3 * tenants) as f64, 25.0)],
-                BLACK.stroke_width(1),
-            ))
-            .map_err(draw_error)?
-            .label("entitled (25%)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(1)));
-        chart
-            .configure_series_labels()
-            .label_font(("sans-serif", 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(draw_error)?;
-    }
-    root.present().map_err(draw_error)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,43 +350,6 @@ mod tests {
             let bytes = std::fs::read(path).unwrap();
             assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
         }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn the_cost_skew_chart_is_written_as_png() {
-        use crate::demo::cost_skew::{SkewSide, SkewTenant};
-        let side = |unit, shares: [f64; 2]| SkewSide {
-            unit,
-            seconds: 1.0,
-            slots: 100,
-            cost_per_second: 1.0,
-            tenants: ["cheap-1", "expensive"]
-                .into_iter()
-                .zip(shares)
-                .map(|(tenant, share)| SkewTenant {
-                    tenant: tenant.to_owned(),
-                    runs: 1,
-                    executor_share: share,
-                    cost_share: share,
-                    cost_served: 1,
-                    entitled_cost: 1.0,
-                    bound: 1.0,
-                    mean_run_ms: 1.0,
-                })
-                .collect(),
-        };
-        let dir = std::env::temp_dir().join(format!("statek-skew-chart-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("cost-skew.png");
-        cost_skew_chart(
-            &path,
-            &side("slots", [0.07, 0.93]),
-            &side("cost", [0.5, 0.5]),
-        )
-        .unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -3,7 +3,7 @@
 //! in memory (statek-testing's in-memory executor does; the PostgreSQL run
 //! queue keeps the same rule in the database, migration V19).
 
-use std::collections::HashMap;
+use alloc::collections::BTreeMap;
 
 use crate::fairness_unit::CostFairness;
 use crate::id::TenantId;
@@ -44,7 +44,7 @@ use crate::id::TenantId;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CostLedger {
     cost: CostFairness,
-    balances: HashMap<TenantId, i128>,
+    balances: BTreeMap<TenantId, i128>,
 }
 
 /// What one credit did: the balance after it, and whether the cap cut it.
@@ -70,7 +70,7 @@ impl CostLedger {
     pub fn new(cost: CostFairness) -> Self {
         Self {
             cost,
-            balances: HashMap::new(),
+            balances: BTreeMap::new(),
         }
     }
 
@@ -114,8 +114,8 @@ impl CostLedger {
         self.balances.get(tenant).copied().unwrap_or(0)
     }
 
-    /// Every tenant with a balance other than 0 was credited or charged;
-    /// the balances, in no particular order.
+    /// The balance of every tenant credited or charged so far, by tenant
+    /// id.
     pub fn balances(&self) -> impl Iterator<Item = (&TenantId, i128)> {
         self.balances
             .iter()

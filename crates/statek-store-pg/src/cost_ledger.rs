@@ -2,7 +2,9 @@
 //! the ledger of a shard's schedule ([`PgStore::cost_balances`]).
 
 use statek_policy::{SchedulerShardId, TenantId};
+use tokio_postgres::types::Type;
 
+use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
 /// One tenant's standing in cost mode's ledger of a schedule, in cost
@@ -61,11 +63,14 @@ impl PgStore {
         &self,
         shard: &SchedulerShardId,
     ) -> Result<Vec<CostBalance>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(COST_BALANCES, &[&shard.as_str()])
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query(COST_BALANCES, &[(&shard.as_str(), Type::TEXT)])
+                    .await?)
+            })
             .await
-            .map_err(|e| StoreError::from(e).schema_behind(19, "the cost ledger"))?;
+            .map_err(|e| e.schema_behind(19, "the cost ledger"))?;
         rows.iter()
             .map(|row| {
                 let tenant: String = row.try_get("tenant_id")?;

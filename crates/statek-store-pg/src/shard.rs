@@ -603,11 +603,12 @@ impl PgStore {
     /// ledger): on an older database, [`MigrationError::Behind`](crate::MigrationError::Behind) before
     /// anything is written.
     pub(crate) async fn require_cost_ledger(&self) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .simple_query("SELECT 1 FROM statek.shard_costs LIMIT 0")
-            .await
-            .map_err(|e| StoreError::from(e).schema_behind(19, "a shard that shares cost"))?;
-        Ok(())
+        self.with_response_timeout(async |db: &crate::statement::Db<'_>| {
+            Ok(db
+                .batch_execute("SELECT 1 FROM statek.shard_costs LIMIT 0")
+                .await?)
+        })
+        .await
+        .map_err(|e| e.schema_behind(19, "a shard that shares cost"))
     }
 }

@@ -111,7 +111,7 @@ impl PgStore {
         self.pool.retain(|_, _| false);
     }
 
-    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         Ok(self.pool.get().await?)
     }
 

@@ -300,7 +300,7 @@ async fn one_call_records_many_ranges_and_answers_each() {
         .collect();
     assert_eq!(
         err_answer,
-        ["refused: statek: classes xx with 2 counts are not runs of the letters c, i, k, n, l, x, adjacent runs differing, each at least 1 slot"]
+        ["refused: statek: classes xx with 2 counts are not runs of the letters c, i, k, n, l, d, x, adjacent runs differing, each at least 1 slot"]
     );
 }
 
