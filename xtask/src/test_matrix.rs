@@ -324,6 +324,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
             "-D",
             "warnings",
         ],
+        // The operator tool as `cargo install --path crates/statek-cli`
+        // builds it: its default features, without `demo` (the steps
+        // below unify features and always turn it on).
+        &["clippy", "-p", "statek-cli", "--bins", "--", "-D", "warnings"],
     ] {
         report.step(&display(args), cargo_step(args));
     }
