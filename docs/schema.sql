@@ -18,6 +18,13 @@ ALTER TABLE statek.cost_charges ADD CONSTRAINT cost_charges_pkey PRIMARY KEY (sc
 ALTER TABLE statek.cost_charges ADD CONSTRAINT cost_charges_writer_check CHECK (writer >= 0 AND writer <= 15);
 COMMENT ON TABLE statek.cost_charges IS 'Cost mode''s ledger (V19): what each tenant''s attempts were charged, as partial sums per writer; only the trigger runs_charge_cost adds to it.';
 
+CREATE UNLOGGED TABLE statek.cost_claims_open (
+    backend integer NOT NULL,
+    xact xid8 NOT NULL
+);
+ALTER TABLE statek.cost_claims_open ADD CONSTRAINT cost_claims_open_pkey PRIMARY KEY (backend);
+COMMENT ON TABLE statek.cost_claims_open IS 'The backends inside statek.claim_cost_slots (V19), with their transaction: written and emptied by that function only; statek.claim_slots claims a cost shard''s slots only for them.';
+
 CREATE TABLE statek.cost_credits (
     schedule_id text NOT NULL,
     tenant_id text NOT NULL,
@@ -904,17 +911,21 @@ BEGIN
         END IF;
     END LOOP;
     IF cardinality(v_keep) > 0 THEN
+        INSERT INTO statek.cost_claims_open AS o (backend, xact)
+        VALUES (pg_backend_pid(), pg_current_xact_id())
+        ON CONFLICT (backend) DO UPDATE SET xact = EXCLUDED.xact;
         v_answer := ARRAY(
             SELECT ROW(v_keep[c.ord::integer], c.sequence, c.slot_tenant, c.decided, c.run_id,
                        c.tenant_id, c.payload, c.attempt, c.max_attempts, c.enqueued_at,
                        c.available_at, c.claimed_at, c.lease_expires_at, c.lease_token,
                        c.recorded, c.contended, c.limited)::statek.slot_claim_answer
-            FROM statek.claim_slots_core(
+            FROM statek.claim_slots(
                 ARRAY(SELECT p_sequences[k] FROM unnest(v_keep) AS u(k)),
                 ARRAY(SELECT p_tenants[k] FROM unnest(v_keep) AS u(k)),
                 ARRAY(SELECT p_tokens[k] FROM unnest(v_keep) AS u(k)),
                 p_lease_secs, p_shard_id, p_max_runs) AS c
             ORDER BY c.ord);
+        DELETE FROM statek.cost_claims_open AS o WHERE o.backend = pg_backend_pid();
     END IF;
     -- The decided prefix: every slot, or up to the last slot the claim
     -- decided when it left slots undecided.
@@ -1055,22 +1066,6 @@ CREATE OR REPLACE FUNCTION statek.claim_slots(p_sequences bigint[], p_tenants te
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-BEGIN
-    IF EXISTS (SELECT 1 FROM statek.shard_costs AS c WHERE c.shard_id = p_shard_id) THEN
-        RAISE EXCEPTION 'statek: shard % shares cost: its slots are claimed through statek.claim_cost_slots',
-            p_shard_id USING ERRCODE = 'SK002';
-    END IF;
-    RETURN QUERY SELECT * FROM statek.claim_slots_core(
-        p_sequences, p_tenants, p_tokens, p_lease_secs, p_shard_id, p_max_runs);
-END;
-$function$;
-
-CREATE OR REPLACE FUNCTION statek.claim_slots_core(p_sequences bigint[], p_tenants text[], p_tokens uuid[], p_lease_secs double precision, p_shard_id text, p_max_runs bigint)
- RETURNS TABLE(ord bigint, sequence bigint, slot_tenant text, decided boolean, run_id uuid, tenant_id text, payload bytea, attempt integer, max_attempts integer, enqueued_at timestamp with time zone, available_at timestamp with time zone, claimed_at timestamp with time zone, lease_expires_at timestamp with time zone, lease_token uuid, recorded bigint, contended boolean, limited boolean)
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
 #variable_conflict use_column
 BEGIN
     IF cardinality(p_tokens) IS DISTINCT FROM cardinality(p_sequences) THEN
@@ -1096,6 +1091,14 @@ BEGIN
             current_setting('transaction_isolation') USING ERRCODE = '0A000';
     END IF;
     PERFORM statek.check_claimed_slots(p_shard_id, p_sequences, p_tenants);
+    -- A cost shard's slots (V19): only from statek.claim_cost_slots,
+    -- which decides their debt first.
+    IF EXISTS (SELECT 1 FROM statek.shard_costs AS c WHERE c.shard_id = p_shard_id)
+       AND NOT EXISTS (SELECT 1 FROM statek.cost_claims_open AS o
+                       WHERE o.backend = pg_backend_pid() AND o.xact = pg_current_xact_id()) THEN
+        RAISE EXCEPTION 'statek: shard % shares cost: its slots are claimed through statek.claim_cost_slots',
+            p_shard_id USING ERRCODE = 'SK002';
+    END IF;
     RETURN QUERY
     WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
     slots AS MATERIALIZED (

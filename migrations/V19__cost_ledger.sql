@@ -27,12 +27,12 @@
 --   sum over ended cost-mode attempts of min(cost, C_max), or the default
 --   where `statek.run_attempts.cost` is NULL (not `least(cost, C_max)`
 --   alone: `least` ignores NULL).
--- - `statek.claim_slots` becomes a wrapper that refuses cost shards and
---   runs V18's statement, renamed `statek.claim_slots_core` (executable by
---   the owner only). `statek.claim_cost_slots` claims for the slots of a
---   cost shard: it decides each tenant's debt slots on its ledger, claims
---   for the others through the same statement, and answers one more
---   column, `debt`.
+-- - `statek.claim_slots` (V18's statement) refuses a cost shard's slots
+--   unless `statek.claim_cost_slots` is claiming them (one probe more per
+--   claim; the body is edited in place, its grants kept).
+--   `statek.claim_cost_slots` claims for the slots of a cost shard: it
+--   decides each tenant's debt slots on its ledger, claims for the others
+--   through `statek.claim_slots`, and answers one more column, `debt`.
 -- - `statek.slot_outcomes` accepts the class `d` (debt).
 
 -- Slot outcomes: the debt class.
@@ -315,53 +315,46 @@ CREATE TYPE statek.slot_claim_answer AS (
     lease_expires_at timestamptz, lease_token uuid, recorded bigint,
     contended boolean, limited boolean);
 
--- V18's claim statement keeps its body under another name, executable by
--- the owner only (statek's functions run as the owner).
-ALTER FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)
-    RENAME TO claim_slots_core;
-CREATE TEMPORARY TABLE v19_claim_grantees AS
-    SELECT DISTINCT a.grantee::regrole AS grantee
-    FROM pg_proc AS p CROSS JOIN LATERAL aclexplode(p.proacl) AS a
-    WHERE p.oid = 'statek.claim_slots_core(bigint[], text[], uuid[], float8, text, bigint)'::regprocedure
-      AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner;
+-- Which backends are inside statek.claim_cost_slots now, and in which
+-- transaction: only that function writes here (the owner's table, no
+-- grant), so a claim of a cost shard's slots through statek.claim_slots
+-- can tell it was called from there and from nowhere else.
+CREATE UNLOGGED TABLE statek.cost_claims_open (
+    backend  integer PRIMARY KEY,
+    xact     xid8    NOT NULL
+);
+COMMENT ON TABLE statek.cost_claims_open IS
+    'The backends inside statek.claim_cost_slots (V19), with their transaction: written and emptied by that function only; statek.claim_slots claims a cost shard''s slots only for them.';
+
+-- V18's statement (statek.claim_slots) refuses a cost shard's slots
+-- unless statek.claim_cost_slots is claiming them: one probe of
+-- statek.shard_costs per claim, and nothing more for a slot-mode shard.
+-- The function is edited in place (its body as V18 wrote it, two lines
+-- added), so its grants stay.
 DO $$
 DECLARE
-    v_grantee regrole;
+    v_def text;
+    v_begin text := E'#variable_conflict use_column\nBEGIN\n';
+    v_check text := E'    PERFORM statek.check_claimed_slots(p_shard_id, p_sequences, p_tenants);\n';
 BEGIN
-    FOR v_grantee IN SELECT g.grantee FROM v19_claim_grantees AS g LOOP
-        EXECUTE format('REVOKE EXECUTE ON FUNCTION statek.claim_slots_core(bigint[], text[], uuid[], float8, text, bigint) FROM %s',
-                       v_grantee);
-    END LOOP;
-END;
-$$;
-REVOKE ALL ON FUNCTION statek.claim_slots_core(bigint[], text[], uuid[], float8, text, bigint)
-    FROM PUBLIC;
-
--- Claims for the slots of a slot-mode shard: V18's statement. A cost
--- shard's slots are claimed through statek.claim_cost_slots only.
-CREATE FUNCTION statek.claim_slots(
-    p_sequences bigint[], p_tenants text[], p_tokens uuid[], p_lease_secs float8,
-    p_shard_id text, p_max_runs bigint)
-RETURNS TABLE (
-    ord bigint, sequence bigint, slot_tenant text, decided boolean,
-    run_id uuid, tenant_id text, payload bytea, attempt integer, max_attempts integer,
-    enqueued_at timestamptz, available_at timestamptz, claimed_at timestamptz,
-    lease_expires_at timestamptz, lease_token uuid, recorded bigint,
-    contended boolean, limited boolean)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM statek.shard_costs AS c WHERE c.shard_id = p_shard_id) THEN
+    v_def := pg_get_functiondef(
+        'statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)'::regprocedure);
+    IF (length(v_def) - length(replace(v_def, v_begin, ''))) / length(v_begin) <> 1
+       OR (length(v_def) - length(replace(v_def, v_check, ''))) / length(v_check) <> 1 THEN
+        RAISE EXCEPTION 'statek: V19 expected V18''s statek.claim_slots';
+    END IF;
+    v_def := replace(v_def, v_check, v_check || $check$    -- A cost shard's slots (V19): only from statek.claim_cost_slots,
+    -- which decides their debt first.
+    IF EXISTS (SELECT 1 FROM statek.shard_costs AS c WHERE c.shard_id = p_shard_id)
+       AND NOT EXISTS (SELECT 1 FROM statek.cost_claims_open AS o
+                       WHERE o.backend = pg_backend_pid() AND o.xact = pg_current_xact_id()) THEN
         RAISE EXCEPTION 'statek: shard % shares cost: its slots are claimed through statek.claim_cost_slots',
             p_shard_id USING ERRCODE = 'SK002';
     END IF;
-    RETURN QUERY SELECT * FROM statek.claim_slots_core(
-        p_sequences, p_tenants, p_tokens, p_lease_secs, p_shard_id, p_max_runs);
+$check$);
+    EXECUTE v_def;
 END;
 $$;
-REVOKE ALL ON FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)
-    FROM PUBLIC;
 
 -- Claims for the slots of a cost shard. Per tenant of the claim, in id
 -- order: its ledger row is locked (created at its first claim, balance 0);
@@ -480,17 +473,21 @@ BEGIN
         END IF;
     END LOOP;
     IF cardinality(v_keep) > 0 THEN
+        INSERT INTO statek.cost_claims_open AS o (backend, xact)
+        VALUES (pg_backend_pid(), pg_current_xact_id())
+        ON CONFLICT (backend) DO UPDATE SET xact = EXCLUDED.xact;
         v_answer := ARRAY(
             SELECT ROW(v_keep[c.ord::integer], c.sequence, c.slot_tenant, c.decided, c.run_id,
                        c.tenant_id, c.payload, c.attempt, c.max_attempts, c.enqueued_at,
                        c.available_at, c.claimed_at, c.lease_expires_at, c.lease_token,
                        c.recorded, c.contended, c.limited)::statek.slot_claim_answer
-            FROM statek.claim_slots_core(
+            FROM statek.claim_slots(
                 ARRAY(SELECT p_sequences[k] FROM unnest(v_keep) AS u(k)),
                 ARRAY(SELECT p_tenants[k] FROM unnest(v_keep) AS u(k)),
                 ARRAY(SELECT p_tokens[k] FROM unnest(v_keep) AS u(k)),
                 p_lease_secs, p_shard_id, p_max_runs) AS c
             ORDER BY c.ord);
+        DELETE FROM statek.cost_claims_open AS o WHERE o.backend = pg_backend_pid();
     END IF;
     -- The decided prefix: every slot, or up to the last slot the claim
     -- decided when it left slots undecided.
@@ -559,17 +556,19 @@ REVOKE ALL ON FUNCTION statek.add_cost_charge(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION statek.record_shard_costs() FROM PUBLIC;
 REVOKE ALL ON FUNCTION statek.charge_cost_attempt() FROM PUBLIC;
 
--- Whoever could claim slots may claim them through both functions.
+-- Whoever may claim slots may claim a cost shard's.
 DO $$
 DECLARE
     v_grantee regrole;
 BEGIN
-    FOR v_grantee IN SELECT g.grantee FROM v19_claim_grantees AS g LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint) TO %s',
-                       v_grantee);
+    FOR v_grantee IN
+        SELECT DISTINCT a.grantee::regrole
+        FROM pg_proc AS p CROSS JOIN LATERAL aclexplode(p.proacl) AS a
+        WHERE p.oid = 'statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)'::regprocedure
+          AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
+    LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION statek.claim_cost_slots(bigint[], text[], uuid[], float8, text, bigint) TO %s',
                        v_grantee);
     END LOOP;
 END;
 $$;
-DROP TABLE v19_claim_grantees;

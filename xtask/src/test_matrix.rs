@@ -327,7 +327,15 @@ pub fn run(args: &TestArgs) -> Result<()> {
         // The operator tool as `cargo install --path crates/statek-cli`
         // builds it: its default features, without `demo` (the steps
         // below unify features and always turn it on).
-        &["clippy", "-p", "statek-cli", "--bins", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "-p",
+            "statek-cli",
+            "--bins",
+            "--",
+            "-D",
+            "warnings",
+        ],
     ] {
         report.step(&display(args), cargo_step(args));
     }

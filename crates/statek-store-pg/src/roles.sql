@@ -46,8 +46,7 @@ ALTER FUNCTION statek.refuse_slot_map_change() OWNER TO {owner};
 ALTER FUNCTION statek.attach_slot_map(text, smallint[]) OWNER TO {owner};
 ALTER FUNCTION statek.check_claimed_slots(text, bigint[], text[]) OWNER TO {owner};
 ALTER FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint) OWNER TO {owner};
-ALTER FUNCTION statek.claim_slots_core(bigint[], text[], uuid[], float8, text, bigint)
-    OWNER TO {owner};
+ALTER TABLE statek.cost_claims_open OWNER TO {owner};
 ALTER FUNCTION statek.claim_cost_slots(bigint[], text[], uuid[], float8, text, bigint)
     OWNER TO {owner};
 ALTER TYPE statek.slot_claim_answer OWNER TO {owner};

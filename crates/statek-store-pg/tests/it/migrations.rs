@@ -766,9 +766,8 @@ async fn no_security_definer_function_is_executable_by_public() {
     }
 }
 
-/// Migration V19: whoever could claim slots before may claim through the
-/// slot-mode wrapper and the cost-mode function, nobody but the owner
-/// through V18's statement under its new name; a cost-mode shard on a
+/// Migration V19: whoever could claim slots before still may, and may
+/// claim a cost shard's slots through the new function; a cost-mode shard on a
 /// database before V19 is a configuration error naming the migration, and
 /// registers after it with its parameters recorded.
 #[tokio::test]
@@ -829,9 +828,19 @@ async fn v19_keeps_claim_grants_and_admits_cost_shards() {
     };
     assert!(may(&claimer, "claim_slots").await);
     assert!(may(&claimer, "claim_cost_slots").await);
-    assert!(!may(&claimer, "claim_slots_core").await);
     assert!(!may(&other, "claim_slots").await);
     assert!(!may(&other, "claim_cost_slots").await);
+    // The mark that lets statek.claim_slots take a cost shard's slots is
+    // the owner's to write (statek.claim_cost_slots), nobody else's.
+    let marks: bool = admin
+        .query_one(
+            "SELECT has_table_privilege($1, 'statek.cost_claims_open', 'INSERT')",
+            &[&claimer],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!marks);
     store.register(&cost).await.unwrap();
     let row = admin
         .query_one(
