@@ -25,15 +25,23 @@ CREATE UNLOGGED TABLE statek.cost_claims_open (
 ALTER TABLE statek.cost_claims_open ADD CONSTRAINT cost_claims_open_pkey PRIMARY KEY (backend);
 COMMENT ON TABLE statek.cost_claims_open IS 'The backends inside statek.claim_cost_slots (V19), with their transaction: written and emptied by that function only; statek.claim_slots claims a cost shard''s slots only for them.';
 
+CREATE TABLE statek.cost_credit_progress (
+    schedule_id text NOT NULL,
+    tenant_id text NOT NULL,
+    shard_id text NOT NULL,
+    as_of_sequence bigint NOT NULL
+);
+ALTER TABLE statek.cost_credit_progress ADD CONSTRAINT cost_credit_progress_as_of_sequence_check CHECK (as_of_sequence >= '-1'::integer);
+ALTER TABLE statek.cost_credit_progress ADD CONSTRAINT cost_credit_progress_pkey PRIMARY KEY (schedule_id, tenant_id, shard_id);
+COMMENT ON TABLE statek.cost_credit_progress IS 'Cost mode''s ledger (V19): per schedule, tenant and shard, the last sequence whose slot of the tenant is credited.';
+
 CREATE TABLE statek.cost_credits (
     schedule_id text NOT NULL,
     tenant_id text NOT NULL,
-    credit numeric,
-    shard_id text,
-    as_of_sequence bigint
+    credit numeric
 );
 ALTER TABLE statek.cost_credits ADD CONSTRAINT cost_credits_pkey PRIMARY KEY (schedule_id, tenant_id);
-COMMENT ON TABLE statek.cost_credits IS 'Cost mode''s ledger (V19): per schedule and tenant, the credit its slots granted, cut to b_cap, as of a sequence; moved only by statek.claim_cost_slots under its row lock.';
+COMMENT ON TABLE statek.cost_credits IS 'Cost mode''s ledger (V19): per schedule and tenant, the credit its slots granted, cut to b_cap; moved only by statek.claim_cost_slots under its row lock.';
 
 CREATE TABLE statek.refinery_schema_history (
     version integer NOT NULL,
@@ -883,11 +891,15 @@ BEGIN
         FOR UPDATE;
         SELECT coalesce(sum(g.charged), 0) INTO v_charged FROM statek.cost_charges AS g
         WHERE g.schedule_id = v_cost.schedule_id AND g.tenant_id = v_tenant;
-        -- A tenant's first slot starts it at balance 0; another shard (a
-        -- rollout) counts its credits from that shard's first slot, the
-        -- balance cut to this shard's cap.
+        -- A tenant's first slot starts it at balance 0; each shard of the
+        -- schedule credits its own slots from where it stopped (a new
+        -- shard from its first slot), the balance cut to this shard's
+        -- cap.
         v_credit := least(coalesce(v_row.credit, v_charged), v_charged + v_cost.balance_cap);
-        v_as_of := CASE WHEN v_row.shard_id = p_shard_id THEN v_row.as_of_sequence ELSE -1 END;
+        SELECT g.as_of_sequence INTO v_as_of FROM statek.cost_credit_progress AS g
+        WHERE g.schedule_id = v_cost.schedule_id AND g.tenant_id = v_tenant
+          AND g.shard_id = p_shard_id;
+        v_as_of := coalesce(v_as_of, -1);
         v_base := statek.cycle_picks_through(v_positions, v_length, v_as_of);
         FOR j IN 1 .. cardinality(v_seqs) LOOP
             v_k := least(v_credit + v_cost.quantum
@@ -948,10 +960,13 @@ BEGIN
                                * (statek.cycle_picks_through(v_positions, v_length,
                                                              greatest(v_last, v_t_as_of[i]))
                                   - statek.cycle_picks_through(v_positions, v_length, v_t_as_of[i])),
-                           v_t_charged[i] + v_cost.balance_cap),
-            shard_id = p_shard_id,
-            as_of_sequence = greatest(v_last, v_t_as_of[i])
+                           v_t_charged[i] + v_cost.balance_cap)
         WHERE c.schedule_id = v_cost.schedule_id AND c.tenant_id = v_t_ids[i];
+        INSERT INTO statek.cost_credit_progress AS g
+            (schedule_id, tenant_id, shard_id, as_of_sequence)
+        VALUES (v_cost.schedule_id, v_t_ids[i], p_shard_id, greatest(v_last, v_t_as_of[i]))
+        ON CONFLICT (schedule_id, tenant_id, shard_id)
+            DO UPDATE SET as_of_sequence = greatest(g.as_of_sequence, EXCLUDED.as_of_sequence);
     END LOOP;
     -- The attempts claimed are charged when they end.
     UPDATE statek.runs AS r SET charge_pending = true

@@ -13,8 +13,9 @@
 --   registered.
 -- - The ledger, per schedule (so that an attempt claimed on a sealed shard
 --   and finished after the seal charges the same ledger) and tenant:
---   `statek.cost_credits` holds the credit K granted so far, as of a
---   sequence of a shard, and `statek.cost_charges` what was charged, as
+--   `statek.cost_credits` holds the credit K granted so far (how far each
+--   shard credited the tenant: `statek.cost_credit_progress`), and
+--   `statek.cost_charges` what was charged, as
 --   partial sums per writer (the backend's pid mod 16: no row shared by
 --   every replica's finishes). The balance is K − Σ charged. Only a claim
 --   moves K, under its row lock; finishes only add to their partial sum.
@@ -210,14 +211,26 @@ CREATE TABLE statek.cost_credits (
     -- Credit granted so far (cost units); the balance is this minus the
     -- tenant's charges. NULL until the first claim decides a slot.
     credit          numeric,
-    -- The shard and sequence the credit is as of (every slot of the
-    -- tenant up to it credited).
-    shard_id        text,
-    as_of_sequence  bigint,
     PRIMARY KEY (schedule_id, tenant_id)
 );
 COMMENT ON TABLE statek.cost_credits IS
-    'Cost mode''s ledger (V19): per schedule and tenant, the credit its slots granted, cut to b_cap, as of a sequence; moved only by statek.claim_cost_slots under its row lock.';
+    'Cost mode''s ledger (V19): per schedule and tenant, the credit its slots granted, cut to b_cap; moved only by statek.claim_cost_slots under its row lock.';
+
+-- How far each shard of a schedule has credited each tenant: every slot
+-- of the tenant up to `as_of_sequence` of the shard is credited. One row
+-- per shard, so that a late claim on a sealed shard (a batch reserved
+-- before the seal) credits that shard's slots from where that shard
+-- stopped, not from its first slot. Written under the tenant's
+-- statek.cost_credits row lock.
+CREATE TABLE statek.cost_credit_progress (
+    schedule_id     text    NOT NULL,
+    tenant_id       text    NOT NULL,
+    shard_id        text    NOT NULL,
+    as_of_sequence  bigint  NOT NULL CHECK (as_of_sequence >= -1),
+    PRIMARY KEY (schedule_id, tenant_id, shard_id)
+);
+COMMENT ON TABLE statek.cost_credit_progress IS
+    'Cost mode''s ledger (V19): per schedule, tenant and shard, the last sequence whose slot of the tenant is credited.';
 
 CREATE TABLE statek.cost_charges (
     schedule_id  text     NOT NULL,
@@ -445,11 +458,15 @@ BEGIN
         FOR UPDATE;
         SELECT coalesce(sum(g.charged), 0) INTO v_charged FROM statek.cost_charges AS g
         WHERE g.schedule_id = v_cost.schedule_id AND g.tenant_id = v_tenant;
-        -- A tenant's first slot starts it at balance 0; another shard (a
-        -- rollout) counts its credits from that shard's first slot, the
-        -- balance cut to this shard's cap.
+        -- A tenant's first slot starts it at balance 0; each shard of the
+        -- schedule credits its own slots from where it stopped (a new
+        -- shard from its first slot), the balance cut to this shard's
+        -- cap.
         v_credit := least(coalesce(v_row.credit, v_charged), v_charged + v_cost.balance_cap);
-        v_as_of := CASE WHEN v_row.shard_id = p_shard_id THEN v_row.as_of_sequence ELSE -1 END;
+        SELECT g.as_of_sequence INTO v_as_of FROM statek.cost_credit_progress AS g
+        WHERE g.schedule_id = v_cost.schedule_id AND g.tenant_id = v_tenant
+          AND g.shard_id = p_shard_id;
+        v_as_of := coalesce(v_as_of, -1);
         v_base := statek.cycle_picks_through(v_positions, v_length, v_as_of);
         FOR j IN 1 .. cardinality(v_seqs) LOOP
             v_k := least(v_credit + v_cost.quantum
@@ -510,10 +527,13 @@ BEGIN
                                * (statek.cycle_picks_through(v_positions, v_length,
                                                              greatest(v_last, v_t_as_of[i]))
                                   - statek.cycle_picks_through(v_positions, v_length, v_t_as_of[i])),
-                           v_t_charged[i] + v_cost.balance_cap),
-            shard_id = p_shard_id,
-            as_of_sequence = greatest(v_last, v_t_as_of[i])
+                           v_t_charged[i] + v_cost.balance_cap)
         WHERE c.schedule_id = v_cost.schedule_id AND c.tenant_id = v_t_ids[i];
+        INSERT INTO statek.cost_credit_progress AS g
+            (schedule_id, tenant_id, shard_id, as_of_sequence)
+        VALUES (v_cost.schedule_id, v_t_ids[i], p_shard_id, greatest(v_last, v_t_as_of[i]))
+        ON CONFLICT (schedule_id, tenant_id, shard_id)
+            DO UPDATE SET as_of_sequence = greatest(g.as_of_sequence, EXCLUDED.as_of_sequence);
     END LOOP;
     -- The attempts claimed are charged when they end.
     UPDATE statek.runs AS r SET charge_pending = true

@@ -255,7 +255,7 @@ impl Report for Compiled {
                 w,
                 "cost bound = B = q·Δ + D·C_max + b_cap, in cost units: over a window W the cost served to the tenant stays within B of q·|W|·weight/L (above: always; below: while none of its credit is cut by b_cap); D = {} (docs/guarantees.md, \"Cost mode: the bound\")",
                 c.concurrency.map_or_else(
-                    || "the most attempts of the tenant claimed and not yet charged, its --max-running cap (give --concurrency)".to_owned(),
+                    || "the most attempts of the tenant claimed and not yet charged (its --max-running cap plus its expired, not yet rescued attempts; give --concurrency)".to_owned(),
                     |d| d.to_string()
                 )
             )?;

@@ -55,6 +55,7 @@ ALTER TABLE statek.shard_costs OWNER TO {owner};
 ALTER FUNCTION statek.record_shard_costs() OWNER TO {owner};
 ALTER FUNCTION statek.refuse_shard_costs_change() OWNER TO {owner};
 ALTER TABLE statek.cost_credits OWNER TO {owner};
+ALTER TABLE statek.cost_credit_progress OWNER TO {owner};
 ALTER TABLE statek.cost_charges OWNER TO {owner};
 ALTER FUNCTION statek.add_cost_charge(text, text, bigint) OWNER TO {owner};
 ALTER FUNCTION statek.charge_cost_attempt() OWNER TO {owner};

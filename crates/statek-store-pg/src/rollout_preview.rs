@@ -62,8 +62,9 @@ impl PgStore {
     /// (`from`'s stored policy is another), [`RolloutError::ScheduleConflict`](crate::RolloutError::ScheduleConflict),
     /// [`RolloutError::NotLiveShard`](crate::RolloutError::NotLiveShard) (`from` is sealed),
     /// [`RolloutError::SuccessorExists`](crate::RolloutError::SuccessorExists) (`to` is registered);
-    /// [`StoreError::CorruptData`]; [`StoreError::InvalidArgument`] for a
-    /// cost-mode `to`; connection and server errors.
+    /// [`StoreError::CorruptData`]; [`MigrationError::Behind`](crate::MigrationError::Behind)
+    /// for a cost-mode `to` before migration V19; connection and server
+    /// errors.
     pub async fn preview_rollout(
         &self,
         from: &WeightedFairnessPolicy,

@@ -333,8 +333,9 @@ impl PgStore {
     /// the shard already has a chain (a shard of it was registered under
     /// that name: roll out instead);
     /// [`StoreError::CorruptData`] if the stored row fails its checks;
-    /// [`StoreError::InvalidArgument`] for a cost-mode policy, which this
-    /// version cannot run (nothing is written);
+    /// [`MigrationError::Behind`](crate::MigrationError::Behind) for a
+    /// cost-mode policy on a database before migration V19 (nothing is
+    /// written);
     /// [`ConnectionError::SessionSettingMismatch`](crate::ConnectionError::SessionSettingMismatch) under transaction pooling;
     /// connection and server errors.
     pub async fn register(

@@ -299,8 +299,9 @@ impl PgStore {
     /// with these policies answers [`Rollout::replayed`].
     ///
     /// # Errors
-    /// - [`StoreError::InvalidArgument`]: `to` is a cost-mode policy, which
-    ///   this version cannot run (nothing is written).
+    /// - [`MigrationError::Behind`](crate::MigrationError::Behind): `to` is
+    ///   a cost-mode policy and the database is before migration V19
+    ///   (nothing is written).
     /// - [`RolloutError::UnknownShard`](crate::RolloutError::UnknownShard): `from` is not registered.
     /// - [`RolloutError::PolicyConflict`](crate::RolloutError::PolicyConflict): `from` (or an existing `to` of a
     ///   replayed rollout) is bound to other bytes.

@@ -652,6 +652,90 @@ mod postgres {
         charges_match_the_evidence(&db, &store, "primary-v1").await;
     }
 
+    /// A batch reserved on a shard before its seal and claimed after the
+    /// successor's first claim credits that shard's slots from where that
+    /// shard stopped (each shard keeps its own progress), so no debt is
+    /// forgiven: written out by hand.
+    #[tokio::test]
+    async fn a_late_claim_on_a_sealed_shard_forgives_no_debt() {
+        let db = TestDatabase::create().await;
+        let store = db.store();
+        let fa = tenant("fa");
+        for _ in 0..6 {
+            store
+                .enqueue(&NewRun::new(fa.clone(), b"x".to_vec()))
+                .await
+                .unwrap();
+        }
+        let params = FairnessUnit::Cost(CostFairness::new(2, 10, 6, 4).unwrap());
+        let x = policy("x-v1", &[("fa", 1), ("fb", 1)]).with_fairness(params);
+        let y = policy("x-v2", &[("fa", 1), ("fb", 1)]).with_fairness(params);
+        store.register(&x).await.unwrap();
+        let lease = std::time::Duration::from_secs(60);
+        let reserve = async |p: &WeightedFairnessPolicy| {
+            store
+                .reserve_batch(p.shard_id(), &p.digest(), uuid::Uuid::now_v7(), 4)
+                .await
+                .unwrap()
+                .reservations()
+                .iter()
+                .filter(|r| r.slot() == 0)
+                .map(|r| (r.sequence(), fa.clone()))
+                .collect::<Vec<_>>()
+        };
+        let claim = async |p: &WeightedFairnessPolicy, slots: &[(u64, TenantId)]| {
+            let request = statek_store_pg::SlotClaimRequest::new(p.shard_id(), slots, lease, 4)
+                .unwrap()
+                .in_cost_mode();
+            store.claim_slots(&request).await.unwrap()
+        };
+        let balance = async || balances(&store, "x-v1").await;
+        let first = reserve(&x).await;
+        let late = reserve(&x).await;
+        assert_eq!(
+            (
+                first.iter().map(|s| s.0).collect::<Vec<_>>(),
+                late.iter().map(|s| s.0).collect::<Vec<_>>()
+            ),
+            (vec![0, 2], vec![4, 6])
+        );
+        // x, slots 0 and 2: 2 and 4, both claim; both finish at cost 10:
+        // credit 4, charged 20.
+        for answer in claim(&x, &first).await {
+            let statek_store_pg::SlotClaim::Claimed(run) = answer else {
+                panic!("expected a claim: {answer:?}");
+            };
+            store
+                .finish_runs(&[statek_store_pg::FinishRun::complete(run.lease).with_cost(Some(10))])
+                .await
+                .unwrap();
+        }
+        assert_eq!(balance().await, [("fa".to_owned(), -16)]);
+        // The rollout; y's slots 0 and 2: −14, −12, debt slots.
+        store.rollout(&x, &y, None).await.unwrap();
+        let on_y = reserve(&y).await;
+        assert_eq!(
+            claim(&y, &on_y).await,
+            [
+                statek_store_pg::SlotClaim::Debt,
+                statek_store_pg::SlotClaim::Debt
+            ]
+        );
+        assert_eq!(balance().await, [("fa".to_owned(), -12)]);
+        // x's late batch, slots 4 and 6: x credited fa through slot 2, so
+        // two more credits: −10, −8, debt slots (counting x's slots from
+        // its first would credit 0, 2, 4 and 6 again).
+        assert_eq!(
+            claim(&x, &late).await,
+            [
+                statek_store_pg::SlotClaim::Debt,
+                statek_store_pg::SlotClaim::Debt
+            ]
+        );
+        assert_eq!(balance().await, [("fa".to_owned(), -8)]);
+        charges_match_the_evidence(&db, &store, "x-v1").await;
+    }
+
     /// Works a few milliseconds (varying per run, so finishes come out of
     /// claim order) and reports the cost its payload names.
     async fn uneven(run: Run, _cancel: CancellationToken) -> RunResult {
