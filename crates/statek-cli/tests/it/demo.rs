@@ -215,9 +215,11 @@ fn the_cost_skew_demo_runs_without_a_database_and_passes_its_checks() {
     };
     // tenant | runs executors cost | runs executors cost | served−E bound
     let expensive = row("expensive");
-    assert_eq!(expensive[3], "93.0%", "{text}");
-    let cost_share: f64 = expensive[8].trim_end_matches('%').parse().unwrap();
-    assert!((20.0..=30.0).contains(&cost_share), "{text}");
+    let share = |column: usize| -> f64 { expensive[column].trim_end_matches('%').parse().unwrap() };
+    // Slot mode: equal runs per tenant (±1 in a 5 s window), so 200/215
+    // of the executors, 93.0% give or take 0.1; cost mode: about a quarter.
+    assert!((92.5..=93.5).contains(&share(3)), "{text}");
+    assert!((20.0..=30.0).contains(&share(8)), "{text}");
     assert_eq!(text.matches("  [pass] ").count(), 3, "{text}");
     assert!(!text.contains("[FAIL]"), "{text}");
     let png = std::fs::read(charts.join("cost-skew.png")).unwrap();
