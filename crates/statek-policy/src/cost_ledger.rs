@@ -126,9 +126,7 @@ impl CostLedger {
     /// charged: `min(reported, C_max)`, or `default_cost`.
     #[must_use]
     pub fn charged(&self, reported: Option<u64>) -> u64 {
-        reported.map_or(self.cost.default_cost(), |cost| {
-            cost.min(self.cost.max_cost())
-        })
+        self.cost.charge_for(reported)
     }
 
     /// Charges one finished attempt of `tenant` (call it once per

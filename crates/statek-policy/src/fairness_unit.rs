@@ -122,6 +122,20 @@ impl CostFairness {
     pub fn balance_cap(&self) -> u64 {
         self.balance_cap
     }
+
+    /// What an attempt that reported `reported` (`None`: nothing) is
+    /// charged: `min(reported, C_max)`, or the default.
+    #[must_use]
+    pub fn charge_for(&self, reported: Option<u64>) -> u64 {
+        reported.map_or(self.default_cost, |cost| cost.min(self.max_cost))
+    }
+
+    /// Whether a report of `reported` exceeds `C_max` (it is charged
+    /// `C_max`, so its tenant is served more than it is charged).
+    #[must_use]
+    pub fn exceeds_max(&self, reported: Option<u64>) -> bool {
+        reported.is_some_and(|cost| cost > self.max_cost)
+    }
 }
 
 fn check(parameter: &'static str, value: u64, min: u64, max: u64) -> Result<(), PolicyError> {

@@ -20,7 +20,7 @@
 
 use statek_core::MetricKind::{Counter, Gauge, Histogram};
 pub use statek_core::{Metric, MetricKind};
-use statek_policy::{TenantId, WeightedFairnessPolicy};
+use statek_policy::{CostFairness, TenantId, WeightedFairnessPolicy};
 #[cfg(feature = "postgres")]
 use statek_store_pg::metric_names::{
     DURABILITY_RISK, PRUNE_CUTOFF_TIMESTAMP_SECONDS, RESERVATIONS_LOST_TOTAL, SHARD_HALTED,
@@ -70,10 +70,22 @@ pub const RUN_COST_REPORTED_TOTAL: &str = "statek_run_cost_reported_total";
 pub const RUN_COST_CLAMPED_TOTAL: &str = "statek_run_cost_clamped_total";
 /// Counter `{tenant}`, cost units: cost charged to cost mode's ledger,
 /// each attempt once (`min(reported, C_max)`, or the policy's default),
-/// by an executor that keeps the ledger ([`publish_cost_charge`]).
+/// by an executor that keeps the ledger ([`count_cost_charge`]). The
+/// PostgreSQL executor counts the charges of the finishes it records; the
+/// default charged when an attempt is rescued, cancelled or taken over is
+/// in the ledger (`statek status`), not in this counter.
 pub const COST_CHARGED_TOTAL: &str = "statek_cost_charged_total";
+/// Counter `{tenant}`, attempts: cost-mode attempts that reported more
+/// than the policy's `C_max` (`max_cost`) and were charged `C_max`
+/// ([`count_cost_charge`]): the tenant was served more cost than it was
+/// charged, so raise `max_cost` (a rollout) or fix the handler.
+pub const COST_OVER_MAX_TOTAL: &str = "statek_cost_over_max_total";
 /// Gauge `{tenant}`, cost units: the tenant's balance in cost mode's
-/// ledger after its latest credit or charge (negative: in debt).
+/// ledger (negative: in debt). The in-memory executor sets it after each
+/// credit and charge; the PostgreSQL executor reads the shared ledger at
+/// each housekeeping pass (`WorkerOptions::maintenance_every`), so every
+/// replica of a schedule reports the same fleet-wide value: aggregate
+/// it with `max`, not `sum`.
 pub const COST_BALANCE: &str = "statek_cost_balance";
 
 /// Gauge `{shard, tenant}`, reservations: largest selection gap observed by
@@ -137,8 +149,8 @@ pub const RUN_OUTCOMES: &[&str] = &["completed", "failed", "retrying", "lease_lo
 /// `{shard}` for the shard's counters and its sealed and halted gauges,
 /// `{shard, kind}` for every [`TICK_ERROR_KINDS`], `{shard, tenant}` and
 /// `{tenant, outcome}` for every tenant of the policy and every
-/// [`RUN_OUTCOMES`], `{tenant}` of [`RUN_COST_CLAMPED_TOTAL`] for every
-/// tenant, and (feature `postgres`) `{risk}` for every durability
+/// [`RUN_OUTCOMES`], `{tenant}` of [`RUN_COST_CLAMPED_TOTAL`] and
+/// [`COST_OVER_MAX_TOTAL`] for every tenant, and (feature `postgres`) `{risk}` for every durability
 /// risk of statek-store-pg (`DurabilityRisk::LABELS`). This crate's own
 /// come first, then the store's (reservations lost, timeline changes,
 /// shard halted, durability risk).
@@ -153,6 +165,7 @@ pub fn zero_at_start() -> Vec<&'static str> {
         GAP_ABOVE_BOUND_TOTAL,
         RUN_OUTCOMES_TOTAL,
         RUN_COST_CLAMPED_TOTAL,
+        COST_OVER_MAX_TOTAL,
     ];
     #[cfg(feature = "postgres")]
     names.extend([
@@ -230,6 +243,7 @@ pub fn zero_series(policy: &WeightedFairnessPolicy) {
             .increment(0);
         }
         metrics::counter!(RUN_COST_CLAMPED_TOTAL, "tenant" => tenant.clone()).increment(0);
+        metrics::counter!(COST_OVER_MAX_TOTAL, "tenant" => tenant.clone()).increment(0);
     }
     #[cfg(feature = "postgres")]
     {
@@ -388,11 +402,18 @@ pub const SCHEDULER_METRICS: &[Metric] = &[
         "Cost charged to cost mode's ledger, each attempt once: min(reported, C_max), or the policy's default.",
     ),
     Metric::new(
+        COST_OVER_MAX_TOTAL,
+        Counter,
+        &["tenant"],
+        "attempts",
+        "Cost-mode attempts that reported more than the policy's max_cost and were charged max_cost.",
+    ),
+    Metric::new(
         COST_BALANCE,
         Gauge,
         &["tenant"],
         "cost units",
-        "The tenant's balance in cost mode's ledger after its latest credit or charge; negative: in debt.",
+        "The tenant's balance in cost mode's ledger; negative: in debt. From PostgreSQL: the shared ledger, read at each housekeeping pass.",
     ),
     Metric::new(
         WORKER_RUNS_EXECUTING,
@@ -492,12 +513,20 @@ pub fn describe_all() {
     }
 }
 
-/// Counts `charged` cost units of `tenant` in [`COST_CHARGED_TOTAL`] and
-/// sets its [`COST_BALANCE`] to `balance`: an executor that keeps cost
-/// mode's ledger calls it once per attempt it charges.
-pub fn publish_cost_charge(tenant: &TenantId, charged: u64, balance: i128) {
-    metrics::counter!(COST_CHARGED_TOTAL, "tenant" => tenant.to_string()).increment(charged);
-    publish_cost_balance(tenant, balance);
+/// Counts one charge of an attempt of `tenant` that reported `reported`
+/// (`None`: nothing) under `cost`: what it was charged
+/// ([`CostLedger::charged`](statek_policy::CostLedger::charged)) in
+/// [`COST_CHARGED_TOTAL`], and the attempt in [`COST_OVER_MAX_TOTAL`] if
+/// it reported more than `C_max`. An executor that keeps cost mode's
+/// ledger calls it once per attempt it charges; returns the charge.
+pub fn count_cost_charge(tenant: &TenantId, cost: &CostFairness, reported: Option<u64>) -> u64 {
+    let charged = cost.charge_for(reported);
+    let tenant = tenant.to_string();
+    metrics::counter!(COST_CHARGED_TOTAL, "tenant" => tenant.clone()).increment(charged);
+    if cost.exceeds_max(reported) {
+        metrics::counter!(COST_OVER_MAX_TOTAL, "tenant" => tenant).increment(1);
+    }
+    charged
 }
 
 /// Sets [`COST_BALANCE`] of `tenant` to `balance` (cost units; as `f64`,

@@ -13,7 +13,7 @@ use statek_core::{
     claim_and_run, BatchSlot, ExecutedRun, Run, RunHandler, RunNotifications, RunPermit, RunResult,
     SlotBatch, SlotStart, SlotTickets, SourceError, TenantExecutor, TenantTickOutcome, Unclaimed,
 };
-use statek_policy::TenantId;
+use statek_policy::{CostFairness, SchedulerShardId, TenantId};
 use statek_store_pg::{
     ClaimOutcome, ClaimedRun, FinishAs, FinishOutcome, FinishRun, PgStore, RunLease, StoreError,
 };
@@ -102,6 +102,10 @@ pub struct PgRunQueueExecutor<H> {
     idle: Option<Arc<IdleSet>>,
     /// (tenant, state) pairs of [`crate::metrics::RUNS`] set so far.
     published_counts: Arc<std::sync::Mutex<std::collections::BTreeSet<(String, &'static str)>>>,
+    /// The cost shard of the latest cost-mode batch: its schedule's
+    /// ledger is read into [`crate::metrics::COST_BALANCE`] by
+    /// [`TenantExecutor::maintain`].
+    cost_shard: Arc<std::sync::Mutex<Option<SchedulerShardId>>>,
 }
 
 impl<H: RunHandler> PgRunQueueExecutor<H> {
@@ -123,6 +127,33 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
             options,
             completions,
             published_counts: Arc::default(),
+            cost_shard: Arc::default(),
+        }
+    }
+
+    /// Sets [`crate::metrics::COST_BALANCE`] of every tenant in the ledger
+    /// of the latest cost shard's schedule (nothing before a cost-mode
+    /// batch).
+    async fn publish_cost_balances(&self) {
+        let shard = self
+            .cost_shard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(shard) = shard else {
+            return;
+        };
+        match self.store.cost_balances(&shard).await {
+            Ok(balances) => {
+                for standing in balances {
+                    crate::metrics::publish_cost_balance(&standing.tenant, standing.balance);
+                }
+            }
+            Err(e) => tracing::warn!(
+                shard = %shard,
+                error = %crate::error::chain(&e),
+                "cannot read the cost ledger"
+            ),
         }
     }
 
@@ -163,7 +194,10 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
     }
 
     /// Runs a claimed run's handler under its lease and records how it
-    /// ended (completion or failure, fenced by its token).
+    /// ended (completion or failure, fenced by its token). `charged`: the
+    /// cost parameters of the cost-mode slot that claimed it (the trigger
+    /// `runs_charge_cost` charges it with its finish; counted here once
+    /// that committed).
     async fn run_claimed(
         &self,
         run: Box<ClaimedRun>,
@@ -171,6 +205,7 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
         claim_sent: Instant,
         permit: Option<RunPermit>,
         recording: Recording,
+        charged: Option<CostFairness>,
     ) -> Result<TenantTickOutcome, StoreError> {
         // The handler sees the run; the fencing token stays here.
         let held = run.lease;
@@ -227,6 +262,9 @@ impl<H: RunHandler> PgRunQueueExecutor<H> {
                     | FinishOutcome::AlreadyRecorded)
             ) {
                 crate::metrics::count_recorded_cost(tenant, cost, clamped);
+                if let Some(charged) = &charged {
+                    crate::metrics::count_cost_charge(tenant, charged, cost);
+                }
             }
         };
         match result {
@@ -409,7 +447,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
             // Contended, or any answer without a run.
             _ => return Ok(TenantTickOutcome::Contended),
         };
-        self.run_claimed(run, shutdown, claim_sent, None, Recording::Direct)
+        self.run_claimed(run, shutdown, claim_sent, None, Recording::Direct, None)
             .await
     }
 
@@ -420,6 +458,12 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
     ) {
         let lease = self.options.lease_length();
         let shard = batch.shard().to_string();
+        if batch.cost_fairness().is_some() {
+            let mut kept = self.cost_shard.lock().unwrap_or_else(|p| p.into_inner());
+            if kept.as_ref() != Some(batch.shard()) {
+                *kept = Some(batch.shard().clone());
+            }
+        }
         // The claim of the slots being claimed for, kept across its
         // retries: a retry sends the same tokens, so a claim whose
         // acknowledgement was lost is answered from the claim history
@@ -481,8 +525,15 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
                 }
             },
             |(run, claim_sent): (Box<ClaimedRun>, Instant), permit: Option<RunPermit>| async move {
-                self.run_claimed(run, batch.cancel(), claim_sent, permit, Recording::Grouped)
-                    .await
+                self.run_claimed(
+                    run,
+                    batch.cancel(),
+                    claim_sent,
+                    permit,
+                    Recording::Grouped,
+                    batch.cost_fairness().copied(),
+                )
+                .await
             },
         )
         .await;
@@ -503,6 +554,7 @@ impl<H: RunHandler> TenantExecutor for PgRunQueueExecutor<H> {
 
     async fn maintain(&self) {
         self.publish_run_counts().await;
+        self.publish_cost_balances().await;
         let expired = match self.store.find_expired_runs(EXPIRY_PASS_LIMIT).await {
             Ok(expired) => expired,
             Err(e) => {

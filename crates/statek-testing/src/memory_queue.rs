@@ -149,10 +149,10 @@ impl Queue {
     fn charge(ledger: &mut Option<CostLedger>, entry: &mut Entry, reported: Option<u64>) {
         if std::mem::take(&mut entry.uncharged) {
             if let Some(ledger) = ledger.as_mut() {
-                let charged = ledger.charge(&entry.tenant, reported);
-                statek_scheduler::metrics::publish_cost_charge(
+                ledger.charge(&entry.tenant, reported);
+                statek_scheduler::metrics::count_cost_charge(&entry.tenant, ledger.cost(), reported);
+                statek_scheduler::metrics::publish_cost_balance(
                     &entry.tenant,
-                    charged,
                     ledger.balance(&entry.tenant),
                 );
             }

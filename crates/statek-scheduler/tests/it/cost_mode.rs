@@ -504,8 +504,17 @@ mod postgres {
     /// on PostgreSQL: the same outcome at every slot, the same balances
     /// read back from the database, and the charges equal to the
     /// evidence.
+    /// It also checks the metrics the PostgreSQL executor exports: the
+    /// charges of the finishes it recorded, the attempt over `C_max`, and
+    /// the shared ledger's balances read by its housekeeping pass.
     #[tokio::test]
     async fn each_slot_follows_the_ledger_kept_by_the_database() {
+        use crate::metric_values::{get, snapshot};
+        use statek_scheduler::TenantExecutor;
+
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _local = metrics::set_default_local_recorder(&recorder);
         let db = TestDatabase::create().await;
         let store = db.store();
         for (t, payload) in [
@@ -580,6 +589,16 @@ mod postgres {
             .unwrap()
             .get(0);
         assert_eq!(debt, 3);
+        // a: 7 + 1 + 1 + 1; b: the default 6 (no report) and 20 cut to 10.
+        scheduler.executor().maintain().await;
+        let values = snapshot(&snapshotter);
+        let metric = |name: &str, t: &str| get(&values, name, &[("tenant", t)]);
+        assert_eq!(metric("statek_cost_charged_total", "a"), 10.0);
+        assert_eq!(metric("statek_cost_charged_total", "b"), 16.0);
+        assert_eq!(metric("statek_cost_over_max_total", "a"), 0.0);
+        assert_eq!(metric("statek_cost_over_max_total", "b"), 1.0);
+        assert_eq!(metric("statek_cost_balance", "a"), 4.0);
+        assert_eq!(metric("statek_cost_balance", "b"), 0.0);
     }
 
     /// A running attempt that is cancelled, and one whose lease expired and

@@ -29,9 +29,9 @@ impl RunHandler for Ok {
     }
 }
 
-type Values = BTreeMap<(String, Vec<(String, String)>), f64>;
+pub(crate) type Values = BTreeMap<(String, Vec<(String, String)>), f64>;
 
-fn snapshot(snapshotter: &metrics_util::debugging::Snapshotter) -> Values {
+pub(crate) fn snapshot(snapshotter: &metrics_util::debugging::Snapshotter) -> Values {
     snapshotter
         .snapshot()
         .into_vec()
@@ -54,7 +54,7 @@ fn snapshot(snapshotter: &metrics_util::debugging::Snapshotter) -> Values {
         .collect()
 }
 
-fn get(values: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn get(values: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
     let mut labels: Vec<(String, String)> = labels
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -363,6 +363,15 @@ async fn cost_mode_exports_charges_balances_and_debt_slots() {
             "statek_cost_charged_total",
             &[("tenant", "tenant-b")]
         ),
+        0.0
+    );
+    // "huge" reported u64::MAX, above C_max = 10: one attempt over.
+    assert_eq!(
+        get(&values, "statek_cost_over_max_total", &[("tenant", "tenant-a")]),
+        1.0
+    );
+    assert_eq!(
+        get(&values, "statek_cost_over_max_total", &[("tenant", "tenant-b")]),
         0.0
     );
     assert_eq!(
