@@ -65,6 +65,48 @@ pub struct RolloutReport {
     /// they were last picked and what they wait from there (not known
     /// without a database: empty for a plain dry run).
     rejoining: Vec<RejoinLine>,
+    /// Both policies share cost: the ledger across the seam. Null
+    /// otherwise.
+    cost_seam: Option<CostSeam>,
+}
+
+/// The cost ledger across a seam between two cost-mode policies
+/// (docs/guarantees.md, "Across a rollout's seam").
+#[derive(Debug, Serialize)]
+pub struct CostSeam {
+    /// The successor's `b_cap`: positive balances above it are cut to it
+    /// (at the tenant's first slot after the seal); debts are kept.
+    balance_cut_to: u64,
+    /// Per tenant of either policy (the successor's, then the leaving
+    /// ones): `B = fixed + D × per_concurrency`, in cost units.
+    bounds: Vec<CostSeamRow>,
+}
+
+/// One tenant's cost bound across the seam.
+#[derive(Debug, Serialize)]
+pub struct CostSeamRow {
+    tenant: String,
+    /// `q₁·Δ₁ + q₂·Δ₂ + max(b_cap₁, b_cap₂)`.
+    fixed: f64,
+    /// `max(C_max₁, C_max₂)`: what each of the tenant's concurrent
+    /// attempts (`D`) adds.
+    per_concurrency: u64,
+}
+
+fn cost_seam(old: &statek_policy::WeightedFairnessPolicy, new: &statek_policy::WeightedFairnessPolicy) -> Option<CostSeam> {
+    let bounds = PolicySeam::new(old, new).cost_bounds()?;
+    let (c1, c2) = (old.fairness().cost().copied()?, new.fairness().cost().copied()?);
+    Some(CostSeam {
+        balance_cut_to: c2.balance_cap(),
+        bounds: bounds
+            .iter()
+            .map(|b| CostSeamRow {
+                tenant: b.tenant().to_string(),
+                fixed: b.slack(0),
+                per_concurrency: c1.max_cost().max(c2.max_cost()),
+            })
+            .collect(),
+    })
 }
 
 /// A tenant that joins at this seal after leaving an earlier shard.
@@ -147,6 +189,7 @@ impl RolloutPlan {
             seam: policy_cmd::seam_rows(old, new, &PolicySeam::new(old, new).worst()),
             leaving: self.leaving(),
             rejoining: Vec::new(),
+            cost_seam: cost_seam(old, new),
         }
     }
 
@@ -182,6 +225,7 @@ impl RolloutPlan {
             seam: policy_cmd::seam_rows(old, new, preview.seam()),
             leaving: self.leaving(),
             rejoining: rejoin_lines(rejoining),
+            cost_seam: cost_seam(old, new),
         })
     }
 
@@ -222,6 +266,7 @@ impl RolloutPlan {
             seam: policy_cmd::seam_rows(old, new, rollout.seam()),
             leaving: rollout.leaving().iter().map(ToString::to_string).collect(),
             rejoining: rejoin_lines(rejoining),
+            cost_seam: cost_seam(old, new),
         })
     }
 }
@@ -301,6 +346,27 @@ impl Report for RolloutReport {
                 t.tenant, t.last_shard, t.last_pick, t.waited, r.successor
             )?;
         }
+        if let Some(cost) = &r.cost_seam {
+            writeln!(
+                w,
+                "cost ledger: kept across the seal; positive balances are cut to b_cap = {} of {}, \
+                 debts kept",
+                cost.balance_cut_to, r.successor
+            )?;
+            for b in &cost.bounds {
+                writeln!(
+                    w,
+                    "  {}  cost bound across the seam {:.3} + D×{}",
+                    b.tenant, b.fixed, b.per_concurrency
+                )?;
+            }
+            writeln!(
+                w,
+                "cost bound across the seam = B = q₁·Δ₁ + q₂·Δ₂ + D·max C_max + max b_cap, in cost \
+                 units: over a window straddling the seal the cost served stays within B of its \
+                 entitlement on each side (docs/guarantees.md, \"Across a rollout's seam\")"
+            )?;
+        }
         writeln!(w)?;
         if r.dry_run && r.cursor.is_some() {
             writeln!(
@@ -364,6 +430,7 @@ mod tests {
                 bound: (None, 3),
             }],
             leaving: vec!["tenant-b".into()],
+            cost_seam: None,
             rejoining: vec![RejoinLine {
                 tenant: "tenant-c".into(),
                 last_shard: "primary-v0".into(),

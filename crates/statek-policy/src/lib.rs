@@ -168,7 +168,7 @@ mod window;
 
 pub use algorithm::PolicyAlgorithm;
 pub use bound::TenantStarvationBound;
-pub use cost_bound::CostBound;
+pub use cost_bound::{CostBound, CostSeamBound};
 pub use cost_ledger::{CostLedger, SlotCredit};
 pub use cycle::{CycleTenants, CycleView};
 pub use cycle_digest::{CycleDigest, CYCLE_DIGEST_DOMAIN};

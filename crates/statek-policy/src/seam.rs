@@ -28,6 +28,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::cost_bound::{CostBound, CostSeamBound};
 use crate::id::TenantId;
 use crate::policy::WeightedFairnessPolicy;
 
@@ -207,6 +208,39 @@ impl<'a> PolicySeam<'a> {
             .filter(|tenant| self.new.tenant_index(tenant).is_none())
             .cloned()
             .collect()
+    }
+
+    /// The cost bound across the seam ([`CostSeamBound`]) of every tenant
+    /// of either policy: the successor's tenants in its tenant order, then
+    /// the leaving ones in the old order. `None` unless both policies
+    /// share cost (a seam into cost mode starts the ledger at the seal:
+    /// the one-shard bound applies from there; attempts claimed before it
+    /// are never charged).
+    #[must_use]
+    pub fn cost_bounds(&self) -> Option<Vec<CostSeamBound>> {
+        let (old_cost, new_cost) = (*self.old.fairness().cost()?, *self.new.fairness().cost()?);
+        let old_bounds: Vec<CostBound> = self.old.cost_bounds()?.collect();
+        let new_bounds: Vec<CostBound> = self.new.cost_bounds()?.collect();
+        let find = |bounds: &[CostBound], tenant: &TenantId| {
+            bounds.iter().find(|b| b.tenant() == tenant).cloned()
+        };
+        let (l1, l2) = (self.old.cycle_length(), self.new.cycle_length());
+        let mut out: Vec<CostSeamBound> = new_bounds
+            .iter()
+            .map(|new| {
+                let old = find(&old_bounds, new.tenant());
+                CostSeamBound::new(
+                    new.tenant().clone(),
+                    (old_cost, l1, old.as_ref()),
+                    (new_cost, l2, Some(new)),
+                )
+            })
+            .collect();
+        out.extend(self.leaving().into_iter().map(|tenant| {
+            let old = find(&old_bounds, &tenant);
+            CostSeamBound::new(tenant, (old_cost, l1, old.as_ref()), (new_cost, l2, None))
+        }));
+        Some(out)
     }
 
     fn old_length(&self) -> u64 {

@@ -707,6 +707,7 @@ fn rollout_dry_run_and_policy_diff_print_the_worst_seam_without_a_database() {
             "seam": seam_json(&old, &new, &worst),
             "leaving": [],
             "rejoining": [],
+            "cost_seam": null,
         })
     );
     assert_eq!(

@@ -214,3 +214,68 @@ async fn a_dry_run_reads_the_chain_only_with_at_cursor_and_then_is_exact() {
     assert_eq!(rollout["seam_at"], "sealed");
     assert_eq!(rollout["seam"], exact["seam"]);
 }
+
+/// A dry run between two cost-mode policies prints the ledger across the
+/// seam: the successor's cap positive balances are cut to, and each
+/// tenant's cost bound across the seam, `q₁·Δ₁ + q₂·Δ₂ + max b_cap` plus
+/// `D × max C_max`, as computed by hand below. No database.
+#[test]
+fn a_dry_run_between_cost_policies_prints_the_cost_bound_across_the_seam() {
+    let dir = std::env::temp_dir().join(format!("statek-cost-seam-{}", Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, shard: &str, tenants: &[(&str, u32)], cost: &str| {
+        let mut text = format!("shard = \"{shard}\"\nschedule = \"primary\"\n{cost}\n");
+        for (id, weight) in tenants {
+            text.push_str(&format!("[[tenants]]\nid = \"{id}\"\nweight = {weight}\n"));
+        }
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let v1 = write(
+        "v1.toml",
+        "primary-v1",
+        &[("tenant-a", 3), ("tenant-b", 1)],
+        "[fairness]\nunit = \"cost\"\nquantum = 4\nmax_cost = 40\nbalance_cap = 80",
+    );
+    let v2 = write(
+        "v2.toml",
+        "primary-v2",
+        &[("tenant-a", 1), ("tenant-b", 1), ("tenant-c", 2)],
+        "[fairness]\nunit = \"cost\"\nquantum = 2\nmax_cost = 60\nbalance_cap = 30",
+    );
+    let (from, to) = (v1.to_str().unwrap(), v2.to_str().unwrap());
+    let report = json(&statek(
+        &["rollout", from, to, "--dry-run", "--format", "json"],
+        None,
+    ));
+    // v1 (a a b a): Δ₁·L₁ = 3 for a and for b, q₁ = 4: q₁·Δ₁ = 3. v2
+    // (c a b c): Δ₂·L₂ = 3 for a and b, 4 for c, q₂ = 2: 1.5 and 2. c
+    // joins (Δ₁ = 0). max b_cap = 80, max C_max = 60.
+    assert_eq!(
+        report["cost_seam"],
+        serde_json::json!({
+            "balance_cut_to": 30,
+            "bounds": [
+                {"tenant": "tenant-a", "fixed": 84.5, "per_concurrency": 60},
+                {"tenant": "tenant-b", "fixed": 84.5, "per_concurrency": 60},
+                {"tenant": "tenant-c", "fixed": 82.0, "per_concurrency": 60},
+            ]
+        })
+    );
+    let text = stdout(&statek(&["rollout", from, to, "--dry-run"], None));
+    assert!(
+        text.contains(
+            "cost ledger: kept across the seal; positive balances are cut to b_cap = 30 of \
+             primary-v2, debts kept\n  tenant-a  cost bound across the seam 84.500 + D×60\n"
+        ),
+        "{text}"
+    );
+    // A slot-mode seam has none.
+    let [s1, s2, _] = files();
+    let slots = json(&statek(
+        &["rollout", s1.to_str().unwrap(), s2.to_str().unwrap(), "--dry-run", "--format", "json"],
+        None,
+    ));
+    assert_eq!(slots["cost_seam"], serde_json::Value::Null);
+}

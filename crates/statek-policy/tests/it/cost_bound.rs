@@ -310,3 +310,191 @@ fn a_constructed_schedule_reaches_the_lower_side_exactly() {
     assert_eq!(q * 10 - c_max - b_cap, served);
     check_every_window(&policy(&[1], cost), &trace, 1);
 }
+
+/// A window across a rollout's seam: the ledger ([`CostLedger`]) runs
+/// `old`'s cycle up to the seal at `seal`, takes `new`'s parameters there
+/// ([`CostLedger::reconfigure`]: positive balances cut to the new `b_cap`,
+/// debts kept) and runs `new`'s cycle from its first position. Tenants
+/// are `t0..tk` of either policy (a weight of 0 leaves one out of that
+/// side). Each attempt's charge is what the ledger charges at its finish
+/// (with the parameters then in force); attempts still running at the end
+/// are charged then.
+struct SeamRun {
+    /// Per slot: the charge of the attempt it claimed.
+    claimed: Vec<Option<u64>>,
+    clipped: Vec<bool>,
+    /// Per tenant: the seal cut its balance.
+    cut: Vec<bool>,
+    /// Per slot: its tenant (an index of `t0..tk`).
+    tenant: Vec<usize>,
+}
+
+fn seam_policy(shard: &str, weights: &[u32], cost: CostFairness) -> WeightedFairnessPolicy {
+    WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from(shard).unwrap(),
+        weights.iter().enumerate().filter(|(_, &w)| w > 0).map(|(i, &w)| {
+            TenantFairnessWeight::new(TenantId::try_from(format!("t{i}")).unwrap(), w).unwrap()
+        }),
+    )
+    .unwrap()
+    .with_fairness(FairnessUnit::Cost(cost))
+}
+
+/// The cycle of `p` as indexes of `t0..tk`.
+fn global_cycle(p: &WeightedFairnessPolicy) -> Vec<usize> {
+    p.cycle_tenant_indexes()
+        .iter()
+        .map(|&index| {
+            let id = p.tenants()[usize::from(index)].tenant().as_str();
+            id[1..].parse().unwrap()
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_across_seam(
+    old: &WeightedFairnessPolicy,
+    new: &WeightedFairnessPolicy,
+    seal: usize,
+    start: &[i128],
+    d: usize,
+    slots: usize,
+    mut attempt: impl FnMut(usize, i128) -> Option<(u64, usize)>,
+) -> SeamRun {
+    let tenants: Vec<TenantId> = (0..start.len())
+        .map(|i| TenantId::try_from(format!("t{i}")).unwrap())
+        .collect();
+    let (c1, c2) = (*old.fairness().cost().unwrap(), *new.fairness().cost().unwrap());
+    let (cycle1, cycle2) = (global_cycle(old), global_cycle(new));
+    let mut ledger = CostLedger::with_balances(c1, tenants.iter().cloned().zip(start.iter().copied()));
+    let mut in_flight = vec![0_usize; start.len()];
+    // (finish slot, tenant, reported cost, claim slot)
+    let mut pending: Vec<(usize, usize, u64, usize)> = Vec::new();
+    let mut run = SeamRun {
+        claimed: Vec::new(),
+        clipped: Vec::new(),
+        cut: vec![false; start.len()],
+        tenant: Vec::new(),
+    };
+    let charge = |ledger: &mut CostLedger, claimed: &mut Vec<Option<u64>>, (_, t, cost, at): (usize, usize, u64, usize)| {
+        claimed[at] = Some(ledger.charge(&tenants[t], Some(cost)));
+    };
+    for s in 0..slots {
+        if s == seal {
+            for (t, cut) in run.cut.iter_mut().enumerate() {
+                *cut = ledger.balance(&tenants[t]) > i128::from(c2.balance_cap());
+            }
+            ledger.reconfigure(c2);
+        }
+        let (done, still): (Vec<_>, Vec<_>) = pending.into_iter().partition(|p| p.0 == s);
+        pending = still;
+        for p in done {
+            charge(&mut ledger, &mut run.claimed, p);
+            in_flight[p.1] -= 1;
+        }
+        let i = if s < seal { cycle1[s % cycle1.len()] } else { cycle2[(s - seal) % cycle2.len()] };
+        run.tenant.push(i);
+        let credit = ledger.credit(&tenants[i]);
+        run.clipped.push(credit.clipped);
+        run.claimed.push(None);
+        if credit.is_debt() || in_flight[i] >= d {
+            continue;
+        }
+        if let Some((reported, delay)) = attempt(s, credit.balance) {
+            pending.push((s + 1 + delay, i, reported, s));
+            in_flight[i] += 1;
+        }
+    }
+    for p in pending {
+        charge(&mut ledger, &mut run.claimed, p);
+    }
+    run
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Across a rollout's seam between two cost-mode policies (other
+    /// weights, quanta, `C_max` and caps; tenants joining and leaving),
+    /// under adversarial costs and finish delays, every window (straddling
+    /// the seal or not) keeps [`statek_policy::CostSeamBound`]'s sides: the
+    /// upper always, the lower when no credit of the tenant in it is
+    /// clipped and the seal did not cut its balance inside it.
+    #[test]
+    fn the_bound_holds_across_a_seam(
+        old_weights in proptest::collection::vec(0_u32..=4, 4),
+        new_weights in proptest::collection::vec(0_u32..=4, 4),
+        (q1, q2) in (1_u64..=6, 1_u64..=6),
+        (c1, c2) in (1_u64..=30, 1_u64..=30),
+        (cap1, cap2) in (0_u64..=40, 0_u64..=40),
+        d in 1_usize..=3,
+        seal in 1_usize..=120,
+        start in proptest::collection::vec(0_u64..=40, 4),
+        script in proptest::collection::vec((0_u8..5, 0_u64..=90, 0_usize..=10), 200),
+    ) {
+        prop_assume!(old_weights.iter().any(|&w| w > 0) && new_weights.iter().any(|&w| w > 0));
+        let cost1 = CostFairness::new(q1, c1, c1, cap1).unwrap();
+        let cost2 = CostFairness::new(q2, c2, c2, cap2).unwrap();
+        let old = seam_policy("primary-v1", &old_weights, cost1);
+        let new = seam_policy("primary-v2", &new_weights, cost2);
+        let start: Vec<i128> = start.iter().map(|&b| i128::from(b.min(cap1))).collect();
+        let q_max = q1.max(q2);
+        let c_max = c1.max(c2);
+        let run = run_across_seam(&old, &new, seal, &start, d, script.len(), |s, balance| {
+            let (kind, arbitrary, delay) = script[s];
+            let balance = u64::try_from(balance).unwrap();
+            let cost = match kind {
+                0 => balance,
+                1 => balance + q_max,
+                2 => c_max,
+                3 => arbitrary,
+                _ => return None,
+            };
+            Some((cost, delay))
+        });
+        let bounds = statek_policy::PolicySeam::new(&old, &new).cost_bounds().unwrap();
+        let slots = run.claimed.len();
+        for bound in &bounds {
+            let i: usize = bound.tenant().as_str()[1..].parse().unwrap();
+            let scale = i128::from(bound.scale());
+            let slack = i128::try_from(bound.slack_scaled(u32::try_from(d).unwrap())).unwrap();
+            let fixed = i128::try_from(d).unwrap() * i128::from(c_max)
+                + i128::from(cap1.max(cap2));
+            for a in 0..slots {
+                let (mut served, mut credits, mut first_q, mut clip) = (0_i128, 0_i128, None, false);
+                for b in a + 1..=slots {
+                    let s = b - 1;
+                    if run.tenant[s] == i {
+                        let q = i128::from(if s < seal { q1 } else { q2 });
+                        credits += q;
+                        first_q.get_or_insert(q);
+                        clip |= run.clipped[s];
+                        served += i128::from(run.claimed[s].unwrap_or(0));
+                    }
+                    let (len1, len2) = (seal.clamp(a, b) - a, b - seal.clamp(a, b));
+                    let entitled = i128::try_from(
+                        bound.entitled_scaled(len1 as u64, len2 as u64),
+                    )
+                    .unwrap();
+                    prop_assert!(
+                        served * scale <= entitled + slack,
+                        "t{} [{}, {}) seal {}: S {} above E + B", i, a, b, seal, served
+                    );
+                    if let Some(first) = first_q {
+                        prop_assert!(served <= credits - first + fixed, "t{} [{}, {})", i, a, b);
+                    } else {
+                        prop_assert_eq!(served, 0);
+                    }
+                    let cut_inside = run.cut[i] && a < seal && seal < b;
+                    if !clip && !cut_inside {
+                        prop_assert!(
+                            served * scale >= entitled - slack,
+                            "t{} [{}, {}) seal {}: S {} below E − B", i, a, b, seal, served
+                        );
+                        prop_assert!(served >= credits - fixed, "t{} [{}, {})", i, a, b);
+                    }
+                }
+            }
+        }
+    }
+}
