@@ -29,7 +29,8 @@ use statek_scheduler::{Completed, Run, RunHandler, RunResult};
 use statek_store_pg::baseline::PlainFifoRun;
 use tokio_util::sync::CancellationToken;
 
-use super::{batched, fair, feeder, window};
+use super::results::DbWork;
+use super::{batched, db_work, fair, feeder, window};
 
 /// Executing runs per side (the demo's).
 pub const EXECUTING_RUNS: usize = demo_skew::EXECUTING_RUNS;
@@ -123,6 +124,10 @@ pub struct CostSkewSample {
     pub slots: Option<u64>,
     /// Per tenant.
     pub tenants: Vec<TenantShare>,
+    /// The database's work per completed run over the side's life (a
+    /// PostgreSQL side: WAL, rows, server time; `CHECKPOINT` before it).
+    #[serde(default)]
+    pub work: Option<DbWork>,
 }
 
 /// The section's results.
@@ -195,7 +200,10 @@ async fn measure(
         .collect();
     feeder::load(client, &backlog).await?;
     let shard = policy.shard_id().to_string();
+    super::checkpoint(client).await;
     let keep = window::sessions(client).await?;
+    let work_before = db_work::read(client).await?;
+    let born = window::edge(client, &shard).await?;
     let stop = CancellationToken::new();
     let fair_side = if side == FAIR || side == FAIR_COST {
         Some(fair::start_with(url, policy, EXECUTING_RUNS, CostlyRun, stop.clone()).await?)
@@ -231,6 +239,8 @@ async fn measure(
         }
     }
     window::sessions_gone(client, &keep).await?;
+    let work_after = db_work::read(client).await?;
+    let died = window::edge(client, &shard).await?;
     if left.contains(&0) {
         bail!("cost-skew: a tenant's backlog of {queued} ran out inside the window ({left:?})");
     }
@@ -251,7 +261,10 @@ async fn measure(
         counted.push((tenant, runs, recorded));
     }
     let seconds = window::seconds(&from, &to);
-    shares(side, sample, seconds, &counted)
+    let lifetime_runs = window::completed(client, &born, &died).await?;
+    let mut measured = shares(side, sample, seconds, &counted)?;
+    measured.work = db_work::per_run(&work_before, &work_after, lifetime_runs);
+    Ok(measured)
 }
 
 /// One sample of an in-memory side: statek-cli's `demo --cost-skew` side
@@ -318,6 +331,7 @@ fn shares(
         seconds,
         cost_per_second: total_cost / seconds.max(1e-9),
         slots: None,
+        work: None,
         tenants,
     })
 }
@@ -338,7 +352,12 @@ impl CostSkew {
             let of_side: Vec<&CostSkewSample> =
                 self.samples.iter().filter(|s| s.side == side).collect();
             let rate = median(of_side.iter().map(|s| s.cost_per_second).collect());
-            println!("  {side}: {rate:.0} cost units/s");
+            match work_medians(&of_side) {
+                Some((wal, server, rows)) => println!(
+                    "  {side}: {rate:.0} cost units/s; per run: {wal:.0} WAL bytes, {server:.3} ms server time, {rows:.2} rows written"
+                ),
+                None => println!("  {side}: {rate:.0} cost units/s"),
+            }
             for (name, ..) in TENANTS {
                 let pick = |f: fn(&TenantShare) -> f64| {
                     median(
@@ -376,7 +395,40 @@ impl CostSkew {
                 );
             }
         }
+        let of = |side: &str| {
+            let samples: Vec<&CostSkewSample> =
+                self.samples.iter().filter(|s| s.side == side).collect();
+            work_medians(&samples)
+        };
+        if let (Some(slots), Some(cost)) = (of(FAIR), of(FAIR_COST)) {
+            println!(
+                "  database work per run, cost mode / slot mode (PostgreSQL, medians): WAL {:.2}x, server time {:.2}x, rows written {:.2}x",
+                cost.0 / slots.0.max(f64::MIN_POSITIVE),
+                cost.1 / slots.1.max(f64::MIN_POSITIVE),
+                cost.2 / slots.2.max(f64::MIN_POSITIVE)
+            );
+        }
     }
+}
+
+/// Medians over `samples` of the database's work per run: WAL bytes,
+/// server milliseconds (execution and planning), rows written (inserted,
+/// updated, deleted). `None` for a side without a database.
+fn work_medians(samples: &[&CostSkewSample]) -> Option<(f64, f64, f64)> {
+    let works: Vec<&DbWork> = samples.iter().filter_map(|s| s.work.as_ref()).collect();
+    if works.is_empty() {
+        return None;
+    }
+    Some((
+        median(works.iter().map(|w| w.wal_bytes).collect()),
+        median(
+            works
+                .iter()
+                .map(|w| w.exec_ms.unwrap_or(0.0) + w.plan_ms.unwrap_or(0.0))
+                .collect(),
+        ),
+        median(works.iter().map(|w| w.inserted + w.updated + w.deleted).collect()),
+    ))
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

@@ -167,7 +167,7 @@ fn print_sample(measured: &Side) {
 /// `CHECKPOINT`, so no sample pays for the dirty pages of the one before
 /// (needs a superuser or `pg_checkpoint`; said once and skipped when
 /// refused).
-async fn checkpoint(client: &tokio_postgres::Client) {
+pub(super) async fn checkpoint(client: &tokio_postgres::Client) {
     static REFUSED: std::sync::Once = std::sync::Once::new();
     if let Err(e) = client.batch_execute("CHECKPOINT").await {
         REFUSED
