@@ -52,8 +52,15 @@ pub enum Span {
     Between(SystemTime, SystemTime),
 }
 
-/// Runs the audit; the report, and whether it failed.
-pub async fn audit(shard: &str, span: Span, db: &DbArgs) -> Result<AuditLines> {
+/// Runs the audit; the report, and whether it failed. `concurrency`: `D`
+/// of cost mode's bound for the tenants without a concurrency cap
+/// (`AuditReport::judge_cost`).
+pub async fn audit(
+    shard: &str,
+    span: Span,
+    concurrency: Option<u32>,
+    db: &DbArgs,
+) -> Result<AuditLines> {
     let shard = shard_id(shard)?;
     let store = db.store(1)?;
     // An unknown shard is an error, also for a span of times.
@@ -72,16 +79,30 @@ pub async fn audit(shard: &str, span: Span, db: &DbArgs) -> Result<AuditLines> {
     let report = if sequences.is_empty() {
         None
     } else {
-        Some(store.audit_shard(&shard, sequences.clone()).await?)
+        let mut report = store.audit_shard(&shard, sequences.clone()).await?;
+        if let Some(d) = concurrency {
+            report.judge_cost(d);
+        }
+        Some(report)
     };
     Ok(AuditLines::new(&shard, sequences, report.as_ref()))
 }
 
-/// Audits every shard of the schedule `shard` belongs to, and each seam.
-pub async fn audit_schedule(shard: &str, db: &DbArgs) -> Result<ScheduleLines> {
+/// Audits every shard of the schedule `shard` belongs to, and each seam
+/// (`concurrency` as for [`audit`]).
+pub async fn audit_schedule(
+    shard: &str,
+    concurrency: Option<u32>,
+    db: &DbArgs,
+) -> Result<ScheduleLines> {
     let shard = shard_id(shard)?;
     let store = db.store(1)?;
-    let audit = store.audit_schedule(&shard).await?;
+    let mut audit = store.audit_schedule(&shard).await?;
+    if let Some(d) = concurrency {
+        for report in &mut audit.shards {
+            report.judge_cost(d);
+        }
+    }
     Ok(ScheduleLines::new(&audit))
 }
 
@@ -265,6 +286,32 @@ pub struct TenantLine {
     service_gap_at_least: bool,
     cost_served: u64,
     attempts_without_cost: u64,
+    /// Cost mode only (null otherwise): its attempts claimed in the span
+    /// against the bound.
+    cost_mode: Option<CostLine>,
+}
+
+/// One tenant's attempts on a cost shard against cost mode's bound, in
+/// cost units (`statek_store_pg::TenantCostAudit`).
+#[derive(Serialize)]
+pub struct CostLine {
+    /// `S`: what its ended attempts claimed in the span were charged.
+    charged: u64,
+    /// Attempts still running (each adds at most `C_max` when it ends).
+    uncharged: u64,
+    /// Ended without their holder's finish (charged the default).
+    ended_without_finish: u64,
+    /// `E = q·slots·weight/L`.
+    entitled: f64,
+    /// Its concurrency cap in force.
+    cap: Option<u32>,
+    /// `D` the upper side was judged with (null: not judged).
+    concurrency: Option<u64>,
+    /// `q·(n − 1) + D·C_max + b_cap`.
+    upper: Option<u64>,
+    /// `q·n − D·C_max − b_cap`: holds while no credit was clipped; not
+    /// judged.
+    lower: Option<i128>,
 }
 
 impl TenantLine {
@@ -302,6 +349,16 @@ impl TenantLine {
             service_gap_at_least: gap.is_some_and(|g| g.at_least),
             cost_served: t.cost_served,
             attempts_without_cost: t.attempts_without_cost,
+            cost_mode: t.cost.as_ref().map(|c| CostLine {
+                charged: c.charged,
+                uncharged: c.uncharged,
+                ended_without_finish: c.ended_without_finish,
+                entitled: c.entitled,
+                cap: c.cap,
+                concurrency: c.concurrency,
+                upper: c.upper,
+                lower: c.lower,
+            }),
         }
     }
 }
@@ -362,6 +419,20 @@ impl FindingLine {
                 "overlapping_ranges",
                 *sequence,
                 "a range row starts inside the one before it".to_owned(),
+            ),
+            AuditFinding::CostOverBound {
+                tenant,
+                charged,
+                upper,
+                concurrency,
+            } => (
+                "cost_over_bound",
+                0,
+                format!(
+                    "the attempts {} claimed in the span were charged {charged}, above the upper \
+                     side of cost mode's bound {upper} (D = {concurrency})",
+                    EchoedValue(tenant.as_str())
+                ),
             ),
         };
         Self {
@@ -487,6 +558,37 @@ impl Report for AuditLines {
             w,
             "(slots: the cycle's slots of the tenant with evidence; gap: the largest selection gap seen, in reservations; svc gap: the longest a run waited for its claim, in reservations from its tenant's first slot reserved after it became runnable; lag: ms from runnable to claim, first attempts; cost: the cost recorded with the finishes of the attempts its slots claimed)"
         )?;
+        if self.tenants.iter().any(|t| t.cost_mode.is_some()) {
+            writeln!(
+                w,
+                "{:<24} {:>12} {:>12} {:>8} {:>6} {:>6} {:>12} {:>12}",
+                "cost mode", "entitled E", "charged S", "running", "cap", "D", "upper", "lower"
+            )?;
+            for t in &self.tenants {
+                let Some(c) = &t.cost_mode else { continue };
+                let over = if c.upper.is_some_and(|u| c.charged > u) {
+                    "  ABOVE ITS BOUND"
+                } else {
+                    ""
+                };
+                writeln!(
+                    w,
+                    "{:<24} {:>12.1} {:>12} {:>8} {:>6} {:>6} {:>12} {:>12}{over}",
+                    t.tenant,
+                    c.entitled,
+                    c.charged,
+                    c.uncharged,
+                    c.cap.map_or_else(|| "-".to_owned(), |v| v.to_string()),
+                    or_dash(c.concurrency),
+                    or_dash(c.upper),
+                    c.lower.map_or_else(|| "-".to_owned(), |v| v.to_string())
+                )?;
+            }
+            writeln!(
+                w,
+                "(cost mode: S = what the ended attempts its slots claimed were charged; upper = q·(slots − 1) + D·C_max + b_cap, judged; lower = q·slots − D·C_max − b_cap, holds while no credit was cut by b_cap, which the evidence does not record: not judged; D = its cap plus its attempts that ended without a finish, or --concurrency for a tenant without a cap, else not judged; docs/guarantees.md, \"Cost mode: the bound\")"
+            )?;
+        }
         let in_holes: u64 = self.tenants.iter().map(|t| t.claims_in_holes).sum();
         if in_holes > 0 {
             writeln!(

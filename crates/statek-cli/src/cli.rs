@@ -122,6 +122,14 @@ enum Command {
         /// ... and before this time (RFC 3339, a duration ago, or now).
         #[arg(long, value_parser = time_arg, requires = "from")]
         to: Option<std::time::SystemTime>,
+        /// Cost mode: D of the bound (the most attempts of one tenant
+        /// claimed and not yet charged at once: the sum over the shard's
+        /// Workers of their concurrency plus twice their completion batch)
+        /// for the tenants without a concurrency cap; a capped tenant is
+        /// judged with its cap. Without it, uncapped tenants' costs are
+        /// reported, not judged.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        concurrency: Option<u32>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -563,11 +571,13 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Audit {
             shard,
             whole_schedule: true,
+            concurrency,
             format,
             db,
             ..
         } => {
-            let audited = runtime()?.block_on(audit_cmd::audit_schedule(&shard, &db))?;
+            let audited =
+                runtime()?.block_on(audit_cmd::audit_schedule(&shard, concurrency, &db))?;
             emit(&audited, format)?;
             audited.into_result()
         }
@@ -576,6 +586,7 @@ pub fn run(cli: Cli) -> Result<()> {
             sequences,
             from,
             to,
+            concurrency,
             format,
             db,
             whole_schedule: false,
@@ -586,7 +597,7 @@ pub fn run(cli: Cli) -> Result<()> {
             };
             // The report is written also when the audit failed; the
             // failure is the exit code after it.
-            let audited = runtime()?.block_on(audit_cmd::audit(&shard, span, &db))?;
+            let audited = runtime()?.block_on(audit_cmd::audit(&shard, span, concurrency, &db))?;
             emit(&audited, format)?;
             audited.into_result()
         }

@@ -60,7 +60,8 @@ mod report;
 mod service_gap;
 
 pub use report::{
-    AuditFinding, AuditReport, ServiceGap, TenantAudit, MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES,
+    AuditFinding, AuditReport, ServiceGap, TenantAudit, TenantCostAudit, MAX_AUDIT_FINDINGS,
+    MAX_AUDIT_HOLES,
 };
 
 /// Range rows read per page.
@@ -109,12 +110,14 @@ const SELECT_RECORDS: &str = "
 
 const SELECT_CLAIMS: &str = "
     SELECT r.claim_sequence AS sequence, r.tenant_id, r.attempt, r.state,
-           r.claimed_at, r.available_at, r.claim_cost AS cost
+           r.claimed_at, r.available_at, r.claim_cost AS cost,
+           (r.charge_pending IS NOT TRUE AND r.state <> 'running') AS ended,
+           (r.claim_finished_at IS NOT NULL) AS finished
     FROM statek.runs AS r
     WHERE r.claim_shard_id = $1 AND r.claim_sequence >= $2 AND r.claim_sequence < $3
     UNION ALL
     SELECT c.sequence, c.tenant_id, c.attempt, NULL::text, c.claimed_at, NULL::timestamptz,
-           c.cost
+           c.cost, true, (c.finished_at IS NOT NULL)
     FROM statek.run_claims AS c
     WHERE c.shard_id = $1 AND c.sequence >= $2 AND c.sequence < $3";
 
@@ -160,6 +163,7 @@ impl Tally {
                 largest_service_gap: None,
                 cost_served: 0,
                 attempts_without_cost: 0,
+                cost: None,
             },
             last: None,
             gaps: service_gap::ServiceGaps::default(),
@@ -184,10 +188,7 @@ struct Walk<'p> {
 
 impl Walk<'_> {
     fn find(&mut self, finding: AuditFinding) {
-        self.report.finding_count += 1;
-        if self.report.findings.len() < MAX_AUDIT_FINDINGS {
-            self.report.findings.push(finding);
-        }
+        self.report.add_finding(finding);
     }
 
     fn hole(&mut self, hole: Range<u64>) {
@@ -318,6 +319,17 @@ impl Walk<'_> {
             Some(cost) => a.cost_served = a.cost_served.saturating_add(cost),
             None => a.attempts_without_cost += 1,
         }
+        if let (Some(ledger), Some(params)) = (a.cost.as_mut(), self.report.cost_parameters.as_ref()) {
+            // As the trigger `runs_charge_cost` charged it.
+            if !claim.ended {
+                ledger.uncharged += 1;
+            } else if claim.finished {
+                ledger.charged = ledger.charged.saturating_add(params.charge_for(claim.cost));
+            } else {
+                ledger.charged = ledger.charged.saturating_add(params.default_cost());
+                ledger.ended_without_finish += 1;
+            }
+        }
         if !claim.current {
             return;
         }
@@ -355,6 +367,10 @@ struct Claim {
     available_at: Option<SystemTime>,
     /// The cost recorded with its finish (V18).
     cost: Option<u64>,
+    /// The attempt ended (on a cost shard: the ledger charged it, V19).
+    ended: bool,
+    /// Its holder recorded its finish.
+    finished: bool,
 }
 
 fn to_u64(value: i64, what: &'static str) -> Result<u64, StoreError> {
@@ -462,9 +478,24 @@ impl PgStore {
                 findings: Vec::new(),
                 finding_count: 0,
                 covered_to: from,
+                cost_parameters: policy.fairness().cost().copied(),
             },
             covered_to: from,
         };
+        if walk.report.cost_parameters.is_some() {
+            for tally in &mut walk.tallies {
+                tally.audit.cost = Some(TenantCostAudit {
+                    charged: 0,
+                    uncharged: 0,
+                    ended_without_finish: 0,
+                    entitled: 0.0,
+                    cap: None,
+                    concurrency: None,
+                    upper: None,
+                    lower: None,
+                });
+            }
+        }
         // The first stretch of evidence starts at the span's start.
         for tally in &mut walk.tallies {
             tally.gaps.reset(from);
@@ -498,7 +529,41 @@ impl PgStore {
         let covered = walk.covered_to;
         walk.report.covered_to = covered;
         walk.hole(covered..to);
-        Ok(walk.finish())
+        let mut report = walk.finish();
+        if report.cost_parameters.is_some() {
+            self.judge_capped_costs(&mut report).await?;
+        }
+        Ok(report)
+    }
+
+    /// Cost mode: judges the upper side of the bound for every tenant
+    /// with a concurrency cap in force, `D` = its cap plus its attempts in
+    /// the span that ended without a finish (an expired lease is charged
+    /// only when rescued or taken over, so it may have outlived the cap).
+    async fn judge_capped_costs(&self, report: &mut AuditReport) -> Result<(), StoreError> {
+        let Some(params) = report.cost_parameters else {
+            return Ok(());
+        };
+        let limits = self.all_tenant_limits().await?;
+        let mut found = Vec::new();
+        for t in &mut report.tenants {
+            let Some(cost) = t.cost.as_mut() else {
+                continue;
+            };
+            cost.entitled = params.quantum() as f64 * t.entitled;
+            cost.cap = limits
+                .iter()
+                .find(|l| l.tenant == t.tenant)
+                .and_then(|l| l.limits.max_running());
+            if let Some(cap) = cost.cap {
+                let d = u64::from(cap) + cost.ended_without_finish;
+                found.extend(cost.judge(&t.tenant, t.slots, d, &params));
+            }
+        }
+        for finding in found {
+            report.add_finding(finding);
+        }
+        Ok(())
     }
 
     /// Claims of `shard` at or past `cursor` (at most 200).
@@ -636,6 +701,8 @@ impl PgStore {
                             .try_get::<_, Option<i64>>("cost")?
                             .map(|cost| to_u64(cost, "claim cost"))
                             .transpose()?,
+                        ended: row.try_get("ended")?,
+                        finished: row.try_get("finished")?,
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;

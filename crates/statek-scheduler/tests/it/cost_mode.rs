@@ -599,6 +599,38 @@ mod postgres {
         assert_eq!(metric("statek_cost_over_max_total", "b"), 1.0);
         assert_eq!(metric("statek_cost_balance", "a"), 4.0);
         assert_eq!(metric("statek_cost_balance", "b"), 0.0);
+        // The audit reads the same charges back from the evidence: a's
+        // attempts at 0, 6, 8, 10 (7 + 1 + 1 + 1), b's at 1 (no report:
+        // the default 6) and 5 (20 cut to 10). With a cap of 1 on a, its
+        // upper side is judged with D = 1: 2·(8 − 1) + 1·10 + 4 = 28; b has
+        // no cap: not judged until a concurrency is given.
+        store
+            .set_tenant_limits(
+                &tenant("a"),
+                &statek_store_pg::TenantLimits::new(Some(1), None).unwrap(),
+            )
+            .await
+            .unwrap();
+        let shard = statek_policy::SchedulerShardId::try_from("primary-v1").unwrap();
+        let mut report = store.audit_shard(&shard, 0..16).await.unwrap();
+        let cost = |r: &statek_store_pg::AuditReport, t: &str| {
+            let c = r
+                .tenants
+                .iter()
+                .find(|x| x.tenant.as_str() == t)
+                .unwrap()
+                .cost
+                .clone()
+                .unwrap();
+            (c.charged, c.uncharged, c.entitled, c.cap, c.concurrency, c.upper, c.lower)
+        };
+        assert_eq!(cost(&report, "a"), (10, 0, 16.0, Some(1), Some(1), Some(28), Some(2)));
+        assert_eq!(cost(&report, "b"), (16, 0, 16.0, None, None, None, None));
+        report.judge_cost(3);
+        // b: 2·7 + 3·10 + 4 = 48, lower 16 − 34; a keeps its cap's verdict.
+        assert_eq!(cost(&report, "b"), (16, 0, 16.0, None, Some(3), Some(48), Some(-18)));
+        assert_eq!(cost(&report, "a").4, Some(1));
+        assert!(report.passed(), "{:?}", report.findings);
     }
 
     /// A running attempt that is cancelled, and one whose lease expired and
@@ -910,6 +942,19 @@ mod postgres {
                 balance.charged,
                 bound.slack(d)
             );
+        }
+        // The audit judges the same from the evidence, per tenant and by
+        // claim, with that D: nothing above the upper side, every attempt
+        // ended and charged, and S equal to the ledger's charges.
+        let mut report = store.audit_shard(p.shard_id(), 0..slots).await.unwrap();
+        report.judge_cost(d);
+        assert!(report.passed(), "{:?}", report.findings);
+        let ledger = store.cost_balances(p.shard_id()).await.unwrap();
+        for t in &report.tenants {
+            let cost = t.cost.as_ref().unwrap();
+            assert_eq!((cost.uncharged, cost.concurrency), (0, Some(u64::from(d))));
+            let charged = ledger.iter().find(|b| b.tenant == t.tenant).unwrap().charged;
+            assert_eq!(i128::from(cost.charged), charged, "{}", t.tenant);
         }
     }
 }

@@ -86,6 +86,49 @@ pub struct TenantAudit {
     /// still running, reported none, not finished by their holder, or
     /// finished before V18.
     pub attempts_without_cost: u64,
+    /// Cost mode only (`None` on a slot-mode shard): how its attempts
+    /// claimed in the span stand in the ledger ([`TenantCostAudit`]).
+    pub cost: Option<TenantCostAudit>,
+}
+
+/// One tenant's attempts claimed in a cost shard's span, against cost
+/// mode's bound (docs/guarantees.md, "Cost mode: the bound"), in cost
+/// units. The upper side, `S ≤ q·(n − 1) + D·C_max + b_cap` for its `n`
+/// slots in the span (`S = 0` when `n = 0`), holds whatever the tenant
+/// did, so it is judged ([`AuditFinding::CostOverBound`]) whenever `D` is
+/// known: the tenant's concurrency cap in force when audited, plus its
+/// attempts in the span that ended without a finish (an expired lease
+/// is not charged until it is rescued or taken over), or
+/// [`AuditReport::judge_cost`]'s `concurrency` for a tenant without a
+/// cap. The lower side holds only while none of the tenant's credits is
+/// cut by `b_cap`, which the evidence does not record: it is reported
+/// ([`lower`](Self::lower)), not judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantCostAudit {
+    /// `S`: what its ended attempts claimed in the span were charged
+    /// (the reported cost cut to `C_max`, or the policy's default when
+    /// it reported none or ended without a finish), as the ledger's
+    /// trigger charged them.
+    pub charged: u64,
+    /// Its attempts claimed in the span not charged yet (running): each
+    /// adds at most `C_max` to `S` when it ends.
+    pub uncharged: u64,
+    /// Of the charged ones, those that ended without their holder's
+    /// finish (cancelled while running, rescued, taken over).
+    pub ended_without_finish: u64,
+    /// `E = q·|W|·w/L`: its entitled cost over the span.
+    pub entitled: f64,
+    /// Its concurrency cap in force when audited (`statek limits`).
+    pub cap: Option<u32>,
+    /// `D` the upper side was judged with; `None`: not judged (no cap, no
+    /// `concurrency` given).
+    pub concurrency: Option<u64>,
+    /// `q·(n − 1) + D·C_max + b_cap` for that `D` (0 when `n = 0`).
+    pub upper: Option<u64>,
+    /// `q·n − D·C_max − b_cap` for that `D`: the lower side, which holds
+    /// while no credit of the tenant in the span was clipped (reported,
+    /// not judged).
+    pub lower: Option<i128>,
 }
 
 /// How long a run waited for its claim (`statek audit`'s service gap):
@@ -167,6 +210,19 @@ pub enum AuditFinding {
         /// The later range's first sequence.
         sequence: u64,
     },
+    /// Cost mode: the ended attempts `tenant`'s slots claimed in the span
+    /// were charged `charged`, above the bound's upper side `upper`
+    /// (`q·(n − 1) + D·C_max + b_cap` with `D` = `concurrency`).
+    CostOverBound {
+        /// The tenant.
+        tenant: TenantId,
+        /// `S`, as charged.
+        charged: u64,
+        /// The upper side.
+        upper: u64,
+        /// `D` it was judged with.
+        concurrency: u64,
+    },
 }
 
 /// A shard's audit ([`PgStore::audit_shard`]).
@@ -197,6 +253,42 @@ pub struct AuditReport {
     pub finding_count: u64,
     /// Where the last stretch of evidence ends.
     pub(super) covered_to: u64,
+    /// The shard's cost parameters (cost mode), `None` in slot mode.
+    pub cost_parameters: Option<statek_policy::CostFairness>,
+}
+
+impl TenantCostAudit {
+    /// Judges the upper side with `D` = `concurrency` for a tenant with
+    /// `slots` slots in the span; the finding when `S` is above it.
+    pub(crate) fn judge(
+        &mut self,
+        tenant: &TenantId,
+        slots: u64,
+        concurrency: u64,
+        params: &statek_policy::CostFairness,
+    ) -> Option<AuditFinding> {
+        let q = u128::from(params.quantum());
+        let fixed = u128::from(concurrency) * u128::from(params.max_cost())
+            + u128::from(params.balance_cap());
+        let upper = if slots == 0 {
+            0
+        } else {
+            q * u128::from(slots - 1) + fixed
+        };
+        let upper = u64::try_from(upper).unwrap_or(u64::MAX);
+        self.concurrency = Some(concurrency);
+        self.upper = Some(upper);
+        self.lower = Some(
+            i128::try_from(q * u128::from(slots)).unwrap_or(i128::MAX)
+                - i128::try_from(fixed).unwrap_or(i128::MAX),
+        );
+        (self.charged > upper).then(|| AuditFinding::CostOverBound {
+            tenant: tenant.clone(),
+            charged: self.charged,
+            upper,
+            concurrency,
+        })
+    }
 }
 
 impl AuditReport {
@@ -210,6 +302,40 @@ impl AuditReport {
     /// hole, always kept, does not start there).
     pub fn covers_start(&self) -> bool {
         self.audited_slots > 0 && self.holes.first().is_none_or(|h| h.start > self.from)
+    }
+
+    /// Judges the upper side of cost mode's bound for the tenants without
+    /// a concurrency cap with `D` = `concurrency` (the most attempts of a
+    /// tenant claimed and not yet charged at once: the sum over the
+    /// shard's Workers of their concurrency plus twice their completion
+    /// batch, docs/guarantees.md), adding a finding for each above it.
+    /// Tenants already judged (with their cap) keep their verdict; a
+    /// slot-mode report is unchanged.
+    pub fn judge_cost(&mut self, concurrency: u32) {
+        let mut found = Vec::new();
+        for t in &mut self.tenants {
+            let (Some(cost), Some(params)) = (t.cost.as_mut(), self.cost_parameters.as_ref())
+            else {
+                continue;
+            };
+            if cost.concurrency.is_some() {
+                continue;
+            }
+            if let Some(finding) = cost.judge(&t.tenant, t.slots, u64::from(concurrency), params) {
+                found.push(finding);
+            }
+        }
+        for finding in found {
+            self.add_finding(finding);
+        }
+    }
+
+    /// Counts `finding`, keeping it among the first [`MAX_AUDIT_FINDINGS`].
+    pub(crate) fn add_finding(&mut self, finding: AuditFinding) {
+        self.finding_count += 1;
+        if self.findings.len() < MAX_AUDIT_FINDINGS {
+            self.findings.push(finding);
+        }
     }
 
     /// Whether the evidence covers the span's last sequence.

@@ -49,6 +49,7 @@ fn a_gap_above_the_bound_is_a_finding() {
             findings: Vec::new(),
             finding_count: 0,
             covered_to: 0,
+            cost_parameters: None,
         },
         covered_to: 0,
     };
@@ -68,4 +69,38 @@ fn a_gap_above_the_bound_is_a_finding() {
     );
     assert_eq!(walk.report.finding_count, 3);
     assert_eq!(walk.tallies[0].audit.unrecorded, 6);
+}
+
+/// Cost mode's upper side, `q·(n − 1) + D·C_max + b_cap`, by hand: q = 2,
+/// C_max = 10, b_cap = 4, 8 slots, D = 1: 28. Charged 28 passes, 29 is a
+/// finding; the lower side is `2·8 − 10 − 4 = 2`; no slot: S must be 0.
+#[test]
+fn cost_above_the_upper_side_is_a_finding() {
+    let params = statek_policy::CostFairness::new(2, 10, 6, 4).unwrap();
+    let audit = |charged| TenantCostAudit {
+        charged,
+        uncharged: 0,
+        ended_without_finish: 0,
+        entitled: 16.0,
+        cap: None,
+        concurrency: None,
+        upper: None,
+        lower: None,
+    };
+    let mut within = audit(28);
+    assert_eq!(within.judge(&tenant("a"), 8, 1, &params), None);
+    assert_eq!((within.upper, within.lower, within.concurrency), (Some(28), Some(2), Some(1)));
+    let mut over = audit(29);
+    assert_eq!(
+        over.judge(&tenant("a"), 8, 1, &params),
+        Some(AuditFinding::CostOverBound {
+            tenant: tenant("a"),
+            charged: 29,
+            upper: 28,
+            concurrency: 1
+        })
+    );
+    let mut none = audit(1);
+    assert!(none.judge(&tenant("a"), 0, 3, &params).is_some());
+    assert_eq!(none.upper, Some(0));
 }
