@@ -93,9 +93,15 @@ pub struct CostSeamRow {
     per_concurrency: u64,
 }
 
-fn cost_seam(old: &statek_policy::WeightedFairnessPolicy, new: &statek_policy::WeightedFairnessPolicy) -> Option<CostSeam> {
+fn cost_seam(
+    old: &statek_policy::WeightedFairnessPolicy,
+    new: &statek_policy::WeightedFairnessPolicy,
+) -> Option<CostSeam> {
     let bounds = PolicySeam::new(old, new).cost_bounds()?;
-    let (c1, c2) = (old.fairness().cost().copied()?, new.fairness().cost().copied()?);
+    let (c1, c2) = (
+        old.fairness().cost().copied()?,
+        new.fairness().cost().copied()?,
+    );
     Some(CostSeam {
         balance_cut_to: c2.balance_cap(),
         bounds: bounds

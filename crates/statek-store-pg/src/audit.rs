@@ -319,7 +319,9 @@ impl Walk<'_> {
             Some(cost) => a.cost_served = a.cost_served.saturating_add(cost),
             None => a.attempts_without_cost += 1,
         }
-        if let (Some(ledger), Some(params)) = (a.cost.as_mut(), self.report.cost_parameters.as_ref()) {
+        if let (Some(ledger), Some(params)) =
+            (a.cost.as_mut(), self.report.cost_parameters.as_ref())
+        {
             // As the trigger `runs_charge_cost` charged it.
             if !claim.ended {
                 ledger.uncharged += 1;

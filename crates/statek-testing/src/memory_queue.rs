@@ -150,7 +150,11 @@ impl Queue {
         if std::mem::take(&mut entry.uncharged) {
             if let Some(ledger) = ledger.as_mut() {
                 ledger.charge(&entry.tenant, reported);
-                statek_scheduler::metrics::count_cost_charge(&entry.tenant, ledger.cost(), reported);
+                statek_scheduler::metrics::count_cost_charge(
+                    &entry.tenant,
+                    ledger.cost(),
+                    reported,
+                );
                 statek_scheduler::metrics::publish_cost_balance(
                     &entry.tenant,
                     ledger.balance(&entry.tenant),

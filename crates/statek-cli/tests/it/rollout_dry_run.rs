@@ -39,17 +39,29 @@ fn json(o: &Output) -> serde_json::Value {
 
 /// Three policies of schedule `primary`: v1 = a:3, b:1 (cycle a a b a);
 /// v2 = a:1, b:1, c:2 (cycle c a b c); v3 = a:1, b:1, c:6.
+/// Writes a policy file of schedule `primary` into `dir`: `shard`, the
+/// tables in `extra` (empty, or a `[fairness]` table), then `tenants`.
+fn write_policy(
+    dir: &Path,
+    name: &str,
+    shard: &str,
+    tenants: &[(&str, u32)],
+    extra: &str,
+) -> PathBuf {
+    let mut text = format!("shard = \"{shard}\"\nschedule = \"primary\"\n{extra}\n");
+    for (id, weight) in tenants {
+        text.push_str(&format!("[[tenants]]\nid = \"{id}\"\nweight = {weight}\n"));
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 fn files() -> [PathBuf; 3] {
     let dir = std::env::temp_dir().join(format!("statek-dry-run-{}", Uuid::now_v7().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let write = |name: &str, shard: &str, tenants: &[(&str, u32)]| {
-        let mut text = format!("shard = \"{shard}\"\nschedule = \"primary\"\n");
-        for (id, weight) in tenants {
-            text.push_str(&format!("[[tenants]]\nid = \"{id}\"\nweight = {weight}\n"));
-        }
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
+        write_policy(&dir, name, shard, tenants, "")
     };
     [
         write("v1.toml", "primary-v1", &[("tenant-a", 3), ("tenant-b", 1)]),
@@ -224,13 +236,7 @@ fn a_dry_run_between_cost_policies_prints_the_cost_bound_across_the_seam() {
     let dir = std::env::temp_dir().join(format!("statek-cost-seam-{}", Uuid::now_v7().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let write = |name: &str, shard: &str, tenants: &[(&str, u32)], cost: &str| {
-        let mut text = format!("shard = \"{shard}\"\nschedule = \"primary\"\n{cost}\n");
-        for (id, weight) in tenants {
-            text.push_str(&format!("[[tenants]]\nid = \"{id}\"\nweight = {weight}\n"));
-        }
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
+        write_policy(&dir, name, shard, tenants, cost)
     };
     let v1 = write(
         "v1.toml",
@@ -274,7 +280,14 @@ fn a_dry_run_between_cost_policies_prints_the_cost_bound_across_the_seam() {
     // A slot-mode seam has none.
     let [s1, s2, _] = files();
     let slots = json(&statek(
-        &["rollout", s1.to_str().unwrap(), s2.to_str().unwrap(), "--dry-run", "--format", "json"],
+        &[
+            "rollout",
+            s1.to_str().unwrap(),
+            s2.to_str().unwrap(),
+            "--dry-run",
+            "--format",
+            "json",
+        ],
         None,
     ));
     assert_eq!(slots["cost_seam"], serde_json::Value::Null);

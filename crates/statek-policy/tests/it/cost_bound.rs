@@ -332,9 +332,13 @@ struct SeamRun {
 fn seam_policy(shard: &str, weights: &[u32], cost: CostFairness) -> WeightedFairnessPolicy {
     WeightedFairnessPolicy::new(
         SchedulerShardId::try_from(shard).unwrap(),
-        weights.iter().enumerate().filter(|(_, &w)| w > 0).map(|(i, &w)| {
-            TenantFairnessWeight::new(TenantId::try_from(format!("t{i}")).unwrap(), w).unwrap()
-        }),
+        weights
+            .iter()
+            .enumerate()
+            .filter(|(_, &w)| w > 0)
+            .map(|(i, &w)| {
+                TenantFairnessWeight::new(TenantId::try_from(format!("t{i}")).unwrap(), w).unwrap()
+            }),
     )
     .unwrap()
     .with_fairness(FairnessUnit::Cost(cost))
@@ -364,9 +368,13 @@ fn run_across_seam(
     let tenants: Vec<TenantId> = (0..start.len())
         .map(|i| TenantId::try_from(format!("t{i}")).unwrap())
         .collect();
-    let (c1, c2) = (*old.fairness().cost().unwrap(), *new.fairness().cost().unwrap());
+    let (c1, c2) = (
+        *old.fairness().cost().unwrap(),
+        *new.fairness().cost().unwrap(),
+    );
     let (cycle1, cycle2) = (global_cycle(old), global_cycle(new));
-    let mut ledger = CostLedger::with_balances(c1, tenants.iter().cloned().zip(start.iter().copied()));
+    let mut ledger =
+        CostLedger::with_balances(c1, tenants.iter().cloned().zip(start.iter().copied()));
     let mut in_flight = vec![0_usize; start.len()];
     // (finish slot, tenant, reported cost, claim slot)
     let mut pending: Vec<(usize, usize, u64, usize)> = Vec::new();
@@ -376,7 +384,9 @@ fn run_across_seam(
         cut: vec![false; start.len()],
         tenant: Vec::new(),
     };
-    let charge = |ledger: &mut CostLedger, claimed: &mut Vec<Option<u64>>, (_, t, cost, at): (usize, usize, u64, usize)| {
+    let charge = |ledger: &mut CostLedger,
+                  claimed: &mut Vec<Option<u64>>,
+                  (_, t, cost, at): (usize, usize, u64, usize)| {
         claimed[at] = Some(ledger.charge(&tenants[t], Some(cost)));
     };
     for s in 0..slots {
@@ -392,7 +402,11 @@ fn run_across_seam(
             charge(&mut ledger, &mut run.claimed, p);
             in_flight[p.1] -= 1;
         }
-        let i = if s < seal { cycle1[s % cycle1.len()] } else { cycle2[(s - seal) % cycle2.len()] };
+        let i = if s < seal {
+            cycle1[s % cycle1.len()]
+        } else {
+            cycle2[(s - seal) % cycle2.len()]
+        };
         run.tenant.push(i);
         let credit = ledger.credit(&tenants[i]);
         run.clipped.push(credit.clipped);

@@ -622,13 +622,27 @@ mod postgres {
                 .cost
                 .clone()
                 .unwrap();
-            (c.charged, c.uncharged, c.entitled, c.cap, c.concurrency, c.upper, c.lower)
+            (
+                c.charged,
+                c.uncharged,
+                c.entitled,
+                c.cap,
+                c.concurrency,
+                c.upper,
+                c.lower,
+            )
         };
-        assert_eq!(cost(&report, "a"), (10, 0, 16.0, Some(1), Some(1), Some(28), Some(2)));
+        assert_eq!(
+            cost(&report, "a"),
+            (10, 0, 16.0, Some(1), Some(1), Some(28), Some(2))
+        );
         assert_eq!(cost(&report, "b"), (16, 0, 16.0, None, None, None, None));
         report.judge_cost(3);
         // b: 2·7 + 3·10 + 4 = 48, lower 16 − 34; a keeps its cap's verdict.
-        assert_eq!(cost(&report, "b"), (16, 0, 16.0, None, Some(3), Some(48), Some(-18)));
+        assert_eq!(
+            cost(&report, "b"),
+            (16, 0, 16.0, None, Some(3), Some(48), Some(-18))
+        );
         assert_eq!(cost(&report, "a").4, Some(1));
         assert!(report.passed(), "{:?}", report.findings);
     }
@@ -953,7 +967,11 @@ mod postgres {
         for t in &report.tenants {
             let cost = t.cost.as_ref().unwrap();
             assert_eq!((cost.uncharged, cost.concurrency), (0, Some(u64::from(d))));
-            let charged = ledger.iter().find(|b| b.tenant == t.tenant).unwrap().charged;
+            let charged = ledger
+                .iter()
+                .find(|b| b.tenant == t.tenant)
+                .unwrap()
+                .charged;
             assert_eq!(i128::from(cost.charged), charged, "{}", t.tenant);
         }
     }

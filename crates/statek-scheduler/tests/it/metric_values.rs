@@ -367,11 +367,19 @@ async fn cost_mode_exports_charges_balances_and_debt_slots() {
     );
     // "huge" reported u64::MAX, above C_max = 10: one attempt over.
     assert_eq!(
-        get(&values, "statek_cost_over_max_total", &[("tenant", "tenant-a")]),
+        get(
+            &values,
+            "statek_cost_over_max_total",
+            &[("tenant", "tenant-a")]
+        ),
         1.0
     );
     assert_eq!(
-        get(&values, "statek_cost_over_max_total", &[("tenant", "tenant-b")]),
+        get(
+            &values,
+            "statek_cost_over_max_total",
+            &[("tenant", "tenant-b")]
+        ),
         0.0
     );
     assert_eq!(

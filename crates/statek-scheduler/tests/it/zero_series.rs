@@ -84,10 +84,12 @@ fn zero(shard: &str) -> BTreeMap<String, f64> {
                 0.0,
             );
         }
-        expected.insert(
-            format!("statek_run_cost_clamped_total{{tenant=\"{tenant}\"}}"),
-            0.0,
-        );
+        for counter in [
+            "statek_run_cost_clamped_total",
+            "statek_cost_over_max_total",
+        ] {
+            expected.insert(format!("{counter}{{tenant=\"{tenant}\"}}"), 0.0);
+        }
     }
     expected
 }

@@ -89,7 +89,10 @@ fn cost_above_the_upper_side_is_a_finding() {
     };
     let mut within = audit(28);
     assert_eq!(within.judge(&tenant("a"), 8, 1, &params), None);
-    assert_eq!((within.upper, within.lower, within.concurrency), (Some(28), Some(2), Some(1)));
+    assert_eq!(
+        (within.upper, within.lower, within.concurrency),
+        (Some(28), Some(2), Some(1))
+    );
     let mut over = audit(29);
     assert_eq!(
         over.judge(&tenant("a"), 8, 1, &params),

@@ -427,7 +427,12 @@ fn work_medians(samples: &[&CostSkewSample]) -> Option<(f64, f64, f64)> {
                 .map(|w| w.exec_ms.unwrap_or(0.0) + w.plan_ms.unwrap_or(0.0))
                 .collect(),
         ),
-        median(works.iter().map(|w| w.inserted + w.updated + w.deleted).collect()),
+        median(
+            works
+                .iter()
+                .map(|w| w.inserted + w.updated + w.deleted)
+                .collect(),
+        ),
     ))
 }
 
