@@ -198,11 +198,12 @@ async fn a_worker_exports_every_alert_series_from_its_start() {
     .unwrap();
     let after = scrape(&handle);
     let mut zero_secondary = zero("secondary-v1");
-    // Run outcomes and clamped costs are per tenant, shared by both
-    // shards' tenants.
+    // Run outcomes, clamped costs and costs over C_max are per tenant,
+    // shared by both shards' tenants.
     zero_secondary.retain(|series, _| {
         !series.starts_with("statek_run_outcomes_total")
             && !series.starts_with("statek_run_cost_clamped_total")
+            && !series.starts_with("statek_cost_over_max_total")
     });
     let secondary: BTreeMap<String, f64> = after
         .iter()
