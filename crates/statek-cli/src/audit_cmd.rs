@@ -309,9 +309,15 @@ pub struct CostLine {
     concurrency: Option<u64>,
     /// `q·(n − 1) + D·C_max + b_cap`.
     upper: Option<u64>,
-    /// `q·n − D·C_max − b_cap`: holds while no credit was clipped; not
-    /// judged.
+    /// `q·n − D·C_max − b_cap`: holds while no credit was cut by `b_cap`.
     lower: Option<i128>,
+    /// Whether the lower side was judged (no hole, every slot credited,
+    /// none of its credits in the span cut: V20's record).
+    lower_judged: bool,
+    /// `n`: its slots in the span.
+    slots_in_span: u64,
+    /// The last sequence through which a credit of it was cut by `b_cap`.
+    clipped_through: Option<u64>,
 }
 
 impl TenantLine {
@@ -358,6 +364,9 @@ impl TenantLine {
                 concurrency: c.concurrency,
                 upper: c.upper,
                 lower: c.lower,
+                lower_judged: c.lower_judged,
+                slots_in_span: c.slots_in_span,
+                clipped_through: c.clipped_through,
             }),
         }
     }
@@ -420,6 +429,21 @@ impl FindingLine {
                 *sequence,
                 "a range row starts inside the one before it".to_owned(),
             ),
+            AuditFinding::CostUnderBound {
+                tenant,
+                served_at_most,
+                lower,
+                concurrency,
+            } => (
+                "cost_under_bound",
+                0,
+                format!(
+                    "the attempts {} claimed in the span were charged at most {served_at_most} \
+                     (running ones at C_max), below the lower side of cost mode's bound {lower} \
+                     (D = {concurrency}), though none of its credits in the span was cut",
+                    EchoedValue(tenant.as_str())
+                ),
+            ),
             AuditFinding::CostOverBound {
                 tenant,
                 charged,
@@ -459,6 +483,8 @@ pub struct AuditLines {
     holes: Vec<(u64, u64)>,
     hole_count: u64,
     tenants: Vec<TenantLine>,
+    /// Cost mode: the shard's `C_max` (null in slot mode).
+    max_cost: Option<u64>,
     findings: Vec<FindingLine>,
     finding_count: u64,
     passed: bool,
@@ -480,6 +506,7 @@ impl AuditLines {
             tenants: report.map_or_else(Vec::new, |r| {
                 r.tenants.iter().map(TenantLine::new).collect()
             }),
+            max_cost: report.and_then(|r| r.cost_parameters.map(|c| c.max_cost())),
             findings: report.map_or_else(Vec::new, |r| {
                 r.findings.iter().map(FindingLine::new).collect()
             }),
@@ -561,19 +588,23 @@ impl Report for AuditLines {
         if self.tenants.iter().any(|t| t.cost_mode.is_some()) {
             writeln!(
                 w,
-                "{:<24} {:>12} {:>12} {:>8} {:>6} {:>6} {:>12} {:>12}",
-                "cost mode", "entitled E", "charged S", "running", "cap", "D", "upper", "lower"
+                "{:<24} {:>12} {:>12} {:>8} {:>6} {:>6} {:>12} {:>12} {:>7}",
+                "cost mode", "entitled E", "charged S", "running", "cap", "D", "upper", "lower",
+                "judged"
             )?;
             for t in &self.tenants {
                 let Some(c) = &t.cost_mode else { continue };
+                let at_most = c.charged.saturating_add(c.uncharged.saturating_mul(self.max_cost.unwrap_or(0)));
                 let over = if c.upper.is_some_and(|u| c.charged > u) {
                     "  ABOVE ITS BOUND"
+                } else if c.lower_judged && c.lower.is_some_and(|l| i128::from(at_most) < l) {
+                    "  BELOW ITS BOUND"
                 } else {
                     ""
                 };
                 writeln!(
                     w,
-                    "{:<24} {:>12.1} {:>12} {:>8} {:>6} {:>6} {:>12} {:>12}{over}",
+                    "{:<24} {:>12.1} {:>12} {:>8} {:>6} {:>6} {:>12} {:>12} {:>7}{over}",
                     t.tenant,
                     c.entitled,
                     c.charged,
@@ -581,12 +612,19 @@ impl Report for AuditLines {
                     c.cap.map_or_else(|| "-".to_owned(), |v| v.to_string()),
                     or_dash(c.concurrency),
                     or_dash(c.upper),
-                    c.lower.map_or_else(|| "-".to_owned(), |v| v.to_string())
+                    c.lower.map_or_else(|| "-".to_owned(), |v| v.to_string()),
+                    if c.lower_judged {
+                        "both"
+                    } else if c.upper.is_some() {
+                        "upper"
+                    } else {
+                        "no"
+                    }
                 )?;
             }
             writeln!(
                 w,
-                "(cost mode: S = what the ended attempts its slots claimed were charged; upper = q·(slots − 1) + D·C_max + b_cap, judged; lower = q·slots − D·C_max − b_cap, holds while no credit was cut by b_cap, which the evidence does not record: not judged; D = its cap plus its attempts that ended without a finish, or --concurrency for a tenant without a cap, else not judged; docs/guarantees.md, \"Cost mode: the bound\")"
+                "(cost mode: S = what the ended attempts its slots claimed were charged; upper = q·(slots − 1) + D·C_max + b_cap; lower = q·slots − D·C_max − b_cap, which holds while none of its credits is cut by b_cap: judged when the span has no hole and the ledger shows every slot of it credited and none cut (its last cut before the span), running attempts counted at C_max; D = its cap plus its attempts that ended without a finish, or --concurrency for a tenant without a cap, else neither side is judged; docs/guarantees.md, \"Cost mode: the bound\")"
             )?;
         }
         let in_holes: u64 = self.tenants.iter().map(|t| t.claims_in_holes).sum();

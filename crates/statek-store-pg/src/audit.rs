@@ -121,6 +121,37 @@ const SELECT_CLAIMS: &str = "
     FROM statek.run_claims AS c
     WHERE c.shard_id = $1 AND c.sequence >= $2 AND c.sequence < $3";
 
+/// Cost mode: how far `$1` credited each tenant and the last sequence
+/// through which a credit was cut by `b_cap` (V20).
+const SELECT_CREDIT_PROGRESS: &str = "
+    SELECT g.tenant_id, g.as_of_sequence, g.clipped_through
+    FROM statek.cost_credit_progress AS g
+    WHERE g.shard_id = $1";
+
+/// The picks of tenant `index` in the sequences `span` of a cycle whose
+/// slots are `indexes`, and the last of them.
+fn picks_in(indexes: &[u16], index: usize, span: Range<u64>) -> (u64, Option<u64>) {
+    let l = indexes.len() as u64;
+    if l == 0 || span.is_empty() {
+        return (0, None);
+    }
+    let mine = |i: &&u16| usize::from(**i) == index;
+    let per_cycle = indexes.iter().filter(mine).count() as u64;
+    // Picks in `0..t`.
+    let before = |t: u64| {
+        (t / l) * per_cycle + indexes[..(t % l) as usize].iter().filter(mine).count() as u64
+    };
+    let count = before(span.end) - before(span.start);
+    let last = (count > 0).then(|| {
+        // The last pick before `span.end`: at most one cycle back.
+        (span.start.max(span.end.saturating_sub(l))..span.end)
+            .rev()
+            .find(|&s| usize::from(indexes[(s % l) as usize]) == index)
+            .unwrap_or(span.start)
+    });
+    (count, last)
+}
+
 /// One tenant's running tallies.
 struct Tally {
     audit: TenantAudit,
@@ -495,6 +526,12 @@ impl PgStore {
                     concurrency: None,
                     upper: None,
                     lower: None,
+                    slots_in_span: 0,
+                    clipped_through: None,
+                    credited_through: None,
+                    lower_judged: false,
+                    span: None,
+                    last_slot: None,
                 });
             }
         }
@@ -533,6 +570,14 @@ impl PgStore {
         walk.hole(covered..to);
         let mut report = walk.finish();
         if report.cost_parameters.is_some() {
+            for (index, t) in report.tenants.iter_mut().enumerate() {
+                if let Some(cost) = t.cost.as_mut() {
+                    let (count, last) = picks_in(policy.cycle_tenant_indexes(), index, from..to);
+                    cost.slots_in_span = count;
+                    cost.last_slot = last;
+                    cost.span = Some(from..to);
+                }
+            }
             self.judge_capped_costs(&mut report).await?;
         }
         Ok(report)
@@ -547,19 +592,42 @@ impl PgStore {
             return Ok(());
         };
         let limits = self.all_tenant_limits().await?;
+        let shard = report.shard.as_str();
+        let rows = self
+            .with_response_timeout(async |db: &Db<'_>| {
+                Ok(db
+                    .query(SELECT_CREDIT_PROGRESS, &[(&shard, Type::TEXT)])
+                    .await?)
+            })
+            .await
+            .map_err(|e| e.schema_behind(20, "the audit of cost mode's lower side"))?;
+        let mut progress = HashMap::new();
+        for row in &rows {
+            let tenant: String = row.try_get("tenant_id")?;
+            // -1: nothing credited yet.
+            let credited = u64::try_from(row.try_get::<_, i64>("as_of_sequence")?).ok();
+            let clipped: Option<i64> = row.try_get("clipped_through")?;
+            let clipped = clipped.map(|c| to_u64(c, "clipped credit")).transpose()?;
+            progress.insert(tenant, (credited, clipped));
+        }
+        let no_holes = report.hole_count == 0;
         let mut found = Vec::new();
         for t in &mut report.tenants {
             let Some(cost) = t.cost.as_mut() else {
                 continue;
             };
             cost.entitled = params.quantum() as f64 * t.entitled;
+            if let Some((credited, clipped)) = progress.get(t.tenant.as_str()) {
+                cost.credited_through = *credited;
+                cost.clipped_through = *clipped;
+            }
             cost.cap = limits
                 .iter()
                 .find(|l| l.tenant == t.tenant)
                 .and_then(|l| l.limits.max_running());
             if let Some(cap) = cost.cap {
                 let d = u64::from(cap) + cost.ended_without_finish;
-                found.extend(cost.judge(&t.tenant, t.slots, d, &params));
+                found.extend(cost.judge(&t.tenant, d, &params, no_holes));
             }
         }
         for finding in found {

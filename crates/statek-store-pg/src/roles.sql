@@ -123,11 +123,13 @@ GRANT EXECUTE ON FUNCTION statek.attach_slot_map(text, smallint[]) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_slots(bigint[], text[], uuid[], float8, text, bigint)
     TO {runtime};
 -- Cost mode (V19): claims of a cost shard's slots; the ledger is read by
--- `statek status` and `PgStore::cost_balances`, written only by statek's
+-- `statek status`, `PgStore::cost_balances` and `statek audit` (the
+-- credit progress and its cut credits, V20), written only by statek's
 -- functions.
 GRANT EXECUTE ON FUNCTION statek.claim_cost_slots(bigint[], text[], uuid[], float8, text, bigint)
     TO {runtime};
-GRANT SELECT ON statek.shard_costs, statek.cost_credits, statek.cost_charges TO {runtime};
+GRANT SELECT ON statek.shard_costs, statek.cost_credits, statek.cost_charges,
+    statek.cost_credit_progress TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.claim_run(text, uuid, float8) TO {runtime};
 GRANT EXECUTE ON FUNCTION statek.finish_runs(uuid[], uuid[], text[], float8[], text[])
     TO {runtime};

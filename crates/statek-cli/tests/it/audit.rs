@@ -367,3 +367,83 @@ async fn a_rollout_that_re_adds_a_tenant_tells_its_real_wait() {
     assert_eq!(doc["passed"], true);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A cost shard's audit: per tenant the cost charged against both sides
+/// of the bound, by hand. Policy a:1, b:1 (cycle a b), q = 2, C_max = 10,
+/// default 6, b_cap = 4. Slots 0..4 claimed in two cost-mode claims: a
+/// claims its run at 0 (credit 2) and reports 30 (charged 10: balance
+/// −8); b is idle at 1 (2); a owes at 2 (−6, a debt slot); b is idle at 3
+/// (4, not cut). With `--concurrency 2`: upper `2·1 + 2·10 + 4 = 26`,
+/// lower `2·2 − 20 − 4 = −20`, both judged (no cut credit, every slot
+/// credited).
+#[tokio::test]
+async fn a_cost_shard_audit_judges_served_cost_against_the_bound() {
+    use statek_policy::{CostFairness, FairnessUnit};
+    use statek_store_pg::{SlotClaim, SlotClaimRequest};
+
+    let db = TestDatabase::create().await;
+    let url = db.connection_string();
+    let store = db.store();
+    let policy = statek_store_pg::testing::policy("cost-v1", &[("tenant-a", 1), ("tenant-b", 1)])
+        .with_fairness(FairnessUnit::Cost(CostFairness::new(2, 10, 6, 4).unwrap()));
+    store.register(&policy).await.unwrap();
+    let a = policy.tenants()[0].tenant().clone();
+    store.enqueue(&NewRun::new(a.clone(), vec![])).await.unwrap();
+    let slots = reserve_next_slots(&store, &policy, 4).await;
+    let claim = |slots: &[(u64, statek_policy::TenantId)]| {
+        SlotClaimRequest::new(policy.shard_id(), slots, Duration::from_secs(60), 4)
+            .unwrap()
+            .in_cost_mode()
+    };
+    let first = store.claim_slots(&claim(&slots[..2])).await.unwrap();
+    let [SlotClaim::Claimed(run), SlotClaim::Idle] = &first[..] else {
+        panic!("expected a claim and an idle slot, got {first:?}");
+    };
+    store
+        .finish_runs(&[statek_store_pg::FinishRun::complete(run.lease).with_cost(Some(30))])
+        .await
+        .unwrap();
+    let second = store.claim_slots(&claim(&slots[2..])).await.unwrap();
+    assert!(
+        matches!(&second[..], [SlotClaim::Debt | SlotClaim::Idle, SlotClaim::Idle]),
+        "{second:?}"
+    );
+
+    let json = statek(
+        &["audit", "--shard", "cost-v1", "--concurrency", "2", "--format", "json"],
+        &url,
+    );
+    assert_eq!(json.status.code(), Some(0), "{}", text(&json.stderr));
+    let report: serde_json::Value = serde_json::from_str(&text(&json.stdout)).unwrap();
+    assert_eq!(report["max_cost"], 10);
+    let cost = |i: usize| report["tenants"][i]["cost_mode"].clone();
+    assert_eq!(
+        cost(0),
+        serde_json::json!({
+            "charged": 10, "uncharged": 0, "ended_without_finish": 0, "entitled": 4.0,
+            "cap": null, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
+            "slots_in_span": 2, "clipped_through": null
+        })
+    );
+    assert_eq!(
+        cost(1),
+        serde_json::json!({
+            "charged": 0, "uncharged": 0, "ended_without_finish": 0, "entitled": 4.0,
+            "cap": null, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
+            "slots_in_span": 2, "clipped_through": null
+        })
+    );
+    // Without --concurrency and without a cap: reported, not judged.
+    let plain = statek(&["audit", "--shard", "cost-v1"], &url);
+    assert_eq!(plain.status.code(), Some(0), "{}", text(&plain.stderr));
+    let out = text(&plain.stdout);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("tenant-a") && l.split_whitespace().count() == 9)
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["tenant-a", "4.0", "10", "0", "-", "-", "-", "-", "no"],
+        "{out}"
+    );
+}

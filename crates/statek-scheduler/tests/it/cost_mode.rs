@@ -645,6 +645,22 @@ mod postgres {
         );
         assert_eq!(cost(&report, "a").4, Some(1));
         assert!(report.passed(), "{:?}", report.findings);
+        // a's credit at 14 was cut (4 + 2 above b_cap 4): V20 records it,
+        // so a's lower side is not judged over 0..16; b's credits were
+        // never cut and reach its last slot, 15: judged.
+        let lower = |r: &statek_store_pg::AuditReport, t: &str| {
+            let c = r.tenants.iter().find(|x| x.tenant.as_str() == t).unwrap();
+            let c = c.cost.as_ref().unwrap();
+            (c.slots_in_span, c.clipped_through, c.credited_through, c.lower_judged)
+        };
+        assert_eq!(lower(&report, "a"), (8, Some(14), Some(14), false));
+        assert_eq!(lower(&report, "b"), (8, None, Some(15), true));
+        // 14..16 starts at the cut: a not judged there; b judged.
+        let mut late = store.audit_shard(&shard, 14..16).await.unwrap();
+        late.judge_cost(3);
+        assert_eq!(lower(&late, "a"), (1, Some(14), Some(14), false));
+        assert_eq!(lower(&late, "b"), (1, None, Some(15), true));
+        assert!(late.passed(), "{:?}", late.findings);
     }
 
     /// A running attempt that is cancelled, and one whose lease expired and

@@ -100,9 +100,13 @@ pub struct TenantAudit {
 /// attempts in the span that ended without a finish (an expired lease
 /// is not charged until it is rescued or taken over), or
 /// [`AuditReport::judge_cost`]'s `concurrency` for a tenant without a
-/// cap. The lower side holds only while none of the tenant's credits is
-/// cut by `b_cap`, which the evidence does not record: it is reported
-/// ([`lower`](Self::lower)), not judged.
+/// cap. The lower side, `S ≥ q·n − D·C_max − b_cap`, holds only while none
+/// of the tenant's credits in the span is cut by `b_cap`: it is judged
+/// ([`AuditFinding::CostUnderBound`], counting each running attempt at
+/// `C_max`) when the ledger (migration V20) shows none was and the span
+/// has no hole ([`lower_judged`](Self::lower_judged)). Run rows pruned by
+/// run retention inside a span whose range rows are kept would look like
+/// attempts never made: keep runs at least as long as reservations.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TenantCostAudit {
     /// `S`: what its ended attempts claimed in the span were charged
@@ -126,9 +130,23 @@ pub struct TenantCostAudit {
     /// `q·(n − 1) + D·C_max + b_cap` for that `D` (0 when `n = 0`).
     pub upper: Option<u64>,
     /// `q·n − D·C_max − b_cap` for that `D`: the lower side, which holds
-    /// while no credit of the tenant in the span was clipped (reported,
-    /// not judged).
+    /// while no credit of the tenant in the span was cut by `b_cap`.
     pub lower: Option<i128>,
+    /// `n`: its slots in the span, from the cycle (with or without
+    /// evidence).
+    pub slots_in_span: u64,
+    /// The last sequence through which a credit of it on this shard was
+    /// cut by `b_cap` (migration V20), `None` if never.
+    pub clipped_through: Option<u64>,
+    /// How far this shard credited it (`None`: never).
+    pub credited_through: Option<u64>,
+    /// Whether the lower side was judged: `D` known, no hole in the span,
+    /// every slot of it in the span credited, and none of those credits
+    /// cut (the span starts after `clipped_through`).
+    pub lower_judged: bool,
+    /// The span audited, and its last slot of the tenant.
+    pub(crate) span: Option<Range<u64>>,
+    pub(crate) last_slot: Option<u64>,
 }
 
 /// How long a run waited for its claim (`statek audit`'s service gap):
@@ -210,6 +228,21 @@ pub enum AuditFinding {
         /// The later range's first sequence.
         sequence: u64,
     },
+    /// Cost mode: the attempts `tenant`'s slots claimed in the span were
+    /// charged at most `served_at_most` (its running attempts counted at
+    /// `C_max`), below the bound's lower side `lower`
+    /// (`q·n − D·C_max − b_cap`), though none of its credits in the span
+    /// was cut by `b_cap`.
+    CostUnderBound {
+        /// The tenant.
+        tenant: TenantId,
+        /// `S` plus `C_max` per running attempt.
+        served_at_most: u64,
+        /// The lower side.
+        lower: i128,
+        /// `D` it was judged with.
+        concurrency: u64,
+    },
     /// Cost mode: the ended attempts `tenant`'s slots claimed in the span
     /// were charged `charged`, above the bound's upper side `upper`
     /// (`q·(n − 1) + D·C_max + b_cap` with `D` = `concurrency`).
@@ -258,36 +291,68 @@ pub struct AuditReport {
 }
 
 impl TenantCostAudit {
-    /// Judges the upper side with `D` = `concurrency` for a tenant with
-    /// `slots` slots in the span; the finding when `S` is above it.
+    /// Judges both sides with `D` = `concurrency` (the lower only when
+    /// `no_holes` and the ledger shows no cut credit of the span); the
+    /// findings.
     pub(crate) fn judge(
         &mut self,
         tenant: &TenantId,
-        slots: u64,
         concurrency: u64,
         params: &statek_policy::CostFairness,
-    ) -> Option<AuditFinding> {
+        no_holes: bool,
+    ) -> Vec<AuditFinding> {
+        let n = self.slots_in_span;
         let q = u128::from(params.quantum());
         let fixed = u128::from(concurrency) * u128::from(params.max_cost())
             + u128::from(params.balance_cap());
-        let upper = if slots == 0 {
+        let upper = if n == 0 {
             0
         } else {
-            q * u128::from(slots - 1) + fixed
+            q * u128::from(n - 1) + fixed
         };
         let upper = u64::try_from(upper).unwrap_or(u64::MAX);
+        let lower = i128::try_from(q * u128::from(n)).unwrap_or(i128::MAX)
+            - i128::try_from(fixed).unwrap_or(i128::MAX);
         self.concurrency = Some(concurrency);
         self.upper = Some(upper);
-        self.lower = Some(
-            i128::try_from(q * u128::from(slots)).unwrap_or(i128::MAX)
-                - i128::try_from(fixed).unwrap_or(i128::MAX),
-        );
-        (self.charged > upper).then(|| AuditFinding::CostOverBound {
-            tenant: tenant.clone(),
-            charged: self.charged,
-            upper,
-            concurrency,
-        })
+        self.lower = Some(lower);
+        let mut found = Vec::new();
+        if self.charged > upper {
+            found.push(AuditFinding::CostOverBound {
+                tenant: tenant.clone(),
+                charged: self.charged,
+                upper,
+                concurrency,
+            });
+        }
+        self.lower_judged = no_holes && self.lower_judgeable();
+        let served_at_most = self
+            .charged
+            .saturating_add(self.uncharged.saturating_mul(params.max_cost()));
+        if self.lower_judged && i128::from(served_at_most) < lower {
+            found.push(AuditFinding::CostUnderBound {
+                tenant: tenant.clone(),
+                served_at_most,
+                lower,
+                concurrency,
+            });
+        }
+        found
+    }
+
+    /// No credit of the tenant's slots in the span was cut, as far as the
+    /// ledger shows: every one of them credited, none cut (`from`..: the
+    /// span; set by the audit).
+    fn lower_judgeable(&self) -> bool {
+        let Some(span) = &self.span else {
+            return false;
+        };
+        let credited = match (self.last_slot, self.credited_through) {
+            (None, _) => true,
+            (Some(last), Some(through)) => through >= last,
+            (Some(_), None) => false,
+        };
+        credited && self.clipped_through.is_none_or(|c| c < span.start)
     }
 }
 
@@ -321,9 +386,7 @@ impl AuditReport {
             if cost.concurrency.is_some() {
                 continue;
             }
-            if let Some(finding) = cost.judge(&t.tenant, t.slots, u64::from(concurrency), params) {
-                found.push(finding);
-            }
+            found.extend(cost.judge(&t.tenant, u64::from(concurrency), params, self.hole_count == 0));
         }
         for finding in found {
             self.add_finding(finding);

@@ -71,39 +71,77 @@ fn a_gap_above_the_bound_is_a_finding() {
     assert_eq!(walk.tallies[0].audit.unrecorded, 6);
 }
 
-/// Cost mode's upper side, `q·(n − 1) + D·C_max + b_cap`, by hand: q = 2,
-/// C_max = 10, b_cap = 4, 8 slots, D = 1: 28. Charged 28 passes, 29 is a
-/// finding; the lower side is `2·8 − 10 − 4 = 2`; no slot: S must be 0.
+/// Cost mode's sides by hand: q = 2, C_max = 10, b_cap = 4, 8 slots,
+/// D = 1: upper `2·7 + 10 + 4 = 28`, lower `2·8 − 10 − 4 = 2`. Charged 28
+/// passes, 29 is above; 1 with nothing running is below when the lower
+/// side may be judged (no hole, every slot credited, no cut credit), and
+/// only then; with one attempt running (counted at C_max) it is not below.
 #[test]
-fn cost_above_the_upper_side_is_a_finding() {
+fn cost_outside_either_side_is_a_finding() {
     let params = statek_policy::CostFairness::new(2, 10, 6, 4).unwrap();
-    let audit = |charged| TenantCostAudit {
+    let audit = |charged, uncharged, clipped_through| TenantCostAudit {
         charged,
-        uncharged: 0,
+        uncharged,
         ended_without_finish: 0,
         entitled: 16.0,
         cap: None,
         concurrency: None,
         upper: None,
         lower: None,
+        slots_in_span: 8,
+        clipped_through,
+        credited_through: Some(15),
+        lower_judged: false,
+        span: Some(0..16),
+        last_slot: Some(14),
     };
-    let mut within = audit(28);
-    assert_eq!(within.judge(&tenant("a"), 8, 1, &params), None);
+    let mut within = audit(28, 0, None);
+    assert_eq!(within.judge(&tenant("a"), 1, &params, true), []);
     assert_eq!(
-        (within.upper, within.lower, within.concurrency),
-        (Some(28), Some(2), Some(1))
+        (within.upper, within.lower, within.concurrency, within.lower_judged),
+        (Some(28), Some(2), Some(1), true)
     );
-    let mut over = audit(29);
     assert_eq!(
-        over.judge(&tenant("a"), 8, 1, &params),
-        Some(AuditFinding::CostOverBound {
+        audit(29, 0, None).judge(&tenant("a"), 1, &params, true),
+        [AuditFinding::CostOverBound {
             tenant: tenant("a"),
             charged: 29,
             upper: 28,
             concurrency: 1
-        })
+        }]
     );
-    let mut none = audit(1);
-    assert!(none.judge(&tenant("a"), 0, 3, &params).is_some());
+    assert_eq!(
+        audit(1, 0, None).judge(&tenant("a"), 1, &params, true),
+        [AuditFinding::CostUnderBound {
+            tenant: tenant("a"),
+            served_at_most: 1,
+            lower: 2,
+            concurrency: 1
+        }]
+    );
+    assert_eq!(audit(1, 1, None).judge(&tenant("a"), 1, &params, true), []);
+    // A credit cut at 3 (inside the span), a hole, or slots not credited
+    // yet: the lower side is not judged.
+    let mut clipped = audit(1, 0, Some(3));
+    assert_eq!(clipped.judge(&tenant("a"), 1, &params, true), []);
+    assert!(!clipped.lower_judged);
+    assert_eq!(audit(1, 0, None).judge(&tenant("a"), 1, &params, false), []);
+    let mut behind = audit(1, 0, None);
+    behind.credited_through = Some(12);
+    assert_eq!(behind.judge(&tenant("a"), 1, &params, true), []);
+    // No slot in the span: S must be 0.
+    let mut none = audit(1, 0, None);
+    none.slots_in_span = 0;
+    assert_eq!(none.judge(&tenant("a"), 3, &params, true).len(), 1);
     assert_eq!(none.upper, Some(0));
+}
+
+/// The picks of a tenant in a span of sequences, from the cycle: a a b a.
+#[test]
+fn picks_in_a_span_count_whole_cycles_and_the_rest() {
+    let cycle = [0_u16, 0, 1, 0];
+    assert_eq!(picks_in(&cycle, 1, 0..16), (4, Some(14)));
+    assert_eq!(picks_in(&cycle, 0, 1..7), (4, Some(5)));
+    assert_eq!(picks_in(&cycle, 1, 3..6), (0, None));
+    assert_eq!(picks_in(&cycle, 1, 5..5), (0, None));
 }

@@ -382,7 +382,7 @@ async fn claim_history_written_before_v12_reads_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [12, 13, 14, 15, 16, 17, 18, 19]
+        [12, 13, 14, 15, 16, 17, 18, 19, 20]
     );
     assert_eq!(attempt_finishes(&db, "run_claims").await, before);
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
@@ -496,7 +496,7 @@ async fn claims_made_before_v13_read_the_same_after_it() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [13, 14, 15, 16, 17, 18, 19]
+        [13, 14, 15, 16, 17, 18, 19, 20]
     );
     assert_eq!(attempt_finishes(&db, "run_attempts").await, before);
 
@@ -657,7 +657,7 @@ async fn v18_grants_finishes_with_costs_to_whoever_could_finish() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [18, 19]
+        [18, 19, 20]
     );
     let may = async |role: &str| -> bool {
         admin
@@ -811,7 +811,7 @@ async fn v19_keeps_claim_grants_and_admits_cost_shards() {
     let report = store.migrate().await.unwrap();
     assert_eq!(
         report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [19]
+        [19, 20]
     );
     let may = async |role: &str, function: &str| -> bool {
         admin
