@@ -589,12 +589,21 @@ impl Report for AuditLines {
             writeln!(
                 w,
                 "{:<24} {:>12} {:>12} {:>8} {:>6} {:>6} {:>12} {:>12} {:>7}",
-                "cost mode", "entitled E", "charged S", "running", "cap", "D", "upper", "lower",
+                "cost mode",
+                "entitled E",
+                "charged S",
+                "running",
+                "cap",
+                "D",
+                "upper",
+                "lower",
                 "judged"
             )?;
             for t in &self.tenants {
                 let Some(c) = &t.cost_mode else { continue };
-                let at_most = c.charged.saturating_add(c.uncharged.saturating_mul(self.max_cost.unwrap_or(0)));
+                let at_most = c
+                    .charged
+                    .saturating_add(c.uncharged.saturating_mul(self.max_cost.unwrap_or(0)));
                 let over = if c.upper.is_some_and(|u| c.charged > u) {
                     "  ABOVE ITS BOUND"
                 } else if c.lower_judged && c.lower.is_some_and(|l| i128::from(at_most) < l) {

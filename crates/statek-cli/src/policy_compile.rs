@@ -82,6 +82,9 @@ pub struct Compiled {
     /// `--concurrency`: D of the cost bounds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// What the parameters risk at that D (cost mode): sentences.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// What a policy's weights share, as `policy compile` reports it.
@@ -187,7 +190,28 @@ pub fn compile(
         tenants,
         cycle: show_cycle.then(|| policy.cycle().iter().map(ToString::to_string).collect()),
         concurrency,
+        warnings: cost_warnings(policy, concurrency),
     }
+}
+
+/// Cost mode at `D` = `concurrency`: a cap below `(D − 1)·q` lets a
+/// tenant whose runs cost at most `q` owe (docs/guarantees.md, "Cheap
+/// runs keep their slot share").
+fn cost_warnings(policy: &WeightedFairnessPolicy, concurrency: Option<u32>) -> Vec<String> {
+    let (Some(cost), Some(d)) = (policy.fairness().cost().copied(), concurrency) else {
+        return Vec::new();
+    };
+    let needed = u128::from(d - 1) * u128::from(cost.quantum());
+    if u128::from(cost.balance_cap()) >= needed {
+        return Vec::new();
+    }
+    vec![format!(
+        "balance_cap {} is below (D − 1)·quantum = {needed}: with {d} attempts of a tenant \
+         uncharged at once, a tenant whose runs cost at most the quantum can owe, and its slots \
+         become debt slots; raise balance_cap to at least {needed} (docs/guarantees.md, \
+         \"Cheap runs keep their slot share\")",
+        cost.balance_cap()
+    )]
 }
 
 /// The text form of `policy compile`.
@@ -259,6 +283,9 @@ impl Report for Compiled {
                     |d| d.to_string()
                 )
             )?;
+        }
+        for warning in &c.warnings {
+            writeln!(w, "warning: {warning}")?;
         }
         writeln!(
             w,

@@ -388,7 +388,10 @@ async fn a_cost_shard_audit_judges_served_cost_against_the_bound() {
         .with_fairness(FairnessUnit::Cost(CostFairness::new(2, 10, 6, 4).unwrap()));
     store.register(&policy).await.unwrap();
     let a = policy.tenants()[0].tenant().clone();
-    store.enqueue(&NewRun::new(a.clone(), vec![])).await.unwrap();
+    store
+        .enqueue(&NewRun::new(a.clone(), vec![]))
+        .await
+        .unwrap();
     let slots = reserve_next_slots(&store, &policy, 4).await;
     let claim = |slots: &[(u64, statek_policy::TenantId)]| {
         SlotClaimRequest::new(policy.shard_id(), slots, Duration::from_secs(60), 4)
@@ -405,12 +408,23 @@ async fn a_cost_shard_audit_judges_served_cost_against_the_bound() {
         .unwrap();
     let second = store.claim_slots(&claim(&slots[2..])).await.unwrap();
     assert!(
-        matches!(&second[..], [SlotClaim::Debt | SlotClaim::Idle, SlotClaim::Idle]),
+        matches!(
+            &second[..],
+            [SlotClaim::Debt | SlotClaim::Idle, SlotClaim::Idle]
+        ),
         "{second:?}"
     );
 
     let json = statek(
-        &["audit", "--shard", "cost-v1", "--concurrency", "2", "--format", "json"],
+        &[
+            "audit",
+            "--shard",
+            "cost-v1",
+            "--concurrency",
+            "2",
+            "--format",
+            "json",
+        ],
         &url,
     );
     assert_eq!(json.status.code(), Some(0), "{}", text(&json.stderr));

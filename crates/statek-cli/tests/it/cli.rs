@@ -160,6 +160,26 @@ fn policy_compile_shows_cost_mode() {
         serde_json::json!({"fixed": 80.75, "per_concurrency": 40, "at_concurrency": 160.75, "scaled_at_concurrency": 643})
     );
     assert_eq!(value["concurrency"], 2);
+    // b_cap 80 ≥ (2 − 1)·1: no warning; at D = 100, 80 < 99: one.
+    assert_eq!(value.get("warnings"), None);
+    let many = statek(
+        &[
+            "policy",
+            "compile",
+            file.to_str().unwrap(),
+            "--concurrency",
+            "100",
+        ],
+        None,
+    );
+    assert!(
+        stdout(&many).contains(
+            "warning: balance_cap 80 is below (D − 1)·quantum = 99: with 100 attempts of a tenant \
+             uncharged at once, a tenant whose runs cost at most the quantum can owe"
+        ),
+        "{}",
+        stdout(&many)
+    );
     // A rollout to it is refused, and the diff says so.
     let slots = dir.join("slots.toml");
     std::fs::write(

@@ -651,7 +651,12 @@ mod postgres {
         let lower = |r: &statek_store_pg::AuditReport, t: &str| {
             let c = r.tenants.iter().find(|x| x.tenant.as_str() == t).unwrap();
             let c = c.cost.as_ref().unwrap();
-            (c.slots_in_span, c.clipped_through, c.credited_through, c.lower_judged)
+            (
+                c.slots_in_span,
+                c.clipped_through,
+                c.credited_through,
+                c.lower_judged,
+            )
         };
         assert_eq!(lower(&report, "a"), (8, Some(14), Some(14), false));
         assert_eq!(lower(&report, "b"), (8, None, Some(15), true));

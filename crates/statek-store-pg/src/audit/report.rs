@@ -386,7 +386,12 @@ impl AuditReport {
             if cost.concurrency.is_some() {
                 continue;
             }
-            found.extend(cost.judge(&t.tenant, u64::from(concurrency), params, self.hole_count == 0));
+            found.extend(cost.judge(
+                &t.tenant,
+                u64::from(concurrency),
+                params,
+                self.hole_count == 0,
+            ));
         }
         for finding in found {
             self.add_finding(finding);

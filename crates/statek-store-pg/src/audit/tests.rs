@@ -98,7 +98,12 @@ fn cost_outside_either_side_is_a_finding() {
     let mut within = audit(28, 0, None);
     assert_eq!(within.judge(&tenant("a"), 1, &params, true), []);
     assert_eq!(
-        (within.upper, within.lower, within.concurrency, within.lower_judged),
+        (
+            within.upper,
+            within.lower,
+            within.concurrency,
+            within.lower_judged
+        ),
         (Some(28), Some(2), Some(1), true)
     );
     assert_eq!(

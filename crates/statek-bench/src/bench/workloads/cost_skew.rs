@@ -383,7 +383,8 @@ impl CostSkew {
                 } else {
                     format!(
                         ", cost served − entitled {:+.0} (bound ±{:.0}; within it in {within} of {} samples)",
-                        median(judged.iter().map(|(s, e, _)| s - e).collect()),
+                        // Rounded first, so that −0.3 prints as +0, not -0.
+                        median(judged.iter().map(|(s, e, _)| s - e).collect()).round() + 0.0,
                         median(judged.iter().map(|(_, _, b)| *b).collect()),
                         judged.len()
                     )
