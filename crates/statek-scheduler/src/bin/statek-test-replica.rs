@@ -11,6 +11,12 @@
 //!
 //! Runs with payload `work` sleep 2 ms. Closing stdin shuts it down.
 //!
+//! `statek-test-replica "<connection string>" cost` runs the Worker on
+//! the cost-mode shard `cost-v1` instead (tenant-a:3/tenant-b:1, q = 2,
+//! C_max = 40, default 40, b_cap = 40), with completion batches of at
+//! most 4 (5 ms linger); runs with payload `cost=N ms=M` sleep M ms and
+//! report cost N, so costs are reported out of claim order.
+//!
 //! `statek-test-replica "<connection string>" ticks <k>` instead ticks the
 //! scheduler in a loop (`tick` for k = 1, else `tick_batch(k)`), following
 //! rollouts, and prints one line per slot: `tick <shard> <sequence>
@@ -45,9 +51,34 @@ impl RunHandler for Handler {
             cancel.cancelled().await;
             return Err(RunError::new("cancelled"));
         }
+        if let Some((cost, ms)) = cost_and_delay(&run.payload) {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            return Ok(Completed::with_cost(cost));
+        }
         tokio::time::sleep(Duration::from_millis(2)).await;
         Ok(Completed::new())
     }
+}
+
+/// `cost=N ms=M`.
+fn cost_and_delay(payload: &[u8]) -> Option<(u64, u64)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let (cost, ms) = text.strip_prefix("cost=")?.split_once(" ms=")?;
+    Some((cost.parse().ok()?, ms.parse().ok()?))
+}
+
+/// The `cost` mode's policy (the multi-process test registers the same).
+fn cost_policy() -> Result<WeightedFairnessPolicy, statek_policy::PolicyError> {
+    Ok(WeightedFairnessPolicy::new(
+        SchedulerShardId::try_from("cost-v1")?,
+        [
+            TenantFairnessWeight::new(TenantId::try_from("tenant-a")?, 3)?,
+            TenantFairnessWeight::new(TenantId::try_from("tenant-b")?, 1)?,
+        ],
+    )?
+    .with_fairness(statek_policy::FairnessUnit::Cost(
+        statek_policy::CostFairness::new(2, 40, 40, 40)?,
+    )))
 }
 
 fn policy() -> Result<WeightedFairnessPolicy, statek_policy::PolicyError> {
@@ -74,11 +105,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // run re-claimed soon; the ticks mode's runs complete at once, and a
     // 30 s lease keeps a stalled replica from losing one to another.
     let ticks = std::env::args().nth(2).as_deref() == Some("ticks");
+    let cost = std::env::args().nth(2).as_deref() == Some("cost");
     let lease = Duration::from_secs(if ticks { 30 } else { 1 });
-    let options = ExecutorOptions::new().lease(lease)?;
+    let mut options = ExecutorOptions::new().lease(lease)?;
+    if cost {
+        options = options.completion_batching(4, Duration::from_millis(5))?;
+    }
     let executor = PgRunQueueExecutor::new(store.clone(), Handler, options);
+    let policy = if cost { cost_policy()? } else { policy()? };
     let scheduler = Arc::new(
-        DurableFairScheduler::register(store.clone(), policy()?, executor, SchedulerOptions::new())
+        DurableFairScheduler::register(store.clone(), policy, executor, SchedulerOptions::new())
             .await?,
     );
     if ticks {

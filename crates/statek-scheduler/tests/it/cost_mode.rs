@@ -442,7 +442,7 @@ async fn a_tick_that_follows_a_seal_into_cost_mode_uses_the_ledger() {
 // ---------------------------------------------------------------------------
 // The same ledger kept by PostgreSQL (migration V19).
 
-mod postgres {
+pub(crate) mod postgres {
     use super::*;
     use statek_scheduler::{ExecutorOptions, PgRunQueueExecutor};
     use statek_store_pg::testing::TestDatabase;
@@ -462,7 +462,11 @@ mod postgres {
     /// The ledger checked against the evidence: every tenant's charges
     /// are the sum, over its ended cost-mode attempts, of the reported
     /// cost cut to C_max, or the default where it reported none.
-    async fn charges_match_the_evidence(db: &TestDatabase, store: &PgStore, shard: &str) {
+    pub(crate) async fn charges_match_the_evidence(
+        db: &TestDatabase,
+        store: &PgStore,
+        shard: &str,
+    ) {
         let client = db.client().await;
         let rows = client
             .query(

@@ -30,8 +30,19 @@ fn policy() -> WeightedFairnessPolicy {
 /// Starts a replica process; its stdout lines arrive on `lines` tagged
 /// with its index.
 fn spawn_replica(index: usize, url: &str, lines: mpsc::UnboundedSender<(usize, String)>) -> Child {
+    spawn_replica_in(index, url, &[], lines)
+}
+
+/// [`spawn_replica`] with the replica's mode arguments after the URL.
+fn spawn_replica_in(
+    index: usize,
+    url: &str,
+    mode: &[&str],
+    lines: mpsc::UnboundedSender<(usize, String)>,
+) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_statek-test-replica"))
         .arg(url)
+        .args(mode)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -233,4 +244,138 @@ async fn four_processes_keep_the_order_and_survive_a_sigkill() {
         assert!(max_gap <= bound, "{tenant}: gap {max_gap} > {bound}");
     }
     eprintln!("{next} reservations by 4 processes, contiguous");
+}
+
+/// Cost mode across four OS processes (the replica's `cost` mode: shard
+/// `cost-v1`, tenant-a:3/tenant-b:1, q = 2, C_max = 40, default 40, b_cap
+/// = 40; 2 executing runs and completion batches of at most 4 each), with
+/// costs reported out of claim order (each run sleeps 0-16 ms, its cost
+/// 0-60, so some above C_max), every backend but the test's terminated
+/// every 300 ms (lost claim and completion acknowledgements), and one
+/// replica killed with SIGKILL while it runs. Afterwards: every run
+/// completed, the ledger's charges equal the evidence's (each ended
+/// attempt's `min(cost, C_max)`, or the default), and the audit rebuilds
+/// each tenant's served cost within both sides of the bound with D = 4 ×
+/// (2 + 2 × 4) = 40.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_in_cost_mode_keep_one_exact_ledger() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let p = policy_of("cost-v1").with_fairness(statek_policy::FairnessUnit::Cost(
+        statek_policy::CostFairness::new(2, 40, 40, 40).unwrap(),
+    ));
+    store.register(&p).await.unwrap();
+    let (a, b) = (
+        TenantId::try_from("tenant-a").unwrap(),
+        TenantId::try_from("tenant-b").unwrap(),
+    );
+    let mut runs = 0_i64;
+    for i in 0..240_u64 {
+        let tenant = if i % 4 == 3 { &b } else { &a };
+        let payload = format!("cost={} ms={}", (i * 37) % 61, (i * 13) % 17);
+        store
+            .enqueue(&NewRun::new(tenant.clone(), payload.into_bytes()).max_attempts(20))
+            .await
+            .unwrap();
+        runs += 1;
+    }
+    let url = db.connection_string();
+    let (tx, mut lines) = mpsc::unbounded_channel();
+    let mut children: Vec<Option<Child>> = (0..4)
+        .map(|i| Some(spawn_replica_in(i, &url, &["cost"], tx.clone())))
+        .collect();
+    drop(tx);
+    let observer = db.client().await;
+    observer
+        .batch_execute("SET application_name = 'observer'")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut killed = false;
+    let mut last_kill = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "not done in 120 s"
+        );
+        // Replica lines are not needed here: drain them.
+        while let Ok((_, line)) = lines.try_recv() {
+            assert!(line.starts_with("executed "), "{line}");
+        }
+        if !killed && started.elapsed() > Duration::from_millis(800) {
+            children[0].take().unwrap().start_kill().unwrap();
+            killed = true;
+        }
+        if last_kill.elapsed() > Duration::from_millis(300) {
+            observer
+                .query_one(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+                     FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()
+                       AND backend_type = 'client backend'
+                       AND application_name <> 'observer'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            last_kill = Instant::now();
+        }
+        let done: i64 = observer
+            .query_one(
+                "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if done == runs {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for child in children.iter_mut().flatten() {
+        drop(child.stdin.take());
+    }
+    for child in children.iter_mut().flatten() {
+        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+    crate::cost_mode::postgres::charges_match_the_evidence(&db, &store, "cost-v1").await;
+    let slots = store.next_sequence(p.shard_id()).await.unwrap();
+    let mut report = store.audit_shard(p.shard_id(), 0..slots).await.unwrap();
+    report.judge_cost(40);
+    assert!(report.passed(), "{:?}", report.findings);
+    let ledger = store.cost_balances(p.shard_id()).await.unwrap();
+    for t in &report.tenants {
+        let cost = t.cost.as_ref().unwrap();
+        assert_eq!(
+            (cost.uncharged, cost.concurrency),
+            (0, Some(40)),
+            "{}",
+            t.tenant
+        );
+        let charged = ledger
+            .iter()
+            .find(|x| x.tenant == t.tenant)
+            .unwrap()
+            .charged;
+        assert_eq!(i128::from(cost.charged), charged, "{}", t.tenant);
+        eprintln!(
+            "{}: {} slots, charged {} (entitled {:.0}, upper {:?}, lower {:?}, lower judged {})",
+            t.tenant,
+            cost.slots_in_span,
+            cost.charged,
+            cost.entitled,
+            cost.upper,
+            cost.lower,
+            cost.lower_judged
+        );
+    }
+}
+
+fn policy_of(shard: &str) -> WeightedFairnessPolicy {
+    statek_store_pg::testing::policy(shard, &[("tenant-a", 3), ("tenant-b", 1)])
 }

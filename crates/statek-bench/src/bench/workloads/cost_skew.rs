@@ -145,6 +145,8 @@ pub struct CostSkew {
 /// `samples` samples of each side, interleaved.
 pub async fn run(url: &str, samples: u32) -> Result<CostSkew> {
     let client = crate::bench::connection::connect(url).await?;
+    // Server time per run comes from it (the bench's servers load it).
+    crate::pg::enable_statement_statistics(&client).await;
     let policy = policy()?;
     let cost_policy = demo_skew::policy("bench-cost-skew-cost-v1")?.with_fairness(
         statek_policy::FairnessUnit::Cost(demo_skew::cost_parameters()?),
