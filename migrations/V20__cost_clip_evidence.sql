@@ -13,7 +13,9 @@
 --   smaller `b_cap`), it sets `clipped_through` to the last of those
 --   slots, in the UPDATE it makes anyway (no new row, no new statement).
 --   A window that starts after `clipped_through` has no cut credit of
---   the tenant, so the audit judges its lower side there.
+--   the tenant, so the audit judges its lower side there. Progress rows
+--   written before V20 are marked cut through what they credited (their
+--   cuts were not recorded): spans before the upgrade are not judged.
 -- - `statek.claim_cost_slots` is restated (CREATE OR REPLACE keeps its
 --   owner and grants): V19's body, with the cut computed once and
 --   recorded. Nothing else changes; V19's approximations stand.
@@ -22,6 +24,13 @@
 
 ALTER TABLE statek.cost_credit_progress
     ADD COLUMN clipped_through bigint CHECK (clipped_through >= 0);
+
+-- Credits granted before this migration recorded no cuts: mark them cut
+-- through what each shard had credited, so that no audit judges the lower
+-- side of a span from before the upgrade as if none had been.
+UPDATE statek.cost_credit_progress
+SET clipped_through = as_of_sequence
+WHERE as_of_sequence >= 0;
 
 COMMENT ON COLUMN statek.cost_credit_progress.clipped_through IS
     'Cost mode (V20): the last sequence through which a credit of the tenant on this shard was cut by b_cap (NULL: never); written only by statek.claim_cost_slots.';

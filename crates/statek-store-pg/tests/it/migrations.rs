@@ -869,3 +869,76 @@ async fn v19_keeps_claim_grants_and_admits_cost_shards() {
             .unwrap();
     }
 }
+
+/// Migration V20: cost claims made before it recorded no cut credits, so
+/// it marks each progress row cut through what it had credited (an audit
+/// gives spans before the upgrade no lower-side verdict); a cost shard's
+/// audit on a database before V20 names the migration.
+#[tokio::test]
+async fn v20_marks_earlier_credits_cut_through_their_progress() {
+    use statek_policy::{CostFairness, FairnessUnit};
+    use statek_store_pg::{NewRun, SlotClaim, SlotClaimRequest};
+    let db = TestDatabase::create_at_version(19).await;
+    let store = db.store();
+    let policy = statek_store_pg::testing::policy("cost-v1", &[("tenant-a", 1), ("tenant-b", 1)])
+        .with_fairness(FairnessUnit::Cost(CostFairness::new(2, 10, 6, 4).unwrap()));
+    store.register(&policy).await.unwrap();
+    let a = TenantId::try_from("tenant-a").unwrap();
+    store.enqueue(&NewRun::new(a, vec![])).await.unwrap();
+    let slots = statek_store_pg::testing::reserve_next_slots(&store, &policy, 2).await;
+    let request = SlotClaimRequest::new(
+        policy.shard_id(),
+        &slots,
+        std::time::Duration::from_secs(60),
+        2,
+    )
+    .unwrap()
+    .in_cost_mode();
+    let claims = store.claim_slots(&request).await.unwrap();
+    assert!(
+        matches!(&claims[..], [SlotClaim::Claimed(_), SlotClaim::Idle]),
+        "{claims:?}"
+    );
+    let early = store
+        .audit_shard(policy.shard_id(), 0..2)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &early,
+            StoreError::Migration(MigrationError::Behind { version: 20, .. })
+        ),
+        "{early:?}"
+    );
+    let report = store.migrate().await.unwrap();
+    assert_eq!(
+        report.applied().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        [20]
+    );
+    let client = db.client().await;
+    let rows: Vec<(String, i64, Option<i64>)> = client
+        .query(
+            "SELECT tenant_id, as_of_sequence, clipped_through FROM statek.cost_credit_progress
+             ORDER BY tenant_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("tenant-a".to_owned(), 0, Some(0)),
+            ("tenant-b".to_owned(), 1, Some(1))
+        ]
+    );
+    let audited = store.audit_shard(policy.shard_id(), 0..2).await.unwrap();
+    let judged: Vec<Option<u64>> = audited
+        .tenants
+        .iter()
+        .map(|t| t.cost.as_ref().unwrap().clipped_through)
+        .collect();
+    assert_eq!(judged, [Some(0), Some(1)]);
+}
