@@ -102,37 +102,8 @@ async fn start_workers(
     running
 }
 
-/// A connection of the test itself, spared by the terminations.
-async fn observer(db: &TestDatabase) -> tokio_postgres::Client {
-    let client = db.client().await;
-    client
-        .batch_execute("SET application_name = 'observer'")
-        .await
-        .unwrap();
-    client
-}
 
-async fn wait_until_done(client: &tokio_postgres::Client, total: i64, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let done: i64 = client
-            .query_one(
-                "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if done == total {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{done} of {total} runs completed in {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use crate::faults::{observer, wait_until_completed as wait_until_done};
 
 /// One row of the claim history.
 struct Claim {
@@ -349,30 +320,7 @@ async fn no_completion_is_lost_when_connections_are_terminated() {
         &shutdown,
     )
     .await;
-    let killer = {
-        let stop = shutdown.clone();
-        let killer_client = observer(&db).await;
-        tokio::spawn(async move {
-            let mut terminated = 0i64;
-            while !stop.is_cancelled() {
-                tokio::time::sleep(TERMINATE_EVERY).await;
-                let killed: i64 = killer_client
-                    .query_one(
-                        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-                         FROM pg_stat_activity
-                         WHERE datname = current_database() AND pid <> pg_backend_pid()
-                           AND backend_type = 'client backend'
-                           AND application_name <> 'observer'",
-                        &[],
-                    )
-                    .await
-                    .unwrap()
-                    .get(0);
-                terminated += killed;
-            }
-            terminated
-        })
-    };
+    let killer = crate::faults::terminate_every(&db, TERMINATE_EVERY, shutdown.clone()).await;
     // Only the Workers' connections are terminated, not this test's own
     // (application_name `observer`).
     wait_until_done(&client, 6_000, Duration::from_secs(240)).await;

@@ -845,11 +845,7 @@ pub(crate) mod postgres {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn four_workers_keep_one_ledger_exact_under_terminated_connections() {
         let db = TestDatabase::create().await;
-        let observer = db.client().await;
-        observer
-            .batch_execute("SET application_name = 'observer'")
-            .await
-            .unwrap();
+        let observer = crate::faults::observer(&db).await;
         // q = 1, C_max = 20, default 20, b_cap = 20.
         let cost = CostFairness::new(1, 20, 20, 20).unwrap();
         let p = policy("cost-v1", &[("cheap", 1), ("costly", 1)])
@@ -896,49 +892,14 @@ pub(crate) mod postgres {
             let worker = Worker::new(scheduler, WorkerOptions::new().concurrency(4).unwrap());
             running.push(tokio::spawn(worker.run(shutdown.clone())));
         }
-        let killer = {
-            let stop = shutdown.clone();
-            let client = db.client().await;
-            client
-                .batch_execute("SET application_name = 'observer'")
-                .await
-                .unwrap();
-            tokio::spawn(async move {
-                while !stop.is_cancelled() {
-                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-                    client
-                        .query_one(
-                            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-                             FROM pg_stat_activity
-                             WHERE datname = current_database() AND pid <> pg_backend_pid()
-                               AND backend_type = 'client backend'
-                               AND application_name <> 'observer'",
-                            &[],
-                        )
-                        .await
-                        .unwrap();
-                }
-            })
-        };
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
-        loop {
-            let done: i64 = observer
-                .query_one(
-                    "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if done == runs {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{done} of {runs} runs completed"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        let killer = crate::faults::terminate_every(
+            &db,
+            std::time::Duration::from_millis(300),
+            shutdown.clone(),
+        )
+        .await;
+        crate::faults::wait_until_completed(&observer, runs, std::time::Duration::from_secs(120))
+            .await;
         shutdown.cancel();
         killer.await.unwrap();
         for worker in running {

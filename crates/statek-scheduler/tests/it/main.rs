@@ -11,6 +11,7 @@ mod batch_workers;
 mod conformance;
 mod cost_mode;
 mod fair_tick;
+mod faults;
 mod finish_backpressure;
 mod finish_retries;
 mod halted_worker;

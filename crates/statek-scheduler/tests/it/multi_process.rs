@@ -285,11 +285,7 @@ async fn four_processes_in_cost_mode_keep_one_exact_ledger() {
         .map(|i| Some(spawn_replica_in(i, &url, &["cost"], tx.clone())))
         .collect();
     drop(tx);
-    let observer = db.client().await;
-    observer
-        .batch_execute("SET application_name = 'observer'")
-        .await
-        .unwrap();
+    let observer = crate::faults::observer(&db).await;
     let started = Instant::now();
     let mut killed = false;
     let mut last_kill = Instant::now();
@@ -307,17 +303,7 @@ async fn four_processes_in_cost_mode_keep_one_exact_ledger() {
             killed = true;
         }
         if last_kill.elapsed() > Duration::from_millis(300) {
-            observer
-                .query_one(
-                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-                     FROM pg_stat_activity
-                     WHERE datname = current_database() AND pid <> pg_backend_pid()
-                       AND backend_type = 'client backend'
-                       AND application_name <> 'observer'",
-                    &[],
-                )
-                .await
-                .unwrap();
+            crate::faults::terminate_others(&observer).await;
             last_kill = Instant::now();
         }
         let done: i64 = observer
