@@ -11,7 +11,9 @@ use std::time::SystemTime;
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 use statek_policy::{EchoedValue, SchedulerShardId};
-use statek_store_pg::{AuditFinding, AuditReport, ScheduleAudit, SeamAudit, TenantAudit};
+use statek_store_pg::{
+    AuditFinding, AuditOptions, AuditReport, ScheduleAudit, SeamAudit, TenantAudit,
+};
 
 use crate::db::DbArgs;
 use crate::exit::{AuditFailed, InvalidInput};
@@ -79,11 +81,13 @@ pub async fn audit(
     let report = if sequences.is_empty() {
         None
     } else {
-        let mut report = store.audit_shard(&shard, sequences.clone()).await?;
-        if let Some(d) = concurrency {
-            report.judge_cost(d);
-        }
-        Some(report)
+        let options =
+            concurrency.map_or_else(AuditOptions::new, |d| AuditOptions::new().concurrency(d));
+        Some(
+            store
+                .audit_shard_with(&shard, sequences.clone(), options)
+                .await?,
+        )
     };
     Ok(AuditLines::new(&shard, sequences, report.as_ref()))
 }
@@ -97,12 +101,9 @@ pub async fn audit_schedule(
 ) -> Result<ScheduleLines> {
     let shard = shard_id(shard)?;
     let store = db.store(1)?;
-    let mut audit = store.audit_schedule(&shard).await?;
-    if let Some(d) = concurrency {
-        for report in &mut audit.shards {
-            report.judge_cost(d);
-        }
-    }
+    let options =
+        concurrency.map_or_else(AuditOptions::new, |d| AuditOptions::new().concurrency(d));
+    let audit = store.audit_schedule_with(&shard, options).await?;
     Ok(ScheduleLines::new(&audit))
 }
 
@@ -303,8 +304,11 @@ pub struct CostLine {
     ended_without_finish: u64,
     /// `E = q·slots·weight/L`.
     entitled: f64,
-    /// Its concurrency cap in force.
+    /// Its concurrency cap when audited.
     cap: Option<u32>,
+    /// Whether that cap was set before the span began (and so judged the
+    /// upper side).
+    cap_held: bool,
     /// `D` the upper side was judged with (null: not judged).
     concurrency: Option<u64>,
     /// `q·(n − 1) + D·C_max + b_cap`.
@@ -361,6 +365,7 @@ impl TenantLine {
                 ended_without_finish: c.ended_without_finish,
                 entitled: c.entitled,
                 cap: c.cap,
+                cap_held: c.cap_held,
                 concurrency: c.concurrency,
                 upper: c.upper,
                 lower: c.lower,
@@ -381,7 +386,9 @@ pub struct FindingLine {
 }
 
 impl FindingLine {
-    fn new(finding: &AuditFinding) -> Self {
+    /// `from`: the span's first sequence, where a finding about the whole
+    /// span (cost mode's) is placed.
+    fn new(finding: &AuditFinding, from: u64) -> Self {
         let (kind, sequence, text) = match finding {
             AuditFinding::GapOverBound {
                 tenant,
@@ -436,7 +443,7 @@ impl FindingLine {
                 concurrency,
             } => (
                 "cost_under_bound",
-                0,
+                from,
                 format!(
                     "the attempts {} claimed in the span were charged at most {served_at_most} \
                      (running ones at C_max), below the lower side of cost mode's bound {lower} \
@@ -451,7 +458,7 @@ impl FindingLine {
                 concurrency,
             } => (
                 "cost_over_bound",
-                0,
+                from,
                 format!(
                     "the attempts {} claimed in the span were charged {charged}, above the upper \
                      side of cost mode's bound {upper} (D = {concurrency})",
@@ -508,7 +515,10 @@ impl AuditLines {
             }),
             max_cost: report.and_then(|r| r.cost_parameters.map(|c| c.max_cost())),
             findings: report.map_or_else(Vec::new, |r| {
-                r.findings.iter().map(FindingLine::new).collect()
+                r.findings
+                    .iter()
+                    .map(|f| FindingLine::new(f, r.from))
+                    .collect()
             }),
             finding_count: report.map_or(0, |r| r.finding_count),
             passed: report.is_none_or(AuditReport::passed),
@@ -633,7 +643,7 @@ impl Report for AuditLines {
             }
             writeln!(
                 w,
-                "(cost mode: S = what the ended attempts its slots claimed were charged; upper = q·(slots − 1) + D·C_max + b_cap; lower = q·slots − D·C_max − b_cap, which holds while none of its credits is cut by b_cap: judged when the span has no hole and the ledger shows every slot of it credited and none cut (its last cut before the span), running attempts counted at C_max; D = its cap plus its attempts that ended without a finish, or --concurrency for a tenant without a cap, else neither side is judged; docs/guarantees.md, \"Cost mode: the bound\")"
+                "(cost mode: S = what the ended attempts its slots claimed were charged; upper = q·(slots − 1) + D·C_max + b_cap; lower = q·slots − D·C_max* − b_cap, which holds while none of its credits is cut by b_cap: judged when the span has no hole and the ledger shows every slot of it credited and none cut (its last cut before the span), running attempts counted at C_max; upper judged with D = its cap plus its attempts that ended without a finish when the cap was set before the span (cap held), else with --concurrency; lower judged only with --concurrency, with the largest C_max of the schedule's cost shards (a debt may come from an earlier one); docs/guarantees.md, \"Cost mode: the bound\")"
             )?;
         }
         let in_holes: u64 = self.tenants.iter().map(|t| t.claims_in_holes).sum();

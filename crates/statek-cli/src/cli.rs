@@ -99,10 +99,12 @@ enum Command {
     #[command(subcommand)]
     Roles(RolesCommand),
     /// Judge a shard's fairness evidence against its policy: per tenant, slots
-    /// entitled and received, how they ended (claimed, idle, contended,
-    /// limited, unrecorded), the largest gap against the bound, the longest
-    /// wait of a run (service gap), service lag, runs, the cost served; exit
-    /// 16 when a gap exceeds its bound or the evidence is inconsistent.
+    /// entitled and received, how they ended (claimed, idle, known idle,
+    /// contended, limited, debt, unused, unrecorded), the largest gap against
+    /// the bound, the longest wait of a run (service gap), service lag, runs,
+    /// the cost served (on a cost shard judged against the cost bound); exit
+    /// 16 when a gap or a cost is outside its bound or the evidence is
+    /// inconsistent.
     Audit {
         /// The shard.
         #[arg(long)]
@@ -122,14 +124,14 @@ enum Command {
         /// ... and before this time (RFC 3339, a duration ago, or now).
         #[arg(long, value_parser = time_arg, requires = "from")]
         to: Option<std::time::SystemTime>,
-        /// Cost mode: D of the bound (the most attempts of one tenant
-        /// claimed and not yet charged at once: the sum over the shard's
-        /// Workers of their concurrency plus twice their completion batch)
-        /// for the tenants without a concurrency cap; a capped tenant is
-        /// judged with its cap. Without it, uncapped tenants' costs are
-        /// reported, not judged.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-        concurrency: Option<u32>,
+        /// Cost mode: D of the bound, the most attempts of one tenant
+        /// claimed and not yet charged at any moment (the sum over the
+        /// shard's Workers of their concurrency plus twice their completion
+        /// batch): both sides of every tenant's cost bound are judged with
+        /// it. Without it, only the upper side of a tenant whose cap was
+        /// set before the span is judged (ignored on a slot-mode shard).
+        #[arg(long, allow_negative_numbers = true, value_parser = ranged::<1, 1_000_000>)]
+        concurrency: Option<Ranged>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -576,6 +578,7 @@ pub fn run(cli: Cli) -> Result<()> {
             db,
             ..
         } => {
+            let concurrency = concurrency.map(|d| d.get("--concurrency")).transpose()?;
             let audited =
                 runtime()?.block_on(audit_cmd::audit_schedule(&shard, concurrency, &db))?;
             emit(&audited, format)?;
@@ -597,6 +600,7 @@ pub fn run(cli: Cli) -> Result<()> {
             };
             // The report is written also when the audit failed; the
             // failure is the exit code after it.
+            let concurrency = concurrency.map(|d| d.get("--concurrency")).transpose()?;
             let audited = runtime()?.block_on(audit_cmd::audit(&shard, span, concurrency, &db))?;
             emit(&audited, format)?;
             audited.into_result()

@@ -71,7 +71,7 @@ pub fn load_policy(args: &DemoArgs) -> Result<PolicyFile> {
     if file.policy().fairness().cost().is_some() {
         return Err(crate::exit::InvalidInput(format!(
             "{}: the demo compares slot-mode policies with a FIFO queue; for cost fairness \
-             ([fairness] unit = \"cost\") run `statek demo --cost-skew`",
+             ([fairness] unit = \"cost\") run `statek demo --cost-skew` (`cargo xtask demo --cost-skew`)",
             path.display()
         ))
         .into());

@@ -261,6 +261,9 @@ impl Report for Compiled {
                 None => writeln!(w)?,
             }
         }
+        for warning in &c.warnings {
+            writeln!(w, "warning: {warning}")?;
+        }
         writeln!(w)?;
         writeln!(
             w,
@@ -283,9 +286,6 @@ impl Report for Compiled {
                     |d| d.to_string()
                 )
             )?;
-        }
-        for warning in &c.warnings {
-            writeln!(w, "warning: {warning}")?;
         }
         writeln!(
             w,

@@ -359,10 +359,16 @@ impl Report for RolloutReport {
                  debts kept",
                 cost.balance_cut_to, r.successor
             )?;
+            let width = cost
+                .bounds
+                .iter()
+                .map(|b| b.tenant.len())
+                .max()
+                .unwrap_or(0);
             for b in &cost.bounds {
                 writeln!(
                     w,
-                    "  {}  cost bound across the seam {:.3} + D×{}",
+                    "  {:<width$}  cost bound across the seam {:.3} + D×{}",
                     b.tenant, b.fixed, b.per_concurrency
                 )?;
             }

@@ -64,6 +64,39 @@ pub use report::{
     MAX_AUDIT_HOLES,
 };
 
+/// The largest `C_max` of the cost shards of `$1`'s schedule.
+const SELECT_SCHEDULE_MAX_COST: &str = "
+    SELECT max(c.max_cost) AS max_cost FROM statek.shard_costs AS c
+    WHERE c.schedule_id = (SELECT s.schedule_id FROM statek.shard_costs AS s
+                           WHERE s.shard_id = $1)";
+
+/// How [`PgStore::audit_shard_with`] judges what the evidence cannot tell.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuditOptions {
+    /// Cost mode: `D`, the most attempts of one tenant claimed and not yet
+    /// charged at any moment (the sum over the shard's Workers of their
+    /// concurrency plus twice their completion batch): both sides of the
+    /// cost bound are judged with it for every tenant ([`TenantCostAudit`]).
+    pub concurrency: Option<u32>,
+}
+
+impl AuditOptions {
+    /// No concurrency: cost mode's upper side judged only for a tenant
+    /// whose cap held over the span, its lower side not at all.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Judges cost mode's bound with `D` = `concurrency`.
+    #[must_use]
+    pub fn concurrency(mut self, concurrency: u32) -> Self {
+        self.concurrency = Some(concurrency);
+        self
+    }
+}
+
 /// Range rows read per page.
 const PAGE_RANGES: i64 = 1_000;
 
@@ -255,6 +288,7 @@ impl Walk<'_> {
         classes: Option<&[SlotClass]>,
         claims: &[&Claim],
     ) {
+        self.report.first_reserved_at.get_or_insert(reserved_at);
         let mut next_claim = 0;
         for (offset, sequence) in span.enumerate() {
             let index = self.tenant_at(sequence);
@@ -476,6 +510,22 @@ impl PgStore {
         shard: &SchedulerShardId,
         span: Range<u64>,
     ) -> Result<AuditReport, StoreError> {
+        self.audit_shard_with(shard, span, AuditOptions::new())
+            .await
+    }
+
+    /// [`audit_shard`](Self::audit_shard) with `options` (cost mode's
+    /// concurrency, [`AuditOptions`]).
+    ///
+    /// # Errors
+    /// As [`audit_shard`](Self::audit_shard); on a cost shard
+    /// [`crate::MigrationError::Behind`] before migration V20.
+    pub async fn audit_shard_with(
+        &self,
+        shard: &SchedulerShardId,
+        span: Range<u64>,
+        options: AuditOptions,
+    ) -> Result<AuditReport, StoreError> {
         if span.is_empty() {
             return Err(StoreError::InvalidArgument(format!(
                 "the span {}..{} is empty",
@@ -512,6 +562,7 @@ impl PgStore {
                 finding_count: 0,
                 covered_to: from,
                 cost_parameters: policy.fairness().cost().copied(),
+                first_reserved_at: None,
             },
             covered_to: from,
         };
@@ -523,6 +574,7 @@ impl PgStore {
                     ended_without_finish: 0,
                     entitled: 0.0,
                     cap: None,
+                    cap_held: false,
                     concurrency: None,
                     upper: None,
                     lower: None,
@@ -578,29 +630,43 @@ impl PgStore {
                     cost.span = Some(from..to);
                 }
             }
-            self.judge_capped_costs(&mut report).await?;
+            self.judge_costs(&mut report, options).await?;
         }
         Ok(report)
     }
 
-    /// Cost mode: judges the upper side of the bound for every tenant
-    /// with a concurrency cap in force, `D` = its cap plus its attempts in
-    /// the span that ended without a finish (an expired lease is charged
-    /// only when rescued or taken over, so it may have outlived the cap).
-    async fn judge_capped_costs(&self, report: &mut AuditReport) -> Result<(), StoreError> {
+    /// Cost mode: judges each tenant's served cost against the bound
+    /// ([`TenantCostAudit`]): the upper side with `D` = its cap (plus its
+    /// attempts that ended without a finish) when the cap was set before
+    /// the span's first reservation, else `options`' concurrency; the
+    /// lower side with `options`' concurrency only.
+    async fn judge_costs(
+        &self,
+        report: &mut AuditReport,
+        options: AuditOptions,
+    ) -> Result<(), StoreError> {
         let Some(params) = report.cost_parameters else {
             return Ok(());
         };
         let limits = self.all_tenant_limits().await?;
         let shard = report.shard.as_str();
-        let rows = self
+        let (rows, max_cost) = self
             .with_response_timeout(async |db: &Db<'_>| {
-                Ok(db
+                let rows = db
                     .query(SELECT_CREDIT_PROGRESS, &[(&shard, Type::TEXT)])
-                    .await?)
+                    .await?;
+                let max_cost: Option<i64> = db
+                    .query_one(SELECT_SCHEDULE_MAX_COST, &[(&shard, Type::TEXT)])
+                    .await?
+                    .try_get("max_cost")?;
+                Ok((rows, max_cost))
             })
             .await
-            .map_err(|e| e.schema_behind(20, "the audit of cost mode's lower side"))?;
+            .map_err(|e| e.schema_behind(20, "the audit of a cost shard"))?;
+        let schedule_max_cost = max_cost
+            .map(|c| to_u64(c, "max_cost"))
+            .transpose()?
+            .unwrap_or(params.max_cost());
         let mut progress = HashMap::new();
         for row in &rows {
             let tenant: String = row.try_get("tenant_id")?;
@@ -611,6 +677,8 @@ impl PgStore {
             progress.insert(tenant, (credited, clipped));
         }
         let no_holes = report.hole_count == 0;
+        let first_reserved = report.first_reserved_at;
+        let given = options.concurrency.map(u64::from);
         let mut found = Vec::new();
         for t in &mut report.tenants {
             let Some(cost) = t.cost.as_mut() else {
@@ -621,14 +689,23 @@ impl PgStore {
                 cost.credited_through = *credited;
                 cost.clipped_through = *clipped;
             }
-            cost.cap = limits
-                .iter()
-                .find(|l| l.tenant == t.tenant)
-                .and_then(|l| l.limits.max_running());
-            if let Some(cap) = cost.cap {
-                let d = u64::from(cap) + cost.ended_without_finish;
-                found.extend(cost.judge(&t.tenant, d, &params, no_holes));
-            }
+            let limit = limits.iter().find(|l| l.tenant == t.tenant);
+            cost.cap = limit.and_then(|l| l.limits.max_running());
+            cost.cap_held = cost.cap.is_some()
+                && limit
+                    .zip(first_reserved)
+                    .is_some_and(|(l, first)| l.updated_at <= first);
+            let upper_d = match (cost.cap, cost.cap_held) {
+                (Some(cap), true) => Some(u64::from(cap) + cost.ended_without_finish),
+                _ => given,
+            };
+            found.extend(cost.judge(
+                &t.tenant,
+                &params,
+                (upper_d, given),
+                schedule_max_cost,
+                no_holes,
+            ));
         }
         for finding in found {
             report.add_finding(finding);

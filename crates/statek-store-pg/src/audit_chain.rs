@@ -95,6 +95,20 @@ impl PgStore {
         &self,
         shard: &SchedulerShardId,
     ) -> Result<ScheduleAudit, StoreError> {
+        self.audit_schedule_with(shard, crate::AuditOptions::new())
+            .await
+    }
+
+    /// [`audit_schedule`](Self::audit_schedule) with `options` for each
+    /// shard's audit ([`PgStore::audit_shard_with`]).
+    ///
+    /// # Errors
+    /// As [`audit_schedule`](Self::audit_schedule).
+    pub async fn audit_schedule_with(
+        &self,
+        shard: &SchedulerShardId,
+        options: crate::AuditOptions,
+    ) -> Result<ScheduleAudit, StoreError> {
         let mut first = self.load_shard(shard).await?;
         let mut first_id = shard.clone();
         for _ in 0..MAX_CHAIN {
@@ -121,9 +135,9 @@ impl PgStore {
                 .seal()
                 .map_or(stored.next_sequence(), |seal| seal.sealed_at_sequence());
             shards.push(if end == 0 {
-                self.audit_shard(id, 0..1).await?
+                self.audit_shard_with(id, 0..1, options).await?
             } else {
-                self.audit_shard(id, 0..end).await?
+                self.audit_shard_with(id, 0..end, options).await?
             });
         }
         // Each tenant's last pick seen so far, as a global position (the

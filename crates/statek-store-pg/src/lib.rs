@@ -170,8 +170,8 @@ pub mod testing;
 mod tls;
 
 pub use audit::{
-    AuditFinding, AuditReport, ServiceGap, TenantAudit, TenantCostAudit, MAX_AUDIT_FINDINGS,
-    MAX_AUDIT_HOLES,
+    AuditFinding, AuditOptions, AuditReport, ServiceGap, TenantAudit, TenantCostAudit,
+    MAX_AUDIT_FINDINGS, MAX_AUDIT_HOLES,
 };
 pub use audit_chain::{RejoiningTenant, ScheduleAudit, SeamAudit, SeamTenantAudit};
 pub use batch::ReservationBatch;

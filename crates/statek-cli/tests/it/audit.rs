@@ -435,7 +435,7 @@ async fn a_cost_shard_audit_judges_served_cost_against_the_bound() {
         cost(0),
         serde_json::json!({
             "charged": 10, "uncharged": 0, "ended_without_finish": 0, "entitled": 4.0,
-            "cap": null, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
+            "cap": null, "cap_held": false, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
             "slots_in_span": 2, "clipped_through": null
         })
     );
@@ -443,9 +443,17 @@ async fn a_cost_shard_audit_judges_served_cost_against_the_bound() {
         cost(1),
         serde_json::json!({
             "charged": 0, "uncharged": 0, "ended_without_finish": 0, "entitled": 4.0,
-            "cap": null, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
+            "cap": null, "cap_held": false, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
             "slots_in_span": 2, "clipped_through": null
         })
+    );
+    // A concurrency out of range is invalid input (3), as for `policy
+    // compile`.
+    let zero = statek(&["audit", "--shard", "cost-v1", "--concurrency", "0"], &url);
+    assert_eq!(zero.status.code(), Some(3), "{}", text(&zero.stderr));
+    assert_eq!(
+        text(&zero.stderr),
+        "statek: error: --concurrency 0 is not in 1..=1000000\n"
     );
     // Without --concurrency and without a cap: reported, not judged.
     let plain = statek(&["audit", "--shard", "cost-v1"], &url);

@@ -132,7 +132,7 @@ fn a_cost_mode_policy_is_refused_before_the_demo_connects() {
         stderr(&out),
         format!(
             "statek: error: {}: the demo compares slot-mode policies with a FIFO queue; for cost \
-             fairness ([fairness] unit = \"cost\") run `statek demo --cost-skew`\n",
+             fairness ([fairness] unit = \"cost\") run `statek demo --cost-skew` (`cargo xtask demo --cost-skew`)\n",
             file.display()
         )
     );

@@ -102,7 +102,6 @@ async fn start_workers(
     running
 }
 
-
 use crate::faults::{observer, wait_until_completed as wait_until_done};
 
 /// One row of the claim history.

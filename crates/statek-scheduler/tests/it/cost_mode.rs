@@ -605,9 +605,9 @@ pub(crate) mod postgres {
         assert_eq!(metric("statek_cost_balance", "b"), 0.0);
         // The audit reads the same charges back from the evidence: a's
         // attempts at 0, 6, 8, 10 (7 + 1 + 1 + 1), b's at 1 (no report:
-        // the default 6) and 5 (20 cut to 10). With a cap of 1 on a, its
-        // upper side is judged with D = 1: 2·(8 − 1) + 1·10 + 4 = 28; b has
-        // no cap: not judged until a concurrency is given.
+        // the default 6) and 5 (20 cut to 10). A cap of 1 on a set after
+        // the span judges nothing (it did not hold over it); with D = 3
+        // given, both: upper 2·7 + 3·10 + 4 = 48, lower 16 − 34 = −18.
         store
             .set_tenant_limits(
                 &tenant("a"),
@@ -616,7 +616,8 @@ pub(crate) mod postgres {
             .await
             .unwrap();
         let shard = statek_policy::SchedulerShardId::try_from("primary-v1").unwrap();
-        let mut report = store.audit_shard(&shard, 0..16).await.unwrap();
+        let with_d = statek_store_pg::AuditOptions::new().concurrency(3);
+        let report = store.audit_shard(&shard, 0..16).await.unwrap();
         let cost = |r: &statek_store_pg::AuditReport, t: &str| {
             let c = r
                 .tenants
@@ -630,7 +631,7 @@ pub(crate) mod postgres {
                 c.charged,
                 c.uncharged,
                 c.entitled,
-                c.cap,
+                (c.cap, c.cap_held),
                 c.concurrency,
                 c.upper,
                 c.lower,
@@ -638,16 +639,21 @@ pub(crate) mod postgres {
         };
         assert_eq!(
             cost(&report, "a"),
-            (10, 0, 16.0, Some(1), Some(1), Some(28), Some(2))
+            (10, 0, 16.0, (Some(1), false), None, None, None)
         );
-        assert_eq!(cost(&report, "b"), (16, 0, 16.0, None, None, None, None));
-        report.judge_cost(3);
-        // b: 2·7 + 3·10 + 4 = 48, lower 16 − 34; a keeps its cap's verdict.
         assert_eq!(
             cost(&report, "b"),
-            (16, 0, 16.0, None, Some(3), Some(48), Some(-18))
+            (16, 0, 16.0, (None, false), None, None, None)
         );
-        assert_eq!(cost(&report, "a").4, Some(1));
+        let report = store.audit_shard_with(&shard, 0..16, with_d).await.unwrap();
+        assert_eq!(
+            cost(&report, "a"),
+            (10, 0, 16.0, (Some(1), false), Some(3), Some(48), Some(-18))
+        );
+        assert_eq!(
+            cost(&report, "b"),
+            (16, 0, 16.0, (None, false), Some(3), Some(48), Some(-18))
+        );
         assert!(report.passed(), "{:?}", report.findings);
         // a's credit at 14 was cut (4 + 2 above b_cap 4): V20 records it,
         // so a's lower side is not judged over 0..16; b's credits were
@@ -665,11 +671,27 @@ pub(crate) mod postgres {
         assert_eq!(lower(&report, "a"), (8, Some(14), Some(14), false));
         assert_eq!(lower(&report, "b"), (8, None, Some(15), true));
         // 14..16 starts at the cut: a not judged there; b judged.
-        let mut late = store.audit_shard(&shard, 14..16).await.unwrap();
-        late.judge_cost(3);
+        let late = store
+            .audit_shard_with(&shard, 14..16, with_d)
+            .await
+            .unwrap();
         assert_eq!(lower(&late, "a"), (1, Some(14), Some(14), false));
         assert_eq!(lower(&late, "b"), (1, None, Some(15), true));
         assert!(late.passed(), "{:?}", late.findings);
+        // Four slots more (a and b idle), under the cap now held: a's upper
+        // side judged with D = 1 alone: 2·(2 − 1) + 1·10 + 4 = 16.
+        for _ in 0..4 {
+            scheduler.tick(&shutdown).await.unwrap();
+        }
+        let held = store.audit_shard(&shard, 16..20).await.unwrap();
+        assert_eq!(
+            cost(&held, "a"),
+            (0, 0, 4.0, (Some(1), true), Some(1), Some(16), None)
+        );
+        assert_eq!(
+            cost(&held, "b"),
+            (0, 0, 4.0, (None, false), None, None, None)
+        );
     }
 
     /// A running attempt that is cancelled, and one whose lease expired and
@@ -946,8 +968,14 @@ pub(crate) mod postgres {
         // The audit judges the same from the evidence, per tenant and by
         // claim, with that D: nothing above the upper side, every attempt
         // ended and charged, and S equal to the ledger's charges.
-        let mut report = store.audit_shard(p.shard_id(), 0..slots).await.unwrap();
-        report.judge_cost(d);
+        let report = store
+            .audit_shard_with(
+                p.shard_id(),
+                0..slots,
+                statek_store_pg::AuditOptions::new().concurrency(d),
+            )
+            .await
+            .unwrap();
         assert!(report.passed(), "{:?}", report.findings);
         let ledger = store.cost_balances(p.shard_id()).await.unwrap();
         for t in &report.tenants {

@@ -331,8 +331,14 @@ async fn four_processes_in_cost_mode_keep_one_exact_ledger() {
     }
     crate::cost_mode::postgres::charges_match_the_evidence(&db, &store, "cost-v1").await;
     let slots = store.next_sequence(p.shard_id()).await.unwrap();
-    let mut report = store.audit_shard(p.shard_id(), 0..slots).await.unwrap();
-    report.judge_cost(40);
+    let report = store
+        .audit_shard_with(
+            p.shard_id(),
+            0..slots,
+            statek_store_pg::AuditOptions::new().concurrency(40),
+        )
+        .await
+        .unwrap();
     assert!(report.passed(), "{:?}", report.findings);
     let ledger = store.cost_balances(p.shard_id()).await.unwrap();
     for t in &report.tenants {
