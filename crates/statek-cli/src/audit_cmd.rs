@@ -304,11 +304,9 @@ pub struct CostLine {
     ended_without_finish: u64,
     /// `E = q·slots·weight/L`.
     entitled: f64,
-    /// Its concurrency cap when audited.
+    /// Its concurrency cap when audited (information: expired leases
+    /// escape a cap, so it is not D).
     cap: Option<u32>,
-    /// Whether that cap was set before the span began (and so judged the
-    /// upper side).
-    cap_held: bool,
     /// `D` the upper side was judged with (null: not judged).
     concurrency: Option<u64>,
     /// `q·(n − 1) + D·C_max + b_cap`.
@@ -365,7 +363,6 @@ impl TenantLine {
                 ended_without_finish: c.ended_without_finish,
                 entitled: c.entitled,
                 cap: c.cap,
-                cap_held: c.cap_held,
                 concurrency: c.concurrency,
                 upper: c.upper,
                 lower: c.lower,
@@ -643,7 +640,7 @@ impl Report for AuditLines {
             }
             writeln!(
                 w,
-                "(cost mode: S = what the ended attempts its slots claimed were charged; upper = q·(slots − 1) + D·C_max + b_cap; lower = q·slots − D·C_max* − b_cap, which holds while none of its credits is cut by b_cap: judged when the span has no hole and the ledger shows every slot of it credited and none cut (its last cut before the span), running attempts counted at C_max; upper judged with D = its cap plus its attempts that ended without a finish when the cap was set before the span (cap held), else with --concurrency; lower judged only with --concurrency, with the largest C_max of the schedule's cost shards (a debt may come from an earlier one); docs/guarantees.md, \"Cost mode: the bound\")"
+                "(cost mode: S = what the ended attempts its slots claimed were charged; upper = q·(slots − 1) + D·C_max + b_cap; lower = q·slots − D·C_max* − b_cap, which holds while none of its credits is cut by b_cap: judged when the span has no hole and the ledger shows every slot of it credited and none cut (its last cut before the span), running attempts counted at C_max; both sides judged only with --concurrency D, the most attempts of a tenant claimed and not yet charged at any moment (a cap is not D: expired leases escape it); the lower with the largest C_max of the schedule's cost shards, a debt may come from an earlier one; docs/guarantees.md, \"Cost mode: the bound\")"
             )?;
         }
         let in_holes: u64 = self.tenants.iter().map(|t| t.claims_in_holes).sum();

@@ -125,11 +125,13 @@ enum Command {
         #[arg(long, value_parser = time_arg, requires = "from")]
         to: Option<std::time::SystemTime>,
         /// Cost mode: D of the bound, the most attempts of one tenant
-        /// claimed and not yet charged at any moment (the sum over the
-        /// shard's Workers of their concurrency plus twice their completion
-        /// batch): both sides of every tenant's cost bound are judged with
-        /// it. Without it, only the upper side of a tenant whose cap was
-        /// set before the span is judged (ignored on a slot-mode shard).
+        /// claimed and not yet charged at any moment: the sum, over every
+        /// Worker process that held attempts of the schedule within one
+        /// lease period of another (crashed ones and a predecessor shard's
+        /// included), of its concurrency plus twice its completion batch.
+        /// Both sides of every tenant's cost bound are judged with it;
+        /// without it they are reported, not judged (ignored on a
+        /// slot-mode shard).
         #[arg(long, allow_negative_numbers = true, value_parser = ranged::<1, 1_000_000>)]
         concurrency: Option<Ranged>,
         /// Output format.

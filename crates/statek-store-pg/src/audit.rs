@@ -75,15 +75,17 @@ const SELECT_SCHEDULE_MAX_COST: &str = "
 #[non_exhaustive]
 pub struct AuditOptions {
     /// Cost mode: `D`, the most attempts of one tenant claimed and not yet
-    /// charged at any moment (the sum over the shard's Workers of their
-    /// concurrency plus twice their completion batch): both sides of the
+    /// charged at any moment: at most the sum, over every Worker process
+    /// that held attempts of the schedule within one lease period of
+    /// another (a crashed one's stay uncharged until rescued; a
+    /// predecessor shard's Workers too, for a debt carried over), of its
+    /// concurrency plus twice its completion batch. Both sides of the
     /// cost bound are judged with it for every tenant ([`TenantCostAudit`]).
     pub concurrency: Option<u32>,
 }
 
 impl AuditOptions {
-    /// No concurrency: cost mode's upper side judged only for a tenant
-    /// whose cap held over the span, its lower side not at all.
+    /// No concurrency: cost mode's bound is reported, not judged.
     #[must_use]
     pub fn new() -> Self {
         Self::default()
@@ -288,7 +290,6 @@ impl Walk<'_> {
         classes: Option<&[SlotClass]>,
         claims: &[&Claim],
     ) {
-        self.report.first_reserved_at.get_or_insert(reserved_at);
         let mut next_claim = 0;
         for (offset, sequence) in span.enumerate() {
             let index = self.tenant_at(sequence);
@@ -562,7 +563,6 @@ impl PgStore {
                 finding_count: 0,
                 covered_to: from,
                 cost_parameters: policy.fairness().cost().copied(),
-                first_reserved_at: None,
             },
             covered_to: from,
         };
@@ -574,7 +574,6 @@ impl PgStore {
                     ended_without_finish: 0,
                     entitled: 0.0,
                     cap: None,
-                    cap_held: false,
                     concurrency: None,
                     upper: None,
                     lower: None,
@@ -635,11 +634,8 @@ impl PgStore {
         Ok(report)
     }
 
-    /// Cost mode: judges each tenant's served cost against the bound
-    /// ([`TenantCostAudit`]): the upper side with `D` = its cap (plus its
-    /// attempts that ended without a finish) when the cap was set before
-    /// the span's first reservation, else `options`' concurrency; the
-    /// lower side with `options`' concurrency only.
+    /// Cost mode: judges each tenant's served cost against both sides of
+    /// the bound with `options`' concurrency ([`TenantCostAudit`]).
     async fn judge_costs(
         &self,
         report: &mut AuditReport,
@@ -677,7 +673,6 @@ impl PgStore {
             progress.insert(tenant, (credited, clipped));
         }
         let no_holes = report.hole_count == 0;
-        let first_reserved = report.first_reserved_at;
         let given = options.concurrency.map(u64::from);
         let mut found = Vec::new();
         for t in &mut report.tenants {
@@ -689,23 +684,11 @@ impl PgStore {
                 cost.credited_through = *credited;
                 cost.clipped_through = *clipped;
             }
-            let limit = limits.iter().find(|l| l.tenant == t.tenant);
-            cost.cap = limit.and_then(|l| l.limits.max_running());
-            cost.cap_held = cost.cap.is_some()
-                && limit
-                    .zip(first_reserved)
-                    .is_some_and(|(l, first)| l.updated_at <= first);
-            let upper_d = match (cost.cap, cost.cap_held) {
-                (Some(cap), true) => Some(u64::from(cap) + cost.ended_without_finish),
-                _ => given,
-            };
-            found.extend(cost.judge(
-                &t.tenant,
-                &params,
-                (upper_d, given),
-                schedule_max_cost,
-                no_holes,
-            ));
+            cost.cap = limits
+                .iter()
+                .find(|l| l.tenant == t.tenant)
+                .and_then(|l| l.limits.max_running());
+            found.extend(cost.judge(&t.tenant, &params, given, schedule_max_cost, no_holes));
         }
         for finding in found {
             report.add_finding(finding);

@@ -435,7 +435,7 @@ async fn a_cost_shard_audit_judges_served_cost_against_the_bound() {
         cost(0),
         serde_json::json!({
             "charged": 10, "uncharged": 0, "ended_without_finish": 0, "entitled": 4.0,
-            "cap": null, "cap_held": false, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
+            "cap": null, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
             "slots_in_span": 2, "clipped_through": null
         })
     );
@@ -443,7 +443,7 @@ async fn a_cost_shard_audit_judges_served_cost_against_the_bound() {
         cost(1),
         serde_json::json!({
             "charged": 0, "uncharged": 0, "ended_without_finish": 0, "entitled": 4.0,
-            "cap": null, "cap_held": false, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
+            "cap": null, "concurrency": 2, "upper": 26, "lower": -20, "lower_judged": true,
             "slots_in_span": 2, "clipped_through": null
         })
     );

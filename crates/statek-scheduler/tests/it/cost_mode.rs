@@ -605,9 +605,10 @@ pub(crate) mod postgres {
         assert_eq!(metric("statek_cost_balance", "b"), 0.0);
         // The audit reads the same charges back from the evidence: a's
         // attempts at 0, 6, 8, 10 (7 + 1 + 1 + 1), b's at 1 (no report:
-        // the default 6) and 5 (20 cut to 10). A cap of 1 on a set after
-        // the span judges nothing (it did not hold over it); with D = 3
-        // given, both: upper 2·7 + 3·10 + 4 = 48, lower 16 − 34 = −18.
+        // the default 6) and 5 (20 cut to 10). Without a D nothing is
+        // judged (a's cap of 1 is reported, not taken for D: expired
+        // leases escape a cap); with D = 3 given, both sides for both:
+        // upper 2·7 + 3·10 + 4 = 48, lower 16 − 34 = −18.
         store
             .set_tenant_limits(
                 &tenant("a"),
@@ -631,28 +632,22 @@ pub(crate) mod postgres {
                 c.charged,
                 c.uncharged,
                 c.entitled,
-                (c.cap, c.cap_held),
+                c.cap,
                 c.concurrency,
                 c.upper,
                 c.lower,
             )
         };
-        assert_eq!(
-            cost(&report, "a"),
-            (10, 0, 16.0, (Some(1), false), None, None, None)
-        );
-        assert_eq!(
-            cost(&report, "b"),
-            (16, 0, 16.0, (None, false), None, None, None)
-        );
+        assert_eq!(cost(&report, "a"), (10, 0, 16.0, Some(1), None, None, None));
+        assert_eq!(cost(&report, "b"), (16, 0, 16.0, None, None, None, None));
         let report = store.audit_shard_with(&shard, 0..16, with_d).await.unwrap();
         assert_eq!(
             cost(&report, "a"),
-            (10, 0, 16.0, (Some(1), false), Some(3), Some(48), Some(-18))
+            (10, 0, 16.0, Some(1), Some(3), Some(48), Some(-18))
         );
         assert_eq!(
             cost(&report, "b"),
-            (16, 0, 16.0, (None, false), Some(3), Some(48), Some(-18))
+            (16, 0, 16.0, None, Some(3), Some(48), Some(-18))
         );
         assert!(report.passed(), "{:?}", report.findings);
         // a's credit at 14 was cut (4 + 2 above b_cap 4): V20 records it,
@@ -678,20 +673,18 @@ pub(crate) mod postgres {
         assert_eq!(lower(&late, "a"), (1, Some(14), Some(14), false));
         assert_eq!(lower(&late, "b"), (1, None, Some(15), true));
         assert!(late.passed(), "{:?}", late.findings);
-        // Four slots more (a and b idle), under the cap now held: a's upper
-        // side judged with D = 1 alone: 2·(2 − 1) + 1·10 + 4 = 16.
+        // Four slots more (a and b idle): with D = 1, a's upper side is
+        // 2·(2 − 1) + 1·10 + 4 = 16 and its lower 2·2 − 10 − 4 = −10.
         for _ in 0..4 {
             scheduler.tick(&shutdown).await.unwrap();
         }
-        let held = store.audit_shard(&shard, 16..20).await.unwrap();
+        let one = statek_store_pg::AuditOptions::new().concurrency(1);
+        let held = store.audit_shard_with(&shard, 16..20, one).await.unwrap();
         assert_eq!(
             cost(&held, "a"),
-            (0, 0, 4.0, (Some(1), true), Some(1), Some(16), None)
+            (0, 0, 4.0, Some(1), Some(1), Some(16), Some(-10))
         );
-        assert_eq!(
-            cost(&held, "b"),
-            (0, 0, 4.0, (None, false), None, None, None)
-        );
+        assert!(held.passed(), "{:?}", held.findings);
     }
 
     /// A running attempt that is cancelled, and one whose lease expired and

@@ -93,27 +93,25 @@ pub struct TenantAudit {
 
 /// One tenant's attempts claimed in a cost shard's span, against cost
 /// mode's bound (docs/guarantees.md, "Cost mode: the bound"), in cost
-/// units, judged by [`PgStore::audit_shard_with`](crate::PgStore::audit_shard_with).
+/// units, judged by [`PgStore::audit_shard_with`](crate::PgStore::audit_shard_with)
+/// with `D` = [`AuditOptions::concurrency`](crate::AuditOptions), the most
+/// attempts of the tenant claimed and not yet charged at any moment (an
+/// operator's statement about the fleet: the evidence cannot show how
+/// many expired leases were still uncharged, so a concurrency cap is
+/// reported, never taken for `D`). Without it nothing is judged.
 ///
 /// The upper side, `S ≤ q·(n − 1) + D·C_max + b_cap` for its `n` slots in
-/// the span (`S = 0` when `n = 0`), holds whatever the tenant did: it is
-/// judged ([`AuditFinding::CostOverBound`]) whenever `D` is known, either
-/// the tenant's concurrency cap (plus its attempts in the span that ended
-/// without a finish: an expired lease is charged only when rescued or
-/// taken over) when the cap was last set before the span's first
-/// reservation, or [`AuditOptions::concurrency`](crate::AuditOptions).
-/// The lower side, `S ≥ q·n − D·C_max* − b_cap` with `C_max*` the largest
-/// `C_max` of the schedule's cost shards (a debt may come from an earlier
-/// one), holds only while none of the tenant's credits in the span is cut
-/// by `b_cap`, and needs `D` over the tenant's whole past (its last claim
-/// before the span may be long ago, before a cap was set): it is judged
-/// ([`AuditFinding::CostUnderBound`], each running attempt counted at
-/// `C_max`) only with [`AuditOptions::concurrency`](crate::AuditOptions),
-/// when the ledger (migration V20) shows none of the span's credits cut
-/// and the span has no hole ([`lower_judged`](Self::lower_judged)). Run
-/// rows pruned by run retention inside a span whose range rows are kept
-/// would look like attempts never made: keep runs at least as long as
-/// reservations.
+/// the span (`S = 0` when `n = 0`), holds whatever the tenant did
+/// ([`AuditFinding::CostOverBound`]). The lower side,
+/// `S ≥ q·n − D·C_max* − b_cap` with `C_max*` the largest `C_max` of the
+/// schedule's cost shards (a debt may come from an earlier one), holds
+/// only while none of the tenant's credits in the span is cut by `b_cap`:
+/// it is judged ([`AuditFinding::CostUnderBound`], each running attempt
+/// counted at `C_max`) when the ledger (migration V20) shows none of the
+/// span's credits cut and the span has no hole
+/// ([`lower_judged`](Self::lower_judged)). Run rows pruned by run
+/// retention inside a span whose range rows are kept would look like
+/// attempts never made: keep runs at least as long as reservations.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TenantCostAudit {
     /// `S`: what its ended attempts claimed in the span were charged
@@ -129,19 +127,17 @@ pub struct TenantCostAudit {
     pub ended_without_finish: u64,
     /// `E = q·|W|·w/L`: its entitled cost over the span.
     pub entitled: f64,
-    /// Its concurrency cap when audited (`statek limits`).
+    /// Its concurrency cap when audited (`statek limits`; information:
+    /// expired leases escape a cap, so it is not `D`).
     pub cap: Option<u32>,
-    /// Whether that cap was last set before the span's first reservation
-    /// (so it was in force over the span).
-    pub cap_held: bool,
-    /// `D` the upper side was judged with; `None`: not judged (no cap held
-    /// over the span, no concurrency given).
+    /// `D` both sides were judged with; `None`: not judged (no
+    /// concurrency given).
     pub concurrency: Option<u64>,
     /// `q·(n − 1) + D·C_max + b_cap` for that `D` (0 when `n = 0`).
     pub upper: Option<u64>,
-    /// `q·n − D·C_max* − b_cap` with the given concurrency: the lower
-    /// side, which holds while no credit of the tenant in the span was cut
-    /// by `b_cap`; `None` without a concurrency.
+    /// `q·n − D·C_max* − b_cap`: the lower side, which holds while no
+    /// credit of the tenant in the span was cut by `b_cap`; `None` without
+    /// a concurrency.
     pub lower: Option<i128>,
     /// `n`: its slots in the span, from the cycle (with or without
     /// evidence).
@@ -299,65 +295,61 @@ pub struct AuditReport {
     pub(super) covered_to: u64,
     /// The shard's cost parameters (cost mode), `None` in slot mode.
     pub cost_parameters: Option<statek_policy::CostFairness>,
-    /// When the span's first range row with evidence was reserved
-    /// (database time); `None` without evidence.
-    pub first_reserved_at: Option<std::time::SystemTime>,
 }
 
 impl TenantCostAudit {
-    /// Judges the upper side with `D` = `upper_d` (own parameters) and,
-    /// when `lower_d` is given, the lower side with it and the schedule's
-    /// largest `C_max` (`lower_max_cost`; the lower side only when
-    /// `no_holes` and the ledger shows no cut credit of the span); the
+    /// Judges both sides with `D` = `concurrency` (nothing without it):
+    /// the upper with the shard's own parameters, the lower with the
+    /// schedule's largest `C_max` (`lower_max_cost`) and only when
+    /// `no_holes` and the ledger shows no cut credit of the span; the
     /// findings.
     pub(crate) fn judge(
         &mut self,
         tenant: &TenantId,
         params: &statek_policy::CostFairness,
-        (upper_d, lower_d): (Option<u64>, Option<u64>),
+        concurrency: Option<u64>,
         lower_max_cost: u64,
         no_holes: bool,
     ) -> Vec<AuditFinding> {
+        let Some(d) = concurrency else {
+            return Vec::new();
+        };
         let n = self.slots_in_span;
         let q = u128::from(params.quantum());
         let cap = u128::from(params.balance_cap());
         let mut found = Vec::new();
-        if let Some(d) = upper_d {
-            let fixed = u128::from(d) * u128::from(params.max_cost()) + cap;
-            let upper = if n == 0 {
-                0
-            } else {
-                q * u128::from(n - 1) + fixed
-            };
-            let upper = u64::try_from(upper).unwrap_or(u64::MAX);
-            self.concurrency = Some(d);
-            self.upper = Some(upper);
-            if self.charged > upper {
-                found.push(AuditFinding::CostOverBound {
-                    tenant: tenant.clone(),
-                    charged: self.charged,
-                    upper,
-                    concurrency: d,
-                });
-            }
+        let fixed = u128::from(d) * u128::from(params.max_cost()) + cap;
+        let upper = if n == 0 {
+            0
+        } else {
+            q * u128::from(n - 1) + fixed
+        };
+        let upper = u64::try_from(upper).unwrap_or(u64::MAX);
+        self.concurrency = Some(d);
+        self.upper = Some(upper);
+        if self.charged > upper {
+            found.push(AuditFinding::CostOverBound {
+                tenant: tenant.clone(),
+                charged: self.charged,
+                upper,
+                concurrency: d,
+            });
         }
-        if let Some(d) = lower_d {
-            let fixed = u128::from(d) * u128::from(lower_max_cost.max(params.max_cost())) + cap;
-            let lower = i128::try_from(q * u128::from(n)).unwrap_or(i128::MAX)
-                - i128::try_from(fixed).unwrap_or(i128::MAX);
-            self.lower = Some(lower);
-            self.lower_judged = no_holes && self.lower_judgeable();
-            let served_at_most = self
-                .charged
-                .saturating_add(self.uncharged.saturating_mul(params.max_cost()));
-            if self.lower_judged && i128::from(served_at_most) < lower {
-                found.push(AuditFinding::CostUnderBound {
-                    tenant: tenant.clone(),
-                    served_at_most,
-                    lower,
-                    concurrency: d,
-                });
-            }
+        let fixed = u128::from(d) * u128::from(lower_max_cost.max(params.max_cost())) + cap;
+        let lower = i128::try_from(q * u128::from(n)).unwrap_or(i128::MAX)
+            - i128::try_from(fixed).unwrap_or(i128::MAX);
+        self.lower = Some(lower);
+        self.lower_judged = no_holes && self.lower_judgeable();
+        let served_at_most = self
+            .charged
+            .saturating_add(self.uncharged.saturating_mul(params.max_cost()));
+        if self.lower_judged && i128::from(served_at_most) < lower {
+            found.push(AuditFinding::CostUnderBound {
+                tenant: tenant.clone(),
+                served_at_most,
+                lower,
+                concurrency: d,
+            });
         }
         found
     }

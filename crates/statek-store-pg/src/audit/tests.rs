@@ -50,7 +50,6 @@ fn a_gap_above_the_bound_is_a_finding() {
             finding_count: 0,
             covered_to: 0,
             cost_parameters: None,
-            first_reserved_at: None,
         },
         covered_to: 0,
     };
@@ -78,7 +77,7 @@ fn a_gap_above_the_bound_is_a_finding() {
 /// 28 passes, 29 is above; 1 with nothing running is below when the lower
 /// side may be judged (no hole, every slot credited, no cut credit), and
 /// only then; with one attempt running (counted at C_max) it is not below;
-/// without a lower D nothing is said about it.
+/// without a D nothing is judged.
 #[test]
 fn cost_outside_either_side_is_a_finding() {
     let params = statek_policy::CostFairness::new(2, 10, 6, 4).unwrap();
@@ -88,7 +87,6 @@ fn cost_outside_either_side_is_a_finding() {
         ended_without_finish: 0,
         entitled: 16.0,
         cap: None,
-        cap_held: false,
         concurrency: None,
         upper: None,
         lower: None,
@@ -99,9 +97,9 @@ fn cost_outside_either_side_is_a_finding() {
         span: Some(0..16),
         last_slot: Some(14),
     };
-    let both = (Some(1), Some(1));
+    let d = Some(1);
     let mut within = audit(28, 0, None);
-    assert_eq!(within.judge(&tenant("a"), &params, both, 10, true), []);
+    assert_eq!(within.judge(&tenant("a"), &params, d, 10, true), []);
     assert_eq!(
         (
             within.upper,
@@ -112,7 +110,7 @@ fn cost_outside_either_side_is_a_finding() {
         (Some(28), Some(2), Some(1), true)
     );
     assert_eq!(
-        audit(29, 0, None).judge(&tenant("a"), &params, both, 10, true),
+        audit(29, 0, None).judge(&tenant("a"), &params, d, 10, true),
         [AuditFinding::CostOverBound {
             tenant: tenant("a"),
             charged: 29,
@@ -121,7 +119,7 @@ fn cost_outside_either_side_is_a_finding() {
         }]
     );
     assert_eq!(
-        audit(1, 0, None).judge(&tenant("a"), &params, both, 10, true),
+        audit(1, 0, None).judge(&tenant("a"), &params, d, 10, true),
         [AuditFinding::CostUnderBound {
             tenant: tenant("a"),
             served_at_most: 1,
@@ -131,37 +129,36 @@ fn cost_outside_either_side_is_a_finding() {
     );
     // A debt from an earlier shard of C_max 30: the lower side is −18.
     let mut carried = audit(1, 0, None);
-    assert_eq!(carried.judge(&tenant("a"), &params, both, 30, true), []);
+    assert_eq!(carried.judge(&tenant("a"), &params, d, 30, true), []);
     assert_eq!(carried.lower, Some(-18));
     assert_eq!(
-        audit(1, 1, None).judge(&tenant("a"), &params, both, 10, true),
+        audit(1, 1, None).judge(&tenant("a"), &params, d, 10, true),
         []
     );
-    // Upper only (a cap held, no concurrency given): no lower verdict.
-    let mut upper_only = audit(1, 0, None);
+    // Without a D: nothing judged, even far above.
+    let mut unjudged = audit(1_000, 0, None);
+    assert_eq!(unjudged.judge(&tenant("a"), &params, None, 10, true), []);
     assert_eq!(
-        upper_only.judge(&tenant("a"), &params, (Some(1), None), 10, true),
-        []
+        (unjudged.upper, unjudged.lower, unjudged.lower_judged),
+        (None, None, false)
     );
-    assert_eq!((upper_only.lower, upper_only.lower_judged), (None, false));
     // A credit cut at 3 (inside the span), a hole, or slots not credited
     // yet: the lower side is not judged.
     let mut clipped = audit(1, 0, Some(3));
-    assert_eq!(clipped.judge(&tenant("a"), &params, both, 10, true), []);
+    assert_eq!(clipped.judge(&tenant("a"), &params, d, 10, true), []);
     assert!(!clipped.lower_judged);
     assert_eq!(
-        audit(1, 0, None).judge(&tenant("a"), &params, both, 10, false),
+        audit(1, 0, None).judge(&tenant("a"), &params, d, 10, false),
         []
     );
     let mut behind = audit(1, 0, None);
     behind.credited_through = Some(12);
-    assert_eq!(behind.judge(&tenant("a"), &params, both, 10, true), []);
+    assert_eq!(behind.judge(&tenant("a"), &params, d, 10, true), []);
     // No slot in the span: S must be 0.
     let mut none = audit(1, 0, None);
     none.slots_in_span = 0;
     assert_eq!(
-        none.judge(&tenant("a"), &params, (Some(3), None), 10, true)
-            .len(),
+        none.judge(&tenant("a"), &params, Some(3), 10, true).len(),
         1
     );
     assert_eq!(none.upper, Some(0));
