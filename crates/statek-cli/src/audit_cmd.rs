@@ -55,8 +55,8 @@ pub enum Span {
 }
 
 /// Runs the audit; the report, and whether it failed. `concurrency`: `D`
-/// of cost mode's bound for the tenants without a concurrency cap
-/// (`AuditReport::judge_cost`).
+/// of cost mode's bound (`AuditOptions::concurrency`; without it a cost
+/// shard's costs are reported, not judged).
 pub async fn audit(
     shard: &str,
     span: Span,
