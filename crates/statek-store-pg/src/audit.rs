@@ -56,48 +56,17 @@ use tokio_postgres::types::Type;
 use crate::statement::Db;
 use crate::{PgStore, StoreError};
 
+mod cost;
 mod report;
 mod service_gap;
+mod span;
+
+pub use cost::AuditOptions;
 
 pub use report::{
     AuditFinding, AuditReport, ServiceGap, TenantAudit, TenantCostAudit, MAX_AUDIT_FINDINGS,
     MAX_AUDIT_HOLES,
 };
-
-/// The largest `C_max` of the cost shards of `$1`'s schedule.
-const SELECT_SCHEDULE_MAX_COST: &str = "
-    SELECT max(c.max_cost) AS max_cost FROM statek.shard_costs AS c
-    WHERE c.schedule_id = (SELECT s.schedule_id FROM statek.shard_costs AS s
-                           WHERE s.shard_id = $1)";
-
-/// How [`PgStore::audit_shard_with`] judges what the evidence cannot tell.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AuditOptions {
-    /// Cost mode: `D`, the most attempts of one tenant claimed and not yet
-    /// charged at any moment: at most the sum, over every Worker process
-    /// that held attempts of the schedule within one lease period of
-    /// another (a crashed one's stay uncharged until rescued; a
-    /// predecessor shard's Workers too, for a debt carried over), of its
-    /// concurrency plus twice its completion batch. Both sides of the
-    /// cost bound are judged with it for every tenant ([`TenantCostAudit`]).
-    pub concurrency: Option<u32>,
-}
-
-impl AuditOptions {
-    /// No concurrency: cost mode's bound is reported, not judged.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Judges cost mode's bound with `D` = `concurrency`.
-    #[must_use]
-    pub fn concurrency(mut self, concurrency: u32) -> Self {
-        self.concurrency = Some(concurrency);
-        self
-    }
-}
 
 /// Range rows read per page.
 const PAGE_RANGES: i64 = 1_000;
@@ -155,37 +124,6 @@ const SELECT_CLAIMS: &str = "
            c.cost, true, (c.finished_at IS NOT NULL)
     FROM statek.run_claims AS c
     WHERE c.shard_id = $1 AND c.sequence >= $2 AND c.sequence < $3";
-
-/// Cost mode: how far `$1` credited each tenant and the last sequence
-/// through which a credit was cut by `b_cap` (V20).
-const SELECT_CREDIT_PROGRESS: &str = "
-    SELECT g.tenant_id, g.as_of_sequence, g.clipped_through
-    FROM statek.cost_credit_progress AS g
-    WHERE g.shard_id = $1";
-
-/// The picks of tenant `index` in the sequences `span` of a cycle whose
-/// slots are `indexes`, and the last of them.
-fn picks_in(indexes: &[u16], index: usize, span: Range<u64>) -> (u64, Option<u64>) {
-    let l = indexes.len() as u64;
-    if l == 0 || span.is_empty() {
-        return (0, None);
-    }
-    let mine = |i: &&u16| usize::from(**i) == index;
-    let per_cycle = indexes.iter().filter(mine).count() as u64;
-    // Picks in `0..t`.
-    let before = |t: u64| {
-        (t / l) * per_cycle + indexes[..(t % l) as usize].iter().filter(mine).count() as u64
-    };
-    let count = before(span.end) - before(span.start);
-    let last = (count > 0).then(|| {
-        // The last pick before `span.end`: at most one cycle back.
-        (span.start.max(span.end.saturating_sub(l))..span.end)
-            .rev()
-            .find(|&s| usize::from(indexes[(s % l) as usize]) == index)
-            .unwrap_or(span.start)
-    });
-    (count, last)
-}
 
 /// One tenant's running tallies.
 struct Tally {
@@ -388,15 +326,7 @@ impl Walk<'_> {
         if let (Some(ledger), Some(params)) =
             (a.cost.as_mut(), self.report.cost_parameters.as_ref())
         {
-            // As the trigger `runs_charge_cost` charged it.
-            if !claim.ended {
-                ledger.uncharged += 1;
-            } else if claim.finished {
-                ledger.charged = ledger.charged.saturating_add(params.charge_for(claim.cost));
-            } else {
-                ledger.charged = ledger.charged.saturating_add(params.default_cost());
-                ledger.ended_without_finish += 1;
-            }
+            ledger.count(params, claim.ended, claim.finished, claim.cost);
         }
         if !claim.current {
             return;
@@ -450,51 +380,7 @@ fn to_i64(value: u64) -> Result<i64, StoreError> {
         .map_err(|_| StoreError::InvalidArgument(format!("sequence {value} is past i64::MAX")))
 }
 
-const SELECT_BETWEEN: &str = "
-    SELECT (SELECT min(r.sequence) FROM statek.scheduler_reservations AS r
-            WHERE r.shard_id = $1 AND r.reserved_at >= $2 AND r.reserved_at < $3) AS first,
-           (SELECT max(r.sequence + r.sequence_count) FROM statek.scheduler_reservations AS r
-            WHERE r.shard_id = $1 AND r.reserved_at >= $2 AND r.reserved_at < $3) AS last";
-
 impl PgStore {
-    /// The sequences of `shard`'s retained range rows reserved (database
-    /// time) at or after `from` and before `to`, from the first such row's
-    /// first sequence to the last one's end: the span
-    /// [`audit_shard`](Self::audit_shard) takes. Empty (`0..0`) when none.
-    ///
-    /// # Errors
-    /// Connection and server errors.
-    pub async fn sequences_reserved_between(
-        &self,
-        shard: &SchedulerShardId,
-        from: SystemTime,
-        to: SystemTime,
-    ) -> Result<Range<u64>, StoreError> {
-        let shard = shard.as_str();
-        let row = self
-            .with_response_timeout(async |db: &Db<'_>| {
-                Ok(db
-                    .query_one(
-                        SELECT_BETWEEN,
-                        &[
-                            (&shard, Type::TEXT),
-                            (&from, Type::TIMESTAMPTZ),
-                            (&to, Type::TIMESTAMPTZ),
-                        ],
-                    )
-                    .await?)
-            })
-            .await?;
-        let first: Option<i64> = row.try_get("first")?;
-        let last: Option<i64> = row.try_get("last")?;
-        match (first, last) {
-            (Some(first), Some(last)) => {
-                Ok(to_u64(first, "reservation range")?..to_u64(last, "reservation range")?)
-            }
-            _ => Ok(0..0),
-        }
-    }
-
     /// Audits the evidence of `shard` over the sequences `span` (its end
     /// clipped to the shard's cursor) against the shard's own policy: see
     /// the module documentation of `audit` for what is counted and judged.
@@ -568,22 +454,7 @@ impl PgStore {
         };
         if walk.report.cost_parameters.is_some() {
             for tally in &mut walk.tallies {
-                tally.audit.cost = Some(TenantCostAudit {
-                    charged: 0,
-                    uncharged: 0,
-                    ended_without_finish: 0,
-                    entitled: 0.0,
-                    cap: None,
-                    concurrency: None,
-                    upper: None,
-                    lower: None,
-                    slots_in_span: 0,
-                    clipped_through: None,
-                    credited_through: None,
-                    lower_judged: false,
-                    span: None,
-                    last_slot: None,
-                });
+                tally.audit.cost = Some(TenantCostAudit::empty());
             }
         }
         // The first stretch of evidence starts at the span's start.
@@ -621,79 +492,10 @@ impl PgStore {
         walk.hole(covered..to);
         let mut report = walk.finish();
         if report.cost_parameters.is_some() {
-            for (index, t) in report.tenants.iter_mut().enumerate() {
-                if let Some(cost) = t.cost.as_mut() {
-                    let (count, last) = picks_in(policy.cycle_tenant_indexes(), index, from..to);
-                    cost.slots_in_span = count;
-                    cost.last_slot = last;
-                    cost.span = Some(from..to);
-                }
-            }
-            self.judge_costs(&mut report, options).await?;
+            self.judge_costs(&mut report, policy.cycle_tenant_indexes(), options)
+                .await?;
         }
         Ok(report)
-    }
-
-    /// Cost mode: judges each tenant's served cost against both sides of
-    /// the bound with `options`' concurrency ([`TenantCostAudit`]).
-    async fn judge_costs(
-        &self,
-        report: &mut AuditReport,
-        options: AuditOptions,
-    ) -> Result<(), StoreError> {
-        let Some(params) = report.cost_parameters else {
-            return Ok(());
-        };
-        let limits = self.all_tenant_limits().await?;
-        let shard = report.shard.as_str();
-        let (rows, max_cost) = self
-            .with_response_timeout(async |db: &Db<'_>| {
-                let rows = db
-                    .query(SELECT_CREDIT_PROGRESS, &[(&shard, Type::TEXT)])
-                    .await?;
-                let max_cost: Option<i64> = db
-                    .query_one(SELECT_SCHEDULE_MAX_COST, &[(&shard, Type::TEXT)])
-                    .await?
-                    .try_get("max_cost")?;
-                Ok((rows, max_cost))
-            })
-            .await
-            .map_err(|e| e.schema_behind(20, "the audit of a cost shard"))?;
-        let schedule_max_cost = max_cost
-            .map(|c| to_u64(c, "max_cost"))
-            .transpose()?
-            .unwrap_or(params.max_cost());
-        let mut progress = HashMap::new();
-        for row in &rows {
-            let tenant: String = row.try_get("tenant_id")?;
-            // -1: nothing credited yet.
-            let credited = u64::try_from(row.try_get::<_, i64>("as_of_sequence")?).ok();
-            let clipped: Option<i64> = row.try_get("clipped_through")?;
-            let clipped = clipped.map(|c| to_u64(c, "clipped credit")).transpose()?;
-            progress.insert(tenant, (credited, clipped));
-        }
-        let no_holes = report.hole_count == 0;
-        let given = options.concurrency.map(u64::from);
-        let mut found = Vec::new();
-        for t in &mut report.tenants {
-            let Some(cost) = t.cost.as_mut() else {
-                continue;
-            };
-            cost.entitled = params.quantum() as f64 * t.entitled;
-            if let Some((credited, clipped)) = progress.get(t.tenant.as_str()) {
-                cost.credited_through = *credited;
-                cost.clipped_through = *clipped;
-            }
-            cost.cap = limits
-                .iter()
-                .find(|l| l.tenant == t.tenant)
-                .and_then(|l| l.limits.max_running());
-            found.extend(cost.judge(&t.tenant, &params, given, schedule_max_cost, no_holes));
-        }
-        for finding in found {
-            report.add_finding(finding);
-        }
-        Ok(())
     }
 
     /// Claims of `shard` at or past `cursor` (at most 200).

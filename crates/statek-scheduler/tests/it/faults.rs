@@ -54,6 +54,18 @@ pub(crate) async fn terminate_every(
     })
 }
 
+/// How many runs are completed.
+pub(crate) async fn completed(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// Waits until `total` runs are completed, failing after `within`.
 pub(crate) async fn wait_until_completed(
     client: &tokio_postgres::Client,
@@ -62,14 +74,7 @@ pub(crate) async fn wait_until_completed(
 ) {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let done: i64 = client
-            .query_one(
-                "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
+        let done = completed(client).await;
         if done == total {
             return;
         }

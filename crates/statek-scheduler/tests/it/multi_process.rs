@@ -33,6 +33,21 @@ fn spawn_replica(index: usize, url: &str, lines: mpsc::UnboundedSender<(usize, S
     spawn_replica_in(index, url, &[], lines)
 }
 
+/// Stops the replicas still running gracefully (closing their stdin) and
+/// checks that each exits successfully within 30 s.
+async fn stop_replicas(children: &mut [Option<Child>]) {
+    for child in children.iter_mut().flatten() {
+        drop(child.stdin.take());
+    }
+    for child in children.iter_mut().flatten() {
+        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
 /// [`spawn_replica`] with the replica's mode arguments after the URL.
 fn spawn_replica_in(
     index: usize,
@@ -126,16 +141,7 @@ async fn four_processes_keep_the_order_and_survive_a_sigkill() {
         }
     }
     // Stop the survivors gracefully (closing stdin).
-    for child in children.iter_mut().flatten() {
-        drop(child.stdin.take());
-    }
-    for child in children.iter_mut().flatten() {
-        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(status.success(), "{status}");
-    }
+    stop_replicas(&mut children).await;
     while let Ok(Some((from, line))) =
         tokio::time::timeout(Duration::from_millis(100), lines.recv()).await
     {
@@ -306,29 +312,12 @@ async fn four_processes_in_cost_mode_keep_one_exact_ledger() {
             crate::faults::terminate_others(&observer).await;
             last_kill = Instant::now();
         }
-        let done: i64 = observer
-            .query_one(
-                "SELECT count(*) FROM statek.runs WHERE state = 'completed'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if done == runs {
+        if crate::faults::completed(&observer).await == runs {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    for child in children.iter_mut().flatten() {
-        drop(child.stdin.take());
-    }
-    for child in children.iter_mut().flatten() {
-        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(status.success(), "{status}");
-    }
+    stop_replicas(&mut children).await;
     crate::cost_mode::postgres::charges_match_the_evidence(&db, &store, "cost-v1").await;
     let slots = store.next_sequence(p.shard_id()).await.unwrap();
     let report = store

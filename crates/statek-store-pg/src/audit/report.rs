@@ -151,8 +151,7 @@ pub struct TenantCostAudit {
     /// every slot of it in the span credited, and none of those credits
     /// cut (the span starts after `clipped_through`).
     pub lower_judged: bool,
-    /// The span audited, and its last slot of the tenant.
-    pub(crate) span: Option<Range<u64>>,
+    /// Its last slot in the span, from the cycle.
     pub(crate) last_slot: Option<u64>,
 }
 
@@ -295,79 +294,6 @@ pub struct AuditReport {
     pub(super) covered_to: u64,
     /// The shard's cost parameters (cost mode), `None` in slot mode.
     pub cost_parameters: Option<statek_policy::CostFairness>,
-}
-
-impl TenantCostAudit {
-    /// Judges both sides with `D` = `concurrency` (nothing without it):
-    /// the upper with the shard's own parameters, the lower with the
-    /// schedule's largest `C_max` (`lower_max_cost`) and only when
-    /// `no_holes` and the ledger shows no cut credit of the span; the
-    /// findings.
-    pub(crate) fn judge(
-        &mut self,
-        tenant: &TenantId,
-        params: &statek_policy::CostFairness,
-        concurrency: Option<u64>,
-        lower_max_cost: u64,
-        no_holes: bool,
-    ) -> Vec<AuditFinding> {
-        let Some(d) = concurrency else {
-            return Vec::new();
-        };
-        let n = self.slots_in_span;
-        let q = u128::from(params.quantum());
-        let cap = u128::from(params.balance_cap());
-        let mut found = Vec::new();
-        let fixed = u128::from(d) * u128::from(params.max_cost()) + cap;
-        let upper = if n == 0 {
-            0
-        } else {
-            q * u128::from(n - 1) + fixed
-        };
-        let upper = u64::try_from(upper).unwrap_or(u64::MAX);
-        self.concurrency = Some(d);
-        self.upper = Some(upper);
-        if self.charged > upper {
-            found.push(AuditFinding::CostOverBound {
-                tenant: tenant.clone(),
-                charged: self.charged,
-                upper,
-                concurrency: d,
-            });
-        }
-        let fixed = u128::from(d) * u128::from(lower_max_cost.max(params.max_cost())) + cap;
-        let lower = i128::try_from(q * u128::from(n)).unwrap_or(i128::MAX)
-            - i128::try_from(fixed).unwrap_or(i128::MAX);
-        self.lower = Some(lower);
-        self.lower_judged = no_holes && self.lower_judgeable();
-        let served_at_most = self
-            .charged
-            .saturating_add(self.uncharged.saturating_mul(params.max_cost()));
-        if self.lower_judged && i128::from(served_at_most) < lower {
-            found.push(AuditFinding::CostUnderBound {
-                tenant: tenant.clone(),
-                served_at_most,
-                lower,
-                concurrency: d,
-            });
-        }
-        found
-    }
-
-    /// No credit of the tenant's slots in the span was cut, as far as the
-    /// ledger shows: every one of them credited, none cut (`from`..: the
-    /// span; set by the audit).
-    fn lower_judgeable(&self) -> bool {
-        let Some(span) = &self.span else {
-            return false;
-        };
-        let credited = match (self.last_slot, self.credited_through) {
-            (None, _) => true,
-            (Some(last), Some(through)) => through >= last,
-            (Some(_), None) => false,
-        };
-        credited && self.clipped_through.is_none_or(|c| c < span.start)
-    }
 }
 
 impl AuditReport {

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use super::cost::{picks_in, Context};
 use super::*;
 use statek_policy::TenantId;
 
@@ -94,12 +95,19 @@ fn cost_outside_either_side_is_a_finding() {
         clipped_through,
         credited_through: Some(15),
         lower_judged: false,
-        span: Some(0..16),
         last_slot: Some(14),
+    };
+    // D, the schedule's largest C_max, no holes, the span from 0.
+    let context = |concurrency, schedule_max_cost, no_holes| Context {
+        params,
+        concurrency,
+        schedule_max_cost,
+        no_holes,
+        from: 0,
     };
     let d = Some(1);
     let mut within = audit(28, 0, None);
-    assert_eq!(within.judge(&tenant("a"), &params, d, 10, true), []);
+    assert_eq!(within.judge(&tenant("a"), &context(d, 10, true)), []);
     assert_eq!(
         (
             within.upper,
@@ -110,7 +118,7 @@ fn cost_outside_either_side_is_a_finding() {
         (Some(28), Some(2), Some(1), true)
     );
     assert_eq!(
-        audit(29, 0, None).judge(&tenant("a"), &params, d, 10, true),
+        audit(29, 0, None).judge(&tenant("a"), &context(d, 10, true)),
         [AuditFinding::CostOverBound {
             tenant: tenant("a"),
             charged: 29,
@@ -119,7 +127,7 @@ fn cost_outside_either_side_is_a_finding() {
         }]
     );
     assert_eq!(
-        audit(1, 0, None).judge(&tenant("a"), &params, d, 10, true),
+        audit(1, 0, None).judge(&tenant("a"), &context(d, 10, true)),
         [AuditFinding::CostUnderBound {
             tenant: tenant("a"),
             served_at_most: 1,
@@ -129,15 +137,15 @@ fn cost_outside_either_side_is_a_finding() {
     );
     // A debt from an earlier shard of C_max 30: the lower side is −18.
     let mut carried = audit(1, 0, None);
-    assert_eq!(carried.judge(&tenant("a"), &params, d, 30, true), []);
+    assert_eq!(carried.judge(&tenant("a"), &context(d, 30, true)), []);
     assert_eq!(carried.lower, Some(-18));
     assert_eq!(
-        audit(1, 1, None).judge(&tenant("a"), &params, d, 10, true),
+        audit(1, 1, None).judge(&tenant("a"), &context(d, 10, true)),
         []
     );
     // Without a D: nothing judged, even far above.
     let mut unjudged = audit(1_000, 0, None);
-    assert_eq!(unjudged.judge(&tenant("a"), &params, None, 10, true), []);
+    assert_eq!(unjudged.judge(&tenant("a"), &context(None, 10, true)), []);
     assert_eq!(
         (unjudged.upper, unjudged.lower, unjudged.lower_judged),
         (None, None, false)
@@ -145,20 +153,20 @@ fn cost_outside_either_side_is_a_finding() {
     // A credit cut at 3 (inside the span), a hole, or slots not credited
     // yet: the lower side is not judged.
     let mut clipped = audit(1, 0, Some(3));
-    assert_eq!(clipped.judge(&tenant("a"), &params, d, 10, true), []);
+    assert_eq!(clipped.judge(&tenant("a"), &context(d, 10, true)), []);
     assert!(!clipped.lower_judged);
     assert_eq!(
-        audit(1, 0, None).judge(&tenant("a"), &params, d, 10, false),
+        audit(1, 0, None).judge(&tenant("a"), &context(d, 10, false)),
         []
     );
     let mut behind = audit(1, 0, None);
     behind.credited_through = Some(12);
-    assert_eq!(behind.judge(&tenant("a"), &params, d, 10, true), []);
+    assert_eq!(behind.judge(&tenant("a"), &context(d, 10, true)), []);
     // No slot in the span: S must be 0.
     let mut none = audit(1, 0, None);
     none.slots_in_span = 0;
     assert_eq!(
-        none.judge(&tenant("a"), &params, Some(3), 10, true).len(),
+        none.judge(&tenant("a"), &context(Some(3), 10, true)).len(),
         1
     );
     assert_eq!(none.upper, Some(0));
